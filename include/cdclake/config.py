@@ -1,0 +1,205 @@
+"""The table config: which Debezium topics become which Iceberg tables, and how they are run.
+
+The file (YAML) has two top-level keys, ``defaults`` (optional; any per-table field except the
+identity fields) and ``tables`` (a list). Every key is validated on load and unknown keys are an
+error, so a typo never becomes a silent no-op::
+
+    defaults:
+      owner: data-platform
+      schedule: "*/15 * * * *"
+      max_events_per_run: 500000
+    tables:
+      - name: inventory_products            # DAG id: cdc_inventory_products
+        topic: dbserver1.inventory.products # Debezium topic <topic.prefix>.<db>.<table>
+        namespace: inventory                # Iceberg namespace
+        table: products                     # Iceberg table
+        primary_key: [id]
+        value_format: json_with_schema      # or: json (JsonConverter schemas.enable=false)
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NAME = re.compile(r"^[a-z0-9_]+$")
+
+ValueFormat = Literal["json", "json_with_schema"]
+"""How the Kafka record value is serialized by Kafka Connect's ``JsonConverter``:
+
+* ``json_with_schema``: ``{"schema": {...}, "payload": <envelope>}`` (``schemas.enable=true``)
+* ``json``: the bare envelope ``{"before", "after", "source", "op", "ts_ms"}``
+  (``schemas.enable=false``)
+"""
+
+ICEBERG_PRIMITIVES = {
+    "boolean", "int", "long", "float", "double", "date", "timestamp", "timestamptz", "string",
+    "binary",
+}
+
+
+class TableDefaults(BaseModel):
+    """Per-table settings that may be given once under ``defaults``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    owner: str = "data-platform"
+    schedule: str | None = "*/15 * * * *"
+    """Cron expression or Airflow preset (``@hourly``); ``null`` for manual runs only."""
+    max_events_per_run: Annotated[int, Field(gt=0)] = 500_000
+    """Cap on the Kafka records (events, in all partitions together) one run consumes."""
+    value_format: ValueFormat = "json_with_schema"
+    retries: Annotated[int, Field(ge=0)] = 3
+    retry_delay_s: Annotated[int, Field(gt=0)] = 60
+    """First retry delay in seconds; doubles on each retry (exponential backoff)."""
+    tags: tuple[str, ...] = ()
+
+
+class TableConfig(TableDefaults):
+    """One source table: its Debezium topic, its Iceberg table and how its DAG runs."""
+
+    name: str
+    """Unique name, lower case ``[a-z0-9_]``; the DAG id is ``cdc_<name>``."""
+    topic: str
+    """The Debezium data topic, ``<topic.prefix>.<database>.<table>``."""
+    namespace: str
+    """Iceberg namespace of the target table."""
+    table: str
+    """Iceberg table name within ``namespace``."""
+    primary_key: tuple[str, ...]
+    """Primary-key columns of the source table, in key order; the Iceberg identifier fields."""
+    columns: dict[str, str] | None = None
+    """Column name -> Iceberg primitive type, in source order. Needed only to create the table
+    from ``json`` values (no Connect schema in the events); ``json_with_schema`` tables are
+    created from the events' own schema."""
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME.match(v):
+            raise ValueError(f"name {v!r} must match [a-z0-9_]+ (it becomes the DAG id)")
+        return v
+
+    @field_validator("namespace", "table")
+    @classmethod
+    def _ident(cls, v: str) -> str:
+        if not _IDENT.match(v):
+            raise ValueError(f"{v!r} is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*)")
+        return v
+
+    @field_validator("primary_key")
+    @classmethod
+    def _pk(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if not v:
+            raise ValueError("primary_key must name at least one column")
+        for col in v:
+            if not _IDENT.match(col):
+                raise ValueError(f"primary key column {col!r} is not a plain identifier")
+        if len(set(v)) != len(v):
+            raise ValueError(f"primary_key {list(v)} repeats a column")
+        return v
+
+    @field_validator("columns")
+    @classmethod
+    def _columns(cls, v: dict[str, str] | None) -> dict[str, str] | None:
+        if v is None:
+            return v
+        for col, typ in v.items():
+            if not _IDENT.match(col):
+                raise ValueError(f"column {col!r} is not a plain identifier")
+            if typ not in ICEBERG_PRIMITIVES and not re.match(r"^decimal\(\d+,\s*\d+\)$", typ):
+                raise ValueError(
+                    f"column {col!r}: type {typ!r} is not one of {sorted(ICEBERG_PRIMITIVES)} "
+                    "or decimal(P,S)"
+                )
+        return v
+
+    @model_validator(mode="after")
+    def _pk_in_columns(self) -> TableConfig:
+        if self.columns is not None:
+            missing = [c for c in self.primary_key if c not in self.columns]
+            if missing:
+                raise ValueError(f"primary key column(s) {missing} are not in columns")
+        return self
+
+    @property
+    def dag_id(self) -> str:
+        return f"cdc_{self.name}"
+
+    @property
+    def identifier(self) -> str:
+        """``namespace.table``, as pyiceberg and Spark (after the catalog name) spell it."""
+        return f"{self.namespace}.{self.table}"
+
+
+class TablesFile(BaseModel):
+    """The whole table-config file."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    defaults: dict[str, Any] = Field(default_factory=dict)
+    tables: tuple[TableConfig, ...]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_defaults(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            raise ValueError("the table config must be a mapping with a 'tables' list")
+        defaults = data.get("defaults") or {}
+        TableDefaults.model_validate(defaults)  # unknown default keys are errors too
+        tables = data.get("tables")
+        if not isinstance(tables, list):
+            raise ValueError("'tables' must be a list of table entries")
+        merged = [{**defaults, **t} if isinstance(t, dict) else t for t in tables]
+        return {**data, "tables": merged}
+
+    @model_validator(mode="after")
+    def _unique(self) -> TablesFile:
+        for attr in ("name", "topic", "identifier"):
+            seen: set[str] = set()
+            for t in self.tables:
+                value = getattr(t, attr)
+                if value in seen:
+                    raise ValueError(f"two tables share the {attr} {value!r}")
+                seen.add(value)
+        return self
+
+    def get(self, name: str) -> TableConfig:
+        """The table named ``name``.
+
+        Raises:
+            KeyError: no such table (the message lists the configured names).
+        """
+        for t in self.tables:
+            if t.name == name:
+                return t
+        raise KeyError(f"no table {name!r} in the config; configured: {[t.name for t in self.tables]}")
+
+
+class ConfigError(ValueError):
+    """The table config file is missing, not YAML, or not valid (the message says where)."""
+
+
+def load_tables(path: Path | str) -> TablesFile:
+    """Read and validate a table-config file.
+
+    Raises:
+        ConfigError: the file is missing, is not YAML, or fails validation; the message names
+            the file and, for validation errors, each offending key.
+    """
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError as e:
+        raise ConfigError(f"table config {path} not found") from e
+    except yaml.YAMLError as e:
+        raise ConfigError(f"table config {path} is not valid YAML: {e}") from e
+    try:
+        return TablesFile.model_validate(raw)
+    except ValidationError as e:
+        raise ConfigError(f"table config {path} is invalid:\n{e}") from e

@@ -1,0 +1,154 @@
+"""Where the local stack lives and how every component reaches it.
+
+One frozen model, read from ``CDCLAKE_*`` environment variables, shared by the CLI, the DAGs, the
+Spark job and the tests, so that Airflow, Spark and pyiceberg always point at the same Kafka
+broker and the same Iceberg catalog.
+
+Defaults (the embedded stack) keep everything under ``<project>/.stack``:
+
+=============================  ===============================================  =========================
+variable                       meaning                                          default
+=============================  ===============================================  =========================
+``CDCLAKE_STATE_DIR``          root of the local stack's data                   ``<project>/.stack``
+``CDCLAKE_KAFKA_BOOTSTRAP``    Kafka ``bootstrap.servers``                      ``127.0.0.1:19092``
+``CDCLAKE_CATALOG_NAME``       Iceberg catalog name (Spark and pyiceberg)       ``lake``
+``CDCLAKE_CATALOG_URI``        SQLAlchemy URI of the JDBC catalog database      SQLite file in the state dir
+``CDCLAKE_WAREHOUSE``          warehouse location (URI)                         ``file://<state>/warehouse``
+``CDCLAKE_TABLES_CONFIG``      table config file                                ``include/tables.yaml``
+``CDCLAKE_SPARK_MASTER``       Spark master for the embedded stack              ``local[2]``
+=============================  ===============================================  =========================
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+"""The project folder (``include/cdclake/settings.py`` is two levels below it)."""
+
+_ENV_PREFIX = "CDCLAKE_"
+_KNOWN = {
+    "STATE_DIR",
+    "KAFKA_BOOTSTRAP",
+    "CATALOG_NAME",
+    "CATALOG_URI",
+    "WAREHOUSE",
+    "TABLES_CONFIG",
+    "SPARK_MASTER",
+}
+
+
+class Settings(BaseModel):
+    """Locations of the stack's components. Immutable; build with :meth:`from_env`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    state_dir: Path
+    kafka_bootstrap: str
+    catalog_name: str
+    catalog_uri: str
+    warehouse: str
+    tables_config: Path
+    spark_master: str
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
+        """Read the settings from ``CDCLAKE_*`` variables (see the module docstring).
+
+        Raises:
+            ValueError: a ``CDCLAKE_*`` variable that this model does not know (a typo would
+                otherwise be a silent no-op).
+        """
+        env = dict(os.environ if environ is None else environ)
+        unknown = sorted(
+            k for k in env if k.startswith(_ENV_PREFIX) and k[len(_ENV_PREFIX) :] not in _KNOWN
+        )
+        if unknown:
+            raise ValueError(
+                f"unknown environment variable(s) {unknown}; known: "
+                f"{sorted(_ENV_PREFIX + k for k in _KNOWN)}"
+            )
+        state_dir = Path(env.get("CDCLAKE_STATE_DIR", PROJECT_ROOT / ".stack")).resolve()
+        return cls(
+            state_dir=state_dir,
+            kafka_bootstrap=env.get("CDCLAKE_KAFKA_BOOTSTRAP", "127.0.0.1:19092"),
+            catalog_name=env.get("CDCLAKE_CATALOG_NAME", "lake"),
+            catalog_uri=env.get(
+                "CDCLAKE_CATALOG_URI", f"sqlite:///{state_dir / 'iceberg' / 'catalog.db'}"
+            ),
+            warehouse=env.get("CDCLAKE_WAREHOUSE", (state_dir / "iceberg" / "warehouse").as_uri()),
+            tables_config=Path(
+                env.get("CDCLAKE_TABLES_CONFIG", PROJECT_ROOT / "include" / "tables.yaml")
+            ),
+            spark_master=env.get("CDCLAKE_SPARK_MASTER", "local[2]"),
+        )
+
+    @property
+    def jdbc_catalog_uri(self) -> str:
+        """The catalog database as a JDBC URL, for Spark's ``JdbcCatalog``.
+
+        Raises:
+            ValueError: a catalog URI that is neither SQLite nor PostgreSQL.
+        """
+        uri = self.catalog_uri
+        if uri.startswith("sqlite:///"):
+            # sqlite:////abs/path.db -> jdbc:sqlite:/abs/path.db
+            return "jdbc:sqlite:" + uri[len("sqlite:///") :]
+        if uri.startswith(("postgresql://", "postgresql+psycopg2://")):
+            rest = uri.split("://", 1)[1]
+            if "@" in rest:
+                rest = rest.split("@", 1)[1]
+            return "jdbc:postgresql://" + rest
+        raise ValueError(f"catalog URI {uri!r}: only sqlite:/// and postgresql:// are supported")
+
+    def spark_catalog_conf(self) -> dict[str, str]:
+        """Spark settings that register the Iceberg catalog ``catalog_name`` (same as pyiceberg's)."""
+        prefix = f"spark.sql.catalog.{self.catalog_name}"
+        conf = {
+            prefix: "org.apache.iceberg.spark.SparkCatalog",
+            f"{prefix}.catalog-impl": "org.apache.iceberg.jdbc.JdbcCatalog",
+            f"{prefix}.uri": self.jdbc_catalog_uri,
+            f"{prefix}.warehouse": self.warehouse,
+            # pyiceberg's SqlCatalog creates the V0 layout (no iceberg_type column); keep Spark on it
+            f"{prefix}.jdbc.schema-version": "V0",
+            "spark.sql.extensions": (
+                "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+            ),
+        }
+        if self.catalog_uri.startswith("postgresql"):
+            from urllib.parse import urlsplit
+
+            parts = urlsplit(self.catalog_uri.replace("+psycopg2", ""))
+            if parts.username:
+                conf[f"{prefix}.jdbc.user"] = parts.username
+            if parts.password:
+                conf[f"{prefix}.jdbc.password"] = parts.password
+        return conf
+
+    @property
+    def kafka_dir(self) -> Path:
+        return self.state_dir / "kafka"
+
+    @property
+    def airflow_home(self) -> Path:
+        return self.state_dir / "airflow"
+
+
+def jars_dir(profile: str) -> Path:
+    """Folder of the jars Maven fetched for ``profile`` (``spark`` or ``kafka``)."""
+    return PROJECT_ROOT / ".jars" / profile
+
+
+def spark_jars() -> list[Path]:
+    """The jars ``spark-submit --jars`` needs (Iceberg runtime, Kafka source, JDBC drivers).
+
+    Raises:
+        FileNotFoundError: the jars were not fetched yet (run ``make setup``).
+    """
+    jars = sorted(jars_dir("spark").glob("*.jar"))
+    if not jars:
+        raise FileNotFoundError(f"no jars in {jars_dir('spark')}: run `make setup` first")
+    return jars
