@@ -156,7 +156,7 @@ class TablesFile(BaseModel):
         if not isinstance(tables, list):
             raise ValueError("'tables' must be a list of table entries")
         merged = [{**defaults, **t} if isinstance(t, dict) else t for t in tables]
-        return {**data, "tables": merged}
+        return {**data, "defaults": defaults, "tables": merged}
 
     @model_validator(mode="after")
     def _unique(self) -> TablesFile:
@@ -197,6 +197,8 @@ def load_tables(path: Path | str) -> TablesFile:
         raw = yaml.safe_load(path.read_text())
     except FileNotFoundError as e:
         raise ConfigError(f"table config {path} not found") from e
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"table config {path} is not UTF-8 text: {e}") from e
     except yaml.YAMLError as e:
         raise ConfigError(f"table config {path} is not valid YAML: {e}") from e
     try:

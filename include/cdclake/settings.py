@@ -12,8 +12,8 @@ variable                       meaning                                          
 ``CDCLAKE_STATE_DIR``          root of the local stack's data                   ``<project>/.stack``
 ``CDCLAKE_KAFKA_BOOTSTRAP``    Kafka ``bootstrap.servers``                      ``127.0.0.1:19092``
 ``CDCLAKE_CATALOG_NAME``       Iceberg catalog name (Spark and pyiceberg)       ``lake``
-``CDCLAKE_CATALOG_URI``        SQLAlchemy URI of the JDBC catalog database      SQLite file in the state dir
-``CDCLAKE_WAREHOUSE``          warehouse location (URI)                         ``file://<state>/warehouse``
+``CDCLAKE_CATALOG_URI``        SQLAlchemy URI of the JDBC catalog database      ``<state>/iceberg/catalog.db``
+``CDCLAKE_WAREHOUSE``          warehouse location (URI)                         ``<state>/iceberg/warehouse``
 ``CDCLAKE_TABLES_CONFIG``      table config file                                ``include/tables.yaml``
 ``CDCLAKE_SPARK_MASTER``       Spark master for the embedded stack              ``local[2]``
 =============================  ===============================================  =========================
@@ -119,13 +119,14 @@ class Settings(BaseModel):
             ),
         }
         if self.catalog_uri.startswith("postgresql"):
-            from urllib.parse import urlsplit
+            from urllib.parse import unquote, urlsplit
 
+            # SQLAlchemy (pyiceberg) decodes %-escapes in credentials; give Spark the same ones
             parts = urlsplit(self.catalog_uri.replace("+psycopg2", ""))
             if parts.username:
-                conf[f"{prefix}.jdbc.user"] = parts.username
+                conf[f"{prefix}.jdbc.user"] = unquote(parts.username)
             if parts.password:
-                conf[f"{prefix}.jdbc.password"] = parts.password
+                conf[f"{prefix}.jdbc.password"] = unquote(parts.password)
         return conf
 
     @property

@@ -1,0 +1,38 @@
+# The project's commands. `make demo` and `make test` each set everything up first (idempotent).
+SHELL := /bin/bash
+CDCLAKE := .venv/bin/cdclake
+PYTEST_ARGS ?=
+
+.PHONY: demo test setup stack-start stack-stop stack-status airflow-ui lock clean help
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
+
+demo: setup  ## set up, load the real Debezium fixtures, run both table DAGs, show the Iceberg tables
+	$(CDCLAKE) demo --quiet
+
+test: setup  ## run the whole test suite: unit, integration (Kafka, Spark, Iceberg), e2e (Airflow)
+	@set +e; .venv/bin/python -m pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
+
+setup:  ## install the virtual environment, the jars and the Airflow DB (quick when done)
+	@bash include/scripts/setup.sh
+
+stack-start: setup  ## start the local Kafka broker (KRaft)
+	$(CDCLAKE) stack start
+
+stack-stop:  ## stop the local Kafka broker
+	$(CDCLAKE) stack stop
+
+stack-status:  ## is the local Kafka broker running?
+	$(CDCLAKE) stack status
+
+airflow-ui: stack-start  ## Airflow UI on http://127.0.0.1:8080 (airflow standalone on SQLite)
+	$(CDCLAKE) airflow standalone
+
+lock:  ## re-pin requirements.txt from requirements.in
+	.venv/bin/uv pip compile requirements.in -p 3.11 -q --no-header -o requirements.txt
+
+clean:  ## stop the broker and delete the local stack's data (keeps .venv and .jars)
+	-$(CDCLAKE) stack stop
+	rm -rf .stack

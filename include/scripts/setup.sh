@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Set up everything the project runs on, from a clean clone; idempotent and quick when done.
+#   1. .venv        Python virtual environment with the pinned requirements (uv, from PyPI)
+#   2. .jars/       JVM jars from Maven Central (include/jars/pom.xml): Spark side and Kafka side
+#   3. Airflow      metadata DB (SQLite) under the state dir, migrated
+# Non-interactive; each step is skipped when its inputs did not change (stamp files).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+UV_VERSION=0.13.8
+PYTHON=${PYTHON:-python3}
+
+say() { printf '[setup] %s\n' "$*"; }
+
+# --- prerequisites ---------------------------------------------------------------------------
+command -v java >/dev/null || { echo "java not found: install a Java 17 runtime" >&2; exit 1; }
+command -v mvn >/dev/null || { echo "mvn not found: install Maven" >&2; exit 1; }
+"$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' \
+  || { echo "Python >= 3.10 required ($PYTHON)" >&2; exit 1; }
+
+# --- 1. Python virtual environment -----------------------------------------------------------
+if [ ! -x .venv/bin/python ]; then
+  say "creating .venv"
+  "$PYTHON" -m venv .venv
+fi
+if [ ! -x .venv/bin/uv ] || [ "$(.venv/bin/uv --version | cut -d' ' -f2)" != "$UV_VERSION" ]; then
+  say "installing uv $UV_VERSION"
+  .venv/bin/python -m pip --version >/dev/null 2>&1 || .venv/bin/python -m ensurepip >/dev/null
+  .venv/bin/python -m pip install -q --disable-pip-version-check "uv==$UV_VERSION"
+fi
+want=$(cat requirements.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ "$(cat .venv/.requirements.sha 2>/dev/null)" != "$want" ]; then
+  say "installing Python requirements (uv)"
+  VIRTUAL_ENV=$ROOT/.venv .venv/bin/uv pip install -q -r requirements.txt
+  VIRTUAL_ENV=$ROOT/.venv .venv/bin/uv pip install -q --no-deps -e .
+  echo "$want" > .venv/.requirements.sha
+else
+  say "Python requirements up to date"
+fi
+
+# --- 2. JVM jars -------------------------------------------------------------------------------
+want=$(cat include/jars/pom.xml include/jars/settings.xml | sha256sum | cut -d' ' -f1)
+if [ "$(cat .jars/.pom.sha 2>/dev/null)" != "$want" ]; then
+  for profile in spark kafka; do
+    say "fetching $profile jars (Maven)"
+    rm -rf ".jars/$profile"
+    mvn -q -B -Dstyle.color=never -s include/jars/settings.xml -f include/jars/pom.xml -P "$profile" \
+      dependency:copy-dependencies -DoutputDirectory="$ROOT/.jars/$profile"
+  done
+  echo "$want" > .jars/.pom.sha
+else
+  say "jars up to date"
+fi
+
+# --- 3. Airflow metadata DB -----------------------------------------------------------------------
+.venv/bin/python - <<'PY'
+from cdclake.cli import ensure_airflow_db
+from cdclake.settings import Settings
+ensure_airflow_db(Settings.from_env())
+PY
+say "done"

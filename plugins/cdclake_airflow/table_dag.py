@@ -1,0 +1,137 @@
+"""One DAG per configured table: ``plan -> apply -> publish``.
+
+* **plan** reads the table's committed offsets from its Iceberg snapshot summary and the topic's
+  watermarks from Kafka, and caps the range at ``max_events_per_run``. With nothing new it
+  short-circuits: apply and publish are skipped, no Spark job starts and nothing is committed.
+* **apply** runs ``spark_jobs/apply_cdc.py`` with ``SparkSubmitOperator`` (connection
+  ``spark_default``): one Iceberg commit holding the rows, the end offsets and the run id.
+* **publish** emits the Iceberg table as an Airflow asset event (snapshot id, events by op), so
+  that downstream DAGs can be scheduled on the table.
+
+A retry of any task is safe: a run that already committed finds its offsets in the table.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from cdclake.settings import PROJECT_ROOT, jars_dir
+
+from cdclake_airflow.connections import KAFKA_CONN_ID, SPARK_CONN_ID
+
+if TYPE_CHECKING:
+    from airflow.sdk import DAG
+
+    from cdclake.config import TableConfig
+    from cdclake.settings import Settings
+
+APPLY_JOB = PROJECT_ROOT / "spark_jobs" / "apply_cdc.py"
+
+
+def table_asset_uri(settings: Settings, cfg: TableConfig) -> str:
+    """The asset URI of a table: ``iceberg://<catalog>/<namespace>/<table>``."""
+    return f"iceberg://{settings.catalog_name}/{cfg.namespace}/{cfg.table}"
+
+
+def plan(table_name: str) -> str | None:
+    """The ``plan`` task: the next offset range as JSON, or ``None`` when there is nothing new.
+
+    Raises:
+        OffsetsOutOfRangeError: committed offsets fell below the low watermark (see the message).
+    """
+    from cdclake.config import load_tables
+    from cdclake.planner import plan_next
+    from cdclake.settings import Settings
+
+    from cdclake_airflow.connections import kafka_bootstrap
+
+    settings = Settings.from_env()
+    cfg = load_tables(settings.tables_config).get(table_name)
+    planned = plan_next(settings, cfg, bootstrap=kafka_bootstrap(KAFKA_CONN_ID))
+    offset_range = planned.offset_range
+    print(f"table {cfg.identifier}: {planned.describe()}")
+    if offset_range.is_empty:
+        print("nothing new: skipping apply and publish (no Spark job, no commit)")
+        return None
+    return offset_range.to_json()
+
+
+def publish(table_name: str, asset: Any, **context: Any) -> dict[str, Any]:
+    """The ``publish`` task: attach the committed snapshot's facts to the asset event."""
+    from cdclake.config import load_tables
+    from cdclake.lake import SummaryKeys, load_catalog
+    from cdclake.settings import Settings
+
+    settings = Settings.from_env()
+    cfg = load_tables(settings.tables_config).get(table_name)
+    table = load_catalog(settings).load_table(cfg.identifier)
+    snap = table.current_snapshot()
+    summary = snap.summary if snap is not None else None
+    keys = (SummaryKeys.RUN_ID, SummaryKeys.END_OFFSETS, SummaryKeys.EVENTS, SummaryKeys.UPSERTS,
+            SummaryKeys.DELETES, SummaryKeys.TOMBSTONES, SummaryKeys.LAST_POSITION)
+    extra: dict[str, Any] = {"table": cfg.identifier, "snapshot_id": snap.snapshot_id if snap else None}
+    if summary is not None:
+        extra.update({k: summary.get(k) for k in keys if summary.get(k) is not None})
+        extra["total_records"] = summary.get("total-records")
+    context["outlet_events"][asset].extra = extra
+    print(f"published {asset.uri}: {extra}")
+    return extra
+
+
+def build_table_dag(settings: Settings, cfg: TableConfig) -> DAG:
+    """The DAG ``cdc_<name>`` of one configured table."""
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+    from airflow.sdk import DAG, Asset, task
+
+    from cdclake.spark_apply import spark_conf
+
+    asset = Asset(name=f"{settings.catalog_name}.{cfg.identifier}", uri=table_asset_uri(settings, cfg))
+    default_args = {
+        "owner": cfg.owner,
+        "retries": cfg.retries,
+        "retry_delay": timedelta(seconds=cfg.retry_delay_s),
+        "retry_exponential_backoff": True,
+        "max_retry_delay": timedelta(hours=1),
+    }
+    with DAG(
+        dag_id=cfg.dag_id,
+        description=f"Apply Debezium events of {cfg.topic} to Iceberg table {cfg.identifier}",
+        schedule=cfg.schedule,
+        start_date=datetime(2026, 1, 1),
+        catchup=False,
+        max_active_runs=1,
+        default_args=default_args,
+        tags=["cdc", *cfg.tags],
+        doc_md=__doc__,
+    ) as dag:
+        plan_task = task.short_circuit(task_id="plan")(plan)(cfg.name)
+        jars = ",".join(str(p) for p in sorted(jars_dir("spark").glob("*.jar")))
+        venv_bin = os.path.dirname(sys.executable)
+        apply_task = SparkSubmitOperator(
+            task_id="apply",
+            conn_id=SPARK_CONN_ID,
+            application=str(APPLY_JOB),
+            name=f"cdc-apply-{cfg.name}",
+            jars=jars,
+            conf=spark_conf(settings),
+            driver_memory="2g",
+            application_args=[
+                "--table", cfg.name,
+                "--range", "{{ ti.xcom_pull(task_ids='plan') }}",
+                "--run-id", "{{ run_id }}",
+                "--bootstrap-servers",
+                "{{ conn.%s.extra_dejson['bootstrap.servers'] }}" % KAFKA_CONN_ID,
+            ],
+            # spark-submit of the pip package finds its Spark home through the python3 on PATH
+            env_vars={
+                "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
+                "PYSPARK_PYTHON": sys.executable,
+                "PYSPARK_DRIVER_PYTHON": sys.executable,
+            },
+        )
+        publish_task = task(task_id="publish", outlets=[asset])(publish)(cfg.name, asset)
+        plan_task >> apply_task >> publish_task
+    return dag

@@ -1,0 +1,251 @@
+"""The apply job on a real Kafka broker, a real SparkSession with the Iceberg runtime and a real
+SQLite-backed JDBC catalog, fed with real Debezium captures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cdclake.errors import BadBatchError, ConcurrentRunError
+from cdclake.kafka_io import ensure_topic, load_events, read_event_file
+from cdclake.lake import SummaryKeys, committed_offsets, load_catalog
+from cdclake.offsets import OffsetRange
+from cdclake.planner import plan_next
+from cdclake.spark_apply import apply_range
+from tests.conftest import make_table
+
+pytestmark = pytest.mark.integration
+
+PRODUCTS_FINAL = {
+    101: ("scooter", "Small 2-wheel scooter", 3.140000104904175),
+    102: ("car battery", "12V car battery", 8.100000381469727),
+    103: ("12-pack drill bits", "12-pack of drill bits with sizes ranging from #40 to #3", 0.800000011920929),
+    104: ("hammer", "12oz carpenter's hammer", 0.75),
+    105: ("hammer", "14oz carpenter's hammer", 0.875),
+    106: ("hammer", "18oz carpenter hammer", 1.0),
+    107: ("rocks", "box of assorted rocks", 5.099999904632568),
+    108: ("jacket", "water resistent black wind breaker", 0.10000000149011612),
+    109: ("spare tire", "24 inch spare tire", 22.200000762939453),
+    110: ("jacket", "new water resistent white wind breaker", 0.5),
+}
+"""inventory.products after the 16 events of flink/debezium-data-schema-include.txt: 106, 107 and
+110 updated, 111 created, updated and deleted."""
+
+CUSTOMERS_FINAL = {
+    1001: ("Sally", "Thomas", "sally.thomas@acme.com"),
+    1002: ("George", "Bailey", "gbailey@foobar.com"),
+    1003: ("Edward", "Walker", "ed@walker.com"),
+    1004: ("Anne1", "Kretchmar", "annek@noanswer.org"),
+    1005: ("add", "add2", "add"),
+}
+"""inventory.customers after risingwave/debezium_log.1: 1004 and 1005 updated (1005 and 1006 by
+one two-row UPDATE), 1006 created and deleted."""
+
+PRODUCT_COLUMNS = {"id": "int", "name": "string", "description": "string", "weight": "double"}
+CUSTOMER_COLUMNS = {"id": "int", "first_name": "string", "last_name": "string", "email": "string"}
+
+
+def run_once(spark, settings, cfg, run_id="test-run"):
+    planned = plan_next(settings, cfg)
+    return planned.offset_range, apply_range(spark, settings, cfg, planned.offset_range, run_id)
+
+
+def table_rows(settings, cfg, columns) -> dict:
+    arrow = load_catalog(settings).load_table(cfg.identifier).scan().to_arrow()
+    rows = arrow.to_pylist()
+    return {r["id"]: tuple(r[c] for c in columns if c != "id") for r in rows}
+
+
+def produce_raw(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes | None]], partition: int = 0) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for key, value in records:
+        producer.produce(topic, key=key, value=value, partition=partition)
+    producer.flush(30)
+
+
+@pytest.mark.parametrize(
+    "fixture, value_format",
+    [
+        ("flink/debezium-data-schema-include.txt", "json_with_schema"),
+        ("flink/debezium-data-schema-exclude.txt", "json"),
+    ],
+)
+def test_products_fixture_reaches_final_state(spark, kafka, stack_settings, fixtures_dir, fixture, value_format):
+    cfg = make_table(value_format=value_format, columns=PRODUCT_COLUMNS if value_format == "json" else None)
+    load_events(fixtures_dir / fixture, cfg, kafka, partitions=3)
+    offset_range, result = run_once(spark, stack_settings, cfg)
+    assert result.status == "committed"
+    assert result.events == 16
+    assert result.ops == {"c": 11, "u": 4, "d": 1}
+    assert table_rows(stack_settings, cfg, PRODUCT_COLUMNS) == PRODUCTS_FINAL
+    table = load_catalog(stack_settings).load_table(cfg.identifier)
+    assert [table.schema().find_field(i).name for i in table.schema().identifier_field_ids] == ["id"]
+    summary = table.current_snapshot().summary
+    assert json.loads(summary[SummaryKeys.END_OFFSETS]) == {str(p): o for p, o in offset_range.end.items()}
+    assert summary[SummaryKeys.RUN_ID] == "test-run"
+    assert summary[SummaryKeys.LAST_POSITION] == "3:2443:0"
+
+
+@pytest.mark.parametrize(
+    "fixture, value_format",
+    [
+        ("risingwave/debezium_log.1", "json_with_schema"),
+        ("risingwave/debezium_log_no_schema_field.1", "json"),
+    ],
+)
+def test_customers_fixture_two_rows_of_one_binlog_event(spark, kafka, stack_settings, fixtures_dir, fixture, value_format):
+    cfg = make_table(value_format=value_format, columns=CUSTOMER_COLUMNS if value_format == "json" else None)
+    load_events(fixtures_dir / fixture, cfg, kafka, partitions=3)
+    _, result = run_once(spark, stack_settings, cfg)
+    assert result.status == "committed"
+    assert table_rows(stack_settings, cfg, CUSTOMER_COLUMNS) == CUSTOMERS_FINAL
+    rows = load_catalog(stack_settings).load_table(cfg.identifier).scan().to_arrow().to_pylist()
+    r1005 = next(r for r in rows if r["id"] == 1005)
+    assert (r1005["_cdc_binlog_file_seq"], r1005["_cdc_binlog_pos"], r1005["_cdc_binlog_row"]) == (3, 1442, 0)
+    assert r1005["_cdc_op"] == "u" and r1005["_cdc_snapshot"] is False
+
+
+def test_second_run_resumes_from_committed_offsets(spark, kafka, stack_settings, fixtures_dir, tmp_path):
+    cfg = make_table()
+    values = read_event_file(fixtures_dir / "flink/debezium-data-schema-include.txt")
+    first, rest = tmp_path / "first.jsonl", tmp_path / "rest.jsonl"
+    first.write_bytes(b"\n".join(values[:10]))
+    rest.write_bytes(b"\n".join(values[10:]))
+    load_events(first, cfg, kafka, partitions=3)
+    range1, result1 = run_once(spark, stack_settings, cfg, "run-1")
+    assert result1.events == 10
+    table = load_catalog(stack_settings).load_table(cfg.identifier)
+    snapshots_after_first = len(table.snapshots())
+
+    # nothing new: the plan is empty and applying it commits nothing
+    range_empty, result_empty = run_once(spark, stack_settings, cfg, "run-empty")
+    assert range_empty.is_empty and result_empty.status == "empty"
+    assert len(table.refresh().snapshots()) == snapshots_after_first
+
+    load_events(rest, cfg, kafka, partitions=3)
+    range2, result2 = run_once(spark, stack_settings, cfg, "run-2")
+    assert range2.start == range1.end
+    assert result2.events == 6
+    assert table_rows(stack_settings, cfg, PRODUCT_COLUMNS) == PRODUCTS_FINAL
+    summary = table.refresh().current_snapshot().summary
+    assert summary[SummaryKeys.RUN_ID] == "run-2"
+    assert json.loads(summary[SummaryKeys.START_OFFSETS]) == {str(p): o for p, o in range1.end.items()}
+
+
+def test_retry_of_committed_range_is_a_no_op_and_stale_start_is_refused(spark, kafka, stack_settings, fixtures_dir):
+    cfg = make_table()
+    load_events(fixtures_dir / "risingwave/debezium_log.1", cfg, kafka, partitions=1)
+    offset_range, result = run_once(spark, stack_settings, cfg)
+    table = load_catalog(stack_settings).load_table(cfg.identifier)
+    n = len(table.snapshots())
+    # an Airflow retry of the apply task after its commit: same range again
+    again = apply_range(spark, stack_settings, cfg, offset_range, "retry")
+    assert again.status == "already_applied"
+    assert len(table.refresh().snapshots()) == n
+    # a run that planned from older offsets than the table holds (another run committed)
+    load_events(fixtures_dir / "risingwave/debezium_log.1", cfg, kafka, partitions=1)
+    stale = OffsetRange(topic=cfg.topic, start={0: 3}, end={0: 20})
+    with pytest.raises(ConcurrentRunError, match="another run committed"):
+        apply_range(spark, stack_settings, cfg, stale, "stale")
+
+
+@pytest.mark.parametrize(
+    "bad_value, reason",
+    [
+        (b"this is not json", "value is not JSON"),
+        (b'{"schema":{},"payload":{"before":null,"after":{"id":7},"source":{"file":"mysql-bin.000001","pos":4,"row":0}}}',
+         "envelope has no 'op'"),
+        (b'{"schema":{},"payload":{"before":null,"after":{"id":7},"op":"x","source":{"file":"mysql-bin.000001","pos":4}}}',
+         "unknown op 'x'"),
+        (b'{"schema":{},"payload":{"before":null,"after":{"id":"seven"},"op":"c","source":{"file":"mysql-bin.000001","pos":4}}}',
+         "column 'id': value 'seven' does not fit int"),
+    ],
+)
+def test_bad_record_fails_the_run_naming_topic_partition_offset(spark, kafka, stack_settings, fixtures_dir, bad_value, reason):
+    cfg = make_table()
+    load_events(fixtures_dir / "risingwave/debezium_log.1", cfg, kafka, partitions=1)
+    _, first = run_once(spark, stack_settings, cfg)
+    assert first.status == "committed"
+    table = load_catalog(stack_settings).load_table(cfg.identifier)
+    before = (len(table.snapshots()), committed_offsets(table, cfg.topic))
+
+    produce_raw(kafka, cfg.topic, [(b'{"id":7}', bad_value)])
+    with pytest.raises(BadBatchError) as err:
+        run_once(spark, stack_settings, cfg)
+    message = str(err.value)
+    assert f"topic {cfg.topic!r} partition 0 offset 10" in message
+    assert reason in message
+    table = table.refresh()
+    assert (len(table.snapshots()), committed_offsets(table, cfg.topic)) == before
+
+
+def test_kafka_tombstones_are_skipped_and_counted(spark, kafka, stack_settings, fixtures_dir):
+    cfg = make_table()
+    load_events(fixtures_dir / "risingwave/debezium_log.1", cfg, kafka, partitions=1)
+    run_once(spark, stack_settings, cfg)
+    produce_raw(kafka, cfg.topic, [(b'{"id":1006}', None)])
+    offset_range, result = run_once(spark, stack_settings, cfg)
+    # a batch of only tombstones still records its end offsets
+    assert result.status == "committed" and result.tombstones == 1
+    table = load_catalog(stack_settings).load_table(cfg.identifier)
+    assert committed_offsets(table, cfg.topic) == offset_range.end
+    assert table_rows(stack_settings, cfg, CUSTOMER_COLUMNS) == CUSTOMERS_FINAL
+
+
+def _envelope(op, row, file, pos, row_index=0, snapshot="false"):
+    before = row if op == "d" else None
+    after = None if op == "d" else row
+    return json.dumps({
+        "before": before, "after": after, "op": op, "ts_ms": 1,
+        "source": {"connector": "mariadb", "name": "t", "server_id": 1, "file": file, "pos": pos,
+                   "row": row_index, "snapshot": snapshot, "ts_ms": 1000, "db": "d", "table": "t"},
+    }).encode()
+
+
+def test_order_is_binlog_position_not_kafka_offset_across_file_rollover(spark, kafka, stack_settings):
+    cfg = make_table(value_format="json", columns={"id": "int", "v": "string"})
+    ensure_topic(kafka, cfg.topic, 1)
+    produce_raw(kafka, cfg.topic, [
+        # newest first in Kafka: the .1000000 event follows .999999 in the binlog
+        (b'{"id":1}', _envelope("u", {"id": 1, "v": "newest"}, "mysql-bin.1000000", 4)),
+        (b'{"id":1}', _envelope("u", {"id": 1, "v": "older"}, "mysql-bin.999999", 900)),
+        (b'{"id":2}', _envelope("c", {"id": 2, "v": "row1"}, "mysql-bin.999999", 500, row_index=1)),
+        (b'{"id":2}', _envelope("c", {"id": 2, "v": "row0"}, "mysql-bin.999999", 500, row_index=0)),
+        # a snapshot read at the same position as a change ranks below it
+        (b'{"id":3}', _envelope("u", {"id": 3, "v": "change"}, "mysql-bin.999999", 100)),
+        (b'{"id":3}', _envelope("r", {"id": 3, "v": "read"}, "mysql-bin.999999", 100, snapshot="true")),
+    ])
+    run_once(spark, stack_settings, cfg)
+    assert table_rows(stack_settings, cfg, ["id", "v"]) == {1: ("newest",), 2: ("row1",), 3: ("change",)}
+    # a later batch re-emitting an older event (connector restart) does not regress the row
+    produce_raw(kafka, cfg.topic, [(b'{"id":1}', _envelope("u", {"id": 1, "v": "older"}, "mysql-bin.999999", 900))])
+    run_once(spark, stack_settings, cfg)
+    assert table_rows(stack_settings, cfg, ["id", "v"])[1] == ("newest",)
+
+
+@pytest.mark.parametrize("mode", ["copy-on-write", "merge-on-read"])
+def test_merge_records_snapshot_properties_in_both_write_modes(spark, kafka, stack_settings, mode):
+    """ARCHITECTURE.md section 9: Iceberg copies spark.sql.iceberg.snapshot-property.* into a
+    MERGE commit; proven here for both write modes before the apply job relies on it."""
+    name = f"{stack_settings.catalog_name}.tests.props_{mode.replace('-', '_')}"
+    spark.sql(f"DROP TABLE IF EXISTS {name}")
+    spark.sql(
+        f"CREATE TABLE {name} (id int, v string) USING iceberg TBLPROPERTIES ("
+        f"'format-version'='2', 'write.merge.mode'='{mode}', 'write.update.mode'='{mode}', "
+        f"'write.delete.mode'='{mode}')"
+    )
+    spark.sql(f"INSERT INTO {name} VALUES (1, 'a'), (2, 'b')")
+    spark.createDataFrame([(1, "z"), (3, "c")], "id int, v string").createOrReplaceTempView("props_src")
+    spark.conf.set("spark.sql.iceberg.snapshot-property.cdc.probe", mode)
+    try:
+        spark.sql(f"MERGE INTO {name} t USING props_src s ON t.id = s.id "
+                  "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
+    finally:
+        spark.conf.unset("spark.sql.iceberg.snapshot-property.cdc.probe")
+    summary = spark.sql(f"SELECT summary FROM {name}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()[0][0]
+    assert summary["cdc.probe"] == mode
+    assert sorted(tuple(r) for r in spark.sql(f"SELECT * FROM {name}").collect()) == [(1, "z"), (2, "b"), (3, "c")]

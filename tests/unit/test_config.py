@@ -1,0 +1,282 @@
+"""Unit tests for :mod:`cdclake.config`: loading and validating the table-config YAML."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cdclake.config import ConfigError, TableConfig, TablesFile, load_tables
+
+PROJECT_TABLES = Path(__file__).resolve().parents[2] / "include" / "tables.yaml"
+
+TABLE_A = """\
+  - name: inventory_products
+    topic: dbserver1.inventory.products
+    namespace: inventory
+    table: products
+    primary_key: [id]
+"""
+
+TABLE_B = """\
+  - name: inventory_customers
+    topic: dbserver1.inventory.customers
+    namespace: inventory
+    table: customers
+    primary_key: [id]
+"""
+
+
+def write(tmp_path: Path, text: str | bytes, name: str = "tables.yaml") -> Path:
+    path = tmp_path / name
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    return path
+
+
+def load_text(tmp_path: Path, text: str | bytes) -> TablesFile:
+    return load_tables(write(tmp_path, text))
+
+
+def config_error(tmp_path: Path, text: str | bytes) -> str:
+    """Load ``text`` expecting a ConfigError; return its message."""
+    with pytest.raises(ConfigError) as excinfo:
+        load_text(tmp_path, text)
+    return str(excinfo.value)
+
+
+# --- valid files -------------------------------------------------------------------------------
+
+
+def test_valid_file_merges_defaults_into_every_table(tmp_path):
+    cfg = load_text(
+        tmp_path,
+        "defaults:\n"
+        "  owner: team-x\n"
+        "  max_events_per_run: 1000\n"
+        "  tags: [cdc]\n"
+        "tables:\n" + TABLE_A + TABLE_B,
+    )
+    assert [t.name for t in cfg.tables] == ["inventory_products", "inventory_customers"]
+    for t in cfg.tables:
+        assert t.owner == "team-x"
+        assert t.max_events_per_run == 1000
+        assert t.tags == ("cdc",)
+
+
+def test_fields_not_given_anywhere_take_model_defaults(tmp_path):
+    t = load_text(tmp_path, "tables:\n" + TABLE_A).tables[0]
+    assert t.owner == "data-platform"
+    assert t.schedule == "*/15 * * * *"
+    assert t.max_events_per_run == 500_000
+    assert t.value_format == "json_with_schema"
+    assert t.retries == 3
+    assert t.retry_delay_s == 60
+    assert t.tags == ()
+    assert t.columns is None
+
+
+def test_table_entry_overrides_defaults(tmp_path):
+    cfg = load_text(
+        tmp_path,
+        "defaults:\n  owner: team-x\n  schedule: '@hourly'\n"
+        "tables:\n" + TABLE_A + "    owner: team-y\n    schedule: null\n" + TABLE_B,
+    )
+    products, customers = cfg.tables
+    assert (products.owner, products.schedule) == ("team-y", None)
+    assert (customers.owner, customers.schedule) == ("team-x", "@hourly")
+
+
+def test_table_config_derives_dag_id_and_identifier(tmp_path):
+    t = load_text(tmp_path, "tables:\n" + TABLE_A).tables[0]
+    assert t.dag_id == "cdc_inventory_products"
+    assert t.identifier == "inventory.products"
+    assert t.topic == "dbserver1.inventory.products"
+    assert t.primary_key == ("id",)
+
+
+def test_decimal_column_type_is_accepted(tmp_path):
+    t = load_text(
+        tmp_path,
+        "tables:\n" + TABLE_A + "    value_format: json\n"
+        "    columns:\n"
+        "      id: int\n"
+        "      price: decimal(10,2)\n"
+        "      cost: decimal(12, 4)\n",
+    ).tables[0]
+    assert t.columns == {"id": "int", "price": "decimal(10,2)", "cost": "decimal(12, 4)"}
+    assert t.value_format == "json"
+
+
+def test_composite_primary_key_keeps_its_order(tmp_path):
+    text = "tables:\n" + TABLE_A.replace("[id]", "[order_id, line_no]")
+    assert load_text(tmp_path, text).tables[0].primary_key == ("order_id", "line_no")
+
+
+# --- unknown keys ------------------------------------------------------------------------------
+
+
+def test_unknown_key_in_table_entry_raises_naming_the_key(tmp_path):
+    msg = config_error(tmp_path, "tables:\n" + TABLE_A + "    scheduel: '@daily'\n")
+    assert "scheduel" in msg
+    assert "tables.0.scheduel" in msg
+
+
+def test_unknown_key_in_defaults_raises_naming_the_key(tmp_path):
+    msg = config_error(tmp_path, "defaults:\n  max_event_per_run: 10\ntables:\n" + TABLE_A)
+    assert "max_event_per_run" in msg
+
+
+def test_identity_field_in_defaults_is_rejected(tmp_path):
+    msg = config_error(tmp_path, "defaults:\n  namespace: inventory\ntables:\n" + TABLE_A)
+    assert "namespace" in msg
+
+
+def test_unknown_top_level_key_raises_naming_the_key(tmp_path):
+    msg = config_error(tmp_path, "tabels: []\ntables:\n" + TABLE_A)
+    assert "tabels" in msg
+
+
+def test_error_message_names_the_file(tmp_path):
+    path = write(tmp_path, "tables:\n" + TABLE_A + "    bogus: 1\n", name="my-tables.yaml")
+    with pytest.raises(ConfigError, match="my-tables.yaml"):
+        load_tables(path)
+
+
+# --- invalid values ----------------------------------------------------------------------------
+
+
+def test_duplicate_table_name_raises(tmp_path):
+    dup = TABLE_B.replace("inventory_customers", "inventory_products")
+    msg = config_error(tmp_path, "tables:\n" + TABLE_A + dup)
+    assert "two tables share the name 'inventory_products'" in msg
+
+
+def test_duplicate_topic_raises(tmp_path):
+    dup = TABLE_B.replace("dbserver1.inventory.customers", "dbserver1.inventory.products")
+    msg = config_error(tmp_path, "tables:\n" + TABLE_A + dup)
+    assert "two tables share the topic 'dbserver1.inventory.products'" in msg
+
+
+def test_duplicate_iceberg_identifier_raises(tmp_path):
+    dup = TABLE_B.replace("table: customers", "table: products")
+    msg = config_error(tmp_path, "tables:\n" + TABLE_A + dup)
+    assert "two tables share the identifier 'inventory.products'" in msg
+
+
+def test_empty_primary_key_raises(tmp_path):
+    msg = config_error(tmp_path, "tables:\n" + TABLE_A.replace("[id]", "[]"))
+    assert "primary_key must name at least one column" in msg
+
+
+def test_repeated_primary_key_column_raises(tmp_path):
+    msg = config_error(tmp_path, "tables:\n" + TABLE_A.replace("[id]", "[id, id]"))
+    assert "repeats a column" in msg
+
+
+def test_upper_case_name_raises(tmp_path):
+    entry = TABLE_A.replace("name: inventory_products", "name: Inventory_Products")
+    msg = config_error(tmp_path, "tables:\n" + entry)
+    assert "'Inventory_Products'" in msg
+    assert "[a-z0-9_]+" in msg
+
+
+def test_namespace_that_is_not_an_identifier_raises(tmp_path):
+    entry = TABLE_A.replace("namespace: inventory", "namespace: inv-entory")
+    msg = config_error(tmp_path, "tables:\n" + entry)
+    assert "'inv-entory' is not a plain identifier" in msg
+
+
+def test_columns_without_a_primary_key_column_raise(tmp_path):
+    msg = config_error(
+        tmp_path, "tables:\n" + TABLE_A + "    columns: {name: string, weight: double}\n"
+    )
+    assert "primary key column(s) ['id'] are not in columns" in msg
+
+
+def test_unsupported_column_type_raises_naming_column_and_type(tmp_path):
+    msg = config_error(tmp_path, "tables:\n" + TABLE_A + "    columns: {id: int, name: varchar}\n")
+    assert "column 'name'" in msg
+    assert "'varchar'" in msg
+
+
+def test_unknown_value_format_raises(tmp_path):
+    msg = config_error(tmp_path, "tables:\n" + TABLE_A + "    value_format: avro\n")
+    assert "value_format" in msg
+
+
+def test_non_positive_max_events_raises(tmp_path):
+    msg = config_error(tmp_path, "tables:\n" + TABLE_A + "    max_events_per_run: 0\n")
+    assert "max_events_per_run" in msg
+
+
+def test_tables_that_is_not_a_list_raises(tmp_path):
+    msg = config_error(tmp_path, "tables: {name: x}\n")
+    assert "'tables' must be a list" in msg
+
+
+def test_empty_file_raises(tmp_path):
+    msg = config_error(tmp_path, "")
+    assert "must be a mapping with a 'tables' list" in msg
+
+
+def test_empty_defaults_key_is_treated_as_no_defaults(tmp_path):
+    # ``defaults:`` with every entry commented out is YAML null; the loader's own merge step
+    # treats it as "no defaults" (``data.get("defaults") or {}``), so validation should too.
+    cfg = load_text(tmp_path, "defaults:\n  # owner: team-x\ntables:\n" + TABLE_A)
+    assert cfg.tables[0].owner == "data-platform"
+
+
+# --- unreadable files --------------------------------------------------------------------------
+
+
+def test_missing_file_raises_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_tables(tmp_path / "nope.yaml")
+
+
+def test_invalid_yaml_raises_config_error(tmp_path):
+    msg = config_error(tmp_path, "tables: [\n  - name: x\n")
+    assert "is not valid YAML" in msg
+
+
+def test_non_utf8_file_raises_config_error(tmp_path):
+    # A binary file is "not YAML" too; the documented contract is ConfigError.
+    msg = config_error(tmp_path, b"\xff\xfe\x00tables: []\n")
+    assert "tables.yaml" in msg
+
+
+# --- lookup and the project's own file ---------------------------------------------------------
+
+
+def test_get_unknown_name_raises_key_error_listing_names(tmp_path):
+    cfg = load_text(tmp_path, "tables:\n" + TABLE_A + TABLE_B)
+    with pytest.raises(KeyError) as excinfo:
+        cfg.get("inventory_orders")
+    msg = str(excinfo.value)
+    assert "'inventory_orders'" in msg
+    assert "inventory_products" in msg
+    assert "inventory_customers" in msg
+
+
+def test_get_returns_the_named_table(tmp_path):
+    cfg = load_text(tmp_path, "tables:\n" + TABLE_A + TABLE_B)
+    assert cfg.get("inventory_customers").topic == "dbserver1.inventory.customers"
+
+
+def test_project_tables_yaml_loads_with_inventory_tables():
+    cfg = load_tables(PROJECT_TABLES)
+    products = cfg.get("inventory_products")
+    customers = cfg.get("inventory_customers")
+    assert isinstance(products, TableConfig)
+    assert products.dag_id == "cdc_inventory_products"
+    assert customers.dag_id == "cdc_inventory_customers"
+    assert products.topic == "dbserver1.inventory.products"
+    assert customers.topic == "dbserver1.inventory.customers"
+    assert products.identifier == "inventory.products"
+    assert customers.identifier == "inventory.customers"
+    assert products.primary_key == customers.primary_key == ("id",)
+    assert products.value_format == "json_with_schema"
+    assert products.tags == ("cdc", "inventory")

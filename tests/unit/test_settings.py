@@ -1,0 +1,163 @@
+"""Unit tests for :mod:`cdclake.settings`: ``CDCLAKE_*`` environment and catalog URIs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from cdclake import settings as settings_module
+from cdclake.settings import Settings
+
+PROJECT = Path(__file__).resolve().parents[2]
+
+
+def with_uri(uri: str, **env: str) -> Settings:
+    return Settings.from_env({"CDCLAKE_CATALOG_URI": uri, **env})
+
+
+def test_project_root_is_the_repository():
+    assert settings_module.PROJECT_ROOT == PROJECT
+
+
+def test_from_env_empty_uses_defaults_under_project_stack():
+    s = Settings.from_env({})
+    state = (PROJECT / ".stack").resolve()
+    assert s.state_dir == state
+    assert s.kafka_bootstrap == "127.0.0.1:19092"
+    assert s.catalog_name == "lake"
+    assert s.catalog_uri == f"sqlite:///{state}/iceberg/catalog.db"
+    assert s.warehouse == f"file://{state}/iceberg/warehouse"
+    assert s.tables_config == PROJECT / "include" / "tables.yaml"
+    assert s.spark_master == "local[2]"
+    assert s.kafka_dir == state / "kafka"
+    assert s.airflow_home == state / "airflow"
+
+
+def test_from_env_reads_every_known_variable(tmp_path):
+    s = Settings.from_env(
+        {
+            "CDCLAKE_STATE_DIR": str(tmp_path),
+            "CDCLAKE_KAFKA_BOOTSTRAP": "broker:9092",
+            "CDCLAKE_CATALOG_NAME": "prod",
+            "CDCLAKE_CATALOG_URI": "sqlite:////data/cat.db",
+            "CDCLAKE_WAREHOUSE": "s3://bucket/wh",
+            "CDCLAKE_TABLES_CONFIG": "/etc/cdclake/tables.yaml",
+            "CDCLAKE_SPARK_MASTER": "spark://m:7077",
+        }
+    )
+    assert s.state_dir == tmp_path.resolve()
+    assert s.kafka_bootstrap == "broker:9092"
+    assert s.catalog_name == "prod"
+    assert s.catalog_uri == "sqlite:////data/cat.db"
+    assert s.warehouse == "s3://bucket/wh"
+    assert s.tables_config == Path("/etc/cdclake/tables.yaml")
+    assert s.spark_master == "spark://m:7077"
+
+
+def test_state_dir_moves_default_catalog_and_warehouse(tmp_path):
+    s = Settings.from_env({"CDCLAKE_STATE_DIR": str(tmp_path)})
+    root = tmp_path.resolve()
+    assert s.catalog_uri == f"sqlite:///{root}/iceberg/catalog.db"
+    assert s.warehouse == (root / "iceberg" / "warehouse").as_uri()
+    assert s.jdbc_catalog_uri == f"jdbc:sqlite:{root}/iceberg/catalog.db"
+
+
+def test_relative_state_dir_is_resolved_against_cwd(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    s = Settings.from_env({"CDCLAKE_STATE_DIR": "rel/state"})
+    assert s.state_dir == (tmp_path / "rel" / "state").resolve()
+    assert s.state_dir.is_absolute()
+
+
+def test_unknown_cdclake_variable_raises_naming_it():
+    with pytest.raises(ValueError) as excinfo:
+        Settings.from_env({"CDCLAKE_CATALOG_URL": "sqlite:////x.db"})
+    msg = str(excinfo.value)
+    assert "CDCLAKE_CATALOG_URL" in msg
+    assert "CDCLAKE_CATALOG_URI" in msg  # the known names are listed
+
+
+def test_variables_without_prefix_are_ignored():
+    s = Settings.from_env({"HOME": "/root", "CDCLAKE": "x", "KAFKA_BOOTSTRAP": "elsewhere:1"})
+    assert s.kafka_bootstrap == "127.0.0.1:19092"
+
+
+def test_from_env_none_reads_os_environ(monkeypatch):
+    for name in [k for k in os.environ if k.startswith("CDCLAKE_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("CDCLAKE_KAFKA_BOOTSTRAP", "from-os:9092")
+    assert Settings.from_env().kafka_bootstrap == "from-os:9092"
+    monkeypatch.setenv("CDCLAKE_BOGUS", "1")
+    with pytest.raises(ValueError, match="CDCLAKE_BOGUS"):
+        Settings.from_env()
+
+
+def test_settings_are_frozen():
+    s = Settings.from_env({})
+    with pytest.raises(ValueError):
+        s.catalog_name = "other"  # type: ignore[misc]
+
+
+# --- JDBC catalog URI ---------------------------------------------------------------------------
+
+
+def test_jdbc_uri_for_absolute_sqlite_path():
+    assert with_uri("sqlite:////abs/x.db").jdbc_catalog_uri == "jdbc:sqlite:/abs/x.db"
+
+
+def test_jdbc_uri_for_postgresql_drops_credentials():
+    s = with_uri("postgresql://cat_user:s3cret@db.example:5432/catalog")
+    assert s.jdbc_catalog_uri == "jdbc:postgresql://db.example:5432/catalog"
+
+
+def test_jdbc_uri_for_postgresql_psycopg2_driver():
+    s = with_uri("postgresql+psycopg2://u:p@host:5432/db")
+    assert s.jdbc_catalog_uri == "jdbc:postgresql://host:5432/db"
+
+
+def test_jdbc_uri_for_postgresql_without_credentials():
+    assert with_uri("postgresql://host:5432/db").jdbc_catalog_uri == "jdbc:postgresql://host:5432/db"
+
+
+@pytest.mark.parametrize(
+    "uri", ["mysql://u:p@host/db", "postgres://u:p@host/db", "jdbc:sqlite:/x.db", "/abs/x.db"]
+)
+def test_unsupported_catalog_uri_raises(uri):
+    with pytest.raises(ValueError, match="only sqlite:/// and postgresql:// are supported"):
+        with_uri(uri).jdbc_catalog_uri
+
+
+# --- Spark catalog conf -------------------------------------------------------------------------
+
+
+def test_spark_catalog_conf_for_postgresql_passes_user_and_password():
+    conf = with_uri("postgresql://cat_user:s3cret@db.example:5432/catalog").spark_catalog_conf()
+    assert conf["spark.sql.catalog.lake"] == "org.apache.iceberg.spark.SparkCatalog"
+    assert conf["spark.sql.catalog.lake.catalog-impl"] == "org.apache.iceberg.jdbc.JdbcCatalog"
+    assert conf["spark.sql.catalog.lake.uri"] == "jdbc:postgresql://db.example:5432/catalog"
+    assert conf["spark.sql.catalog.lake.jdbc.user"] == "cat_user"
+    assert conf["spark.sql.catalog.lake.jdbc.password"] == "s3cret"
+    assert conf["spark.sql.catalog.lake.jdbc.schema-version"] == "V0"
+    assert "s3cret" not in conf["spark.sql.catalog.lake.uri"]
+
+
+def test_spark_catalog_conf_decodes_percent_encoded_credentials():
+    # SQLAlchemy (and so pyiceberg's SqlCatalog) requires special characters in credentials to be
+    # percent-encoded and decodes them; Spark's JDBC catalog must get the same decoded values.
+    s = with_uri("postgresql://cat%40user:p%40ss%3Aw0rd@db.example:5432/catalog")
+    conf = s.spark_catalog_conf()
+    assert conf["spark.sql.catalog.lake.jdbc.user"] == "cat@user"
+    assert conf["spark.sql.catalog.lake.jdbc.password"] == "p@ss:w0rd"
+
+
+def test_spark_catalog_conf_for_sqlite_has_no_credentials(tmp_path):
+    s = Settings.from_env({"CDCLAKE_STATE_DIR": str(tmp_path), "CDCLAKE_CATALOG_NAME": "c1"})
+    conf = s.spark_catalog_conf()
+    root = tmp_path.resolve()
+    assert conf["spark.sql.catalog.c1.uri"] == f"jdbc:sqlite:{root}/iceberg/catalog.db"
+    assert conf["spark.sql.catalog.c1.warehouse"] == (root / "iceberg" / "warehouse").as_uri()
+    assert not [k for k in conf if k.endswith((".jdbc.user", ".jdbc.password"))]
+    extensions = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+    assert conf["spark.sql.extensions"] == extensions
