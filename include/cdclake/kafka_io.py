@@ -51,7 +51,7 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int) -> bool:
     """Create ``topic`` with ``partitions`` partitions unless it exists. Returns whether created."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
     if topic in admin.list_topics(timeout=_TIMEOUT_S).topics:
         return False
     futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
@@ -113,6 +113,9 @@ def load_events(
             "partitioner": "murmur2_random",
             "enable.idempotence": True,
             "linger.ms": 5,
+            # the broker's first idempotent producer may be told to retry while the transaction
+            # coordinator loads; librdkafka retries by itself, only errors are worth printing
+            "log_level": 3,
         }
     )
     counts: Counter[int] = Counter()

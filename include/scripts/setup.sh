@@ -44,8 +44,10 @@ if [ "$(cat .jars/.pom.sha 2>/dev/null)" != "$want" ]; then
   for profile in spark kafka; do
     say "fetching $profile jars (Maven)"
     rm -rf ".jars/$profile"
-    mvn -q -B -Dstyle.color=never -s include/jars/settings.xml -f include/jars/pom.xml -P "$profile" \
-      dependency:copy-dependencies -DoutputDirectory="$ROOT/.jars/$profile"
+    mkdir -p .jars
+    mvn -B -s include/jars/settings.xml -f include/jars/pom.xml -P "$profile" \
+      dependency:copy-dependencies -DoutputDirectory="$ROOT/.jars/$profile" > ".jars/maven-$profile.log" 2>&1 \
+      || { tail -40 ".jars/maven-$profile.log" >&2; exit 1; }
   done
   echo "$want" > .jars/.pom.sha
 else
