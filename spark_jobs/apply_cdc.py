@@ -2,10 +2,10 @@
 
 Usage (the table DAG's ``apply`` task builds this command)::
 
-    spark-submit [--conf ...] spark_jobs/apply_cdc.py --table NAME --range JSON --run-id ID \
+    spark-submit [--conf ...] spark_jobs/apply_cdc.py --table NAME --plan JSON --run-id ID \
         [--bootstrap-servers HOST:PORT]
 
-``--range`` is the plan task's :class:`cdclake.offsets.OffsetRange` JSON. The job prints one line
+``--plan`` is the plan task's output ``{"range": <OffsetRange JSON>, "replay": <bool>}``. The job prints one line
 ``CDC_APPLY_RESULT <json>`` and exits 0, or raises (non-zero exit) with the reason.
 """
 
@@ -18,7 +18,7 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="apply_cdc.py", description=__doc__.splitlines()[0])
     parser.add_argument("--table", required=True, help="table name in the table config")
-    parser.add_argument("--range", required=True, help="OffsetRange JSON from the plan task")
+    parser.add_argument("--plan", required=True, help='{"range": <OffsetRange>, "replay": bool} from the plan task')
     parser.add_argument("--run-id", required=True, help="Airflow run id, recorded in the commit")
     parser.add_argument("--bootstrap-servers", help="Kafka bootstrap servers (default: settings)")
     args = parser.parse_args(argv)
@@ -34,10 +34,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.bootstrap_servers:
         settings = settings.model_copy(update={"kafka_bootstrap": args.bootstrap_servers})
     cfg = load_tables(settings.tables_config).get(args.table)
-    offset_range = OffsetRange.from_json(args.range)
+    import json
+
+    plan = json.loads(args.plan)
+    offset_range = OffsetRange.model_validate(plan["range"])
     spark = SparkSession.builder.appName(f"cdc-apply-{cfg.name}").getOrCreate()
     try:
-        result = apply_range(spark, settings, cfg, offset_range, args.run_id)
+        result = apply_range(spark, settings, cfg, offset_range, args.run_id, replay=bool(plan.get("replay")))
     finally:
         spark.stop()
     print(f"CDC_APPLY_RESULT {result.to_json()}", flush=True)

@@ -3,6 +3,8 @@
     cdclake stack start|stop|status     the local Kafka broker (KRaft)
     cdclake load FILE --table NAME      put a captured Debezium event file into the table's topic
     cdclake run NAME                    run the table's DAG once (airflow dags test)
+    cdclake run NAME --replay-from-offsets '{"0": 120}'   a manual replay (also from the UI form)
+    cdclake quarantine list|release NAME  records the table's runs could not apply
     cdclake show NAME                   the Iceberg table: schema, rows, snapshot summary
     cdclake airflow ARGS...             the airflow CLI with the local stack's environment
     cdclake demo                        load the bundled fixtures, run both DAGs, show the tables
@@ -81,14 +83,18 @@ def ensure_airflow_db(settings: Settings) -> None:
     marker.touch()
 
 
-def run_table_dag(name: str, settings: Settings | None = None) -> int:
-    """Run ``cdc_<name>`` once with ``airflow dags test``; returns 0 when the run succeeded."""
+def run_table_dag(name: str, settings: Settings | None = None, conf: dict | None = None) -> int:
+    """Run ``cdc_<name>`` once with ``airflow dags test`` (``conf``: the trigger form's Params);
+    returns 0 when the run succeeded."""
+    import json
+
     from cdclake.config import load_tables
 
     settings = settings or _settings()
     cfg = load_tables(settings.tables_config).get(name)
     ensure_airflow_db(settings)
-    proc = run_airflow(["dags", "test", cfg.dag_id], settings, capture_output=True, text=True)
+    argv = ["dags", "test", cfg.dag_id] + (["--conf", json.dumps(conf)] if conf else [])
+    proc = run_airflow(argv, settings, capture_output=True, text=True)
     sys.stdout.write(proc.stdout[-20000:])
     sys.stderr.write(proc.stderr[-20000:])
     ok = proc.returncode == 0 and "state=success" in (proc.stdout + proc.stderr).replace(" ", "")
@@ -99,7 +105,39 @@ def run_table_dag(name: str, settings: Settings | None = None) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    return run_table_dag(args.table)
+    import json
+
+    conf = {}
+    if args.replay_from_offsets:
+        conf["replay_from_offsets"] = json.loads(args.replay_from_offsets)
+    if args.replay_from_timestamp:
+        conf["replay_from_timestamp"] = args.replay_from_timestamp
+    return run_table_dag(args.table, conf=conf or None)
+
+
+def cmd_quarantine(args: argparse.Namespace) -> int:
+    from cdclake.config import load_tables
+    from cdclake.lake import QUARANTINE_SUFFIX, load_catalog, load_table_or_none, release_quarantined, side_table
+
+    settings = _settings()
+    cfg = load_tables(settings.tables_config).get(args.table)
+    catalog = load_catalog(settings)
+    if args.action == "release":
+        if args.partition is None or args.offset is None:
+            print("release needs --partition and --offset", file=sys.stderr)
+            return 2
+        n = release_quarantined(catalog, cfg.identifier, args.partition, args.offset)
+        print(f"released {n} quarantine entr{'y' if n == 1 else 'ies'}; replay from offset "
+              f"{args.offset} of partition {args.partition} to apply the held-back events:\n"
+              f"  cdclake run {cfg.name} --replay-from-offsets '{{\"{args.partition}\": {args.offset}}}'")
+        return 0
+    table = load_table_or_none(catalog, side_table(cfg.identifier, QUARANTINE_SUFFIX))
+    if table is None:
+        print(f"{cfg.identifier}: nothing was ever quarantined")
+        return 0
+    arrow = table.scan().to_arrow().drop_columns(["key", "value"]).sort_by([("partition", "ascending"), ("offset", "ascending")])
+    print(arrow.to_pandas().to_string(index=False) if arrow.num_rows else "(empty)")
+    return 0
 
 
 def show_table(name: str, *, limit: int, metadata_columns: bool, settings: Settings | None = None) -> str:
@@ -207,7 +245,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run a table's DAG once (airflow dags test)")
     p.add_argument("table", help="table name in the table config")
+    p.add_argument("--replay-from-offsets", metavar="JSON",
+                   help='manual replay from these offsets, e.g. \'{"0": 120, "1": 98}\'')
+    p.add_argument("--replay-from-timestamp", metavar="ISO",
+                   help="manual replay from the first records at or after this time")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("quarantine", help="list or release the records a table could not apply")
+    p.add_argument("action", choices=["list", "release"])
+    p.add_argument("table", help="table name in the table config")
+    p.add_argument("--partition", type=int, help="release: Kafka partition of the bad record")
+    p.add_argument("--offset", type=int, help="release: Kafka offset of the bad record")
+    p.set_defaults(func=cmd_quarantine)
 
     p = sub.add_parser("show", help="print an Iceberg table: schema, snapshot summary, rows")
     p.add_argument("table", help="table name in the table config")

@@ -43,6 +43,10 @@ ICEBERG_PRIMITIVES = {
 }
 
 
+class ConfigError(ValueError):
+    """The table config file is missing, not YAML, or not valid (the message says where)."""
+
+
 class TableDefaults(BaseModel):
     """Per-table settings that may be given once under ``defaults``."""
 
@@ -58,6 +62,12 @@ class TableDefaults(BaseModel):
     retry_delay_s: Annotated[int, Field(gt=0)] = 60
     """First retry delay in seconds; doubles on each retry (exponential backoff)."""
     tags: tuple[str, ...] = ()
+    bad_records: Literal["quarantine", "fail"] = "quarantine"
+    """What a run does with a record it cannot apply: ``quarantine`` writes it to the table's
+    quarantine table and goes on; ``fail`` (strict mode) stops the run naming the record."""
+    tombstone_retention_hours: Annotated[int, Field(gt=0)] = 24 * 8
+    """How long delete tombstones are kept (hours); at least the topic's retention (Kafka's
+    default is 7 days), so that no re-emitted or replayed event can outlive its tombstone."""
 
 
 class TableConfig(TableDefaults):
@@ -72,7 +82,12 @@ class TableConfig(TableDefaults):
     table: str
     """Iceberg table name within ``namespace``."""
     primary_key: tuple[str, ...]
-    """Primary-key columns of the source table, in key order; the Iceberg identifier fields."""
+    """Primary-key columns of the source table, in key order; the Iceberg identifier fields.
+    Empty for a table without a primary key, which needs ``write_mode: changelog``."""
+    write_mode: Literal["upsert", "changelog"] = "upsert"
+    """``upsert``: the Iceberg table mirrors the source table (needs a primary key).
+    ``changelog``: every event is appended as a row (op, position, row image): the explicit
+    choice for source tables without a primary key."""
     columns: dict[str, str] | None = None
     """Column name -> Iceberg primitive type, in source order. Needed only to create the table
     from ``json`` values (no Connect schema in the events); ``json_with_schema`` tables are
@@ -95,8 +110,6 @@ class TableConfig(TableDefaults):
     @field_validator("primary_key")
     @classmethod
     def _pk(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        if not v:
-            raise ValueError("primary_key must name at least one column")
         for col in v:
             if not _IDENT.match(col):
                 raise ValueError(f"primary key column {col!r} is not a plain identifier")
@@ -126,6 +139,19 @@ class TableConfig(TableDefaults):
             if missing:
                 raise ValueError(f"primary key column(s) {missing} are not in columns")
         return self
+
+    def check_runnable(self) -> None:
+        """Refuse a table that cannot be applied as configured.
+
+        Raises:
+            ConfigError: no primary key and ``write_mode`` is not ``changelog``.
+        """
+        if not self.primary_key and self.write_mode != "changelog":
+            raise ConfigError(
+                f"table {self.name!r} ({self.topic}) has no primary key, so its rows cannot be "
+                "upserted: set `write_mode: changelog` to write it as an append-only change log, "
+                "or declare its primary_key"
+            )
 
     @property
     def dag_id(self) -> str:
@@ -179,10 +205,6 @@ class TablesFile(BaseModel):
             if t.name == name:
                 return t
         raise KeyError(f"no table {name!r} in the config; configured: {[t.name for t in self.tables]}")
-
-
-class ConfigError(ValueError):
-    """The table config file is missing, not YAML, or not valid (the message says where)."""
 
 
 def load_tables(path: Path | str) -> TablesFile:

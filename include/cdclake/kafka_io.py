@@ -47,6 +47,28 @@ def topic_watermarks(bootstrap: str, topic: str) -> Watermarks:
         consumer.close()
 
 
+def offsets_for_time(bootstrap: str, topic: str, timestamp_ms: int) -> dict[int, int]:
+    """Per partition, the earliest offset whose record timestamp is >= ``timestamp_ms`` (epoch
+    ms), or the high watermark where no record is that new (Kafka's ``offsetsForTimes``).
+
+    Raises:
+        LookupError: the topic does not exist.
+    """
+    from confluent_kafka import Consumer, TopicPartition
+
+    marks = topic_watermarks(bootstrap, topic)
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "cdclake-offsets-for-times", "enable.auto.commit": False}
+    )
+    try:
+        found = consumer.offsets_for_times(
+            [TopicPartition(topic, p, timestamp_ms) for p in marks.high], timeout=_TIMEOUT_S
+        )
+        return {tp.partition: (tp.offset if tp.offset >= 0 else marks.high[tp.partition]) for tp in found}
+    finally:
+        consumer.close()
+
+
 def ensure_topic(bootstrap: str, topic: str, partitions: int) -> bool:
     """Create ``topic`` with ``partitions`` partitions unless it exists. Returns whether created."""
     from confluent_kafka.admin import AdminClient, NewTopic

@@ -12,6 +12,7 @@ Every CDC table holds the source columns followed by the metadata columns of
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cdclake.offsets import Offsets, decode_offsets
@@ -41,6 +42,16 @@ class SummaryKeys:
     FIRST_POSITION = "cdc.first-position"
     LAST_POSITION = "cdc.last-position"
     """Binlog positions ``<file>:<pos>:<row>`` of the oldest and newest event applied."""
+    QUARANTINED = "cdc.records-quarantined"
+    """Records of the range written to the quarantine table (bad, or held back behind one)."""
+    TRUNCATE_FLOOR = "cdc.truncate-floor"
+    """Position ``<file>:<pos>:<row>:<rank>`` of the newest truncate applied; events below it are
+    discarded. Carried forward by every commit."""
+    BINLOG_BASENAME = "cdc.binlog-basename"
+    """Binlog basename of the applied events (``mysql-bin``); carried forward by every commit.
+    Events of another basename (a failover) stop the table."""
+    REPLAY = "cdc.replay"
+    """``true`` on the commit of a manual replay (start offsets given by the operator)."""
 
 
 COLUMN_ENCODINGS_PROPERTY = "cdc.column-encodings"
@@ -89,25 +100,106 @@ def load_table_or_none(catalog: Catalog, identifier: str) -> Table | None:
         return None
 
 
-def committed_offsets(table: Table, topic: str) -> Offsets | None:
-    """End offsets of the newest CDC commit in the current snapshot's ancestry.
+@dataclass(frozen=True)
+class CommittedState:
+    """What the newest CDC commit of a table recorded (see :class:`SummaryKeys`)."""
 
-    Returns:
-        Partition -> next offset to read, or ``None`` when no commit of ``topic`` exists.
-    """
+    snapshot_id: int | None
+    """The table's current snapshot (the base a new run must commit on top of)."""
+    offsets: Offsets | None
+    truncate_floor: str | None
+    binlog_basename: str | None
+
+
+def committed_state(table: Table, topic: str) -> CommittedState:
+    """The state recorded by the newest CDC commit of ``topic`` in the current snapshot's ancestry
+    (maintenance snapshots, which carry no offsets, are walked past)."""
     from pyiceberg.table.snapshots import ancestors_of
 
     current = table.current_snapshot()
     if current is None:
-        return None
+        return CommittedState(None, None, None, None)
     for snap in ancestors_of(current, table.metadata):
         summary = snap.summary
         if summary is None:
             continue
         end = summary.get(SummaryKeys.END_OFFSETS)
         if end is not None and summary.get(SummaryKeys.TOPIC) == topic:
-            return decode_offsets(end)
-    return None
+            return CommittedState(
+                current.snapshot_id,
+                decode_offsets(end),
+                summary.get(SummaryKeys.TRUNCATE_FLOOR),
+                summary.get(SummaryKeys.BINLOG_BASENAME),
+            )
+    return CommittedState(current.snapshot_id, None, None, None)
+
+
+def committed_offsets(table: Table, topic: str) -> Offsets | None:
+    """End offsets of the newest CDC commit of ``topic`` (``None``: the table never committed)."""
+    return committed_state(table, topic).offsets
+
+
+TOMBSTONES_SUFFIX = "__cdc_tombstones"
+QUARANTINE_SUFFIX = "__cdc_quarantine"
+
+TOMBSTONE_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("_cdc_binlog_file_seq", "long", "binlog file sequence number of the delete"),
+    ("_cdc_binlog_pos", "long", "binlog position of the delete"),
+    ("_cdc_binlog_row", "int", "row index of the delete within its binlog event"),
+    ("_cdc_source_ts", "timestamptz", "when the row was deleted in the source"),
+    ("_cdc_recorded_at", "timestamptz", "when the tombstone was written (retention counts from it)"),
+)
+"""Columns of the tombstone table after the primary-key columns: one row per deleted key, the
+newest delete's position. An upsert at or below it is discarded (``ARCHITECTURE.md`` section 4)."""
+
+QUARANTINE_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("topic", "string", "Kafka topic of the record"),
+    ("partition", "int", "Kafka partition"),
+    ("offset", "long", "Kafka offset"),
+    ("timestamp", "timestamptz", "Kafka record timestamp"),
+    ("key", "binary", "raw Kafka key bytes"),
+    ("value", "binary", "raw Kafka value bytes"),
+    ("error", "string", "why the record was not applied"),
+    ("held_back_behind", "long", "for a held-back record: offset of the bad record of its key"),
+    ("run_id", "string", "the run that quarantined it"),
+    ("quarantined_at", "timestamptz", "when"),
+    ("status", "string", "open (its key's later events are held back) or released"),
+)
+"""Columns of a table's quarantine (dead-letter) table: one row per Kafka record not applied."""
+
+
+def side_table(identifier: str, suffix: str) -> str:
+    """``namespace.table`` of a side table (tombstones, quarantine) of ``identifier``."""
+    return identifier + suffix
+
+
+def ensure_side_table(
+    catalog: Catalog,
+    identifier: str,
+    columns: list[tuple[str, str, bool]],
+    docs: dict[str, str] | None = None,
+) -> Table:
+    """Create ``identifier`` with ``(name, Iceberg type, required)`` columns unless it exists."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import NestedField
+
+    existing = load_table_or_none(catalog, identifier)
+    if existing is not None:
+        return existing
+    docs = docs or {}
+    fields = [
+        NestedField(i, name, _iceberg_type(typ), required=req, doc=docs.get(name))
+        for i, (name, typ, req) in enumerate(columns, start=1)
+    ]
+    catalog.create_namespace_if_not_exists(identifier.rsplit(".", 1)[0])
+    from pyiceberg.exceptions import TableAlreadyExistsError
+
+    try:
+        # side tables are small and changed by pyiceberg too, which deletes by rewriting files
+        properties = {"format-version": "2", "write.parquet.compression-codec": "zstd"}
+        return catalog.create_table(identifier, schema=Schema(*fields), properties=properties)
+    except TableAlreadyExistsError:
+        return catalog.load_table(identifier)
 
 
 def column_encodings(table: Table) -> dict[str, str]:
@@ -174,3 +266,67 @@ def _iceberg_type(name: str):  # noqa: ANN202 - pyiceberg type
         p, s = name[len("decimal(") : -1].split(",")
         return t.DecimalType(int(p), int(s))
     raise ValueError(f"unknown Iceberg type {name!r}")
+
+
+def expire_tombstones(catalog: Catalog, identifier: str, retention_hours: int, *, now_ms: int | None = None) -> int:
+    """Delete the tombstones of ``identifier`` recorded more than ``retention_hours`` ago.
+
+    Runs with pyiceberg (no Spark). Tombstones must outlive the topic's retention: an event older
+    than its key's tombstone can only come back from Kafka while Kafka still holds it.
+
+    Returns:
+        The number of tombstones removed.
+    """
+    import time
+
+    from pyiceberg.expressions import LessThan
+
+    table = load_table_or_none(catalog, side_table(identifier, TOMBSTONES_SUFFIX))
+    if table is None:
+        return 0
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    cutoff_us = (now_ms - retention_hours * 3600 * 1000) * 1000
+    expired = LessThan("_cdc_recorded_at", cutoff_us)
+    n = table.scan(row_filter=expired, selected_fields=("_cdc_recorded_at",)).to_arrow().num_rows
+    if n:
+        table.delete(delete_filter=expired, snapshot_properties={"cdc.maintenance": "expire-tombstones"})
+    return n
+
+
+def release_quarantined(catalog: Catalog, identifier: str, partition: int, offset: int) -> int:
+    """Release the quarantined record at ``partition``/``offset`` of ``identifier``'s topic, and
+    the records held back behind it: their status becomes ``released``.
+
+    A released bad record no longer holds its key back. Its held-back records are applied by the
+    next manual replay that starts at or before ``offset`` (the bad record itself is skipped).
+
+    Returns:
+        The number of quarantine entries released.
+
+    Raises:
+        LookupError: no open quarantine entry at that partition and offset.
+    """
+    import pyarrow as pa
+    from pyiceberg.expressions import And, EqualTo, In, Or
+
+    table = load_table_or_none(catalog, side_table(identifier, QUARANTINE_SUFFIX))
+    if table is None:
+        raise LookupError(f"table {identifier} has no quarantine table")
+    match = And(
+        And(EqualTo("partition", partition), EqualTo("status", "open")),
+        Or(EqualTo("offset", offset), EqualTo("held_back_behind", offset)),
+    )
+    rows = table.scan(row_filter=match).to_arrow()
+    if not any(r["offset"] == offset and r["held_back_behind"] is None for r in rows.to_pylist()):
+        raise LookupError(
+            f"no open quarantine entry of {identifier} at partition {partition} offset {offset}"
+        )
+    status = rows.schema.get_field_index("status")
+    released = rows.set_column(
+        status, rows.schema.field(status), pa.array(["released"] * rows.num_rows, rows.schema.field(status).type)
+    )
+    # the rewrite filter names the entries by their (non-null) coordinates
+    coordinates = And(EqualTo("partition", partition), In("offset", set(rows["offset"].to_pylist())))
+    table.overwrite(released, overwrite_filter=coordinates,
+                    snapshot_properties={"cdc.maintenance": "release-quarantined"})
+    return rows.num_rows

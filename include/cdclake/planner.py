@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cdclake.config import TableConfig
-from cdclake.kafka_io import Watermarks, topic_watermarks
+from cdclake.kafka_io import Watermarks, offsets_for_time, topic_watermarks
 from cdclake.lake import committed_offsets, load_catalog, load_table_or_none
 from cdclake.offsets import OffsetRange, Offsets, plan_range
 from cdclake.settings import Settings
@@ -27,17 +27,41 @@ class Plan:
         )
 
 
-def plan_next(settings: Settings, cfg: TableConfig, *, bootstrap: str | None = None) -> Plan:
+def plan_next(
+    settings: Settings,
+    cfg: TableConfig,
+    *,
+    bootstrap: str | None = None,
+    replay_from_offsets: Offsets | None = None,
+    replay_from_timestamp_ms: int | None = None,
+) -> Plan:
     """Plan the table's next run (see :func:`cdclake.offsets.plan_range`).
+
+    A manual replay starts at ``replay_from_offsets`` (partitions not named start at their low
+    watermark) or at the first records at or after ``replay_from_timestamp_ms`` (Kafka's
+    offsets-for-times), instead of the committed offsets; it still ends at the high watermarks,
+    capped by ``max_events_per_run``. Replaying a range that ends at the current end converges to
+    the same table, since an event never overwrites a row written at a greater position.
 
     Raises:
         LookupError: the topic does not exist.
-        OffsetsOutOfRangeError: the committed offsets are outside the topic's watermarks.
+        OffsetsOutOfRangeError: the start offsets are outside the topic's watermarks.
+        ConfigError: the table cannot be applied as configured (no primary key, not changelog).
     """
-    watermarks = topic_watermarks(bootstrap or settings.kafka_bootstrap, cfg.topic)
+    cfg.check_runnable()
+    servers = bootstrap or settings.kafka_bootstrap
+    watermarks = topic_watermarks(servers, cfg.topic)
     table = load_table_or_none(load_catalog(settings), cfg.identifier)
     committed = committed_offsets(table, cfg.topic) if table is not None else None
-    offset_range = plan_range(
-        cfg.topic, committed, watermarks.low, watermarks.high, cfg.max_events_per_run
-    )
+    start = committed
+    if replay_from_offsets is not None and replay_from_timestamp_ms is not None:
+        raise ValueError("give replay start offsets or a replay start timestamp, not both")
+    if replay_from_offsets is not None:
+        unknown = sorted(set(replay_from_offsets) - set(watermarks.high))
+        if unknown:
+            raise ValueError(f"topic {cfg.topic!r} has no partition(s) {unknown}")
+        start = {p: replay_from_offsets.get(p, watermarks.low[p]) for p in watermarks.high}
+    elif replay_from_timestamp_ms is not None:
+        start = offsets_for_time(servers, cfg.topic, replay_from_timestamp_ms)
+    offset_range = plan_range(cfg.topic, start, watermarks.low, watermarks.high, cfg.max_events_per_run)
     return Plan(offset_range, committed, watermarks)

@@ -114,6 +114,9 @@ class Settings(BaseModel):
             f"{prefix}.warehouse": self.warehouse,
             # pyiceberg's SqlCatalog creates the V0 layout (no iceberg_type column); keep Spark on it
             f"{prefix}.jdbc.schema-version": "V0",
+            # pyiceberg commits to the same tables (side tables, offsets-only commits): Spark must
+            # load the current metadata on every access, not a cached copy
+            f"{prefix}.cache-enabled": "false",
             "spark.sql.extensions": (
                 "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
             ),

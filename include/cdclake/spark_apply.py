@@ -1,41 +1,70 @@
 """The apply job: one Kafka offset range of Debezium events -> one Iceberg commit.
 
-Steps (``ARCHITECTURE.md`` sections 3 and 4):
+The contract (``ARCHITECTURE.md`` section 4), step by step:
 
-1. Check that the table's committed offsets are the range's start (else another run committed:
-   :class:`~cdclake.errors.ConcurrentRunError`; or this range is already applied: nothing to do).
-2. Read exactly ``[start, end)`` of each partition with Spark's Kafka source (``assign``,
-   ``startingOffsets``/``endingOffsets``, ``failOnDataLoss``).
-3. Parse the envelope with ``from_json`` (value with or without the Connect ``schema`` part).
-   Kafka tombstones (null values) are skipped and counted. Any record that cannot be applied
-   (not JSON, no or unknown ``op``, no binlog position, no row image, a value that does not fit
-   its column) fails the run with :class:`~cdclake.errors.BadBatchError` naming topic, partition
-   and offset; nothing is committed.
-4. Order by binlog position (:mod:`cdclake.position`), keep the latest event per primary key.
-5. ``MERGE INTO`` the table: ``c``/``u``/``r`` upsert the after image, ``d`` deletes, and a row is
-   replaced only by an event at a strictly greater position than the one that wrote it. The end
-   offsets and the run id go into the same commit's snapshot summary
-   (``spark.sql.iceberg.snapshot-property.*``).
+1. **Start check.** The table's committed offsets must be the range's start; if they are its end,
+   the range is already applied (an Airflow retry after the commit) and nothing happens; anything
+   else is another run's commit (:class:`~cdclake.errors.ConcurrentRunError`). A manual replay
+   (``replay=True``) starts wherever the operator said.
+2. **Read** exactly ``[start, end)`` of each partition with Spark's Kafka source.
+3. **Parse** the envelope with ``from_json`` (with or without the Connect ``schema`` part). Kafka
+   tombstones (null values) are skipped and counted. A record that cannot be applied (not JSON,
+   no or unknown ``op``, no binlog position, no row image, a null key column, a value that does
+   not fit its column) is *bad*; every later record of the same Kafka key is *held back* (its
+   key's order would break otherwise), as is every record of a key with an ``open`` entry in the
+   quarantine table. Bad and held-back records go to the quarantine table
+   ``<table>__cdc_quarantine`` (``bad_records: quarantine``, the default) or fail the run naming
+   them (``bad_records: fail``). Either way no offset passes a record that was neither applied nor
+   quarantined.
+4. **Order** by binlog position ``(file sequence number, pos, row, change rank)``
+   (:mod:`cdclake.position`); a change of binlog basename stops the table.
+5. **Truncate** (``op: t``) at position T: rows and events below T are gone; T becomes the
+   table's *truncate floor* (snapshot summary), below which later events are discarded.
+6. **Reduce**: the latest event per primary key. Upserts at or below the key's delete tombstone
+   (``<table>__cdc_tombstones``) are discarded; the batch's deletes update the tombstones.
+7. **Commit**: ``MERGE INTO`` a branch created at the snapshot read in step 1 (``c``/``u``/``r``
+   upsert, ``d`` deletes, a row is replaced only by an event at a strictly greater position; a
+   truncate deletes every row below it), with the end offsets, run id and counts in the snapshot
+   summary; then ``main`` is fast-forwarded to the branch. The fast-forward is Iceberg's optimistic
+   check: it fails if ``main`` moved since step 1, so two runs never both commit from the same
+   start.
+
+Tables configured ``write_mode: changelog`` (no primary key) skip steps 5-6 and append every
+event as a row.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import time
 import uuid
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from cdclake.config import TableConfig
 from cdclake.envelope import KafkaCoordinates, parse_value
-from cdclake.errors import BadBatchError, BadRecordError, ConcurrentRunError, PositionOrderError, SchemaError
+from cdclake.errors import (
+    BadBatchError,
+    BadRecordError,
+    ConcurrentRunError,
+    PositionOrderError,
+    SchemaError,
+)
 from cdclake.lake import (
     METADATA_COLUMNS,
+    QUARANTINE_COLUMNS,
+    QUARANTINE_SUFFIX,
+    TOMBSTONE_COLUMNS,
+    TOMBSTONES_SUFFIX,
     SummaryKeys,
     column_encodings,
-    committed_offsets,
+    committed_state,
     create_cdc_table,
+    ensure_side_table,
     load_catalog,
     load_table_or_none,
+    side_table,
 )
 from cdclake.offsets import OffsetRange, encode_offsets
 from cdclake.position import BINLOG_FILE_PATTERN, SNAPSHOT_MARKERS
@@ -47,6 +76,11 @@ if TYPE_CHECKING:
 
 _SNAPSHOT_PROPERTY = "spark.sql.iceberg.snapshot-property."
 _MAX_REPORTED_BAD = 10
+_BRANCH_PREFIX = "cdc-run-"
+
+PAUSE_AFTER_COMMIT_ENV = "CDCLAKE_TEST_PAUSE_AFTER_COMMIT"
+"""Fault-injection hook for the crash tests only: when set to a file path, the job writes that
+file right after its commit and sleeps, so that a test can kill it at exactly that point."""
 
 
 @dataclass(frozen=True)
@@ -59,8 +93,9 @@ class ApplyResult:
         snapshot_id: the Iceberg snapshot committed (``committed`` only).
         events: Kafka records read, tombstones included.
         tombstones: Kafka tombstones (null values) skipped.
-        ops: events per Debezium op.
-        keys_changed: distinct primary keys in the merge source after reduction.
+        ops: applicable events per Debezium op.
+        quarantined: records written to the quarantine table (bad and held back).
+        keys_changed: rows in the merge source after reduction (upsert mode).
     """
 
     status: str
@@ -68,6 +103,7 @@ class ApplyResult:
     events: int = 0
     tombstones: int = 0
     ops: dict[str, int] | None = None
+    quarantined: int = 0
     keys_changed: int = 0
 
     def to_json(self) -> str:
@@ -112,7 +148,7 @@ def read_range(spark: SparkSession, bootstrap: str, offset_range: OffsetRange) -
     """Exactly the records ``[start, end)`` of each partition, with Spark's Kafka source.
 
     Columns: ``key`` (binary), ``value`` (binary), ``topic``, ``partition``, ``offset``,
-    ``timestamp``. Partitions whose range is empty are not read.
+    ``timestamp``, ``headers``. Partitions whose range is empty are not read.
     """
     parts = sorted(p for p in offset_range.end if offset_range.end[p] > offset_range.start[p])
     topic = offset_range.topic
@@ -171,7 +207,27 @@ def _envelope_ddl(columns: list[tuple[str, str]], value_format: str) -> str:
     )
     if value_format == "json_with_schema":
         return f"struct<payload:{envelope},_corrupt_record:string>"
-    return envelope[: -1] + ",_corrupt_record:string>"
+    return envelope[:-1] + ",_corrupt_record:string>"
+
+
+def position_struct(prefix: str = "", *, change: bool = False) -> str:
+    """SQL of an event's comparable position ``named_struct(f, p, r, k)`` from its columns.
+
+    ``prefix`` qualifies the metadata columns (``t.``); ``k`` is the change rank (0 for a snapshot
+    read, 1 for a change), so that struct comparison is the order of :mod:`cdclake.position`.
+    ``change=True`` fixes ``k`` at 1 (tombstones: a delete is always a change).
+    """
+    rank = "1" if change else f"CASE WHEN {prefix}_cdc_snapshot THEN 0 ELSE 1 END"
+    return (
+        f"named_struct('f', coalesce({prefix}_cdc_binlog_file_seq, -1), "
+        f"'p', coalesce({prefix}_cdc_binlog_pos, -1), 'r', coalesce({prefix}_cdc_binlog_row, -1), "
+        f"'k', {rank})"
+    )
+
+
+def _position_literal(text: str) -> str:
+    f, p, r, k = (int(x) for x in text.split(":"))
+    return f"named_struct('f', CAST({f} AS BIGINT), 'p', CAST({p} AS BIGINT), 'r', {r}, 'k', {k})"
 
 
 def parse_records(
@@ -179,10 +235,12 @@ def parse_records(
 ) -> DataFrame:
     """Parse Kafka records into one row per record with its op, position, image and error.
 
-    Output columns: ``partition``, ``offset``, ``timestamp``, ``is_tombstone``, ``op``,
-    ``snapshot`` (bool), ``file_base``, ``file_seq``, ``pos``, ``row``, ``server_id``,
-    ``source_ts_ms``, ``image`` (struct of the source columns, decoded), ``error`` (null when the
-    record can be applied, else the reason).
+    Output columns: ``topic``, ``partition``, ``offset``, ``timestamp``, ``key``, ``value``,
+    ``is_tombstone``, ``op``, ``file_base``, ``server_id`` and the metadata columns of
+    :data:`cdclake.lake.METADATA_COLUMNS` (``_cdc_op``, ``_cdc_snapshot``, ``_cdc_binlog_*``,
+    ``_cdc_source_ts``, ``_cdc_kafka_*``), ``position`` (struct, see :func:`position_struct`),
+    ``image`` (struct of the source columns, decoded), ``error`` (null when the record can be
+    applied, else the reason).
     """
     from pyspark.sql import functions as F
 
@@ -192,7 +250,7 @@ def parse_records(
         ddl,
         {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"},
     )
-    df = raw.select("topic", "partition", "offset", "timestamp", "value", parsed.alias("j"))
+    df = raw.select("topic", "partition", "offset", "timestamp", "key", "value", parsed.alias("j"))
     env = "j.payload" if value_format == "json_with_schema" else "j"
     op = F.col(f"{env}.op")
     src = f"{env}.source"
@@ -202,10 +260,17 @@ def parse_records(
     snapshot = (op == "r") | F.col(f"{src}.snapshot").isin(*SNAPSHOT_MARKERS)
     pk_null = F.lit(None).cast("string")
     for col in reversed(primary_key):
-        pk_null = F.when(image_raw[col].isNull(), F.lit(f"primary key column {col!r} is null")).otherwise(pk_null)
+        pk_null = F.when(
+            op.isin("c", "u", "r", "d") & image_raw[col].isNull(),
+            F.lit(f"primary key column {col!r} is null"),
+        ).otherwise(pk_null)
     error = (
         F.when(F.col("value").isNull(), F.lit(None))
-        .when(F.col("j._corrupt_record").isNotNull() & F.col(env).isNull(), F.lit("value is not JSON"))
+        .when(
+            F.col("j._corrupt_record").isNotNull()
+            & (F.col(env).isNull() | F.expr("try_parse_json(cast(value AS STRING)) IS NULL")),
+            F.lit("value is not JSON"),
+        )
         .when(
             F.col("j._corrupt_record").isNotNull(),
             F.lit("a value does not fit the table's column types, or the value is malformed"),
@@ -215,29 +280,38 @@ def parse_records(
             if value_format == "json_with_schema" else "value is not a JSON object"))
         .when(op.isNull(), F.lit("envelope has no 'op'"))
         .when(~op.isin("c", "u", "d", "r", "t"), F.concat(F.lit("unknown op '"), op, F.lit("'")))
-        .when(op == "t", F.lit("op 't' (truncate) is not applied by this version"))
         .when(file.isNull() | F.col(f"{src}.pos").isNull(), F.lit("source has no binlog position (file, pos)"))
         .when(F.regexp_extract(file, BINLOG_FILE_PATTERN, 2) == "", F.lit("source.file has no numeric suffix"))
-        .when(op.isin("c", "u", "r") & F.col(f"{env}.after").isNull(), F.concat(F.lit("op '"), op, F.lit("' without an 'after' image")))
+        .when(op.isin("c", "u", "r") & F.col(f"{env}.after").isNull(),
+              F.concat(F.lit("op '"), op, F.lit("' without an 'after' image")))
         .when((op == "d") & F.col(f"{env}.before").isNull(), F.lit("op 'd' without a 'before' image"))
         .otherwise(pk_null)
     )
-    return df.select(
+    ts_ms = F.col(f"{src}.ts_ms")
+    out = df.select(
+        "topic",
         "partition",
         "offset",
         "timestamp",
+        "key",
+        "value",
         F.col("value").isNull().alias("is_tombstone"),
         op.alias("op"),
-        F.coalesce(snapshot, F.lit(False)).alias("snapshot"),
         F.regexp_extract(file, BINLOG_FILE_PATTERN, 1).alias("file_base"),
-        F.regexp_extract(file, BINLOG_FILE_PATTERN, 2).cast("bigint").alias("file_seq"),
-        F.col(f"{src}.pos").alias("pos"),
-        F.coalesce(F.col(f"{src}.row"), F.lit(0)).alias("row"),
         F.col(f"{src}.server_id").alias("server_id"),
-        F.col(f"{src}.ts_ms").alias("source_ts_ms"),
+        op.alias("_cdc_op"),
+        F.coalesce(snapshot, F.lit(False)).alias("_cdc_snapshot"),
+        F.regexp_extract(file, BINLOG_FILE_PATTERN, 2).cast("bigint").alias("_cdc_binlog_file_seq"),
+        F.col(f"{src}.pos").alias("_cdc_binlog_pos"),
+        F.coalesce(F.col(f"{src}.row"), F.lit(0)).alias("_cdc_binlog_row"),
+        # Debezium 1.x snapshot reads carry ts_ms 0: unknown, not 1970
+        F.when(ts_ms > 0, F.timestamp_millis(ts_ms)).alias("_cdc_source_ts"),
+        F.col("partition").alias("_cdc_kafka_partition"),
+        F.col("offset").alias("_cdc_kafka_offset"),
         image.alias("image"),
         error.alias("error"),
     )
+    return out.withColumn("position", F.expr(position_struct()))
 
 
 def reduce_latest(events: DataFrame, primary_key: tuple[str, ...]) -> DataFrame:
@@ -249,15 +323,13 @@ def reduce_latest(events: DataFrame, primary_key: tuple[str, ...]) -> DataFrame:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    rank = F.when(F.col("snapshot"), 0).otherwise(1)
     w = Window.partitionBy(*[F.col("image")[c] for c in primary_key]).orderBy(
-        F.col("file_seq").desc(), F.col("pos").desc(), F.col("row").desc(), rank.desc(),
-        F.col("partition").desc(), F.col("offset").desc(),
+        F.col("position").desc(), F.col("partition").desc(), F.col("offset").desc()
     )
     return events.withColumn("_rn", F.row_number().over(w)).filter("_rn = 1").drop("_rn")
 
 
-def _resolve_table(spark: SparkSession, settings: Settings, cfg: TableConfig, raw: DataFrame):  # noqa: ANN202
+def _resolve_table(settings: Settings, cfg: TableConfig, raw: DataFrame):  # noqa: ANN202 - pyiceberg Table
     """Load the Iceberg table, creating it on first use from the events' schema or the config."""
     catalog = load_catalog(settings)
     table = load_table_or_none(catalog, cfg.identifier)
@@ -272,13 +344,23 @@ def _resolve_table(spark: SparkSession, settings: Settings, cfg: TableConfig, ra
             f"table {cfg.identifier} does not exist and its events carry no schema "
             "(value_format json): declare its 'columns' in the table config"
         )
-    return create_cdc_table(catalog, cfg.identifier, columns, cfg.primary_key)
+    if cfg.write_mode == "changelog":
+        # a change log row may be a delete's before image or a truncate: no column is required
+        columns = [ColumnSpec(c.name, c.iceberg_type, False, c.encoding) for c in columns]
+    from pyiceberg.exceptions import TableAlreadyExistsError
+
+    try:
+        return create_cdc_table(catalog, cfg.identifier, columns, cfg.primary_key)
+    except TableAlreadyExistsError:
+        return catalog.load_table(cfg.identifier)
 
 
 def _columns_from_first_schema(raw: DataFrame, cfg: TableConfig) -> list[ColumnSpec]:
-    for rec in raw.filter("value is not null").select("partition", "offset", "value").limit(100).collect():
+    rows = raw.filter("value is not null").select("partition", "offset", "value").limit(100).collect()
+    for rec in rows:
+        where = KafkaCoordinates(cfg.topic, rec["partition"], rec["offset"])
         try:
-            event = parse_value(bytes(rec["value"]), cfg.value_format, KafkaCoordinates(cfg.topic, rec["partition"], rec["offset"]))
+            event = parse_value(bytes(rec["value"]), cfg.value_format, where)
         except BadRecordError:
             continue
         row_schema = event.row_schema() if event else None
@@ -304,8 +386,12 @@ def _source_columns(table) -> list[ColumnSpec]:  # noqa: ANN001 - pyiceberg Tabl
     return specs
 
 
-def _describe_bad_record(value: bytes | None, cfg: TableConfig, columns: list[ColumnSpec], where: KafkaCoordinates, spark_reason: str) -> str:
+def _describe_bad_record(
+    value: bytes | None, cfg: TableConfig, columns: list[ColumnSpec], where: KafkaCoordinates, spark_reason: str
+) -> str:
     """A precise reason for a record Spark flagged, found by re-parsing it in Python."""
+    if value is None:
+        return spark_reason
     try:
         parse_value(value, cfg.value_format, where)
     except BadRecordError as e:
@@ -319,8 +405,8 @@ def _describe_bad_record(value: bytes | None, cfg: TableConfig, columns: list[Co
             continue
         expected = _JSON_READ_TYPE[col.encoding]
         ok = {
-            "int": isinstance(v, int) and not isinstance(v, bool) and -2**31 <= v < 2**31,
-            "bigint": isinstance(v, int) and not isinstance(v, bool) and -2**63 <= v < 2**63,
+            "int": isinstance(v, int) and not isinstance(v, bool) and -(2**31) <= v < 2**31,
+            "bigint": isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63,
             "float": isinstance(v, (int, float)) and not isinstance(v, bool),
             "double": isinstance(v, (int, float)) and not isinstance(v, bool),
             "boolean": isinstance(v, bool),
@@ -331,104 +417,219 @@ def _describe_bad_record(value: bytes | None, cfg: TableConfig, columns: list[Co
     return spark_reason
 
 
+def _quarantine_table_df(spark: SparkSession, settings: Settings, cfg: TableConfig) -> DataFrame | None:
+    """The table's quarantine table, or ``None`` while it has none."""
+    catalog = load_catalog(settings)
+    if load_table_or_none(catalog, side_table(cfg.identifier, QUARANTINE_SUFFIX)) is None:
+        return None
+    return spark.table(f"{settings.catalog_name}.{side_table(cfg.identifier, QUARANTINE_SUFFIX)}")
+
+
+def _split_bad_and_held(
+    spark: SparkSession, settings: Settings, cfg: TableConfig, parsed: DataFrame
+) -> DataFrame:
+    """Add ``held_back_behind``: for a good record of a key that has a bad record earlier in its
+    partition (this batch) or an ``open`` quarantine entry (earlier runs), that bad record's
+    offset; else null. Records of a key must apply in order, so they wait behind it."""
+    from pyspark.sql import functions as F
+
+    bad = parsed.filter("error is not null and key is not null")
+    entries = _quarantine_table_df(spark, settings, cfg)
+    if entries is not None:
+        # a bad record the operator released no longer holds its key back (on a replay)
+        released = entries.filter("status = 'released'").select("partition", "offset")
+        bad = bad.join(released, ["partition", "offset"], "left_anti")
+    blockers = bad.groupBy("partition", "key").agg(F.min("offset").alias("blocker_offset"))
+    if entries is not None:
+        previous = (
+            entries.filter("status = 'open' and key is not null and held_back_behind is null")
+            .groupBy("partition", "key").agg(F.min("offset").alias("blocker_offset"))
+        )
+        blockers = blockers.unionByName(previous).groupBy("partition", "key").agg(
+            F.min("blocker_offset").alias("blocker_offset")
+        )
+    joined = parsed.join(F.broadcast(blockers), ["partition", "key"], "left")
+    held = F.when(
+        F.col("error").isNull() & ~F.col("is_tombstone") & (F.col("offset") > F.col("blocker_offset")),
+        F.col("blocker_offset"),
+    )
+    return joined.withColumn("held_back_behind", held).drop("blocker_offset")
+
+
+def _write_quarantine(
+    spark: SparkSession, settings: Settings, cfg: TableConfig, records: DataFrame, run_id: str
+) -> None:
+    """Append bad and held-back records to the quarantine table, once per Kafka coordinate."""
+    from pyspark.sql import functions as F
+
+    catalog = load_catalog(settings)
+    ident = side_table(cfg.identifier, QUARANTINE_SUFFIX)
+    ensure_side_table(
+        catalog, ident, [(n, t, False) for n, t, _ in QUARANTINE_COLUMNS],
+        {n: d for n, _, d in QUARANTINE_COLUMNS},
+    )
+    rows = records.select(
+        "topic", "partition", "offset", "timestamp", "key", "value",
+        F.coalesce(
+            "error",
+            F.concat(F.lit("held back behind the quarantined record at offset "),
+                     F.col("held_back_behind").cast("string"), F.lit(" of the same key")),
+        ).alias("error"),
+        "held_back_behind",
+        F.lit(run_id).alias("run_id"),
+        F.current_timestamp().alias("quarantined_at"),
+        F.lit("open").alias("status"),
+    )
+    view = f"cdc_quarantine_{uuid.uuid4().hex}"
+    rows.createOrReplaceTempView(view)
+    try:
+        spark.sql(
+            f"MERGE INTO {settings.catalog_name}.{ident} t USING {view} s "
+            "ON t.topic = s.topic AND t.partition = s.partition AND t.offset = s.offset "
+            "WHEN NOT MATCHED THEN INSERT *"
+        )
+    finally:
+        spark.catalog.dropTempView(view)
+
+
+def _apply_tombstones(
+    spark: SparkSession, settings: Settings, cfg: TableConfig, reduced: DataFrame
+) -> DataFrame:
+    """Discard upserts at or below their key's tombstone; record the batch's deletes as
+    tombstones (newest position per key). Returns the surviving merge source."""
+    from pyspark.sql import functions as F
+
+    catalog = load_catalog(settings)
+    ident = side_table(cfg.identifier, TOMBSTONES_SUFFIX)
+    table = load_catalog(settings).load_table(cfg.identifier)
+    pk_fields = [(f.name, str(f.field_type), True) for f in table.schema().fields if f.name in cfg.primary_key]
+    pk_fields.sort(key=lambda f: cfg.primary_key.index(f[0]))
+    ensure_side_table(
+        catalog, ident, pk_fields + [(n, t, False) for n, t, _ in TOMBSTONE_COLUMNS],
+        {n: d for n, _, d in TOMBSTONE_COLUMNS},
+    )
+    name = f"{settings.catalog_name}.{ident}"
+    tomb = spark.table(name).select(
+        *[F.col(c).alias(f"_tomb_{c}") for c in cfg.primary_key],
+        F.expr(position_struct(change=True)).alias("_tomb_position"),
+    )
+    cond = None
+    for c in cfg.primary_key:
+        part = F.col("image")[c] == F.col(f"_tomb_{c}")
+        cond = part if cond is None else cond & part
+    joined = reduced.join(tomb, cond, "left")
+    survivors = joined.filter(
+        F.col("_tomb_position").isNull() | (F.col("_cdc_op") == "d") | (F.col("position") > F.col("_tomb_position"))
+    ).drop(*[f"_tomb_{c}" for c in cfg.primary_key], "_tomb_position")
+
+    deletes = reduced.filter("_cdc_op = 'd'").select(
+        *[F.col("image")[c].alias(c) for c in cfg.primary_key],
+        "_cdc_binlog_file_seq", "_cdc_binlog_pos", "_cdc_binlog_row", "_cdc_source_ts",
+        F.current_timestamp().alias("_cdc_recorded_at"),
+    )
+    view = f"cdc_tombstones_{uuid.uuid4().hex}"
+    deletes.createOrReplaceTempView(view)
+    on = " AND ".join(f"t.`{c}` = s.`{c}`" for c in cfg.primary_key)
+    try:
+        spark.sql(
+            f"MERGE INTO {name} t USING {view} s ON {on} "
+            f"WHEN MATCHED AND {position_struct('s.', change=True)} > {position_struct('t.', change=True)} "
+            "THEN UPDATE SET * "
+            "WHEN NOT MATCHED THEN INSERT *"
+        )
+    finally:
+        spark.catalog.dropTempView(view)
+    return survivors
+
+
 def apply_range(
     spark: SparkSession,
     settings: Settings,
     cfg: TableConfig,
     offset_range: OffsetRange,
     run_id: str,
+    *,
+    replay: bool = False,
 ) -> ApplyResult:
     """Apply one offset range to the table in one Iceberg commit (see the module docstring).
 
+    Args:
+        replay: a manual replay: the range may start anywhere (below the committed offsets).
+
     Raises:
+        ConfigError: a table without primary key in ``upsert`` mode.
         ConcurrentRunError: the table's committed offsets are neither the range's start nor its
-            end.
-        BadBatchError: records that cannot be applied (nothing committed).
-        PositionOrderError: the batch mixes binlog basenames or source servers.
+            end, or another run committed while this one ran.
+        BadBatchError: ``bad_records: fail`` and records that cannot be applied (nothing committed).
+        PositionOrderError: the events change binlog basename or source server.
         SchemaError: the table cannot be created from, or does not fit, the events.
     """
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
+    cfg.check_runnable()
     if offset_range.is_empty:
         return ApplyResult("empty")
     catalog = load_catalog(settings)
     existing = load_table_or_none(catalog, cfg.identifier)
-    if existing is not None:
-        committed = committed_offsets(existing, cfg.topic)
-        if committed is not None and committed != offset_range.start:
-            if committed == offset_range.end:
-                return ApplyResult("already_applied", events=offset_range.event_count)
-            raise ConcurrentRunError(
-                f"table {cfg.identifier}: committed offsets {encode_offsets(committed)} are not "
-                f"this run's start {encode_offsets(offset_range.start)}; another run committed "
-                "in between. Nothing was committed; the next run plans from the table's offsets."
-            )
+    state = committed_state(existing, cfg.topic) if existing is not None else None
+    if state is not None and state.offsets is not None and not replay and state.offsets != offset_range.start:
+        if state.offsets == offset_range.end:
+            return ApplyResult("already_applied", events=offset_range.event_count)
+        raise ConcurrentRunError(
+            f"table {cfg.identifier}: committed offsets {encode_offsets(state.offsets)} are not "
+            f"this run's start {encode_offsets(offset_range.start)}; another run committed "
+            "in between. Nothing was committed; the next run plans from the table's offsets."
+        )
 
     raw = read_range(spark, settings.kafka_bootstrap, offset_range).persist(StorageLevel.MEMORY_AND_DISK)
+    parsed = None
     try:
-        table = _resolve_table(spark, settings, cfg, raw)
+        table = _resolve_table(settings, cfg, raw)
+        if state is None:
+            state = committed_state(table, cfg.topic)
         columns = _source_columns(table)
-        parsed = parse_records(raw, cfg.value_format, columns, cfg.primary_key).persist(
-            StorageLevel.MEMORY_AND_DISK
-        )
+        parsed = _split_bad_and_held(
+            spark, settings, cfg, parse_records(raw, cfg.value_format, columns, cfg.primary_key)
+        ).persist(StorageLevel.MEMORY_AND_DISK)
+        good_filter = "not is_tombstone and error is null and held_back_behind is null"
         stats = parsed.agg(
             F.count(F.lit(1)).alias("events"),
             F.sum(F.col("is_tombstone").cast("int")).alias("tombstones"),
             F.sum(F.col("error").isNotNull().cast("int")).alias("bad"),
-            F.countDistinct("file_base").alias("basenames"),
+            F.sum(F.col("held_back_behind").isNotNull().cast("int")).alias("held"),
+            F.min(F.when(F.expr(good_filter), F.col("position"))).alias("first"),
+            F.max(F.when(F.expr(good_filter), F.col("position"))).alias("last"),
+            F.max(F.when(F.expr(good_filter) & (F.col("op") == "t"), F.col("position"))).alias("truncate"),
+            F.collect_set(F.when(F.expr(good_filter), F.col("file_base"))).alias("basenames"),
             # snapshot reads carry server_id 0: only changes name the server that wrote them
-            F.countDistinct(F.when(F.col("server_id") != 0, F.col("server_id"))).alias("servers"),
-            F.min(F.struct("file_seq", "pos", "row")).alias("first"),
-            F.max(F.struct("file_seq", "pos", "row")).alias("last"),
+            F.collect_set(F.when(F.expr(good_filter) & (F.col("server_id") != 0), F.col("server_id"))).alias("servers"),
         ).collect()[0]
-        if stats["bad"]:
-            bad_rows = (
-                parsed.filter("error is not null").orderBy("partition", "offset")
-                .select("partition", "offset", "error").limit(_MAX_REPORTED_BAD).collect()
-            )
-            values = {
-                (r["partition"], r["offset"]): r["value"]
-                for r in raw.join(
-                    spark.createDataFrame([(b["partition"], b["offset"]) for b in bad_rows], "partition int, offset long"),
-                    ["partition", "offset"],
-                ).select("partition", "offset", "value").collect()
-            }
-            reported = []
-            for b in bad_rows:
-                where = KafkaCoordinates(cfg.topic, b["partition"], b["offset"])
-                value = values.get((b["partition"], b["offset"]))
-                reason = _describe_bad_record(
-                    bytes(value) if value is not None else None, cfg, columns, where, b["error"]
-                )
-                reported.append((cfg.topic, b["partition"], b["offset"], reason))
-            raise BadBatchError(reported, stats["bad"])
-        if stats["basenames"] > 1 or stats["servers"] > 1:
-            found = (
-                parsed.filter("not is_tombstone and (server_id <> 0 or snapshot)")
-                .select("file_base", "server_id").distinct().collect()
-            )
+        quarantined = (stats["bad"] or 0) + (stats["held"] or 0)
+        if stats["bad"] and cfg.bad_records == "fail":
+            raise _bad_batch(spark, raw, parsed, cfg, columns, stats["bad"])
+        if quarantined:
+            _write_quarantine(spark, settings, cfg, parsed.filter("error is not null or held_back_behind is not null"), run_id)
+
+        basenames = sorted(stats["basenames"])
+        known = [state.binlog_basename] if state.binlog_basename else []
+        if len(set(basenames + known)) > 1 or len(stats["servers"]) > 1:
             raise PositionOrderError(
-                f"topic {cfg.topic!r}: the range mixes binlog sources "
-                f"{sorted((r['file_base'], r['server_id']) for r in found)}; positions of different "
-                "binlogs are not comparable (failover?). Re-snapshot the table after a failover."
+                f"topic {cfg.topic!r}: events from binlog basename(s) {basenames} and server id(s) "
+                f"{sorted(stats['servers'])} (the table so far: {known or 'none'}); positions of "
+                "different binlogs are not comparable (a failover?). Nothing was committed: "
+                "re-snapshot the table (snapshot-bootstrap DAG) after a failover."
             )
-        ops = {r["op"]: r["count"] for r in parsed.filter("not is_tombstone").groupBy("op").count().collect()}
-        events = parsed.filter("not is_tombstone")
-        reduced = reduce_latest(events, cfg.primary_key)
-        source = reduced.select(
-            *[F.col("image")[c.name].alias(c.name) for c in columns],
-            F.col("op").alias("_cdc_op"),
-            F.col("snapshot").alias("_cdc_snapshot"),
-            F.col("file_seq").alias("_cdc_binlog_file_seq"),
-            F.col("pos").alias("_cdc_binlog_pos"),
-            F.col("row").alias("_cdc_binlog_row"),
-            # Debezium 1.x snapshot reads carry ts_ms 0: unknown, not 1970
-            F.when(F.col("source_ts_ms") > 0, F.timestamp_millis("source_ts_ms")).alias("_cdc_source_ts"),
-            F.col("partition").alias("_cdc_kafka_partition"),
-            F.col("offset").alias("_cdc_kafka_offset"),
-        )
-        keys_changed = source.count()
+        basename = (basenames or known or [None])[0]
+
+        good = parsed.filter(good_filter)
+        ops = {r["op"]: r["count"] for r in good.groupBy("op").count().collect()}
+        truncate = stats["truncate"]
+        floor = state.truncate_floor
+        if truncate is not None:
+            new_floor = "{}:{}:{}:{}".format(*truncate)
+            if floor is None or tuple(truncate) > tuple(int(x) for x in floor.split(":")):
+                floor = new_floor
         properties = {
             SummaryKeys.TOPIC: cfg.topic,
             SummaryKeys.START_OFFSETS: encode_offsets(offset_range.start),
@@ -436,87 +637,153 @@ def apply_range(
             SummaryKeys.RUN_ID: run_id,
             SummaryKeys.EVENTS: str(stats["events"]),
             SummaryKeys.TOMBSTONES: str(stats["tombstones"] or 0),
-            SummaryKeys.UPSERTS: str(sum(v for k, v in ops.items() if k != "d")),
+            SummaryKeys.UPSERTS: str(sum(v for k, v in ops.items() if k in ("c", "u", "r"))),
             SummaryKeys.DELETES: str(ops.get("d", 0)),
+            SummaryKeys.QUARANTINED: str(quarantined),
         }
-        if stats["first"] is not None and stats["first"]["file_seq"] is not None:
-            properties[SummaryKeys.FIRST_POSITION] = "{}:{}:{}".format(*stats["first"])
-            properties[SummaryKeys.LAST_POSITION] = "{}:{}:{}".format(*stats["last"])
-        snapshot_id = _merge(spark, settings, cfg, table, columns, source, properties)
+        if replay:
+            properties[SummaryKeys.REPLAY] = "true"
+        if floor is not None:
+            properties[SummaryKeys.TRUNCATE_FLOOR] = floor
+        if basename is not None:
+            properties[SummaryKeys.BINLOG_BASENAME] = basename
+        if stats["first"] is not None:
+            properties[SummaryKeys.FIRST_POSITION] = "{}:{}:{}".format(*stats["first"][:3])
+            properties[SummaryKeys.LAST_POSITION] = "{}:{}:{}".format(*stats["last"][:3])
+
+        meta_cols = [name for name, _, _ in METADATA_COLUMNS]
+        if cfg.write_mode == "changelog":
+            source = good.select(*[F.col("image")[c.name].alias(c.name) for c in columns], *meta_cols)
+            keys_changed = 0
+            snapshot_id = _commit(spark, settings, cfg, table, state.snapshot_id, properties,
+                                  lambda target: source.writeTo(target).append())
+        else:
+            rows = good.filter("op <> 't'")
+            if floor is not None:
+                rows = rows.filter(F.col("position") > F.expr(_position_literal(floor)))
+            survivors = _apply_tombstones(spark, settings, cfg, reduce_latest(rows, cfg.primary_key))
+            source = survivors.select(*[F.col("image")[c.name].alias(c.name) for c in columns], *meta_cols)
+            source = source.persist(StorageLevel.MEMORY_AND_DISK)
+            keys_changed = source.count()
+            all_cols = [c.name for c in columns] + meta_cols
+            new_truncate = "{}:{}:{}:{}".format(*truncate) if truncate is not None else None
+            snapshot_id = _commit(
+                spark, settings, cfg, table, state.snapshot_id, properties,
+                lambda target: _merge(spark, cfg, target, source, all_cols, new_truncate),
+            )
+            source.unpersist()
         return ApplyResult(
             "committed",
             snapshot_id=snapshot_id,
             events=stats["events"],
             tombstones=stats["tombstones"] or 0,
             ops=ops,
+            quarantined=quarantined,
             keys_changed=keys_changed,
         )
     finally:
+        if parsed is not None:
+            parsed.unpersist()
         raw.unpersist()
 
 
-def _merge(
+def _bad_batch(spark, raw, parsed, cfg, columns, total) -> BadBatchError:  # noqa: ANN001
+    bad_rows = (
+        parsed.filter("error is not null").orderBy("partition", "offset")
+        .select("partition", "offset", "error", "value").limit(_MAX_REPORTED_BAD).collect()
+    )
+    reported = []
+    for b in bad_rows:
+        where = KafkaCoordinates(cfg.topic, b["partition"], b["offset"])
+        value = bytes(b["value"]) if b["value"] is not None else None
+        reported.append((cfg.topic, b["partition"], b["offset"], _describe_bad_record(value, cfg, columns, where, b["error"])))
+    return BadBatchError(reported, total)
+
+
+def _merge(spark: SparkSession, cfg: TableConfig, target: str, source: DataFrame, all_cols: list[str], truncate: str | None) -> None:
+    """The ``MERGE INTO`` of a reduced batch (one row per key) into ``target``."""
+    view = f"cdc_batch_{uuid.uuid4().hex}"
+    source.createOrReplaceTempView(view)
+    q = lambda name: f"`{name}`"  # noqa: E731
+    on = " AND ".join(f"t.{q(c)} = s.{q(c)}" for c in cfg.primary_key)
+    newer = f"{position_struct('s.')} > {position_struct('t.')}"
+    truncate_clause = (
+        f"WHEN NOT MATCHED BY SOURCE AND {position_struct('t.')} < {_position_literal(truncate)} THEN DELETE"
+        if truncate else ""
+    )
+    try:
+        spark.sql(f"""
+            MERGE INTO {target} t
+            USING {view} s
+            ON {on}
+            WHEN MATCHED AND s._cdc_op = 'd' AND {newer} THEN DELETE
+            WHEN MATCHED AND s._cdc_op <> 'd' AND {newer} THEN
+              UPDATE SET {", ".join(f"t.{q(c)} = s.{q(c)}" for c in all_cols)}
+            WHEN NOT MATCHED AND s._cdc_op <> 'd' THEN
+              INSERT ({", ".join(q(c) for c in all_cols)}) VALUES ({", ".join(f"s.{q(c)}" for c in all_cols)})
+            {truncate_clause}
+        """)
+    finally:
+        spark.catalog.dropTempView(view)
+
+
+def _commit(
     spark: SparkSession,
     settings: Settings,
     cfg: TableConfig,
     table: Any,
-    columns: list[ColumnSpec],
-    source: DataFrame,
+    base_snapshot_id: int | None,
     properties: dict[str, str],
+    write: Any,
 ) -> int:
-    """``MERGE INTO`` with the snapshot-summary properties; returns the new snapshot id.
+    """Run ``write(target)`` as one commit on top of ``base_snapshot_id`` and return its id.
 
-    A batch whose events reduce to no change (only tombstones) still commits, so that its end
-    offsets are recorded: an empty append snapshot carrying the properties.
+    The write goes to a branch created at the base snapshot; ``main`` is then fast-forwarded to it,
+    which Iceberg refuses when ``main`` moved since the base (another run committed). A write that
+    changes no row still commits (an empty append), so that its offsets are recorded.
+
+    Raises:
+        ConcurrentRunError: ``main`` is no longer at ``base_snapshot_id``.
     """
     target = f"{settings.catalog_name}.{cfg.identifier}"
-    view = f"cdc_batch_{uuid.uuid4().hex}"
-    source.createOrReplaceTempView(view)
-    all_cols = [c.name for c in columns] + [name for name, _, _ in METADATA_COLUMNS]
-    q = lambda name: f"`{name}`"  # noqa: E731
-    on = " AND ".join(f"t.{q(c)} = s.{q(c)}" for c in cfg.primary_key)
-
-    def pos(alias: str) -> str:
-        rank = f"CASE WHEN {alias}._cdc_snapshot THEN 0 ELSE 1 END"
-        return (
-            f"named_struct('f', coalesce({alias}._cdc_binlog_file_seq, -1), "
-            f"'p', coalesce({alias}._cdc_binlog_pos, -1), 'r', coalesce({alias}._cdc_binlog_row, -1), "
-            f"'k', {rank})"
-        )
-
-    newer = f"{pos('s')} > {pos('t')}"
-    sql = f"""
-        MERGE INTO {target} t
-        USING {view} s
-        ON {on}
-        WHEN MATCHED AND s._cdc_op = 'd' AND {newer} THEN DELETE
-        WHEN MATCHED AND s._cdc_op <> 'd' AND {newer} THEN
-          UPDATE SET {", ".join(f"t.{q(c)} = s.{q(c)}" for c in all_cols)}
-        WHEN NOT MATCHED AND s._cdc_op <> 'd' THEN
-          INSERT ({", ".join(q(c) for c in all_cols)}) VALUES ({", ".join(f"s.{q(c)}" for c in all_cols)})
-    """
-    before = table.current_snapshot()
-    before_id = before.snapshot_id if before else None
-    for key, value in properties.items():
-        spark.conf.set(_SNAPSHOT_PROPERTY + key, value)
+    branch = None
+    if base_snapshot_id is not None:
+        branch = f"{_BRANCH_PREFIX}{uuid.uuid4().hex[:12]}"
+        spark.sql(f"ALTER TABLE {target} CREATE BRANCH `{branch}` AS OF VERSION {base_snapshot_id}")
     try:
-        spark.sql(sql)
-    finally:
-        for key in properties:
-            spark.conf.unset(_SNAPSHOT_PROPERTY + key)
-        spark.catalog.dropTempView(view)
-    table = table.refresh()
-    after = table.current_snapshot()
-    if after is not None and after.snapshot_id != before_id:
-        if after.summary.get(SummaryKeys.END_OFFSETS) != properties[SummaryKeys.END_OFFSETS]:
-            raise ConcurrentRunError(
-                f"table {cfg.identifier}: the newest snapshot {after.snapshot_id} is not this "
-                "run's commit; another writer committed concurrently"
-            )
-        return after.snapshot_id
-    # Nothing changed in the data: record the offsets in an empty snapshot of their own.
-    import pyarrow as pa
+        for key, value in properties.items():
+            spark.conf.set(_SNAPSHOT_PROPERTY + key, value)
+        try:
+            write(f"{target}.`branch_{branch}`" if branch else target)
+        finally:
+            for key in properties:
+                spark.conf.unset(_SNAPSHOT_PROPERTY + key)
+        table = table.refresh()
+        ref = branch or "main"
+        head = table.snapshot_by_name(ref)
+        if head is None or head.snapshot_id == base_snapshot_id:
+            import pyarrow as pa
 
-    empty = pa.Table.from_pylist([], schema=table.schema().as_arrow())
-    table.append(empty, snapshot_properties=properties)
-    return table.refresh().current_snapshot().snapshot_id
+            empty = pa.Table.from_pylist([], schema=table.schema().as_arrow())
+            table.append(empty, snapshot_properties=properties, branch=ref)
+        if branch:
+            try:
+                spark.sql(f"CALL {settings.catalog_name}.system.fast_forward('{cfg.identifier}', 'main', '{branch}')")
+            except Exception as e:  # noqa: BLE001 - Spark wraps Iceberg's error in several types
+                if "not an ancestor" not in str(e):
+                    raise
+                raise ConcurrentRunError(
+                    f"table {cfg.identifier}: another run committed since this run read snapshot "
+                    f"{base_snapshot_id}; this run's commit was discarded (nothing changed). The "
+                    "next run plans from the table's offsets."
+                ) from e
+        snapshot_id = table.refresh().current_snapshot().snapshot_id
+    finally:
+        if branch:
+            spark.sql(f"ALTER TABLE {target} DROP BRANCH IF EXISTS `{branch}`")
+    pause = os.environ.get(PAUSE_AFTER_COMMIT_ENV)
+    if pause:
+        with open(pause, "w") as marker:
+            marker.write(str(snapshot_id))
+        time.sleep(3600)
+    return snapshot_id

@@ -13,9 +13,10 @@ A retry of any task is safe: a run that already committed finds its offsets in t
 
 from __future__ import annotations
 
+import json
 import os
 import sys
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from cdclake.settings import PROJECT_ROOT, jars_dir
@@ -36,11 +37,38 @@ def table_asset_uri(settings: Settings, cfg: TableConfig) -> str:
     return f"iceberg://{settings.catalog_name}/{cfg.namespace}/{cfg.table}"
 
 
-def plan(table_name: str) -> str | None:
+def _replay_params(params: dict[str, Any]) -> tuple[dict[int, int] | None, int | None]:
+    """The replay start from the trigger form: offsets per partition, or a timestamp."""
+    offsets = params.get("replay_from_offsets") or None
+    stamp = params.get("replay_from_timestamp") or None
+    if offsets is not None and stamp is not None:
+        raise ValueError("give replay_from_offsets or replay_from_timestamp, not both")
+    if offsets is not None:
+        if isinstance(offsets, str):
+            offsets = json.loads(offsets)
+        try:
+            offsets = {int(p): int(o) for p, o in offsets.items()}
+        except (AttributeError, TypeError, ValueError) as e:
+            raise ValueError(
+                f"replay_from_offsets must map partition to offset, e.g. {{\"0\": 120}}; got {offsets!r}"
+            ) from e
+    if stamp is not None:
+        parsed = datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=timezone.utc)
+        stamp = int(parsed.timestamp() * 1000)
+    return offsets, stamp
+
+
+def plan(table_name: str, **context: Any) -> str | None:
     """The ``plan`` task: the next offset range as JSON, or ``None`` when there is nothing new.
+
+    The trigger form's ``replay_from_offsets`` / ``replay_from_timestamp`` make the run a manual
+    replay from there (see :func:`cdclake.planner.plan_next`).
 
     Raises:
         OffsetsOutOfRangeError: committed offsets fell below the low watermark (see the message).
+        ConfigError: the table has no primary key and is not configured as a change log.
     """
     from cdclake.config import load_tables
     from cdclake.planner import plan_next
@@ -50,13 +78,32 @@ def plan(table_name: str) -> str | None:
 
     settings = Settings.from_env()
     cfg = load_tables(settings.tables_config).get(table_name)
-    planned = plan_next(settings, cfg, bootstrap=kafka_bootstrap(KAFKA_CONN_ID))
+    offsets, stamp = _replay_params(context.get("params") or {})
+    planned = plan_next(
+        settings, cfg, bootstrap=kafka_bootstrap(KAFKA_CONN_ID),
+        replay_from_offsets=offsets, replay_from_timestamp_ms=stamp,
+    )
     offset_range = planned.offset_range
-    print(f"table {cfg.identifier}: {planned.describe()}")
+    replay = offsets is not None or stamp is not None
+    print(f"table {cfg.identifier}: {'REPLAY ' if replay else ''}{planned.describe()}")
     if offset_range.is_empty:
         print("nothing new: skipping apply and publish (no Spark job, no commit)")
         return None
-    return offset_range.to_json()
+    return json.dumps({"range": json.loads(offset_range.to_json()), "replay": replay})
+
+
+def expire_tombstones(table_name: str) -> int:
+    """The ``expire_tombstones`` task: drop delete tombstones older than the table's
+    ``tombstone_retention_hours`` (pyiceberg; no Spark)."""
+    from cdclake.config import load_tables
+    from cdclake.lake import expire_tombstones as expire, load_catalog
+    from cdclake.settings import Settings
+
+    settings = Settings.from_env()
+    cfg = load_tables(settings.tables_config).get(table_name)
+    removed = expire(load_catalog(settings), cfg.identifier, cfg.tombstone_retention_hours)
+    print(f"removed {removed} tombstone(s) older than {cfg.tombstone_retention_hours} h")
+    return removed
 
 
 def publish(table_name: str, asset: Any, **context: Any) -> dict[str, Any]:
@@ -84,7 +131,7 @@ def publish(table_name: str, asset: Any, **context: Any) -> dict[str, Any]:
 def build_table_dag(settings: Settings, cfg: TableConfig) -> DAG:
     """The DAG ``cdc_<name>`` of one configured table."""
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-    from airflow.sdk import DAG, Asset, task
+    from airflow.sdk import DAG, Asset, Param, task
 
     from cdclake.spark_apply import spark_conf
 
@@ -106,6 +153,27 @@ def build_table_dag(settings: Settings, cfg: TableConfig) -> DAG:
         default_args=default_args,
         tags=["cdc", *cfg.tags],
         doc_md=__doc__,
+        params={
+            "replay_from_offsets": Param(
+                None,
+                type=["null", "object"],
+                title="Replay from offsets",
+                description=(
+                    'Manual replay/backfill: start offset per Kafka partition, e.g. {"0": 120, '
+                    '"1": 98}; partitions not named start at their earliest offset. Leave empty '
+                    "for an ordinary run."
+                ),
+            ),
+            "replay_from_timestamp": Param(
+                None,
+                type=["null", "string"],
+                title="Replay from timestamp",
+                description=(
+                    "Manual replay/backfill: start at the first records at or after this time "
+                    "(ISO 8601, UTC if no offset given), resolved with Kafka's offsets-for-times."
+                ),
+            ),
+        },
     ) as dag:
         plan_task = task.short_circuit(task_id="plan")(plan)(cfg.name)
         jars = ",".join(str(p) for p in sorted(jars_dir("spark").glob("*.jar")))
@@ -120,7 +188,7 @@ def build_table_dag(settings: Settings, cfg: TableConfig) -> DAG:
             driver_memory="2g",
             application_args=[
                 "--table", cfg.name,
-                "--range", "{{ ti.xcom_pull(task_ids='plan') }}",
+                "--plan", "{{ ti.xcom_pull(task_ids='plan') }}",
                 "--run-id", "{{ run_id }}",
                 "--bootstrap-servers",
                 "{{ conn.%s.extra_dejson['bootstrap.servers'] }}" % KAFKA_CONN_ID,
@@ -134,4 +202,6 @@ def build_table_dag(settings: Settings, cfg: TableConfig) -> DAG:
         )
         publish_task = task(task_id="publish", outlets=[asset])(publish)(cfg.name, asset)
         plan_task >> apply_task >> publish_task
+        if cfg.write_mode == "upsert":
+            task(task_id="expire_tombstones")(expire_tombstones)(cfg.name)
     return dag

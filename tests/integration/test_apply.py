@@ -165,8 +165,8 @@ def test_retry_of_committed_range_is_a_no_op_and_stale_start_is_refused(spark, k
          "column 'id': value 'seven' does not fit int"),
     ],
 )
-def test_bad_record_fails_the_run_naming_topic_partition_offset(spark, kafka, stack_settings, fixtures_dir, bad_value, reason):
-    cfg = make_table()
+def test_bad_record_fails_the_run_in_strict_mode_naming_topic_partition_offset(spark, kafka, stack_settings, fixtures_dir, bad_value, reason):
+    cfg = make_table(bad_records="fail")
     load_events(fixtures_dir / "risingwave/debezium_log.1", cfg, kafka, partitions=1)
     _, first = run_once(spark, stack_settings, cfg)
     assert first.status == "committed"

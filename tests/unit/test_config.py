@@ -166,9 +166,13 @@ def test_duplicate_iceberg_identifier_raises(tmp_path):
     assert "two tables share the identifier 'inventory.products'" in msg
 
 
-def test_empty_primary_key_raises(tmp_path):
-    msg = config_error(tmp_path, "tables:\n" + TABLE_A.replace("[id]", "[]"))
-    assert "primary_key must name at least one column" in msg
+def test_table_without_primary_key_is_refused_unless_changelog(tmp_path):
+    path = tmp_path / "tables.yaml"
+    path.write_text("tables:\n" + TABLE_A.replace("[id]", "[]"))
+    cfg = load_tables(path).tables[0]
+    with pytest.raises(ConfigError, match="has no primary key.*write_mode: changelog"):
+        cfg.check_runnable()
+    cfg.model_copy(update={"write_mode": "changelog"}).check_runnable()
 
 
 def test_repeated_primary_key_column_raises(tmp_path):
