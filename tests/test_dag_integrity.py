@@ -62,7 +62,7 @@ def test_dagbag_has_one_dag_per_configured_table_and_no_import_errors():
     expected = {t.dag_id for t in load_tables(PROJECT_ROOT / "include" / "tables.yaml").tables}
     assert set(result["dags"]) == expected
     for dag in result["dags"].values():
-        assert dag["tasks"] == ["apply", "expire_tombstones", "plan", "publish"]
+        assert dag["tasks"] == ["apply", "maintenance", "plan", "publish"]
         assert dag["max_active_runs"] == 1
         assert "cdc" in dag["tags"]
         assert dag["owner"] == "data-platform"

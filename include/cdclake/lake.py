@@ -330,3 +330,37 @@ def release_quarantined(catalog: Catalog, identifier: str, partition: int, offse
     table.overwrite(released, overwrite_filter=coordinates,
                     snapshot_properties={"cdc.maintenance": "release-quarantined"})
     return rows.num_rows
+
+
+RUN_BRANCH_PREFIX = "cdc-run-"
+"""Branches the apply job commits to before fast-forwarding ``main`` (dropped by the job)."""
+
+
+def remove_stale_run_branches(catalog: Catalog, identifier: str, *, older_than_ms: int, now_ms: int | None = None) -> list[str]:
+    """Remove run branches left by killed jobs (their snapshot is older than ``older_than_ms``).
+
+    A job killed between its branch write and the fast-forward leaves its branch behind; nothing
+    reads it, and the retry commits on a branch of its own.
+
+    Returns:
+        The names of the branches removed.
+    """
+    import time
+
+    table = load_table_or_none(catalog, identifier)
+    if table is None:
+        return []
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    stale = []
+    for name, ref in table.refs().items():
+        if not name.startswith(RUN_BRANCH_PREFIX):
+            continue
+        snap = table.snapshot_by_id(ref.snapshot_id)
+        if snap is None or now_ms - snap.timestamp_ms > older_than_ms:
+            stale.append(name)
+    if stale:
+        manage = table.manage_snapshots()
+        for name in stale:
+            manage = manage.remove_branch(name)
+        manage.commit()
+    return stale

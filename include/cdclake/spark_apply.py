@@ -55,6 +55,7 @@ from cdclake.lake import (
     METADATA_COLUMNS,
     QUARANTINE_COLUMNS,
     QUARANTINE_SUFFIX,
+    RUN_BRANCH_PREFIX,
     TOMBSTONE_COLUMNS,
     TOMBSTONES_SUFFIX,
     SummaryKeys,
@@ -76,11 +77,20 @@ if TYPE_CHECKING:
 
 _SNAPSHOT_PROPERTY = "spark.sql.iceberg.snapshot-property."
 _MAX_REPORTED_BAD = 10
-_BRANCH_PREFIX = "cdc-run-"
 
-PAUSE_AFTER_COMMIT_ENV = "CDCLAKE_TEST_PAUSE_AFTER_COMMIT"
-"""Fault-injection hook for the crash tests only: when set to a file path, the job writes that
-file right after its commit and sleeps, so that a test can kill it at exactly that point."""
+FAULT_PAUSE_ENV = "CDCLAKE_TEST_PAUSE"
+"""Fault-injection hook for the crash tests only: ``<point>=<marker file>`` makes the job write the
+marker file and sleep at ``point`` (``before_commit``: the branch holds the data, ``main`` does not
+yet; ``after_commit``: ``main`` holds it), so that a test can kill the job at exactly that point."""
+
+
+def _pause_point(point: str, detail: object) -> None:
+    spec = os.environ.get(FAULT_PAUSE_ENV, "")
+    name, _, marker = spec.partition("=")
+    if name == point and marker:
+        with open(marker, "w") as out:
+            out.write(str(detail))
+        time.sleep(3600)
 
 
 @dataclass(frozen=True)
@@ -748,7 +758,7 @@ def _commit(
     target = f"{settings.catalog_name}.{cfg.identifier}"
     branch = None
     if base_snapshot_id is not None:
-        branch = f"{_BRANCH_PREFIX}{uuid.uuid4().hex[:12]}"
+        branch = f"{RUN_BRANCH_PREFIX}{uuid.uuid4().hex[:12]}"
         spark.sql(f"ALTER TABLE {target} CREATE BRANCH `{branch}` AS OF VERSION {base_snapshot_id}")
     try:
         for key, value in properties.items():
@@ -767,6 +777,7 @@ def _commit(
             empty = pa.Table.from_pylist([], schema=table.schema().as_arrow())
             table.append(empty, snapshot_properties=properties, branch=ref)
         if branch:
+            _pause_point("before_commit", branch)
             try:
                 spark.sql(f"CALL {settings.catalog_name}.system.fast_forward('{cfg.identifier}', 'main', '{branch}')")
             except Exception as e:  # noqa: BLE001 - Spark wraps Iceberg's error in several types
@@ -781,9 +792,5 @@ def _commit(
     finally:
         if branch:
             spark.sql(f"ALTER TABLE {target} DROP BRANCH IF EXISTS `{branch}`")
-    pause = os.environ.get(PAUSE_AFTER_COMMIT_ENV)
-    if pause:
-        with open(pause, "w") as marker:
-            marker.write(str(snapshot_id))
-        time.sleep(3600)
+    _pause_point("after_commit", snapshot_id)
     return snapshot_id

@@ -92,18 +92,21 @@ def plan(table_name: str, **context: Any) -> str | None:
     return json.dumps({"range": json.loads(offset_range.to_json()), "replay": replay})
 
 
-def expire_tombstones(table_name: str) -> int:
-    """The ``expire_tombstones`` task: drop delete tombstones older than the table's
-    ``tombstone_retention_hours`` (pyiceberg; no Spark)."""
+def maintenance(table_name: str) -> dict[str, Any]:
+    """The ``maintenance`` task (pyiceberg; no Spark): drop delete tombstones older than the
+    table's ``tombstone_retention_hours``, and run branches left by killed apply jobs."""
     from cdclake.config import load_tables
-    from cdclake.lake import expire_tombstones as expire, load_catalog
+    from cdclake.lake import expire_tombstones, load_catalog, remove_stale_run_branches
     from cdclake.settings import Settings
 
     settings = Settings.from_env()
     cfg = load_tables(settings.tables_config).get(table_name)
-    removed = expire(load_catalog(settings), cfg.identifier, cfg.tombstone_retention_hours)
-    print(f"removed {removed} tombstone(s) older than {cfg.tombstone_retention_hours} h")
-    return removed
+    catalog = load_catalog(settings)
+    removed = expire_tombstones(catalog, cfg.identifier, cfg.tombstone_retention_hours)
+    branches = remove_stale_run_branches(catalog, cfg.identifier, older_than_ms=6 * 3600 * 1000)
+    print(f"removed {removed} tombstone(s) older than {cfg.tombstone_retention_hours} h; "
+          f"removed stale run branches {branches}")
+    return {"tombstones_removed": removed, "branches_removed": branches}
 
 
 def publish(table_name: str, asset: Any, **context: Any) -> dict[str, Any]:
@@ -202,6 +205,5 @@ def build_table_dag(settings: Settings, cfg: TableConfig) -> DAG:
         )
         publish_task = task(task_id="publish", outlets=[asset])(publish)(cfg.name, asset)
         plan_task >> apply_task >> publish_task
-        if cfg.write_mode == "upsert":
-            task(task_id="expire_tombstones")(expire_tombstones)(cfg.name)
+        task(task_id="maintenance")(maintenance)(cfg.name)
     return dag
