@@ -49,6 +49,9 @@ def airflow_env(settings: Settings, base: dict[str, str] | None = None) -> dict[
             "CDCLAKE_WAREHOUSE": settings.warehouse,
             "CDCLAKE_TABLES_CONFIG": str(settings.tables_config),
             "CDCLAKE_SPARK_MASTER": settings.spark_master,
+            "CDCLAKE_MARIADB_PORT": str(settings.mariadb_port),
+            "CDCLAKE_CONNECT_PORT": str(settings.connect_port),
+            "CDCLAKE_TOPIC_PREFIX": settings.topic_prefix,
             # spark-submit of the pip package finds its Spark home through python3 on PATH
             "PATH": venv_bin + os.pathsep + env.get("PATH", ""),
             "PYTHONPATH": os.pathsep.join(

@@ -16,6 +16,9 @@ variable                       meaning                                          
 ``CDCLAKE_WAREHOUSE``          warehouse location (URI)                         ``<state>/iceberg/warehouse``
 ``CDCLAKE_TABLES_CONFIG``      table config file                                ``include/tables.yaml``
 ``CDCLAKE_SPARK_MASTER``       Spark master for the embedded stack              ``local[2]``
+``CDCLAKE_MARIADB_PORT``       loopback port of the local MariaDB               ``13306``
+``CDCLAKE_CONNECT_PORT``       REST port of the local Kafka Connect worker      ``18083``
+``CDCLAKE_TOPIC_PREFIX``       Debezium ``topic.prefix`` of the local chain     ``mariadb``
 =============================  ===============================================  =========================
 """
 
@@ -38,6 +41,9 @@ _KNOWN = {
     "WAREHOUSE",
     "TABLES_CONFIG",
     "SPARK_MASTER",
+    "MARIADB_PORT",
+    "CONNECT_PORT",
+    "TOPIC_PREFIX",
 }
 
 
@@ -53,6 +59,9 @@ class Settings(BaseModel):
     warehouse: str
     tables_config: Path
     spark_master: str
+    mariadb_port: int = 13306
+    connect_port: int = 18083
+    topic_prefix: str = "mariadb"
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
@@ -84,6 +93,9 @@ class Settings(BaseModel):
                 env.get("CDCLAKE_TABLES_CONFIG", PROJECT_ROOT / "include" / "tables.yaml")
             ),
             spark_master=env.get("CDCLAKE_SPARK_MASTER", "local[2]"),
+            mariadb_port=int(env.get("CDCLAKE_MARIADB_PORT", "13306")),
+            connect_port=int(env.get("CDCLAKE_CONNECT_PORT", "18083")),
+            topic_prefix=env.get("CDCLAKE_TOPIC_PREFIX", "mariadb"),
         )
 
     @property

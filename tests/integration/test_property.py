@@ -395,7 +395,6 @@ def lake_state(settings, cfg) -> tuple[dict, dict, Position | None]:
 
 
 def check_history(spark, kafka, stack_settings, h: History) -> None:
-    note(repr(h))
     states = model_states(h)
     # the contract itself: the model must end where the source is
     assert {k: v for k, (v, _) in states[-1][0].items()} == h.expected, "model != source"
@@ -420,6 +419,8 @@ def check_history(spark, kafka, stack_settings, h: History) -> None:
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(h=histories())
 def test_random_histories_reach_the_source_state(spark, kafka, stack_settings, h):
+    note(repr(h))
+    print(repr(h))  # shown on failure
     check_history(spark, kafka, stack_settings, h)
 
 
@@ -460,4 +461,5 @@ def test_handpicked_history(spark, kafka, stack_settings):
     labels = [r.label for recs in h.log.values() for r in recs]
     assert any("@999999:" in x for x in labels) and any("@1000000:" in x for x in labels)
     assert any("[duplicate]" in x for x in labels) and any("[re-emitted at end]" in x for x in labels)
+    print(repr(h))  # shown on failure
     check_history(spark, kafka, stack_settings, h)
