@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CDCLAKE := .venv/bin/cdclake
 PYTEST_ARGS ?=
 
-.PHONY: demo test setup stack-start stack-stop stack-status airflow-ui lock clean help
+.PHONY: demo test setup stack-start stack-stop stack-status chain-start chain-stop airflow-ui lock clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -27,12 +27,18 @@ stack-stop:  ## stop the local Kafka broker
 stack-status:  ## is the local Kafka broker running?
 	$(CDCLAKE) stack status
 
+chain-start: setup  ## start the real source chain: Kafka, MariaDB, Kafka Connect + Debezium MariaDB connector
+	$(CDCLAKE) chain start
+
+chain-stop:  ## stop the real source chain
+	$(CDCLAKE) chain stop
+
 airflow-ui: stack-start  ## Airflow UI on http://127.0.0.1:8080 (airflow standalone on SQLite)
 	$(CDCLAKE) airflow standalone
 
 lock:  ## re-pin requirements.txt from requirements.in
 	.venv/bin/uv pip compile requirements.in -p 3.11 -q --no-header -o requirements.txt
 
-clean:  ## stop the broker and delete the local stack's data (keeps .venv and .jars)
-	-$(CDCLAKE) stack stop
+clean:  ## stop everything and delete the local stack's data (keeps .venv and .jars)
+	-$(CDCLAKE) chain stop
 	rm -rf .stack

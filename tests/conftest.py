@@ -4,6 +4,7 @@ under one temporary folder per test session."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from pathlib import Path
 
@@ -13,7 +14,8 @@ from cdclake.config import TableConfig
 from cdclake.settings import Settings
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "debezium"
-TEST_KAFKA_PORT = 19192
+TEST_KAFKA_PORT = int(os.environ.get("CDCLAKE_TEST_KAFKA_PORT", "19192"))
+"""The tests' own broker; another port lets two test sessions run side by side."""
 
 
 @pytest.fixture(scope="session")
@@ -30,6 +32,9 @@ def stack_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
             "CDCLAKE_STATE_DIR": str(state),
             "CDCLAKE_KAFKA_BOOTSTRAP": f"127.0.0.1:{TEST_KAFKA_PORT}",
             "CDCLAKE_TABLES_CONFIG": str(state / "tables.yaml"),
+            "CDCLAKE_MARIADB_PORT": "13316",
+            "CDCLAKE_CONNECT_PORT": "18093",
+            "CDCLAKE_TOPIC_PREFIX": "chain",
         }
     )
 
@@ -42,6 +47,19 @@ def kafka(stack_settings: Settings):
     stack.start_broker(stack_settings)
     yield stack_settings.kafka_bootstrap
     stack.stop_broker(stack_settings)
+
+
+@pytest.fixture(scope="session")
+def chain(stack_settings: Settings, kafka):
+    """The real source chain: MariaDB and Kafka Connect with the Debezium MariaDB connector
+    (JsonConverter with schemas), streaming into the tests' broker under topic prefix ``chain``."""
+    from cdclake import source_chain
+
+    source_chain.start_mariadb(stack_settings)
+    source_chain.start_connect(stack_settings)
+    yield stack_settings
+    source_chain.stop_connect(stack_settings)
+    source_chain.stop_mariadb(stack_settings)
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
 """``cdclake``: what a data engineer does by hand on the local stack.
 
     cdclake stack start|stop|status     the local Kafka broker (KRaft)
+    cdclake chain start|stop|status     the real source chain: Kafka + MariaDB + Kafka Connect/Debezium
     cdclake load FILE --table NAME      put a captured Debezium event file into the table's topic
     cdclake run NAME                    run the table's DAG once (airflow dags test)
     cdclake run NAME --replay-from-offsets '{"0": 120}'   a manual replay (also from the UI form)
@@ -48,6 +49,33 @@ def cmd_stack(args: argparse.Namespace) -> int:
         print(f"Warehouse: {settings.warehouse}")
         print(f"Airflow home: {settings.airflow_home}")
         return 0 if status.running else 3
+    return 0
+
+
+def cmd_chain(args: argparse.Namespace) -> int:
+    from cdclake import source_chain, stack
+
+    settings = _settings()
+    if args.action == "start":
+        print(stack.start_broker(settings))
+        print(source_chain.start_mariadb(settings))
+        print(source_chain.start_connect(settings, schemas_enable=not args.no_schemas,
+                                         snapshot_mode=args.snapshot_mode))
+        print(f"MariaDB: mariadb -h 127.0.0.1 -P {settings.mariadb_port} -u root inventory; "
+              f"Debezium topics: {settings.topic_prefix}.inventory.<table>, schema changes: "
+              f"{settings.topic_prefix}, notifications: {settings.topic_prefix}.notifications")
+    elif args.action == "stop":
+        print(source_chain.stop_connect(settings))
+        print(source_chain.stop_mariadb(settings))
+        print(stack.stop_broker(settings))
+    else:
+        try:
+            status = source_chain.connector_status(settings)
+            print(f"connector {status['name']}: {status['connector']['state']}, tasks "
+                  f"{[t['state'] for t in status['tasks']]}")
+        except OSError as e:
+            print(f"Kafka Connect not answering on port {settings.connect_port}: {e}")
+            return 3
     return 0
 
 
@@ -236,6 +264,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("stack", help="start, stop or check the local Kafka broker")
     p.add_argument("action", choices=["start", "stop", "status"])
     p.set_defaults(func=cmd_stack)
+
+    p = sub.add_parser("chain", help="start, stop or check the real source chain (Kafka, MariaDB, Debezium)")
+    p.add_argument("action", choices=["start", "stop", "status"])
+    p.add_argument("--no-schemas", action="store_true", help="JsonConverter schemas.enable=false")
+    p.add_argument("--snapshot-mode", default="initial", help="Debezium snapshot.mode (initial)")
+    p.set_defaults(func=cmd_chain)
 
     p = sub.add_parser("load", help="produce a captured Debezium event file into a table's topic")
     p.add_argument("file", help="JSON lines (or concatenated JSON) of Debezium record values")

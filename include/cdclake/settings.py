@@ -69,11 +69,14 @@ class Settings(BaseModel):
 
         Raises:
             ValueError: a ``CDCLAKE_*`` variable that this model does not know (a typo would
-                otherwise be a silent no-op).
+                otherwise be a silent no-op); ``CDCLAKE_TEST_*`` is reserved for the tests.
         """
         env = dict(os.environ if environ is None else environ)
         unknown = sorted(
-            k for k in env if k.startswith(_ENV_PREFIX) and k[len(_ENV_PREFIX) :] not in _KNOWN
+            k for k in env
+            if k.startswith(_ENV_PREFIX) and k[len(_ENV_PREFIX) :] not in _KNOWN
+            # CDCLAKE_TEST_* belong to the test suite (ports, fault injection), not to the stack
+            and not k.startswith(_ENV_PREFIX + "TEST_")
         )
         if unknown:
             raise ValueError(

@@ -166,6 +166,7 @@ def stop_mariadb(settings: Settings) -> str:
 def connector_env(settings: Settings, *, schemas_enable: bool = True, snapshot_mode: str = "initial") -> dict[str, str]:
     """Values of the ``${env:...}`` placeholders of the connector config, for the local chain."""
     return {
+        "CDC_CONNECTOR_CLASS": "io.debezium.connector.mariadb.MariaDbConnector",
         "CDC_DB_HOST": "127.0.0.1",
         "CDC_DB_PORT": str(settings.mariadb_port),
         "CDC_DB_USER": DB_USER,
@@ -183,7 +184,7 @@ bootstrap.servers={bootstrap}
 listeners=http://127.0.0.1:{port}
 plugin.path={plugins}
 offset.storage.file.filename={offsets}
-offset.flush.interval.ms=1000
+offset.flush.interval.ms=10000
 key.converter=org.apache.kafka.connect.json.JsonConverter
 value.converter=org.apache.kafka.connect.json.JsonConverter
 config.providers=env

@@ -41,6 +41,12 @@ fi
 # --- 2. JVM jars -------------------------------------------------------------------------------
 want=$(cat include/jars/pom.xml include/jars/settings.xml | sha256sum | cut -d' ' -f1)
 if [ "$(cat .jars/.pom.sha 2>/dev/null)" != "$want" ]; then
+  say "fetching the Debezium MariaDB connector plugin (Maven)"
+  rm -rf .jars/connect-plugins
+  mkdir -p .jars
+  mvn -B -s include/jars/settings.xml -f include/jars/pom.xml -P debezium \
+    dependency:unpack@debezium-plugin -DoutputDirectory="$ROOT/.jars/connect-plugins" > .jars/maven-debezium.log 2>&1 \
+    || { tail -40 .jars/maven-debezium.log >&2; exit 1; }
   for profile in spark kafka; do
     say "fetching $profile jars (Maven)"
     rm -rf ".jars/$profile"
@@ -54,7 +60,17 @@ else
   say "jars up to date"
 fi
 
-# --- 3. Airflow metadata DB -----------------------------------------------------------------------
+# --- 3. MariaDB (Debian package) for the real source chain -------------------------------------
+if ! command -v mariadbd >/dev/null && [ ! -x /usr/sbin/mariadbd ]; then
+  say "installing MariaDB (apt-get)"
+  if [ "$(id -u)" -eq 0 ]; then SUDO=; else SUDO=sudo; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq mariadb-server mariadb-client >/dev/null
+else
+  say "MariaDB installed"
+fi
+
+# --- 4. Airflow metadata DB -----------------------------------------------------------------------
 .venv/bin/python - <<'PY'
 from cdclake.cli import ensure_airflow_db
 from cdclake.settings import Settings

@@ -420,7 +420,6 @@ def check_history(spark, kafka, stack_settings, h: History) -> None:
 @given(h=histories())
 def test_random_histories_reach_the_source_state(spark, kafka, stack_settings, h):
     note(repr(h))
-    print(repr(h))  # shown on failure
     check_history(spark, kafka, stack_settings, h)
 
 
