@@ -178,7 +178,9 @@ def show_table(name: str, *, limit: int, metadata_columns: bool, settings: Setti
     table = load_table_or_none(load_catalog(settings), cfg.identifier)
     if table is None:
         return f"{settings.catalog_name}.{cfg.identifier}: no such table yet (run the DAG first)\n"
-    out = [f"== {settings.catalog_name}.{cfg.identifier} ==", str(table.schema()), ""]
+    schema = table.schema()
+    keys = [schema.find_field(i).name for i in schema.identifier_field_ids]
+    out = [f"== {settings.catalog_name}.{cfg.identifier} ==", str(schema), f"identifier fields: {keys}", ""]
     snap = table.current_snapshot()
     if snap is not None:
         out.append(f"current snapshot {snap.snapshot_id} ({snap.summary.operation.value}); summary:")
@@ -191,7 +193,14 @@ def show_table(name: str, *, limit: int, metadata_columns: bool, settings: Setti
         arrow = arrow.drop_columns([c for c, _, _ in METADATA_COLUMNS])
     arrow = arrow.sort_by([(c, "ascending") for c in cfg.primary_key])
     out.append(f"{arrow.num_rows} row(s)")
-    out.append(arrow.slice(0, limit).to_pandas().to_string(index=False) if arrow.num_rows else "")
+    if arrow.num_rows:
+        import pandas as pd
+
+        # floats as Python prints them: the exact value stored, not a rounded display
+        with pd.option_context("display.float_format", lambda v: repr(float(v)), "display.max_colwidth", 80, "display.width", 200):
+            out.append(arrow.slice(0, limit).to_pandas().to_string(index=False))
+    else:
+        out.append("")
     return "\n".join(out) + "\n"
 
 
