@@ -9,7 +9,7 @@ in another partition), truncates, multi-row binlog events (``row`` 0, 1, 2 at on
 and binlog rotations (including ``mysql-bin.999999`` -> ``mysql-bin.1000000``). Records go to 3
 partitions by key; faults: Kafka tombstones after deletes, duplicates right after the original,
 connector restarts that re-emit a suffix (mid-stream and at the end). Each partition is then cut
-into 1..4 runs, optionally followed by a manual replay.
+into 1..4 runs, optionally followed by a manual replay of any window (then a run to the end).
 
 ``CDCLAKE_PROPERTY_EXAMPLES`` sets the number of examples (default 6; each apply takes seconds).
 """
@@ -181,10 +181,12 @@ class HistoryBuilder:
             self.log[partition].append(Produced(rec.key, rec.value, rec.label + " [re-emitted]"))
 
     def finish(self, duplicates: set[tuple[int, int]], suffixes: dict[int, int], cuts: list[dict[int, int]],
-               replay_start: dict[int, int] | None = None) -> History:
+               replay: tuple[dict[int, int], dict[int, int]] | None = None) -> History:
         """Faults and runs: duplicate ``(partition, index)`` right after itself, re-emit the last
         ``suffixes[p]`` records of each partition, then cut into runs ending at each of ``cuts``
-        (offsets, made non-decreasing; the last run ends at the log's end)."""
+        (offsets, made non-decreasing; the last run ends at the log's end); then an optional
+        manual replay of the window ``replay = (start, end)`` (clipped to the log; dropped when
+        empty), followed, when it ends before the log's end, by a run from its end to the log's."""
         log: dict[int, list[Produced]] = {}
         for p, recs in self.log.items():
             out: list[Produced] = []
@@ -203,10 +205,15 @@ class HistoryBuilder:
             runs.append((prev, nxt))
             prev = nxt
         runs.append((prev, end))
-        replay = None
-        if replay_start is not None:
-            replay = ({p: min(replay_start.get(p, 0), end[p]) for p in log}, end)
-        return History(log, runs, replay, dict(self.source), dict(self.partition_of))
+        replay_runs: list[tuple[dict[int, int], dict[int, int]]] = []
+        if replay is not None:
+            r_end = {p: min(replay[1].get(p, end[p]), end[p]) for p in log}
+            r_start = {p: min(replay[0].get(p, 0), r_end[p]) for p in log}
+            if r_start != r_end:
+                replay_runs.append((r_start, r_end))
+                if r_end != end:
+                    replay_runs.append((r_end, end))
+        return History(log, runs, replay_runs, dict(self.source), dict(self.partition_of))
 
 
 @dataclass
@@ -214,8 +221,8 @@ class History:
     log: dict[int, list[Produced]]
     runs: list[tuple[dict[int, int], dict[int, int]]]
     """``(start, end)`` offsets of each run; each start is the previous end."""
-    replay: tuple[dict[int, int], dict[int, int]] | None
-    """A final manual replay ``(start, end)``, or none."""
+    after_runs: list[tuple[dict[int, int], dict[int, int]]]
+    """Empty, or a manual replay ``(start, end)`` after the runs, then maybe a run to the end."""
     expected: dict[int, str | None]
     """The source table at the end."""
     partition_of: dict[int, int]
@@ -228,8 +235,7 @@ class History:
 
     def all_runs(self) -> list[tuple[dict[int, int], dict[int, int], bool]]:
         runs = [(s, e, False) for s, e in self.runs]
-        if self.replay is not None:
-            runs.append((*self.replay, True))
+        runs += [(s, e, i == 0) for i, (s, e) in enumerate(self.after_runs)]
         return runs
 
     def __repr__(self) -> str:
@@ -324,16 +330,17 @@ def histories(draw, max_steps: int = 10) -> History:
     sizes = {p: len(recs) for p, recs in b.log.items()}
     all_idx = [(p, i) for p in range(PARTITIONS) for i in range(sizes[p])]
     duplicates = draw(st.sets(st.sampled_from(all_idx), max_size=3)) if all_idx else set()
-    suffixes = {p: draw(st.integers(0, 4)) for p in range(PARTITIONS)}
+    suffixes = {p: draw(st.integers(0, 6)) for p in range(PARTITIONS)}
     final = {p: sizes[p] + sum(1 for q, _ in duplicates if q == p) + suffixes[p] for p in range(PARTITIONS)}
     n_runs = draw(st.sampled_from([1, 2, 3, 4]))
     cut_points = {p: sorted(draw(st.lists(st.integers(0, final[p]), min_size=n_runs - 1, max_size=n_runs - 1)))
                   for p in range(PARTITIONS)}
     cuts = [{p: cut_points[p][i] for p in range(PARTITIONS)} for i in range(n_runs - 1)]
-    replay_start = None
-    if draw(st.integers(0, 3)) == 3:
-        replay_start = {p: draw(st.integers(0, final[p])) for p in range(PARTITIONS)}
-    return b.finish(duplicates, suffixes, cuts, replay_start)
+    replay = None
+    if draw(st.sampled_from([False, False, True])):
+        r_start = {p: draw(st.integers(0, final[p])) for p in range(PARTITIONS)}
+        replay = (r_start, {p: draw(st.integers(r_start[p], final[p])) for p in range(PARTITIONS)})
+    return b.finish(duplicates, suffixes, cuts, replay)
 
 
 # --- running a history through the model and the job --------------------------------------------
@@ -428,7 +435,7 @@ def handpicked_history() -> History:
     multi-row event, a truncate (in a partition that runs a run behind the others) followed by
     inserts, a delete and a re-insert across mysql-bin.999999 -> mysql-bin.1000000, key changes
     across partitions (before and after the rollover), duplicates, a re-emitted suffix spanning the
-    rollover and a final manual replay of everything."""
+    rollover, and a manual replay of an old window."""
     b = HistoryBuilder({1: 0, 4: 0, 2: 1, 5: 1, 3: 2, 6: 2}, seq=999_999, pos=4000)
     b.snapshot([1, 2], ["s1", "s2"])                           # r(1) p0, r(2) p1 @999999:4000:0
     b.event([("u", 1, "a1")])                                  # u(1) @999999:4000:0, rank 1
@@ -445,13 +452,22 @@ def handpicked_history() -> History:
     b.event([("c", 5, "b5"), ("c", 6, "b6")])                  # rows 0, 1 @1000000:304
     assert b.source == {1: "again1", 3: "b3", 5: "b5", 6: "b6"}
     # p0: r1 u1 c4 c4 c1 d1 ~1 c1 u4 d4 ~4 | p1: r2 c5 d2 ~2 t c5 | p2: c3 c6 c3 c6  (~ = Kafka tombstone)
+    # after the faults: p0 = 0 r1, 1 u1, 2 c4, 3 c4, 4 c1, 5 d1, 6 ~1, 7 c1, 8 c1 (dup), 9 u4, 10 d4,
+    # 11 ~4, 12..18 re-emitted d1 ~1 c1 c1 u4 d4 ~4; p1 = 0..5, 6..8 re-emitted ~2 t c5;
+    # p2 = 0 c3, 1 c6, 2 c6 (dup), 3 c3, 4 c6, 5..8 re-emitted c6 c6 c3 c6
     return b.finish(
         duplicates={(0, 7), (2, 1)},            # c(1) @1000000:4 and c(6) @999999:4200
         suffixes={0: 7, 1: 3, 2: 4},            # restart: re-emits from both sides of the rollover
-        cuts=[{0: 2, 1: 1, 2: 0},               # r(1) + u(1) at one position: the change wins
-              {0: 9, 1: 2, 2: 4},               # events after the truncate, before it arrives
-              {0: 12, 1: 6, 2: 5}],             # the truncate, with later events in its run
-        replay_start={0: 0, 1: 0, 2: 0},
+        cuts=[{0: 1, 1: 1, 2: 0},     # r(1), r(2)
+              {0: 2, 1: 1, 2: 0},     # u(1) at the reads' position, a run later: it replaces r(1)
+              {0: 5, 1: 2, 2: 4},     # events after the truncate (c4 @4400, c1 @4500) before it
+              {0: 13, 1: 6, 2: 5},    # the truncate and later events; the re-emitted d(1) @4600
+                                      # lands at a higher offset than c(1) @1000000:4, one run
+              {0: 17, 1: 8, 2: 7}],   # the re-emitted u(4) @1000000:104 without its d(4) @204:
+                                      # the tombstone must discard it
+        # a manual replay of a window without d(4) @1000000:204 (older events, whose keys are
+        # deleted or newer now), then the run from the window's end to the log's end
+        replay=({0: 2, 1: 0, 2: 0}, {0: 10, 1: 5, 2: 9}),
     )
 
 

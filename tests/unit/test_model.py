@@ -133,11 +133,15 @@ def test_handpicked_history_model_states():
     from tests.integration.test_property import handpicked_history, model_states
 
     h = handpicked_history()
+    assert [replay for _, _, replay in h.all_runs()] == [False] * 6 + [True, False]
+    assert h.all_runs()[-1][:2] == ({0: 10, 1: 5, 2: 9}, {0: 19, 1: 9, 2: 9})
     states = model_states(h)
-    rows0 = states[0][0]
-    assert rows0[1] == ("a1", (999_999, 4000, 0, 1))  # the change, not the read at its position
-    assert rows0[2] == ("s2", (999_999, 4000, 0, 0))
-    assert {k: v for k, (v, _) in states[2][0].items()} == h.expected
+    assert states[0][0][1] == ("s1", (999_999, 4000, 0, 0))
+    assert states[1][0][1] == ("a1", (999_999, 4000, 0, 1))  # the change replaces the read at its position
+    assert 1 in states[2][0] and 4 in states[2][0]  # written above the truncate that has not arrived yet
+    assert {k: v for k, (v, _) in states[3][0].items()} == h.expected
+    assert states[3][1][4] == (1_000_000, 204, 0, 1)
+    assert states[4][0] == states[3][0]  # the re-emitted u(4) is discarded by the tombstone
     assert {k: v for k, (v, _) in states[-1][0].items()} == h.expected
     assert states[-1][2] == (999_999, 4300, 0, 1)
 
