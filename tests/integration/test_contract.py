@@ -262,3 +262,26 @@ def test_commit_on_a_stale_base_snapshot_is_refused_by_iceberg(spark, kafka, sta
     assert rows(stack_settings, table) == {1: "b"}
     refs = {r["name"] for r in spark.sql(f"SELECT name FROM {target}.refs").collect()}
     assert refs == {"main"}
+
+
+def test_replay_from_a_timestamp_resolves_offsets_for_times_and_converges(spark, kafka, stack_settings, table):
+    import time as _time
+
+    send(kafka, table, [(key(1), ev("c", 1, "a", 100)), (key(2), ev("c", 2, "b", 110))])
+    run_once(spark, stack_settings, table)
+    _time.sleep(1.0)
+    cut_ms = int(_time.time() * 1000)
+    _time.sleep(0.5)
+    send(kafka, table, [(key(1), ev("u", 1, "a2", 120)), (key(2), ev("d", 2, "b", 130))])
+    run_once(spark, stack_settings, table)
+    before = rows(stack_settings, table)
+    assert before == {1: "a2"}
+    planned = plan_next(stack_settings, table, replay_from_timestamp_ms=cut_ms)
+    # the replay starts at the first records written after the cut: offset 2 of partition 0
+    assert planned.offset_range.start == {0: 2, 1: 0}
+    assert planned.offset_range.end == {0: 4, 1: 0}
+    result = apply_range(spark, stack_settings, table, planned.offset_range, "replay-ts", replay=True)
+    assert result.status == "committed"
+    assert rows(stack_settings, table) == before
+    summary = load_catalog(stack_settings).load_table(table.identifier).current_snapshot().summary
+    assert summary[SummaryKeys.REPLAY] == "true"

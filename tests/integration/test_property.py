@@ -267,21 +267,25 @@ def histories(draw, max_steps: int = 10) -> History:
     def gap() -> int:
         return draw(st.integers(1, 400))
 
+    def uniform(lo: int, hi: int) -> int:
+        """``integers()`` favours its bounds; offsets and counts should spread (shrinks to ``lo``)."""
+        return draw(st.sampled_from(range(lo, hi + 1)))
+
     snap = draw(st.lists(st.sampled_from(KEYS), unique=True, max_size=4))
     if snap:
         b.snapshot(snap, [value() for _ in snap])
 
-    for _ in range(draw(st.sampled_from(range(1, max_steps + 1)))):  # uniform: integers() favours 1
+    for _ in range(uniform(1, max_steps)):
         present = sorted(b.source)
         absent = [k for k in KEYS if k not in b.source]
-        kinds = []
+        kinds = []  # weights: row changes twice a truncate, rotations often (.999999 -> .1000000)
         if absent:
-            kinds.append("insert")
+            kinds += ["insert", "insert"]
         if present:
-            kinds += ["update", "delete"]
+            kinds += ["update", "delete", "update", "delete"]
         if present and absent:
-            kinds.append("key_change")
-        kinds += ["multi", "truncate", "rotate", "rotate"]  # rotations often: .999999 -> .1000000
+            kinds += ["key_change", "key_change"]
+        kinds += ["multi", "truncate", "rotate", "rotate"]
         if b.emitted:
             kinds.append("restart")
         kind = draw(st.sampled_from(kinds))
@@ -294,17 +298,20 @@ def histories(draw, max_steps: int = 10) -> History:
         elif kind == "key_change":
             b.event([("pk", draw(st.sampled_from(present)), draw(st.sampled_from(absent)), value())], gap())
         elif kind == "multi":
-            # one rows event of one statement: 2-3 rows of the same kind, distinct keys
+            # one rows event of one statement: 2-3 rows of the same kind; a statement changes a
+            # row once (a key vacated by a key change may be taken by the next row's key change)
             changes: list[tuple] = []
             stmt = draw(st.sampled_from(["insert", "update", "delete"]))
             shadow = dict(b.source)
+            written: set[int] = set()
             for _row in range(draw(st.integers(2, 3))):
-                pres = sorted(shadow)
+                pres = sorted(k for k in shadow if k not in written)
                 abs_ = [k for k in KEYS if k not in shadow]
                 if stmt == "insert" and abs_:
                     k = draw(st.sampled_from(abs_))
                     changes.append(("c", k, value()))
                     shadow[k] = None
+                    written.add(k)
                 elif stmt == "update" and pres:
                     old = draw(st.sampled_from(pres))
                     if abs_ and draw(st.integers(0, 2)) == 2:  # the statement changes the key
@@ -312,8 +319,10 @@ def histories(draw, max_steps: int = 10) -> History:
                         changes.append(("pk", old, new, value()))
                         del shadow[old]
                         shadow[new] = None
+                        written.add(new)
                     else:
                         changes.append(("u", old, value()))
+                        written.add(old)
                 elif stmt == "delete" and pres:
                     k = draw(st.sampled_from(pres))
                     changes.append(("d", k))
@@ -325,21 +334,27 @@ def histories(draw, max_steps: int = 10) -> History:
         elif kind == "rotate":
             b.rotate(draw(st.integers(4, 300)))
         elif kind == "restart":
-            b.restart(draw(st.integers(1, len(b.emitted))))
+            b.restart(uniform(1, len(b.emitted)))
 
     sizes = {p: len(recs) for p, recs in b.log.items()}
     all_idx = [(p, i) for p in range(PARTITIONS) for i in range(sizes[p])]
     duplicates = draw(st.sets(st.sampled_from(all_idx), max_size=3)) if all_idx else set()
-    suffixes = {p: draw(st.integers(0, 6)) for p in range(PARTITIONS)}
+    suffixes = {p: uniform(0, min(6, sizes[p])) for p in range(PARTITIONS)}
     final = {p: sizes[p] + sum(1 for q, _ in duplicates if q == p) + suffixes[p] for p in range(PARTITIONS)}
     n_runs = draw(st.sampled_from([1, 2, 3, 4]))
-    cut_points = {p: sorted(draw(st.lists(st.integers(0, final[p]), min_size=n_runs - 1, max_size=n_runs - 1)))
-                  for p in range(PARTITIONS)}
+    if n_runs > 1 and draw(st.booleans()):
+        # the connector restarted after a run had read everything produced so far: one run ends
+        # where the re-emitted suffix begins, the later runs split the suffix
+        cut_points = {p: [final[p] - suffixes[p]] + [uniform(final[p] - suffixes[p], final[p]) for _ in range(n_runs - 2)]
+                      for p in range(PARTITIONS)}
+    else:
+        cut_points = {p: [uniform(0, final[p]) for _ in range(n_runs - 1)] for p in range(PARTITIONS)}
+    cut_points = {p: sorted(c) for p, c in cut_points.items()}
     cuts = [{p: cut_points[p][i] for p in range(PARTITIONS)} for i in range(n_runs - 1)]
     replay = None
     if draw(st.sampled_from([False, False, True])):
-        r_start = {p: draw(st.integers(0, final[p])) for p in range(PARTITIONS)}
-        replay = (r_start, {p: draw(st.integers(r_start[p], final[p])) for p in range(PARTITIONS)})
+        r_start = {p: uniform(0, final[p]) for p in range(PARTITIONS)}
+        replay = (r_start, {p: uniform(r_start[p], final[p]) for p in range(PARTITIONS)})
     return b.finish(duplicates, suffixes, cuts, replay)
 
 
