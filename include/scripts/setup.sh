@@ -47,6 +47,8 @@ if [ "$(cat .jars/.pom.sha 2>/dev/null)" != "$want" ]; then
   mvn -B -s include/jars/settings.xml -f include/jars/pom.xml -P debezium \
     dependency:unpack@debezium-plugin -DoutputDirectory="$ROOT/.jars/connect-plugins" > .jars/maven-debezium.log 2>&1 \
     || { tail -40 .jars/maven-debezium.log >&2; exit 1; }
+  [ -d .jars/connect-plugins/debezium-connector-mariadb ] \
+    || { echo "the Debezium plugin was not unpacked into .jars/connect-plugins" >&2; exit 1; }
   for profile in spark kafka; do
     say "fetching $profile jars (Maven)"
     rm -rf ".jars/$profile"
