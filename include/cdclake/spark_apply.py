@@ -757,7 +757,9 @@ def _commit(
     """
     target = f"{settings.catalog_name}.{cfg.identifier}"
     branch = None
-    if base_snapshot_id is not None:
+    if base_snapshot_id is None:
+        _pause_point("before_commit", "main")  # a table without snapshots is written directly
+    else:
         branch = f"{RUN_BRANCH_PREFIX}{uuid.uuid4().hex[:12]}"
         spark.sql(f"ALTER TABLE {target} CREATE BRANCH `{branch}` AS OF VERSION {base_snapshot_id}")
     try:

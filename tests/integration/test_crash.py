@@ -22,7 +22,8 @@ from cdclake.kafka_io import load_events
 from cdclake.lake import committed_offsets, load_catalog, remove_stale_run_branches
 from cdclake.planner import plan_next
 from cdclake.settings import PROJECT_ROOT, spark_jars
-from cdclake.spark_apply import FAULT_PAUSE_ENV, spark_conf
+from cdclake.offsets import OffsetRange
+from cdclake.spark_apply import FAULT_PAUSE_ENV, apply_range, spark_conf
 from tests.conftest import make_table
 from tests.integration.test_apply import CUSTOMER_COLUMNS, CUSTOMERS_FINAL, table_rows
 
@@ -54,24 +55,29 @@ def job_env(settings, tables_yaml: Path, **extra) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("point", ["before_commit", "after_commit"])
-def test_job_killed_at_commit_then_retried_gives_the_uninterrupted_table(kafka, stack_settings, fixtures_dir, tmp_path, point):
+def test_job_killed_at_commit_then_retried_gives_the_uninterrupted_table(spark, kafka, stack_settings, fixtures_dir, tmp_path, point):
     cfg = make_table(value_format="json", columns=CUSTOMER_COLUMNS)
     tables_yaml = tmp_path / "tables.yaml"
     tables_yaml.write_text(yaml.safe_dump({"tables": [json.loads(cfg.model_dump_json(exclude_defaults=True))]}))
-    load_events(fixtures_dir / "risingwave/debezium_log_no_schema_field.1", cfg, kafka, partitions=3)
+    load_events(fixtures_dir / "risingwave/debezium_log_no_schema_field.1", cfg, kafka, partitions=1)
+    # a first run commits offsets 0..4, so that the killed run commits on top of a snapshot
+    apply_range(spark, stack_settings, cfg, OffsetRange(topic=cfg.topic, start={0: 0}, end={0: 4}), "first")
     planned = plan_next(stack_settings, cfg)
+    assert planned.offset_range.start == {0: 4}
     plan_json = json.dumps({"range": json.loads(planned.offset_range.to_json()), "replay": False})
     marker = tmp_path / "paused"
+    log = tmp_path / "attempt-1.log"
 
-    job = subprocess.Popen(
-        submit_command(stack_settings, cfg, plan_json, "attempt-1"),
-        env=job_env(stack_settings, tables_yaml, **{FAULT_PAUSE_ENV: f"{point}={marker}"}),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    deadline = time.monotonic() + 300
+    with open(log, "wb") as out:  # a file, not a pipe: a full pipe would block the job
+        job = subprocess.Popen(
+            submit_command(stack_settings, cfg, plan_json, "attempt-1"),
+            env=job_env(stack_settings, tables_yaml, **{FAULT_PAUSE_ENV: f"{point}={marker}"}),
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    deadline = time.monotonic() + 600
     while not marker.exists():
-        assert job.poll() is None, job.stdout.read().decode(errors="replace")[-4000:]
-        assert time.monotonic() < deadline, "the job never reached the kill point"
+        assert job.poll() is None, log.read_text(errors="replace")[-4000:]
+        assert time.monotonic() < deadline, "the job never reached the kill point:\n" + log.read_text(errors="replace")[-4000:]
         time.sleep(0.5)
     os.killpg(job.pid, signal.SIGKILL)
     job.wait(30)
@@ -80,7 +86,7 @@ def test_job_killed_at_commit_then_retried_gives_the_uninterrupted_table(kafka, 
     catalog = load_catalog(stack_settings)
     table = catalog.load_table(cfg.identifier)
     if point == "before_commit":
-        assert committed_offsets(table, cfg.topic) is None  # main never saw the data
+        assert committed_offsets(table, cfg.topic) == {0: 4}  # main never saw the killed run's data
         branches = [name for name in table.refs() if name != "main"]
         assert branches, "the killed job's branch should be left behind"
     else:
