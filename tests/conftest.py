@@ -14,8 +14,26 @@ from cdclake.config import TableConfig
 from cdclake.settings import Settings
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "debezium"
-TEST_KAFKA_PORT = int(os.environ.get("CDCLAKE_TEST_KAFKA_PORT", "19192"))
-"""The tests' own broker; another port lets two test sessions run side by side."""
+def _free_port_pair() -> int:
+    """A loopback port P with P and P+1 free (broker and controller listeners)."""
+    import socket
+
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port + 1)) != 0 and port < 65000:
+                return port
+    raise RuntimeError("no free pair of loopback ports")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -30,10 +48,11 @@ def stack_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     return Settings.from_env(
         {
             "CDCLAKE_STATE_DIR": str(state),
-            "CDCLAKE_KAFKA_BOOTSTRAP": f"127.0.0.1:{TEST_KAFKA_PORT}",
+            # ports of their own, so that test sessions never share (or stop) each other's servers
+            "CDCLAKE_KAFKA_BOOTSTRAP": "127.0.0.1:" + os.environ.get("CDCLAKE_TEST_KAFKA_PORT", str(_free_port_pair())),
             "CDCLAKE_TABLES_CONFIG": str(state / "tables.yaml"),
-            "CDCLAKE_MARIADB_PORT": "13316",
-            "CDCLAKE_CONNECT_PORT": "18093",
+            "CDCLAKE_MARIADB_PORT": str(_free_port()),
+            "CDCLAKE_CONNECT_PORT": str(_free_port()),
             "CDCLAKE_TOPIC_PREFIX": "chain",
         }
     )
@@ -44,7 +63,8 @@ def kafka(stack_settings: Settings):
     """A running KRaft broker; yields its bootstrap servers."""
     from cdclake import stack
 
-    stack.start_broker(stack_settings)
+    report = stack.start_broker(stack_settings)
+    assert "started" in report, f"the tests need a broker of their own: {report}"
     yield stack_settings.kafka_bootstrap
     stack.stop_broker(stack_settings)
 
