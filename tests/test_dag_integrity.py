@@ -8,6 +8,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from cdclake.airflow_env import airflow_env
 from cdclake.config import load_tables
 from cdclake.settings import PROJECT_ROOT, Settings
@@ -30,11 +32,12 @@ def run_python(code: str, tables_config=None) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_dag_file_parses_without_heavy_imports():
+@pytest.mark.parametrize("dag_file", ["cdc_tables", "cdc_snapshot_bootstrap"])
+def test_dag_file_parses_without_heavy_imports(dag_file):
     result = run_python(
         f"""
         import importlib.util, json, sys
-        spec = importlib.util.spec_from_file_location("cdc_tables", "dags/cdc_tables.py")
+        spec = importlib.util.spec_from_file_location("{dag_file}", "dags/{dag_file}.py")
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         heavy = [m for m in {HEAVY_MODULES!r} if m in sys.modules]
@@ -60,7 +63,13 @@ def test_dagbag_has_one_dag_per_configured_table_and_no_import_errors():
     )
     assert result["errors"] == {}
     expected = {t.dag_id for t in load_tables(PROJECT_ROOT / "include" / "tables.yaml").tables}
-    assert set(result["dags"]) == expected
+    assert set(result["dags"]) == expected | {"cdc_snapshot_bootstrap"}
+    bootstrap = result["dags"].pop("cdc_snapshot_bootstrap")
+    assert bootstrap["tasks"] == [
+        "check_snapshot", "ensure_tables", "is_execute", "prepare", "signal", "trigger_table_dag",
+        "wait_for_snapshot", "wait_until_applied",
+    ]
+    assert bootstrap["max_active_runs"] == 1
     for dag in result["dags"].values():
         assert dag["tasks"] == ["apply", "maintenance", "plan", "publish"]
         assert dag["max_active_runs"] == 1
@@ -87,7 +96,7 @@ def test_dag_count_follows_the_table_config(tmp_path):
         """,
         tables_config=config,
     )
-    assert result == ["cdc_t0", "cdc_t1", "cdc_t2"]
+    assert result == ["cdc_snapshot_bootstrap", "cdc_t0", "cdc_t1", "cdc_t2"]
 
 
 def test_spark_default_resolves_to_local_mode_not_yarn():

@@ -8,6 +8,10 @@ the two connections the table DAGs use:
   to ``--master yarn``; the local stack sets ``local[2]`` (``CDCLAKE_SPARK_MASTER``).
 * ``kafka_default`` (type ``kafka``): ``extra.bootstrap.servers`` of the broker holding the
   Debezium topics (the Apache Kafka provider's connection shape).
+* ``kafka_notifications`` (type ``kafka``): the same broker, for the bootstrap DAG's deferrable
+  wait on Debezium's notification topic (a consumer group that never commits).
+* ``cdc_source_db`` (type ``mysql``): the source database, where the bootstrap DAG inserts
+  snapshot signals.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from cdclake.settings import PROJECT_ROOT, Settings
 
 SPARK_CONN_ID = "spark_default"
 KAFKA_CONN_ID = "kafka_default"
+KAFKA_NOTIFICATIONS_CONN_ID = "kafka_notifications"
+SOURCE_DB_CONN_ID = "cdc_source_db"
 
 
 def airflow_env(settings: Settings, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -41,6 +47,19 @@ def airflow_env(settings: Settings, base: dict[str, str] | None = None) -> dict[
             "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
                 {"conn_type": "kafka", "extra": {"bootstrap.servers": settings.kafka_bootstrap}}
             ),
+            # the bootstrap DAG's deferrable wait reads Debezium's notification topic from the start
+            # (it never commits offsets, so every wait sees the whole topic)
+            "AIRFLOW_CONN_KAFKA_NOTIFICATIONS": json.dumps(
+                {"conn_type": "kafka", "extra": {
+                    "bootstrap.servers": settings.kafka_bootstrap, "group.id": "cdclake-bootstrap",
+                    "auto.offset.reset": "earliest", "enable.auto.commit": False}}
+            ),
+            # the source database, for the bootstrap DAG's signals (the connector's own user has
+            # INSERT on the signal table)
+            "AIRFLOW_CONN_CDC_SOURCE_DB": json.dumps(
+                {"conn_type": "mysql", "host": "127.0.0.1", "port": settings.mariadb_port,
+                 "login": "debezium", "password": "dbz"}
+            ),
             # the CDCLAKE_* settings the tasks read, pinned to what this process resolved
             "CDCLAKE_STATE_DIR": str(settings.state_dir),
             "CDCLAKE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
@@ -52,6 +71,8 @@ def airflow_env(settings: Settings, base: dict[str, str] | None = None) -> dict[
             "CDCLAKE_MARIADB_PORT": str(settings.mariadb_port),
             "CDCLAKE_CONNECT_PORT": str(settings.connect_port),
             "CDCLAKE_TOPIC_PREFIX": settings.topic_prefix,
+            "CDCLAKE_SIGNAL_CHANNEL": settings.signal_channel,
+            "CDCLAKE_SIGNAL_TABLE": settings.signal_table,
             # spark-submit of the pip package finds its Spark home through python3 on PATH
             "PATH": venv_bin + os.pathsep + env.get("PATH", ""),
             "PYTHONPATH": os.pathsep.join(

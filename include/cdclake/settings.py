@@ -19,6 +19,8 @@ variable                       meaning                                          
 ``CDCLAKE_MARIADB_PORT``       loopback port of the local MariaDB               ``13306``
 ``CDCLAKE_CONNECT_PORT``       REST port of the local Kafka Connect worker      ``18083``
 ``CDCLAKE_TOPIC_PREFIX``       Debezium ``topic.prefix`` of the local chain     ``mariadb``
+``CDCLAKE_SIGNAL_CHANNEL``     bootstrap signals: ``source`` table or ``kafka``  ``source``
+``CDCLAKE_SIGNAL_TABLE``       the connector's ``signal.data.collection``       ``inventory.debezium_signal``
 =============================  ===============================================  =========================
 """
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -44,6 +47,8 @@ _KNOWN = {
     "MARIADB_PORT",
     "CONNECT_PORT",
     "TOPIC_PREFIX",
+    "SIGNAL_CHANNEL",
+    "SIGNAL_TABLE",
 }
 
 
@@ -62,6 +67,8 @@ class Settings(BaseModel):
     mariadb_port: int = 13306
     connect_port: int = 18083
     topic_prefix: str = "mariadb"
+    signal_channel: Literal["source", "kafka"] = "source"
+    signal_table: str = "inventory.debezium_signal"
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
@@ -99,6 +106,8 @@ class Settings(BaseModel):
             mariadb_port=int(env.get("CDCLAKE_MARIADB_PORT", "13306")),
             connect_port=int(env.get("CDCLAKE_CONNECT_PORT", "18083")),
             topic_prefix=env.get("CDCLAKE_TOPIC_PREFIX", "mariadb"),
+            signal_channel=env.get("CDCLAKE_SIGNAL_CHANNEL", "source"),
+            signal_table=env.get("CDCLAKE_SIGNAL_TABLE", "inventory.debezium_signal"),
         )
 
     @property
@@ -146,6 +155,16 @@ class Settings(BaseModel):
             if parts.password:
                 conf[f"{prefix}.jdbc.password"] = unquote(parts.password)
         return conf
+
+    @property
+    def signal_topic(self) -> str:
+        """The connector's ``signal.kafka.topic`` (the Kafka signal channel; one partition)."""
+        return f"{self.topic_prefix}.signals"
+
+    @property
+    def notification_topic(self) -> str:
+        """The connector's ``notification.sink.topic.name``."""
+        return f"{self.topic_prefix}.notifications"
 
     @property
     def kafka_dir(self) -> Path:

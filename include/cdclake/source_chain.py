@@ -209,6 +209,10 @@ def start_connect(settings: Settings, *, schemas_enable: bool = True, snapshot_m
     if pid is not None:
         return f"Kafka Connect already running on 127.0.0.1:{settings.connect_port} (pid {pid})"
     base.mkdir(parents=True, exist_ok=True)
+    from cdclake.kafka_io import ensure_topic
+
+    # the Kafka signal channel reads partition 0 of a one-partition topic (Debezium docs)
+    ensure_topic(settings.kafka_bootstrap, settings.signal_topic, 1)
     worker = base / "worker.properties"
     worker.write_text(_WORKER.format(
         bootstrap=settings.kafka_bootstrap, port=settings.connect_port, plugins=plugins,
