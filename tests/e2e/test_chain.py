@@ -81,6 +81,32 @@ def dump_topic(bootstrap: str, topic: str, path: Path) -> int:
     return len(lines)
 
 
+def _topic_values(settings, topic: str) -> list[dict]:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "dump.jsonl"
+        dump_topic(settings.kafka_bootstrap, topic, path)
+        return [json.loads(json.loads(line)["value"]) for line in path.read_text().splitlines()
+                if line.strip() and json.loads(line)["value"]]
+
+
+def count_events(settings, topic: str) -> int:
+    return len(_topic_values(settings, topic))
+
+
+def duplicated_positions(settings, topic: str) -> set[tuple]:
+    """Binlog positions (file, pos, row) carried by more than one change event of ``topic``."""
+    seen, twice = set(), set()
+    for value in _topic_values(settings, topic):
+        src = value["payload"]["source"]
+        if value["payload"]["op"] == "r":
+            continue
+        key = (src["file"], src["pos"], src["row"], value["payload"]["op"])
+        (twice if key in seen else seen).add(key)
+    return twice
+
+
 def source_rows(db) -> list[tuple]:
     with db.cursor() as cur:
         cur.execute("SELECT id, customer, qty, price, note, placed, active FROM orders ORDER BY id")
@@ -120,17 +146,23 @@ def test_workload_with_connector_crash_converges_to_source(chain, stack_settings
         db.commit()
         cur.execute("UPDATE orders SET note = 'barrier-1' WHERE id = 1")
     wait_for_note(settings, topic, "barrier-1")
-    assert run_table_dag("chain_orders", settings) == 0
-    assert iceberg_rows(settings, "chain.orders") == source_rows(db)
-    assert [r[0] for r in source_rows(db)] == [1, 2, *range(6, 20), 21, 105]
-
-    # the connector dies hard mid-workload; changes go on while it is down; it restarts and
-    # re-emits what it had not flushed as offsets
+    # the connector dies hard (SIGKILL) right after emitting the events above, before its next
+    # offset flush (every 60 s): on restart it re-emits them. Changes go on while it is down.
     source_chain.stop_connect(settings, hard=True)
+    emitted_before_crash = count_events(settings, topic)
     with db.cursor() as cur:
         cur.execute("UPDATE orders SET qty = 7 WHERE id = 2")
         cur.execute("DELETE FROM orders WHERE id = 6")
+        cur.execute("UPDATE orders SET note = 'after-restart' WHERE id = 7")
     source_chain.start_connect(settings)
+    wait_for_note(settings, topic, "after-restart")
+    reemitted = duplicated_positions(settings, topic)
+    print(f"\nevents before the crash: {emitted_before_crash}; positions emitted twice after the restart: {len(reemitted)}")
+    assert reemitted, "the restarted connector re-emitted nothing (its offsets had flushed before the kill)"
+    assert run_table_dag("chain_orders", settings) == 0
+    assert iceberg_rows(settings, "chain.orders") == source_rows(db)
+    assert [r[0] for r in source_rows(db)] == [1, 2, *range(7, 20), 21, 105]
+
     with db.cursor() as cur:
         cur.execute("TRUNCATE TABLE orders")
         for i in range(30, 36):
