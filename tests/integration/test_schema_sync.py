@@ -133,3 +133,24 @@ def test_missing_schema_change_topic_applies_nothing(kafka, stack_settings):
     planned = OffsetRange(topic=cfg.topic, start={0: 0}, end={0: 3})
     result = sync_for_range(load_catalog(stack_settings), cfg, kafka, planned)
     assert result.offset_range == planned and result.applied == ()
+
+
+def test_apply_stops_on_a_column_the_table_lacks(spark, kafka, stack_settings):
+    from cdclake.errors import SchemaError
+    from cdclake.spark_apply import apply_range
+
+    cfg = make_table(topic=f"uc{uuid.uuid4().hex[:8]}.inventory.orders")
+    data = [json.loads(line) for line in (CHAIN / "orders.jsonl").read_text().splitlines() if line][:3]
+    produce(kafka, cfg.topic, [(r["key"], r["value"]) for r in data])
+    first = OffsetRange(topic=cfg.topic, start={0: 0}, end={0: 3})
+    assert apply_range(spark, stack_settings, cfg, first, "run-1").status == "committed"
+
+    doc = json.loads(data[0]["value"])
+    doc["payload"]["source"]["pos"] = 50000
+    doc["payload"]["after"]["discount"] = 5
+    produce(kafka, cfg.topic, [(data[0]["key"], data[1]["value"]), (data[0]["key"], json.dumps(doc))])
+    second = OffsetRange(topic=cfg.topic, start={0: 3}, end={0: 5})
+    with pytest.raises(SchemaError, match=r"partition 0 offset 4: the event has column 'discount'"):
+        apply_range(spark, stack_settings, cfg, second, "run-2")
+    table = load_catalog(stack_settings).load_table(cfg.identifier)
+    assert "discount" not in table.schema().column_names
