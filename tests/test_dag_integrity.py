@@ -56,7 +56,8 @@ def test_dagbag_has_one_dag_per_configured_table_and_no_import_errors():
         dags = {d: {"tasks": sorted(t.task_id for t in dag.tasks), "max_active_runs": dag.max_active_runs,
                     "tags": sorted(dag.tags), "owner": dag.default_args.get("owner"),
                     "retries": dag.default_args.get("retries"),
-                    "backoff": dag.default_args.get("retry_exponential_backoff")}
+                    "backoff": dag.default_args.get("retry_exponential_backoff"),
+                    "upstream": {t: sorted(dag.get_task(t).upstream_task_ids) for t in ("schema_sync", "apply")}}
                 for d, dag in bag.dags.items()}
         print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "dags": dags}))
         """
@@ -71,7 +72,8 @@ def test_dagbag_has_one_dag_per_configured_table_and_no_import_errors():
     ]
     assert bootstrap["max_active_runs"] == 1
     for dag in result["dags"].values():
-        assert dag["tasks"] == ["apply", "maintenance", "plan", "publish"]
+        assert dag["tasks"] == ["apply", "maintenance", "plan", "publish", "schema_sync"]
+        assert dag["upstream"] == {"schema_sync": ["plan"], "apply": ["schema_sync"]}
         assert dag["max_active_runs"] == 1
         assert "cdc" in dag["tags"]
         assert dag["owner"] == "data-platform"

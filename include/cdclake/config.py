@@ -15,6 +15,11 @@ error, so a typo never becomes a silent no-op::
         table: products                     # Iceberg table
         primary_key: [id]
         value_format: json_with_schema      # or: json (JsonConverter schemas.enable=false)
+        schema_changes:                     # optional; see SchemaChangePolicy
+          incompatible: fail                # or: new_column
+          dropped_columns: keep             # or: delete
+        connector:                          # optional; the Debezium connector's handling modes
+          decimal_handling_mode: precise
 """
 
 from __future__ import annotations
@@ -47,6 +52,39 @@ class ConfigError(ValueError):
     """The table config file is missing, not YAML, or not valid (the message says where)."""
 
 
+class SchemaChangePolicy(BaseModel):
+    """How schema sync applies source schema changes it cannot apply as they are
+    (``ARCHITECTURE.md`` section 6; rules in :mod:`cdclake.schema_sync`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    incompatible: Literal["fail", "new_column"] = "fail"
+    """A column type change Iceberg cannot apply (string->int, a scale change, narrowing):
+    ``fail`` stops the table with an error naming the DDL, its position and the column, nothing
+    advanced; ``new_column`` renames the old column aside (``<column>__<file>_<pos>``, keeping
+    its values) and adds the column with its new type."""
+    dropped_columns: Literal["keep", "delete"] = "keep"
+    """A column dropped at the source: ``keep`` it (optional, null in rows written afterwards) or
+    ``delete`` it from the Iceberg schema (old snapshots keep their values)."""
+    topic: str | None = None
+    """The connector's schema-change topic; default: the data topic's ``<topic.prefix>`` (the
+    data topic without its last two parts, ``<database>.<table>``)."""
+
+
+class ConnectorModes(BaseModel):
+    """The Debezium connector's value handling modes (its properties of the same names, dots as
+    underscores); they decide how a source column type is encoded, hence its Iceberg type."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    decimal_handling_mode: Literal["precise", "double", "string"] = "precise"
+    time_precision_mode: Literal["adaptive_time_microseconds", "adaptive", "connect"] = (
+        "adaptive_time_microseconds"
+    )
+    bigint_unsigned_handling_mode: Literal["long", "precise"] = "long"
+    binary_handling_mode: Literal["bytes", "base64", "base64-url-safe", "hex"] = "bytes"
+
+
 class TableDefaults(BaseModel):
     """Per-table settings that may be given once under ``defaults``."""
 
@@ -68,6 +106,8 @@ class TableDefaults(BaseModel):
     tombstone_retention_hours: Annotated[int, Field(gt=0)] = 24 * 8
     """How long delete tombstones are kept (hours); at least the topic's retention (Kafka's
     default is 7 days), so that no re-emitted or replayed event can outlive its tombstone."""
+    schema_changes: SchemaChangePolicy = SchemaChangePolicy()
+    connector: ConnectorModes = ConnectorModes()
 
 
 class TableConfig(TableDefaults):
@@ -92,6 +132,13 @@ class TableConfig(TableDefaults):
     """Column name -> Iceberg primitive type, in source order. Needed only to create the table
     from ``json`` values (no Connect schema in the events); ``json_with_schema`` tables are
     created from the events' own schema."""
+
+    @field_validator("topic")
+    @classmethod
+    def _topic(cls, v: str) -> str:
+        if v.count(".") < 2:
+            raise ValueError(f"topic {v!r} is not <topic.prefix>.<database>.<table>")
+        return v
 
     @field_validator("name")
     @classmethod
@@ -156,6 +203,18 @@ class TableConfig(TableDefaults):
     @property
     def dag_id(self) -> str:
         return f"cdc_{self.name}"
+
+    @property
+    def schema_change_topic(self) -> str:
+        """The topic schema sync reads (``schema_changes.topic`` or ``<topic.prefix>``)."""
+        return self.schema_changes.topic or self.topic.rsplit(".", 2)[0]
+
+    @property
+    def source_table_id(self) -> str:
+        """The source table as ``tableChanges[].id`` names it: ``"<database>"."<table>"``, from
+        the data topic ``<topic.prefix>.<database>.<table>``."""
+        _, db, table = self.topic.rsplit(".", 2)
+        return f'"{db}"."{table}"'
 
     @property
     def identifier(self) -> str:

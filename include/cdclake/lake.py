@@ -57,6 +57,10 @@ class SummaryKeys:
 COLUMN_ENCODINGS_PROPERTY = "cdc.column-encodings"
 """Table property: JSON ``{column: encoding}`` (see :mod:`cdclake.types`)."""
 
+SCHEMA_CHANGE_POSITION_PROPERTY = "cdc.schema-change-position"
+"""Table property: position ``<file seq>:<pos>:<row>:<rank>`` of the last source schema change
+applied by schema sync (:mod:`cdclake.schema_sync`), committed with the schema update."""
+
 METADATA_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("_cdc_op", "string", "Debezium op of the event that wrote the row: c, u or r"),
     ("_cdc_snapshot", "boolean", "true when the row was written by a snapshot read"),
@@ -207,10 +211,23 @@ def column_encodings(table: Table) -> dict[str, str]:
     return json.loads(table.properties.get(COLUMN_ENCODINGS_PROPERTY, "{}"))
 
 
+def column_encodings_property(encodings: dict[str, str]) -> dict[str, str]:
+    """The table property recording ``{column: encoding}`` (every writer of the map uses this:
+    table creation and schema sync)."""
+    return {COLUMN_ENCODINGS_PROPERTY: json.dumps(encodings)}
+
+
 def create_cdc_table(
-    catalog: Catalog, identifier: str, columns: list[ColumnSpec], primary_key: tuple[str, ...]
+    catalog: Catalog,
+    identifier: str,
+    columns: list[ColumnSpec],
+    primary_key: tuple[str, ...],
+    *,
+    properties: dict[str, str] | None = None,
 ) -> Table:
     """Create a CDC table: source columns, then metadata columns; primary key = identifier fields.
+
+    ``properties`` are added to the table's (schema sync records its progress there).
 
     Raises:
         SchemaError: a primary-key column is missing from ``columns``.
@@ -240,9 +257,9 @@ def create_cdc_table(
     schema = Schema(*fields, identifier_field_ids=ids)
     namespace = identifier.rsplit(".", 1)[0]
     catalog.create_namespace_if_not_exists(namespace)
-    properties = dict(TABLE_PROPERTIES)
-    properties[COLUMN_ENCODINGS_PROPERTY] = json.dumps({c.name: c.encoding for c in columns})
-    return catalog.create_table(identifier, schema=schema, properties=properties)
+    table_properties = {**TABLE_PROPERTIES, **(properties or {})}
+    table_properties.update(column_encodings_property({c.name: c.encoding for c in columns}))
+    return catalog.create_table(identifier, schema=schema, properties=table_properties)
 
 
 def _iceberg_type(name: str):  # noqa: ANN202 - pyiceberg type

@@ -53,6 +53,7 @@ from cdclake.errors import (
 )
 from cdclake.lake import (
     METADATA_COLUMNS,
+    SCHEMA_CHANGE_POSITION_PROPERTY,
     QUARANTINE_COLUMNS,
     QUARANTINE_SUFFIX,
     RUN_BRANCH_PREFIX,
@@ -396,6 +397,46 @@ def _source_columns(table) -> list[ColumnSpec]:  # noqa: ANN001 - pyiceberg Tabl
     return specs
 
 
+def _check_no_unknown_columns(raw: DataFrame, cfg: TableConfig, table: Any, columns: list[ColumnSpec]) -> None:
+    """Stop when an event's row image has a column the Iceberg table lacks (its schema change
+    was not synced): ``from_json`` would drop the column silently.
+
+    Events below the table's last applied schema change (``cdc.schema-change-position``) are not
+    checked: they were produced under an older schema (re-emitted after a connector restart), and
+    their columns may have been renamed or deleted since.
+
+    Raises:
+        SchemaError: names the topic, partition, offset and column of the first such event.
+    """
+    from pyspark.sql import functions as F
+
+    root = "$.payload" if cfg.value_format == "json_with_schema" else "$"
+    value = F.col("value").cast("string")
+    empty = F.array().cast("array<string>")
+    keys = F.array_union(
+        F.coalesce(F.json_object_keys(F.get_json_object(value, f"{root}.after")), empty),
+        F.coalesce(F.json_object_keys(F.get_json_object(value, f"{root}.before")), empty),
+    )
+    found = raw.filter("value is not null").select("partition", "offset", F.explode(keys).alias("column"), value.alias("v"))
+    found = found.filter(~F.col("column").isin(*[c.name for c in columns]))
+    floor = table.properties.get(SCHEMA_CHANGE_POSITION_PROPERTY)
+    if floor is not None:
+        f, p, r, _ = (int(x) for x in floor.split(":"))
+        file_seq = F.regexp_extract(F.get_json_object("v", f"{root}.source.file"), BINLOG_FILE_PATTERN, 2).cast("bigint")
+        here = F.struct(file_seq.alias("f"), F.get_json_object("v", f"{root}.source.pos").cast("bigint").alias("p"),
+                        F.coalesce(F.get_json_object("v", f"{root}.source.row").cast("int"), F.lit(0)).alias("r"))
+        found = found.filter(F.coalesce(here >= F.struct(F.lit(f).cast("bigint").alias("f"), F.lit(p).cast("bigint").alias("p"), F.lit(r).alias("r")), F.lit(True)))
+    first = found.orderBy("partition", "offset").select("partition", "offset", "column").limit(1).collect()
+    if first:
+        row = first[0]
+        raise SchemaError(
+            f"topic {cfg.topic!r} partition {row['partition']} offset {row['offset']}: the event has "
+            f"column {row['column']!r}, which Iceberg table {cfg.identifier} lacks (its schema change "
+            f"was not applied; schema-change topic {cfg.schema_change_topic!r}). Nothing was committed "
+            "and the offsets did not move; the column is never dropped silently."
+        )
+
+
 def _describe_bad_record(
     value: bytes | None, cfg: TableConfig, columns: list[ColumnSpec], where: KafkaCoordinates, spark_reason: str
 ) -> str:
@@ -599,6 +640,7 @@ def apply_range(
         if state is None:
             state = committed_state(table, cfg.topic)
         columns = _source_columns(table)
+        _check_no_unknown_columns(raw, cfg, table, columns)
         parsed = _split_bad_and_held(
             spark, settings, cfg, parse_records(raw, cfg.value_format, columns, cfg.primary_key)
         ).persist(StorageLevel.MEMORY_AND_DISK)

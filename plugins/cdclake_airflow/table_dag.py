@@ -1,8 +1,14 @@
-"""One DAG per configured table: ``plan -> apply -> publish``.
+"""One DAG per configured table: ``plan -> schema_sync -> apply -> publish``.
 
 * **plan** reads the table's committed offsets from its Iceberg snapshot summary and the topic's
   watermarks from Kafka, and caps the range at ``max_events_per_run``. With nothing new it
-  short-circuits: apply and publish are skipped, no Spark job starts and nothing is committed.
+  short-circuits: schema sync, apply and publish are skipped, no Spark job starts and nothing is
+  committed.
+* **schema_sync** (pyiceberg, confluent-kafka; no Spark) applies the source table's schema
+  changes up to the planned batch (``cdclake.schema_sync``). A change that is not additive
+  (rename, deleted column, primary key, ...) is a barrier: if the batch holds events before it,
+  the batch is capped before it and the change waits for the next run, so that every row is
+  written under the schema it was produced with. Its output is the plan ``apply`` runs.
 * **apply** runs ``spark_jobs/apply_cdc.py`` with ``SparkSubmitOperator`` (connection
   ``spark_default``): one Iceberg commit holding the rows, the end offsets and the run id.
 * **publish** emits the Iceberg table as an Airflow asset event (snapshot id, events by op), so
@@ -90,6 +96,38 @@ def plan(table_name: str, **context: Any) -> str | None:
         print("nothing new: skipping apply and publish (no Spark job, no commit)")
         return None
     return json.dumps({"range": json.loads(offset_range.to_json()), "replay": replay})
+
+
+def schema_sync(table_name: str, **context: Any) -> str:
+    """The ``schema_sync`` task: apply the table's schema changes up to the planned batch and
+    return the plan to apply (the planned one, or capped before a barrier change).
+
+    Raises:
+        SchemaChangeError: a change that stops the table (incompatible type under
+            ``incompatible: fail``, table renamed or dropped); nothing was applied.
+        SchemaError: the table config's primary key is not the source table's.
+    """
+    from cdclake.config import load_tables
+    from cdclake.lake import load_catalog
+    from cdclake.offsets import OffsetRange
+    from cdclake.schema_sync import sync_for_range
+    from cdclake.settings import Settings
+
+    from cdclake_airflow.connections import kafka_bootstrap
+
+    settings = Settings.from_env()
+    cfg = load_tables(settings.tables_config).get(table_name)
+    planned = json.loads(context["ti"].xcom_pull(task_ids="plan"))
+    result = sync_for_range(
+        load_catalog(settings), cfg, kafka_bootstrap(KAFKA_CONN_ID), OffsetRange.model_validate(planned["range"])
+    )
+    for line in result.applied:
+        print(f"schema change applied: {line}")
+    if result.capped_before is not None:
+        print(f"batch capped before the barrier change {result.capped_before}; planned "
+              f"{planned['range']['end']}, applying up to {result.offset_range.end}")
+    planned["range"] = json.loads(result.offset_range.to_json())
+    return json.dumps(planned)
 
 
 def maintenance(table_name: str) -> dict[str, Any]:
@@ -191,7 +229,7 @@ def build_table_dag(settings: Settings, cfg: TableConfig) -> DAG:
             driver_memory="2g",
             application_args=[
                 "--table", cfg.name,
-                "--plan", "{{ ti.xcom_pull(task_ids='plan') }}",
+                "--plan", "{{ ti.xcom_pull(task_ids='schema_sync') }}",
                 "--run-id", "{{ run_id }}",
                 "--bootstrap-servers",
                 "{{ conn.%s.extra_dejson['bootstrap.servers'] }}" % KAFKA_CONN_ID,
@@ -203,7 +241,8 @@ def build_table_dag(settings: Settings, cfg: TableConfig) -> DAG:
                 "PYSPARK_DRIVER_PYTHON": sys.executable,
             },
         )
+        sync_task = task(task_id="schema_sync")(schema_sync)(cfg.name)
         publish_task = task(task_id="publish", outlets=[asset])(publish)(cfg.name, asset)
-        plan_task >> apply_task >> publish_task
+        plan_task >> sync_task >> apply_task >> publish_task
         task(task_id="maintenance")(maintenance)(cfg.name)
     return dag

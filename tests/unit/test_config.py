@@ -284,3 +284,57 @@ def test_project_tables_yaml_loads_with_inventory_tables():
     assert products.primary_key == customers.primary_key == ("id",)
     assert products.value_format == "json_with_schema"
     assert products.tags == ("cdc", "inventory")
+
+
+# --- schema changes and connector modes --------------------------------------------------------
+
+
+def test_schema_change_policy_defaults_fail_and_keep(tmp_path):
+    t = load_text(tmp_path, "tables:\n" + TABLE_A).tables[0]
+    assert t.schema_changes.incompatible == "fail"
+    assert t.schema_changes.dropped_columns == "keep"
+    assert t.schema_change_topic == "dbserver1"
+    assert t.source_table_id == '"inventory"."products"'
+    assert t.connector.decimal_handling_mode == "precise"
+    assert t.connector.time_precision_mode == "adaptive_time_microseconds"
+    assert t.connector.bigint_unsigned_handling_mode == "long"
+    assert t.connector.binary_handling_mode == "bytes"
+
+
+def test_schema_change_policy_from_defaults_and_table(tmp_path):
+    cfg = load_text(
+        tmp_path,
+        "defaults:\n  schema_changes: {incompatible: new_column}\n"
+        "  connector: {decimal_handling_mode: string}\n"
+        "tables:\n" + TABLE_A + "    schema_changes: {dropped_columns: delete, topic: my.prefix}\n" + TABLE_B,
+    )
+    products, customers = cfg.tables
+    assert (products.schema_changes.incompatible, products.schema_changes.dropped_columns) == ("fail", "delete")
+    assert products.schema_change_topic == "my.prefix"
+    assert (customers.schema_changes.incompatible, customers.schema_changes.dropped_columns) == ("new_column", "keep")
+    assert products.connector.decimal_handling_mode == customers.connector.decimal_handling_mode == "string"
+
+
+def test_topic_prefix_with_dots_keeps_database_and_table(tmp_path):
+    t = load_text(tmp_path, "tables:\n" + TABLE_A.replace("dbserver1.", "dc1.prod.")).tables[0]
+    assert t.schema_change_topic == "dc1.prod"
+    assert t.source_table_id == '"inventory"."products"'
+
+
+@pytest.mark.parametrize(
+    ("entry", "key"),
+    [
+        ("    schema_changes: {incompatible: widen}\n", "incompatible"),
+        ("    schema_changes: {dropped_columns: drop}\n", "dropped_columns"),
+        ("    schema_changes: {incompatibel: fail}\n", "incompatibel"),
+        ("    connector: {decimal.handling.mode: double}\n", "decimal.handling.mode"),
+        ("    connector: {time_precision_mode: nanos}\n", "time_precision_mode"),
+    ],
+)
+def test_bad_schema_change_or_connector_key_raises_naming_it(tmp_path, entry, key):
+    assert key in config_error(tmp_path, "tables:\n" + TABLE_A + entry)
+
+
+def test_topic_without_database_and_table_raises(tmp_path):
+    msg = config_error(tmp_path, "tables:\n" + TABLE_A.replace("dbserver1.inventory.products", "products"))
+    assert "<topic.prefix>.<database>.<table>" in msg

@@ -1,0 +1,156 @@
+"""Schema sync against a real broker: recorded Debezium schema-change records plus ALTERs shaped
+like them on the schema-change topic, recorded data events on the data topic, a real SQL
+catalog; the Iceberg schema history must show renames as renames, promotions, kept drops and
+incompatible changes under both policies, and a re-run must change nothing."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from cdclake.lake import COLUMN_ENCODINGS_PROPERTY, SCHEMA_CHANGE_POSITION_PROPERTY, load_catalog
+from cdclake.offsets import OffsetRange
+from cdclake.schema_sync import SchemaChangeError, sync_for_range
+from tests.conftest import make_table
+from tests.unit.test_schema_sync import columns_with, event
+
+pytestmark = pytest.mark.integration
+
+CHAIN = Path(__file__).resolve().parents[1] / "data" / "chain"
+
+
+def produce(bootstrap: str, topic: str, records: list[tuple[str | None, str | None]]) -> None:
+    from confluent_kafka import Producer
+
+    from cdclake.kafka_io import ensure_topic
+
+    ensure_topic(bootstrap, topic, 1)
+    producer = Producer({"bootstrap.servers": bootstrap, "log_level": 3})
+    for key, value in records:
+        producer.produce(topic, key=key, value=value, partition=0)
+    producer.flush(30)
+
+
+def data_event_at(template: str, pos: int, **after) -> str:
+    doc = json.loads(template)
+    doc["payload"]["source"]["pos"] = pos
+    doc["payload"]["after"].update(after)
+    return json.dumps(doc)
+
+
+def source_fields(table) -> dict[str, tuple[int, str, bool]]:
+    return {f.name: (f.field_id, str(f.field_type), f.required) for f in table.schema().fields
+            if not f.name.startswith("_cdc_")}
+
+
+def test_schema_changes_from_the_topic_reach_the_iceberg_schema_history(kafka, stack_settings):
+    prefix = f"sc{uuid.uuid4().hex[:8]}"
+    cfg = make_table(topic=f"{prefix}.inventory.orders")
+    catalog = load_catalog(stack_settings)
+
+    recorded = [json.loads(line) for line in (CHAIN / "schema-changes.jsonl").read_text().splitlines() if line]
+    alters = [
+        event("ALTER TABLE orders CHANGE COLUMN qty quantity INT NOT NULL", 20000,
+              columns_with(rename={"qty": "quantity"})),
+        event("ALTER TABLE orders MODIFY quantity BIGINT NOT NULL", 21000,
+              columns_with(rename={"qty": "quantity"}, change={"quantity": {"typeName": "BIGINT"}}), envelope=False),
+        event("ALTER TABLE orders DROP COLUMN note", 22000,
+              columns_with(rename={"qty": "quantity"}, change={"quantity": {"typeName": "BIGINT"}}, drop=("note",))),
+        event("ALTER TABLE orders MODIFY price INT NULL", 23000,
+              columns_with(rename={"qty": "quantity"}, drop=("note",),
+                           change={"quantity": {"typeName": "BIGINT"}, "price": {"typeName": "INT"}})),
+    ]
+    produce(kafka, prefix, [(r["key"], r["value"]) for r in recorded]
+            + [('{"databaseName":"inventory"}', json.dumps(a)) for a in alters])
+
+    data = [json.loads(line) for line in (CHAIN / "orders.jsonl").read_text().splitlines() if line]
+    data = [(r["key"], r["value"]) for r in data if r["value"] is not None and '"op":"t"' not in r["value"]]
+    template = data[0][1]
+    later = [(data[0][0], data_event_at(template, pos)) for pos in (20500, 21500, 22500, 23500)]
+    produce(kafka, cfg.topic, data + later)
+    total = len(data) + len(later)
+    full = OffsetRange(topic=cfg.topic, start={0: 0}, end={0: total})
+
+    # run 1: the CREATE makes the table; the rename is a barrier behind the recorded events
+    first = sync_for_range(catalog, cfg, kafka, full)
+    assert first.created
+    assert first.offset_range.end == {0: len(data)}
+    assert "CHANGE COLUMN qty quantity" in first.capped_before
+    table = catalog.load_table(cfg.identifier)
+    created = source_fields(table)
+    assert list(created) == ["id", "customer", "qty", "price", "note", "placed", "active"]
+    assert table.schema().identifier_field_names() == {"id"}
+
+    # run 2 (the recorded events applied): the incompatible price change fails, nothing advances
+    rest = OffsetRange(topic=cfg.topic, start={0: len(data)}, end={0: total})
+    schemas_before = len(table.metadata.schemas)
+    with pytest.raises(SchemaChangeError, match=r"MODIFY price INT.*1:23000:0:1|'price'"):
+        sync_for_range(catalog, cfg, kafka, rest)
+    table = catalog.load_table(cfg.identifier)
+    assert len(table.metadata.schemas) == schemas_before
+    assert table.properties[SCHEMA_CHANGE_POSITION_PROPERTY] == "1:1915:0:1"
+
+    # the operator chooses new_column: rename, promotion and kept drop apply in one transaction;
+    # renaming price aside is a barrier behind the events at 20500..22500
+    cfg = cfg.model_copy(update={"schema_changes": cfg.schema_changes.model_copy(update={"incompatible": "new_column"})})
+    second = sync_for_range(catalog, cfg, kafka, rest)
+    assert second.offset_range.end == {0: total - 1}
+    assert "MODIFY price INT" in second.capped_before
+    assert len(second.applied) == 3
+    assert catalog.load_table(cfg.identifier).properties[SCHEMA_CHANGE_POSITION_PROPERTY] == "1:22000:0:1"
+    rest = OffsetRange(topic=cfg.topic, start={0: total - 1}, end={0: total})
+    third = sync_for_range(catalog, cfg, kafka, rest)
+    assert third.capped_before is None and third.offset_range == rest and len(third.applied) == 1
+    table = catalog.load_table(cfg.identifier)
+    now = source_fields(table)
+    assert now["quantity"] == (created["qty"][0], "long", True)        # renamed, then promoted
+    assert now["note"] == (created["note"][0], "string", False)        # dropped at the source, kept
+    assert now["price__1_23000"] == (created["price"][0], "double", False)  # renamed aside
+    assert now["price"][1:] == ("int", False) and now["price"][0] not in {i for i, _, _ in created.values()}
+    assert table.properties[SCHEMA_CHANGE_POSITION_PROPERTY] == "1:23000:0:1"
+    encodings = json.loads(table.properties[COLUMN_ENCODINGS_PROPERTY])
+    assert encodings["quantity"] == "int64" and encodings["price"] == "int32"
+
+    # the history: one schema per change (renames first, then the rest), field ids kept
+    history = [{f.name: f.field_id for f in s.fields} for s in table.metadata.schemas]
+    qty_id = created["qty"][0]
+    assert any(h.get("qty") == qty_id for h in history)
+    assert any(h.get("quantity") == qty_id for h in history)
+    assert all(h.get("quantity", qty_id) == qty_id for h in history)
+
+    # re-run: nothing applied, nothing committed
+    metadata = table.metadata_location
+    again = sync_for_range(catalog, cfg, kafka, rest)
+    assert again.applied == () and again.offset_range == rest
+    assert catalog.load_table(cfg.identifier).metadata_location == metadata
+
+
+def test_missing_schema_change_topic_applies_nothing(kafka, stack_settings):
+    cfg = make_table(topic=f"nosc{uuid.uuid4().hex[:8]}.inventory.orders")
+    planned = OffsetRange(topic=cfg.topic, start={0: 0}, end={0: 3})
+    result = sync_for_range(load_catalog(stack_settings), cfg, kafka, planned)
+    assert result.offset_range == planned and result.applied == ()
+
+
+def test_apply_stops_on_a_column_the_table_lacks(spark, kafka, stack_settings):
+    from cdclake.errors import SchemaError
+    from cdclake.spark_apply import apply_range
+
+    cfg = make_table(topic=f"uc{uuid.uuid4().hex[:8]}.inventory.orders")
+    data = [json.loads(line) for line in (CHAIN / "orders.jsonl").read_text().splitlines() if line][:3]
+    produce(kafka, cfg.topic, [(r["key"], r["value"]) for r in data])
+    first = OffsetRange(topic=cfg.topic, start={0: 0}, end={0: 3})
+    assert apply_range(spark, stack_settings, cfg, first, "run-1").status == "committed"
+
+    doc = json.loads(data[0]["value"])
+    doc["payload"]["source"]["pos"] = 50000
+    doc["payload"]["after"]["discount"] = 5
+    produce(kafka, cfg.topic, [(data[0]["key"], data[1]["value"]), (data[0]["key"], json.dumps(doc))])
+    second = OffsetRange(topic=cfg.topic, start={0: 3}, end={0: 5})
+    with pytest.raises(SchemaError, match=r"partition 0 offset 4: the event has column 'discount'"):
+        apply_range(spark, stack_settings, cfg, second, "run-2")
+    table = load_catalog(stack_settings).load_table(cfg.identifier)
+    assert "discount" not in table.schema().column_names
