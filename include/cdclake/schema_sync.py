@@ -80,6 +80,8 @@ if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
 
+    from cdclake.settings import Settings
+
 _TIMEOUT_S = 30.0
 
 
@@ -808,4 +810,45 @@ def sync_for_range(catalog: Catalog, cfg: TableConfig, bootstrap: str, offset_ra
     positions = None
     if pending_changes(changes, table):
         positions = read_data_positions(bootstrap, offset_range, cfg.value_format)
+    return sync_changes(catalog, cfg, changes, data_positions=positions, offset_range=offset_range)
+
+
+def sync_table_schema(settings: Settings, cfg: TableConfig, bootstrap: str | None = None) -> SyncResult:
+    """Bring the Iceberg table to the source table's current schema, as the bootstrap DAG needs
+    before a snapshot: creates the table from its ``CREATE`` change if it does not exist.
+
+    When events are waiting to be applied (committed offsets -> high watermarks), this is exactly
+    the table run's schema sync for that range: a barrier change behind pending events waits for
+    the table's DAG. When none are waiting, every change up to the end of the schema-change topic
+    is applied (no event can be written under the wrong schema).
+
+    Raises:
+        SchemaChangeError, SchemaError: as :func:`sync_changes`.
+        LookupError: the data topic does not exist.
+    """
+    from cdclake.kafka_io import topic_watermarks
+    from cdclake.lake import committed_offsets, load_catalog
+    from cdclake.offsets import plan_range
+
+    servers = bootstrap or settings.kafka_bootstrap
+    catalog = load_catalog(settings)
+    changes = read_schema_changes(servers, cfg.schema_change_topic, cfg.source_table_id)
+    if changes is None:
+        print(f"schema-change topic {cfg.schema_change_topic!r} does not exist: no schema sync")
+        return SyncResult(OffsetRange(topic=cfg.topic, start={}, end={}))
+    table = load_table_or_none(catalog, cfg.identifier)
+    marks = topic_watermarks(servers, cfg.topic)
+    committed = committed_offsets(table, cfg.topic) if table is not None else None
+    offset_range = plan_range(cfg.topic, committed, marks.low, marks.high, 2**62)
+    pending = pending_changes(changes, table)
+    if not pending:
+        _check_primary_key(table, cfg)
+        return SyncResult(offset_range)
+    positions = read_data_positions(servers, offset_range, cfg.value_format)
+    if not positions:
+        # nothing to apply: every change may go in; a stand-in event after the last change makes
+        # sync_changes apply them all without capping anything
+        # (at the range's end offset: it is not in the range, so nothing is cut before it)
+        partition = min(offset_range.end)
+        positions = [(partition, offset_range.end[partition], max(c.position for c in pending))]
     return sync_changes(catalog, cfg, changes, data_positions=positions, offset_range=offset_range)

@@ -51,21 +51,12 @@ NOTIFICATIONS_CONN_ID = "kafka_notifications"
 SOURCE_DB_CONN_ID = "cdc_source_db"
 
 
-def data_collection(cfg: TableConfig, topic_prefix: str) -> str:
-    """The connector's name of a table's source (``db.table``): its data topic without the
-    connector's ``topic.prefix``.
-
-    Raises:
-        ValueError: the topic does not start with ``<topic_prefix>.`` or is not ``<prefix>.<db>.<table>``.
-    """
-    head = topic_prefix + "."
-    rest = cfg.topic[len(head):] if cfg.topic.startswith(head) else ""
-    if rest.count(".") != 1:
-        raise ValueError(
-            f"table {cfg.name!r}: topic {cfg.topic!r} is not '<topic.prefix>.<database>.<table>' "
-            f"for topic.prefix {topic_prefix!r}, so its source table is unknown"
-        )
-    return rest
+def data_collection(cfg: TableConfig) -> str:
+    """The connector's name of a table's source, ``<database>.<table>``: the data topic
+    ``<topic.prefix>.<database>.<table>`` without its prefix (the topic name the connector
+    derives; the table config checks its shape)."""
+    _prefix, db, table = cfg.topic.rsplit(".", 2)
+    return f"{db}.{table}"
 
 
 def prepare(**context: Any) -> dict[str, Any]:
@@ -81,7 +72,7 @@ def prepare(**context: Any) -> dict[str, Any]:
     if not names:
         raise ValueError("choose at least one table in the trigger form ('tables')")
     cfgs = [tables.get(n) for n in names]
-    collections = {c.name: data_collection(c, settings.topic_prefix) for c in cfgs}
+    collections = {c.name: data_collection(c) for c in cfgs}
     conditions = params.get("additional_conditions") or {}
     unknown = sorted(set(conditions) - set(names))
     if unknown:
@@ -111,10 +102,16 @@ def ensure_tables(plan: dict[str, Any]) -> dict[str, str]:
     tables = load_tables(settings.tables_config)
     if plan["action"] != "execute":
         return {}
+    from cdclake_airflow.connections import kafka_bootstrap
+
     done = {}
     for name in plan["tables"]:
-        done[name] = str(sync_table_schema(settings, tables.get(name)))
-        print(f"{name}: {done[name]}")
+        result = sync_table_schema(settings, tables.get(name), kafka_bootstrap(KAFKA_CONN_ID))
+        done[name] = "created" if result.created else f"{len(result.applied)} change(s) applied"
+        for line in result.applied:
+            print(f"{name}: schema change applied: {line}")
+        if result.capped_before:
+            print(f"{name}: {result.capped_before} waits for the table's DAG (events before it are pending)")
     return done
 
 

@@ -156,6 +156,5 @@ def test_caught_up_needs_every_nonempty_partition_at_or_past_the_noted_end():
 def test_data_collection_is_the_topic_without_the_prefix():
     from cdclake_airflow.bootstrap_dag import data_collection
 
-    assert data_collection(make_table(topic="chain.inventory.orders"), "chain") == "inventory.orders"
-    with pytest.raises(ValueError, match="topic.prefix"):
-        data_collection(make_table(topic="other.inventory.orders"), "chain")
+    assert data_collection(make_table(topic="chain.inventory.orders")) == "inventory.orders"
+    assert data_collection(make_table(topic="my.prefix.inventory.orders")) == "inventory.orders"
