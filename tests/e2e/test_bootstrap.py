@@ -185,3 +185,9 @@ def test_bootstrap_fills_rows_that_were_never_streamed(chain, stack_settings, tm
         airflow.stop()
     assert iceberg_rows(settings) == source_rows(db)
     assert len(source_rows(db)) == ROWS + 2 - 11
+
+    if os.environ.get("CDCLAKE_TEST_RECORD_EVENTS"):
+        from tests.e2e.test_chain import RECORD_DIR, dump_topic
+
+        dump_topic(settings.kafka_bootstrap, topic, RECORD_DIR / "accounts.jsonl")
+        (RECORD_DIR / "accounts.expected.json").write_text(json.dumps([list(r) for r in source_rows(db)]))

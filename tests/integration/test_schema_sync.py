@@ -52,24 +52,27 @@ def test_schema_changes_from_the_topic_reach_the_iceberg_schema_history(kafka, s
     catalog = load_catalog(stack_settings)
 
     recorded = [json.loads(line) for line in (CHAIN / "schema-changes.jsonl").read_text().splitlines() if line]
+    data = [json.loads(line) for line in (CHAIN / "orders.jsonl").read_text().splitlines() if line]
+    # the synthetic ALTERs and events come after everything recorded (binlog file 1)
+    top = max(json.loads(r["value"])["payload"]["source"]["pos"] for r in recorded + data if r["value"])
+    base = (top // 10000 + 1) * 10000
     alters = [
-        event("ALTER TABLE orders CHANGE COLUMN qty quantity INT NOT NULL", 20000,
+        event("ALTER TABLE orders CHANGE COLUMN qty quantity INT NOT NULL", base + 0,
               columns_with(rename={"qty": "quantity"})),
-        event("ALTER TABLE orders MODIFY quantity BIGINT NOT NULL", 21000,
+        event("ALTER TABLE orders MODIFY quantity BIGINT NOT NULL", base + 1000,
               columns_with(rename={"qty": "quantity"}, change={"quantity": {"typeName": "BIGINT"}}), envelope=False),
-        event("ALTER TABLE orders DROP COLUMN note", 22000,
+        event("ALTER TABLE orders DROP COLUMN note", base + 2000,
               columns_with(rename={"qty": "quantity"}, change={"quantity": {"typeName": "BIGINT"}}, drop=("note",))),
-        event("ALTER TABLE orders MODIFY price INT NULL", 23000,
+        event("ALTER TABLE orders MODIFY price INT NULL", base + 3000,
               columns_with(rename={"qty": "quantity"}, drop=("note",),
                            change={"quantity": {"typeName": "BIGINT"}, "price": {"typeName": "INT"}})),
     ]
     produce(kafka, prefix, [(r["key"], r["value"]) for r in recorded]
             + [('{"databaseName":"inventory"}', json.dumps(a)) for a in alters])
 
-    data = [json.loads(line) for line in (CHAIN / "orders.jsonl").read_text().splitlines() if line]
     data = [(r["key"], r["value"]) for r in data if r["value"] is not None and '"op":"t"' not in r["value"]]
     template = data[0][1]
-    later = [(data[0][0], data_event_at(template, pos)) for pos in (20500, 21500, 22500, 23500)]
+    later = [(data[0][0], data_event_at(template, pos)) for pos in (base + 500, base + 1500, base + 2500, base + 3500)]
     produce(kafka, cfg.topic, data + later)
     total = len(data) + len(later)
     full = OffsetRange(topic=cfg.topic, start={0: 0}, end={0: total})
@@ -87,20 +90,22 @@ def test_schema_changes_from_the_topic_reach_the_iceberg_schema_history(kafka, s
     # run 2 (the recorded events applied): the incompatible price change fails, nothing advances
     rest = OffsetRange(topic=cfg.topic, start={0: len(data)}, end={0: total})
     schemas_before = len(table.metadata.schemas)
-    with pytest.raises(SchemaChangeError, match=r"MODIFY price INT.*1:23000:0:1|'price'"):
+    with pytest.raises(SchemaChangeError, match=rf"MODIFY price INT.*1:{base + 3000}:0:1|'price'"):
         sync_for_range(catalog, cfg, kafka, rest)
     table = catalog.load_table(cfg.identifier)
     assert len(table.metadata.schemas) == schemas_before
-    assert table.properties[SCHEMA_CHANGE_POSITION_PROPERTY] == "1:1915:0:1"
+    create_pos = next(json.loads(r["value"])["payload"]["source"]["pos"] for r in recorded
+                      if json.loads(r["value"])["payload"]["ddl"].startswith("CREATE TABLE orders"))
+    assert table.properties[SCHEMA_CHANGE_POSITION_PROPERTY] == f"1:{create_pos}:0:1"
 
     # the operator chooses new_column: rename, promotion and kept drop apply in one transaction;
-    # renaming price aside is a barrier behind the events at 20500..22500
+    # renaming price aside is a barrier behind the events at base+500..base+2500
     cfg = cfg.model_copy(update={"schema_changes": cfg.schema_changes.model_copy(update={"incompatible": "new_column"})})
     second = sync_for_range(catalog, cfg, kafka, rest)
     assert second.offset_range.end == {0: total - 1}
     assert "MODIFY price INT" in second.capped_before
     assert len(second.applied) == 3
-    assert catalog.load_table(cfg.identifier).properties[SCHEMA_CHANGE_POSITION_PROPERTY] == "1:22000:0:1"
+    assert catalog.load_table(cfg.identifier).properties[SCHEMA_CHANGE_POSITION_PROPERTY] == f"1:{base + 2000}:0:1"
     rest = OffsetRange(topic=cfg.topic, start={0: total - 1}, end={0: total})
     third = sync_for_range(catalog, cfg, kafka, rest)
     assert third.capped_before is None and third.offset_range == rest and len(third.applied) == 1
@@ -108,9 +113,9 @@ def test_schema_changes_from_the_topic_reach_the_iceberg_schema_history(kafka, s
     now = source_fields(table)
     assert now["quantity"] == (created["qty"][0], "long", True)        # renamed, then promoted
     assert now["note"] == (created["note"][0], "string", False)        # dropped at the source, kept
-    assert now["price__1_23000"] == (created["price"][0], "double", False)  # renamed aside
+    assert now[f"price__1_{base + 3000}"] == (created["price"][0], "double", False)  # renamed aside
     assert now["price"][1:] == ("int", False) and now["price"][0] not in {i for i, _, _ in created.values()}
-    assert table.properties[SCHEMA_CHANGE_POSITION_PROPERTY] == "1:23000:0:1"
+    assert table.properties[SCHEMA_CHANGE_POSITION_PROPERTY] == f"1:{base + 3000}:0:1"
     encodings = json.loads(table.properties[COLUMN_ENCODINGS_PROPERTY])
     assert encodings["quantity"] == "int64" and encodings["price"] == "int32"
 

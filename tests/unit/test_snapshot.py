@@ -92,8 +92,23 @@ def test_recorded_connector_notifications_parse():
     parsed = [parse_notification(line["value"]) for line in lines]
     assert all(n is not None for n in parsed)
     assert [n.type for n in parsed][0] == "STARTED"
-    assert {n.aggregate_type for n in parsed} == {"Initial Snapshot"}
+    assert {n.aggregate_type for n in parsed} == {"Initial Snapshot", "Incremental Snapshot"}
     assert all(n.timestamp_ms > 1_700_000_000_000 for n in parsed)
+
+
+def test_recorded_incremental_snapshot_of_the_bootstrap_dag_is_recognised():
+    """The notifications of the snapshot that tests/e2e/test_bootstrap.py started: they carry the
+    run-derived signal id; the wait fires on COMPLETED only; the scan result is read."""
+    lines = [json.loads(line) for line in RECORDED.read_text().splitlines() if line.strip()]
+    ours = {parse_notification(line["value"]).id for line in lines} - {None}
+    sid = next(i for i in ours if i.startswith("cdclake-execute-"))
+    kw = {"signal_ids": [sid], "snapshot_type": "incremental", "since_ms": 0, "data_collections": ["inventory.accounts"]}
+    fired = [match_notification(_Message(line["value"].encode(), line["partition"], line["offset"]), **kw)
+             for line in lines]
+    assert [f["type"] for f in fired if f] == ["COMPLETED"]
+    notes = [parse_notification(line["value"]) for line in lines]
+    assert scan_results(notes, [sid], "incremental", 0, ["inventory.accounts"]) == {"inventory.accounts": "SUCCEEDED"}
+    check_scan(next(f for f in fired if f), {"inventory.accounts": "SUCCEEDED"}, ["inventory.accounts"])
 
 
 def test_parse_notification_without_schema_and_rejects_other_records():
