@@ -448,12 +448,13 @@ def parse_records(
         "_image_raw",
         F.when(F.col(f"{env}.op") == "d", F.col(f"{env}.before")).otherwise(F.col(f"{env}.after")),
     )
+    raw_sql = {c.name: "_image_raw.`{}`".format(c.name.replace("`", "``")) for c in columns}
+    # decoded once, in a column of its own: the fit check below reads it rather than decode again
+    df = df.withColumn("_image", F.struct(*[_decode(raw_sql[c.name], c.encoding).alias(c.name) for c in columns]))
     op = F.col(f"{env}.op")
     src = f"{env}.source"
     image_raw = F.col("_image_raw")
-    raw_sql = {c.name: "_image_raw.`{}`".format(c.name.replace("`", "``")) for c in columns}
-    decoded = {c.name: _decode(raw_sql[c.name], c.encoding) for c in columns}
-    image = F.struct(*[decoded[c.name].alias(c.name) for c in columns])
+    image = F.col("_image")
     file = F.col(f"{src}.file")
     snapshot = (op == "r") | F.col(f"{src}.snapshot").isin(*SNAPSHOT_MARKERS)
     encodings = {c.name: c.encoding for c in columns}
@@ -461,7 +462,7 @@ def parse_records(
     for c in reversed(columns):
         if _is_fallible(c.encoding):
             row_error = F.when(
-                ~_is_json_null(image_raw[c.name], c.encoding) & decoded[c.name].isNull(),
+                ~_is_json_null(image_raw[c.name], c.encoding) & image[c.name].isNull(),
                 F.lit(f"column {c.name!r}: value does not fit {c.iceberg_type} (encoding {c.encoding})"),
             ).otherwise(row_error)
     for col in reversed(primary_key):

@@ -11,60 +11,66 @@ by their look.
 Every MySQL/MariaDB type, as the Debezium MySQL/MariaDB connector emits it (Debezium docs, "Data
 type mappings"; the modes are connector settings, defaults first), with Kafka's ``JsonConverter``:
 
-=========================  ==========================  ==============================================  ===================  =============================================
-MySQL type                 Debezium mode               encoding (Connect type / semantic)              Iceberg type         JSON value -> Iceberg value
-=========================  ==========================  ==============================================  ===================  =============================================
-BOOLEAN, TINYINT(1)        --                          ``int16``                                       ``int``              number (MySQL BOOLEAN is TINYINT(1))
-BIT(1)                     --                          ``boolean``                                     ``boolean``          true/false
-BIT(n), n > 1              --                          ``io.debezium.data.Bits`` (bytes)               ``binary``           base64 of the bits **little-endian** (Debezium
-                                                                                                                            order), stored **big-endian** (MySQL order,
-                                                                                                                            ``HEX(col)``), ceil(n/8) bytes
-TINYINT, SMALLINT          --                          ``int16``                                       ``int``              number
-MEDIUMINT, INT             --                          ``int32`` (INT UNSIGNED: ``int64``)             ``int``/``long``     number
-BIGINT                     --                          ``int64``                                       ``long``             number
-BIGINT UNSIGNED, SERIAL    bigint.unsigned: ``long``   ``int64``                                       ``long``             number; values >= 2^63 arrive wrapped to
-                                                                                                                            negative by Debezium: use ``precise``
-BIGINT UNSIGNED, SERIAL    bigint.unsigned: precise    ``org.apache.kafka.connect.data.Decimal(20,0)``  ``decimal(20,0)``    as DECIMAL below: 18446744073709551615 exact
-FLOAT, REAL                --                          ``float`` / ``float32``                         ``float``            number
-FLOAT, DOUBLE              --                          ``double`` / ``float64``                        ``double``           number
-DECIMAL(p,s), p <= 38      decimal: ``precise``        ``org.apache.kafka.connect.data.Decimal(p,s)``  ``decimal(p,s)``     base64 of the big-endian two's-complement
-                                                                                                                            unscaled value (JsonConverter
-                                                                                                                            ``decimal.format=BASE64``), or a JSON number
-                                                                                                                            (``decimal.format=NUMERIC``); exact
-DECIMAL(p,s), p > 38       decimal: ``precise``        ``org.apache.kafka.connect.data.Decimal(p,s)``  ``string``           the same JSON, stored as the exact decimal
-                                                                                                                            text with s fraction digits (``-1234.50``):
-                                                                                                                            Iceberg decimals hold 38 digits, MySQL 65
-DECIMAL                    decimal: ``double``         ``double``                                      ``double``           number (Debezium rounded it)
-DECIMAL                    decimal: ``string``         ``string``                                      ``string``           the decimal text
-(non-MySQL: NUMERIC)       --                          ``io.debezium.data.VariableScaleDecimal``       ``string``           ``{scale, value: base64}``: exact decimal text
-DATE                       time: adaptive*             ``io.debezium.time.Date`` (int32)               ``date``             days since 1970-01-01
-DATE                       time: ``connect``           ``org.apache.kafka.connect.data.Date``          ``date``             days since 1970-01-01
-TIME(0-3)                  time: ``adaptive``          ``io.debezium.time.Time`` (int32)               ``long``             ms -> **microseconds**, signed
-TIME(0-6)                  time: adaptive_time_micro.  ``io.debezium.time.MicroTime`` (int64)          ``long``             microseconds, signed (-838:59:59 .. 838:59:59)
-TIME(4-6)                  time: ``adaptive``          ``io.debezium.time.MicroTime`` (int64)          ``long``             microseconds, signed
-TIME                       time: ``connect``           ``org.apache.kafka.connect.data.Time`` (int32)  ``long``             ms -> microseconds
-(non-MySQL)                --                          ``io.debezium.time.NanoTime`` (int64)           ``long``             ns -> microseconds (a value with sub-us
-                                                                                                                            digits is a bad record)
-(non-MySQL: TIMETZ)        --                          ``io.debezium.time.ZonedTime`` (string)         ``string``           the ISO-8601 text as sent
-DATETIME(0-3)              time: adaptive*             ``io.debezium.time.Timestamp`` (int64)          ``timestamp``        epoch milliseconds (no time zone)
-DATETIME(4-6)              time: adaptive*             ``io.debezium.time.MicroTimestamp`` (int64)     ``timestamp``        epoch microseconds (no time zone)
-DATETIME                   time: ``connect``           ``org.apache.kafka.connect.data.Timestamp``     ``timestamp``        epoch milliseconds (no time zone)
-(non-MySQL)                --                          ``io.debezium.time.NanoTimestamp`` (int64)      ``timestamp``        epoch ns -> us (sub-us digits: bad record)
-TIMESTAMP                  --                          ``io.debezium.time.ZonedTimestamp`` (string)    ``timestamptz``      ISO-8601 string with offset
-YEAR                       --                          ``io.debezium.time.Year`` (int32)               ``int``              number
-CHAR, VARCHAR, TEXT        --                          ``string``                                      ``string``           string
-ENUM                       --                          ``io.debezium.data.Enum``                       ``string``           string
-SET                        --                          ``io.debezium.data.EnumSet``                    ``string``           comma-separated string
-JSON                       --                          ``io.debezium.data.Json``                       ``string``           JSON text
-BINARY, VARBINARY, BLOB    binary: ``bytes``           ``bytes``                                       ``binary``           base64 string, decoded
-BINARY, VARBINARY, BLOB    binary: base64/hex          ``string``                                      ``string``           the base64/hex text, as sent
-GEOMETRY, LINESTRING,      --                          ``io.debezium.data.geometry.Geometry``          ``struct<wkb:        ``{wkb: base64, srid}`` -> ``{wkb: bytes,
-POLYGON, MULTI*,                                                                                       binary,srid:int>``   srid}``
-GEOMETRYCOLLECTION
-POINT                      --                          ``io.debezium.data.geometry.Point``             (same struct)        ``{x, y, wkb, srid}`` -> ``{wkb, srid}``: x and
-                                                                                                                            y are the point's coordinates inside the WKB
-(non-MySQL)                --                          ``io.debezium.data.geometry.Geography``         (same struct)        as Geometry
-=========================  ==========================  ==============================================  ===================  =============================================
+============================  ============================  ===============================================  =================  ==============================================
+MySQL type                    Debezium mode                 encoding (Connect type / semantic)               Iceberg type       JSON value -> Iceberg value
+============================  ============================  ===============================================  =================  ==============================================
+BOOLEAN, TINYINT(1)           --                            ``int16``                                        ``int``            number (MySQL BOOLEAN is TINYINT(1))
+BIT(1)                        --                            ``boolean``                                      ``boolean``        true/false
+BIT(n), n > 1                 --                            ``io.debezium.data.Bits`` (bytes)                ``binary``         base64 of the bits **little-endian** (Debezium
+                                                                                                                                order), stored **big-endian** (MySQL order, as
+                                                                                                                                ``HEX(col)`` shows them): ceil(n/8) bytes
+TINYINT[ UNSIGNED], SMALLINT  --                            ``int16``                                        ``int``            number
+SMALLINT UNSIGNED, INT        --                            ``int32``                                        ``int``            number
+MEDIUMINT[ UNSIGNED]          --                            ``int32``                                        ``int``            number
+INT UNSIGNED, BIGINT          --                            ``int64``                                        ``long``           number
+BIGINT UNSIGNED, SERIAL       bigint.unsigned: ``long``     ``int64``                                        ``long``           number; Debezium wraps values >= 2^63 to
+                                                                                                                                negative: use ``precise``
+BIGINT UNSIGNED, SERIAL       bigint.unsigned: ``precise``  ``org.apache.kafka.connect.data.Decimal(20,0)``  ``decimal(20,0)``  as DECIMAL below; 18446744073709551615 exact
+REAL, FLOAT(p<=23)            --                            ``float`` / ``float32``                          ``float``          number (Debezium narrows REAL, a MySQL DOUBLE,
+                                                                                                                                to 32 bits)
+FLOAT(p>23), DOUBLE           --                            ``double`` / ``float64``                         ``double``         number (Debezium 1.x: every FLOAT)
+DECIMAL(p,s), p <= 38         decimal: ``precise``          ``org.apache.kafka.connect.data.Decimal(p,s)``   ``decimal(p,s)``   base64 of the big-endian two's-complement
+                                                                                                                                unscaled value (JsonConverter
+                                                                                                                                ``decimal.format=BASE64``), or a JSON number
+                                                                                                                                (``decimal.format=NUMERIC``); exact
+DECIMAL(p,s), p > 38          decimal: ``precise``          ``org.apache.kafka.connect.data.Decimal(p,s)``   ``string``         the same JSON, stored as the exact decimal
+                                                                                                                                text with s fraction digits (``-1234.50``):
+                                                                                                                                Iceberg decimals hold 38 digits, MySQL 65
+DECIMAL                       decimal: ``double``           ``double``                                       ``double``         number (Debezium rounded it)
+DECIMAL                       decimal: ``string``           ``string``                                       ``string``         the decimal text
+(not MySQL)                   --                            ``io.debezium.data.VariableScaleDecimal``        ``string``         ``{scale, value: base64}`` -> exact decimal
+                                                                                                                                text
+DATE                          time: ``adaptive*``           ``io.debezium.time.Date`` (int32)                ``date``           days since 1970-01-01
+DATE                          time: ``connect``             ``org.apache.kafka.connect.data.Date``           ``date``           days since 1970-01-01
+TIME(0-3)                     time: ``adaptive``            ``io.debezium.time.Time`` (int32)                ``long``           ms of the duration -> **microseconds**, signed
+TIME(4-6)                     time: ``adaptive``            ``io.debezium.time.MicroTime`` (int64)           ``long``           microseconds, signed
+TIME                          time: default                 ``io.debezium.time.MicroTime`` (int64)           ``long``           microseconds, signed (-838:59:59 .. 838:59:59)
+TIME                          time: ``connect``             ``org.apache.kafka.connect.data.Time`` (int32)   ``long``           ms -> microseconds
+(not MySQL)                   --                            ``io.debezium.time.NanoTime`` (int64)            ``long``           ns -> microseconds (sub-microsecond digits:
+                                                                                                                                bad record)
+(not MySQL)                   --                            ``io.debezium.time.ZonedTime`` (string)          ``string``         the ISO-8601 text as sent
+DATETIME(0-3)                 time: ``adaptive*``           ``io.debezium.time.Timestamp`` (int64)           ``timestamp``      epoch milliseconds (no time zone)
+DATETIME(4-6)                 time: ``adaptive*``           ``io.debezium.time.MicroTimestamp`` (int64)      ``timestamp``      epoch microseconds (no time zone)
+DATETIME                      time: ``connect``             ``org.apache.kafka.connect.data.Timestamp``      ``timestamp``      epoch milliseconds (no time zone)
+(not MySQL)                   --                            ``io.debezium.time.NanoTimestamp`` (int64)       ``timestamp``      epoch ns -> us (sub-microsecond digits: bad
+                                                                                                                                record)
+TIMESTAMP                     --                            ``io.debezium.time.ZonedTimestamp`` (string)     ``timestamptz``    ISO-8601 string with offset
+YEAR                          --                            ``io.debezium.time.Year`` (int32)                ``int``            number
+CHAR, VARCHAR, TEXT           --                            ``string``                                       ``string``         string
+ENUM                          --                            ``io.debezium.data.Enum``                        ``string``         string
+SET                           --                            ``io.debezium.data.EnumSet``                     ``string``         comma-separated string
+JSON                          --                            ``io.debezium.data.Json``                        ``string``         JSON text
+BINARY, VARBINARY, BLOB       binary: ``bytes``             ``bytes``                                        ``binary``         base64 string, decoded
+BINARY, VARBINARY, BLOB       binary: ``base64``, ``hex``   ``string``                                       ``string``         the base64/hex text, as sent
+GEOMETRY and subtypes         --                            ``io.debezium.data.geometry.Geometry``           ``struct`` (1)     ``{wkb: base64, srid}`` -> ``{wkb: bytes,
+                                                                                                                                srid}``
+POINT                         --                            ``io.debezium.data.geometry.Point``              ``struct`` (1)     ``{x, y, wkb, srid}`` -> ``{wkb, srid}`` (x
+                                                                                                                                and y are the coordinates in the WKB)
+(not MySQL)                   --                            ``io.debezium.data.geometry.Geography``          ``struct`` (1)     as Geometry
+============================  ============================  ===============================================  =================  ==============================================
+
+``adaptive*``: ``adaptive`` or ``adaptive_time_microseconds`` (the default, "time: default").
+(1) ``struct<wkb: binary, srid: int>`` (:data:`SPATIAL_ICEBERG_TYPE`), both fields optional.
 
 Choices, and why:
 
@@ -80,8 +86,13 @@ Choices, and why:
 * **BIT(n)** bytes are turned from Debezium's little-endian into MySQL's big-endian order, so the
   stored bytes are those of ``SELECT bit_col`` and read as an unsigned big-endian integer they are
   the MySQL value.
-* **Spatial** values are a struct ``{wkb: binary, srid: int}`` (one column, nothing lost; the WKB is
-  the OGC well-known binary of the value, the SRID as Debezium sends it).
+* **Spatial** values are a struct ``{wkb: binary, srid: int}``: one column, nothing lost (the WKB
+  is the OGC well-known binary of the value, a POINT's x and y are in it; the SRID as Debezium
+  sends it). A struct merges like any column; splitting it into two columns would break the one
+  source column, one Iceberg column rule of :class:`ColumnSpec`.
+* A value that does not decode exactly (not base64, digits beyond the column's scale or
+  precision, sub-microsecond nanoseconds, a spatial value without WKB) makes its record a bad
+  record (quarantined, or failing the run with ``bad_records: fail``), naming the column.
 * **Zero dates** (``0000-00-00``, ``0000-00-00 00:00:00``) are not representable; Debezium already
   emits ``null`` for a nullable column and the epoch (1970-01-01) for a NOT NULL one, and that is
   what lands.
