@@ -508,7 +508,7 @@ def parse_records(
         F.col(f"{src}.server_id").alias("server_id"),
         op.alias("_cdc_op"),
         F.coalesce(snapshot, F.lit(False)).alias("_cdc_snapshot"),
-        F.regexp_extract(file, BINLOG_FILE_PATTERN, 2).cast("bigint").alias("_cdc_binlog_file_seq"),
+        F.regexp_extract(file, BINLOG_FILE_PATTERN, 2).try_cast("bigint").alias("_cdc_binlog_file_seq"),
         F.col(f"{src}.pos").alias("_cdc_binlog_pos"),
         F.coalesce(F.col(f"{src}.row"), F.lit(0)).alias("_cdc_binlog_row"),
         # Debezium 1.x snapshot reads carry ts_ms 0: unknown, not 1970
