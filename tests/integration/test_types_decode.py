@@ -256,3 +256,29 @@ def test_time_bits_nano_and_spatial_decoding(spark):
         "column 'bits': value does not fit binary (encoding io.debezium.data.Bits)",
         "column 'pt': value does not fit struct<wkb:binary,srid:int> (encoding io.debezium.data.geometry.Point)",
     ]
+
+
+def test_seatunnel_numeric_decimals_and_bits_decode_with_their_own_schema(spark, fixtures_dir):
+    """seatunnel/debezium_data.txt: a real schema (Debezium 1.9.8) with JSON-number decimals, one
+    of them (BIGINT UNSIGNED) without a precision. Its events carry ``file: ""`` (Flink CDC's own
+    snapshot), so they cannot be applied; their images are decoded all the same."""
+    from cdclake.kafka_io import read_event_file
+    from cdclake.types import columns_from_connect
+
+    values = read_event_file(fixtures_dir / "seatunnel" / "debezium_data.txt")
+    after = next(f for f in json.loads(values[0])["schema"]["fields"] if f["field"] == "after")
+    columns = columns_from_connect(after)
+    raw = spark.createDataFrame(
+        [("t", 0, i, datetime.datetime(2024, 1, 1), b"k", v) for i, v in enumerate(values)],
+        "topic string, partition int, offset long, timestamp timestamp, key binary, value binary",
+    )
+    rows = parse_records(raw, "json_with_schema", columns, ("id",)).orderBy("offset").collect()
+    assert [r["error"] for r in rows] == ["source.file has no numeric suffix"] * 3
+    image = rows[0]["image"].asDict()
+    assert {c.name: c.iceberg_type for c in columns if c.name in ("f_bigint_unsigned", "f_numeric")} == {
+        "f_bigint_unsigned": "string", "f_numeric": "decimal(10,0)"}
+    assert (image["f_bigint_unsigned"], image["f_numeric"], image["f_decimal"]) == ("987654321", Decimal(123), Decimal(789))
+    assert image["f_time"] == (14 * 3600 + 30 * 60) * 1_000_000  # TIME '14:30:00'
+    assert image["f_bit64"] == bytes([0x55] * 8)
+    assert image["f_date"] == datetime.date(2022, 4, 27)
+    assert image["f_datetime"] == datetime.datetime(2022, 4, 27, 14, 30)
