@@ -11,13 +11,16 @@ Every CDC table holds the source columns followed by the metadata columns of
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cdclake.offsets import Offsets, decode_offsets
 from cdclake.settings import Settings
-from cdclake.types import ColumnSpec
+from cdclake.types import ColumnSpec, column_doc
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -241,14 +244,17 @@ def create_cdc_table(
     missing = [c for c in primary_key if c not in names]
     if missing:
         raise SchemaError(f"table {identifier}: primary key column(s) {missing} not in {names}")
+    # top-level fields take ids 1..n in order; nested fields (spatial structs) the ids after them
+    nested_ids = itertools.count(len(columns) + len(METADATA_COLUMNS) + 1)
     fields = []
     for i, col in enumerate(columns, start=1):
         fields.append(
             NestedField(
                 i,
                 col.name,
-                _iceberg_type(col.iceberg_type),
+                _iceberg_type(col.iceberg_type, nested_ids),
                 required=col.required or col.name in primary_key,
+                doc=column_doc(col.encoding),
             )
         )
     for j, (name, typ, doc) in enumerate(METADATA_COLUMNS, start=len(columns) + 1):
@@ -262,8 +268,23 @@ def create_cdc_table(
     return catalog.create_table(identifier, schema=schema, properties=table_properties)
 
 
-def _iceberg_type(name: str):  # noqa: ANN202 - pyiceberg type
+_STRUCT_TYPE = re.compile(r"^struct<(.*)>$")
+
+
+def _iceberg_type(name: str, nested_ids: Iterator[int] | None = None):  # noqa: ANN202 - pyiceberg type
+    """The pyiceberg type of an Iceberg type name: a primitive, ``decimal(P,S)``, or
+    ``struct<name:primitive,...>`` (optional fields, ids from ``nested_ids``)."""
     from pyiceberg import types as t
+
+    struct = _STRUCT_TYPE.match(name)
+    if struct is not None:
+        if nested_ids is None:
+            raise ValueError(f"Iceberg type {name!r} needs ids for its fields")
+        members = [m.split(":", 1) for m in struct.group(1).split(",")]
+        return t.StructType(*[
+            t.NestedField(next(nested_ids), fname, _iceberg_type(ftype), required=False)
+            for fname, ftype in members
+        ])
 
     simple = {
         "boolean": t.BooleanType(),

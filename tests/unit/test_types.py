@@ -9,7 +9,16 @@ import pytest
 from cdclake.envelope import KafkaCoordinates, parse_value
 from cdclake.errors import SchemaError
 from cdclake.kafka_io import read_event_file
-from cdclake.types import ColumnSpec, column_from_connect, columns_from_config, columns_from_connect
+from cdclake.types import (
+    ColumnSpec,
+    column_doc,
+    column_from_connect,
+    columns_from_config,
+    columns_from_connect,
+    decimal_encoding,
+    iceberg_type_of_encoding,
+    parse_decimal_encoding,
+)
 
 FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "debezium"
 
@@ -70,12 +79,121 @@ def test_optional_false_makes_column_required():
 
 
 @pytest.mark.parametrize(
+    ("ctype", "semantic", "iceberg"),
+    [
+        # time.precision.mode=adaptive (TIME(0-3)), adaptive_time_microseconds, connect; all us
+        ("int32", "io.debezium.time.Time", "long"),
+        ("int64", "io.debezium.time.MicroTime", "long"),
+        ("int64", "io.debezium.time.NanoTime", "long"),
+        ("int32", "org.apache.kafka.connect.data.Time", "long"),
+        ("string", "io.debezium.time.ZonedTime", "string"),
+        ("int64", "io.debezium.time.NanoTimestamp", "timestamp"),
+        ("int64", "org.apache.kafka.connect.data.Timestamp", "timestamp"),
+        ("int32", "org.apache.kafka.connect.data.Date", "date"),
+        ("bytes", "io.debezium.data.Bits", "binary"),
+        ("struct", "io.debezium.data.VariableScaleDecimal", "string"),
+        ("struct", "io.debezium.data.geometry.Geometry", "struct<wkb:binary,srid:int>"),
+        ("struct", "io.debezium.data.geometry.Point", "struct<wkb:binary,srid:int>"),
+        ("struct", "io.debezium.data.geometry.Geography", "struct<wkb:binary,srid:int>"),
+    ],
+)
+def test_column_from_connect_maps_time_bits_spatial_and_variable_decimal(ctype, semantic, iceberg):
+    spec = column_from_connect(field(ctype, "col", semantic=semantic))
+    assert spec == ColumnSpec("col", iceberg, False, semantic)
+    assert iceberg_type_of_encoding(spec.encoding) == iceberg
+
+
+def decimal_field(precision: str | None, scale: str | None, name: str = "price", optional: bool = True) -> dict:
+    f = field("bytes", name, optional, "org.apache.kafka.connect.data.Decimal")
+    f["parameters"] = {k: v for k, v in (("scale", scale), ("connect.decimal.precision", precision)) if v is not None}
+    return f
+
+
+@pytest.mark.parametrize(
+    ("precision", "scale", "iceberg", "encoding"),
+    [
+        ("8", "4", "decimal(8,4)", "org.apache.kafka.connect.data.Decimal(8,4)"),
+        ("6", "0", "decimal(6,0)", "org.apache.kafka.connect.data.Decimal(6,0)"),
+        # bigint.unsigned.handling.mode=precise: BIGINT UNSIGNED and SERIAL
+        ("20", "0", "decimal(20,0)", "org.apache.kafka.connect.data.Decimal(20,0)"),
+        ("38", "10", "decimal(38,10)", "org.apache.kafka.connect.data.Decimal(38,10)"),
+        # wider than any Iceberg decimal: exact decimal text
+        ("39", "0", "string", "org.apache.kafka.connect.data.Decimal(39,0)"),
+        ("65", "1", "string", "org.apache.kafka.connect.data.Decimal(65,1)"),
+        ("65", "30", "string", "org.apache.kafka.connect.data.Decimal(65,30)"),
+        # no precision in the schema (not Debezium MySQL): exact text, scale kept
+        (None, "2", "string", "org.apache.kafka.connect.data.Decimal(,2)"),
+    ],
+)
+def test_decimal_maps_by_precision_and_encoding_carries_precision_and_scale(precision, scale, iceberg, encoding):
+    spec = column_from_connect(decimal_field(precision, scale))
+    assert spec == ColumnSpec("price", iceberg, False, encoding)
+    assert iceberg_type_of_encoding(encoding) == iceberg
+    assert parse_decimal_encoding(encoding) == (None if precision is None else int(precision), int(scale))
+
+
+def test_decimal_encoding_round_trips_and_other_encodings_are_not_decimals():
+    assert decimal_encoding(65, 30) == "org.apache.kafka.connect.data.Decimal(65,30)"
+    assert parse_decimal_encoding(decimal_encoding(None, 3)) == (None, 3)
+    for other in ("string", "bytes", "org.apache.kafka.connect.data.Decimal", "io.debezium.data.VariableScaleDecimal"):
+        assert parse_decimal_encoding(other) is None
+
+
+@pytest.mark.parametrize(
+    ("encoding", "iceberg"),
+    [
+        ("int16", "int"),
+        ("int64", "long"),
+        ("bytes", "binary"),
+        ("io.debezium.time.Date", "date"),
+        ("io.debezium.time.MicroTimestamp", "timestamp"),
+        ("io.debezium.time.ZonedTimestamp", "timestamptz"),
+        ("io.debezium.data.Json", "string"),
+    ],
+)
+def test_encodings_stored_by_earlier_versions_still_map(encoding, iceberg):
+    assert iceberg_type_of_encoding(encoding) == iceberg
+
+
+@pytest.mark.parametrize(
+    "parameters",
+    [None, {}, {"connect.decimal.precision": "10"}, {"scale": "two"}, {"scale": "2", "connect.decimal.precision": "x"}],
+)
+def test_decimal_without_integer_scale_raises_naming_column(parameters):
+    f = field("bytes", "price", semantic="org.apache.kafka.connect.data.Decimal")
+    if parameters is not None:
+        f["parameters"] = parameters
+    with pytest.raises(SchemaError, match="column 'price': org.apache.kafka.connect.data.Decimal needs"):
+        column_from_connect(f)
+
+
+@pytest.mark.parametrize(
     ("ctype", "semantic"),
     [
-        ("bytes", "org.apache.kafka.connect.data.Decimal"),
-        ("int64", "io.debezium.time.MicroTime"),
+        ("string", "org.apache.kafka.connect.data.Decimal"),
+        ("string", "io.debezium.time.MicroTime"),
         ("boolean", "io.debezium.data.Bits"),
-        ("struct", "io.debezium.data.geometry.Point"),
+        ("string", "io.debezium.data.geometry.Point"),
+        ("int64", "io.debezium.time.Date"),
+    ],
+)
+def test_semantic_type_on_wrong_connect_type_raises_naming_column_and_both_types(ctype, semantic):
+    f = field(ctype, "price", semantic=semantic)
+    if semantic.endswith("Decimal"):
+        f["parameters"] = {"scale": "2"}
+    with pytest.raises(SchemaError) as excinfo:
+        column_from_connect(f)
+    msg = str(excinfo.value)
+    assert "'price'" in msg and semantic in msg and repr(ctype) in msg
+
+
+@pytest.mark.parametrize(
+    ("ctype", "semantic"),
+    [
+        ("string", "io.debezium.time.IsoDate"),
+        ("array", "io.debezium.data.FloatVector"),
+        ("string", "io.debezium.data.Uuid"),
+        ("string", "com.example.Custom"),
     ],
 )
 def test_unsupported_semantic_type_raises_naming_column_and_type(ctype, semantic):
@@ -85,6 +203,32 @@ def test_unsupported_semantic_type_raises_naming_column_and_type(ctype, semantic
     msg = str(excinfo.value)
     assert "'price'" in msg
     assert semantic in msg
+
+
+def test_unknown_stored_encoding_raises():
+    with pytest.raises(SchemaError, match="unknown column encoding 'io.debezium.time.IsoDate'"):
+        iceberg_type_of_encoding("io.debezium.time.IsoDate")
+
+
+@pytest.mark.parametrize(
+    ("encoding", "needle"),
+    [
+        ("io.debezium.time.MicroTime", "microseconds"),
+        ("io.debezium.time.Time", "microseconds"),
+        ("org.apache.kafka.connect.data.Time", "microseconds"),
+        ("io.debezium.data.Bits", "big-endian"),
+        ("org.apache.kafka.connect.data.Decimal(65,1)", "DECIMAL(65,1) as exact decimal text with 1 fraction digits"),
+        ("io.debezium.data.VariableScaleDecimal", "exact decimal text"),
+        ("io.debezium.data.geometry.Point", "WKB and SRID"),
+    ],
+)
+def test_column_doc_states_unit_or_form_where_the_type_does_not(encoding, needle):
+    assert needle in column_doc(encoding)
+
+
+@pytest.mark.parametrize("encoding", ["int32", "org.apache.kafka.connect.data.Decimal(10,2)", "io.debezium.time.Date"])
+def test_column_doc_is_none_where_the_iceberg_type_says_it_all(encoding):
+    assert column_doc(encoding) is None
 
 
 @pytest.mark.parametrize("ctype", ["struct", "array", "map", "int128"])
@@ -163,10 +307,42 @@ def test_columns_from_config_composite_key_columns_are_all_required():
     assert [(s.name, s.required) for s in specs] == [("a", True), ("b", True), ("c", False)]
 
 
-def test_columns_from_config_rejects_decimal_naming_the_column():
+def test_columns_from_config_decimal_is_a_connect_decimal_of_that_precision_and_scale():
+    specs = columns_from_config({"id": "int", "price": "decimal(10, 2)", "huge": "decimal(65,30)"}, ("id",))
+    assert specs[1:] == [
+        ColumnSpec("price", "decimal(10,2)", False, "org.apache.kafka.connect.data.Decimal(10,2)"),
+        ColumnSpec("huge", "string", False, "org.apache.kafka.connect.data.Decimal(65,30)"),
+    ]
+
+
+def test_columns_from_config_rejects_type_without_encoding_naming_the_column():
     with pytest.raises(SchemaError) as excinfo:
-        columns_from_config({"id": "int", "price": "decimal(10,2)"}, ("id",))
+        columns_from_config({"id": "int", "at": "time"}, ("id",))
     msg = str(excinfo.value)
-    assert "'price'" in msg
-    assert "'decimal(10,2)'" in msg
+    assert "'at'" in msg
+    assert "'time'" in msg
     assert "json_with_schema" in msg
+
+
+# --- the flink-cdc all-types capture --------------------------------------------------------------
+
+
+def test_columns_from_connect_maps_flink_cdc_full_types_schema():
+    """The all-types table of flink-cdc's column_type_test.sql, with the Connect schema Debezium
+    gives it (tests/full_types.py: the fixture's own schema is stale)."""
+    from tests.full_types import FULL_TYPES_ROW_SCHEMA
+
+    specs = {s.name: s for s in columns_from_connect(FULL_TYPES_ROW_SCHEMA)}
+    assert specs["id"] == ColumnSpec("id", "decimal(20,0)", True, "org.apache.kafka.connect.data.Decimal(20,0)")
+    assert specs["big_un_c"].iceberg_type == "decimal(20,0)"
+    assert specs["decimal_c"].iceberg_type == "decimal(8,4)"
+    assert specs["big_decimal_c"] == ColumnSpec(
+        "big_decimal_c", "string", False, "org.apache.kafka.connect.data.Decimal(65,1)"
+    )
+    assert specs["time_c"] == ColumnSpec("time_c", "long", False, "io.debezium.time.MicroTime")
+    assert specs["bit_c"] == ColumnSpec("bit_c", "binary", False, "io.debezium.data.Bits")
+    assert specs["bit1_c"].iceberg_type == "boolean"
+    assert {specs[c].iceberg_type for c in ("point_c", "geometry_c", "geometrycollection_c")} == {
+        "struct<wkb:binary,srid:int>"
+    }
+    assert len(specs) == 59
