@@ -74,7 +74,7 @@ from cdclake.lake import (
 )
 from cdclake.offsets import OffsetRange
 from cdclake.position import BinlogPosition
-from cdclake.types import ColumnSpec
+from cdclake.types import ColumnSpec, column_doc, decimal_encoding, iceberg_type_of_encoding, parse_decimal_encoding
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -93,8 +93,6 @@ class SchemaChangeError(SchemaError):
 
 # --- MySQL column type -> Iceberg type -------------------------------------------------------
 
-DECIMAL_ENCODING = "org.apache.kafka.connect.data.Decimal"
-MAX_ICEBERG_DECIMAL_PRECISION = 38
 
 _INTEGERS = {
     # base type: (signed encoding, unsigned encoding); Debezium MySQL docs, "Basic types"
@@ -112,34 +110,8 @@ _DECIMALS = {"DECIMAL", "NUMERIC", "DEC", "FIXED"}
 _GEOMETRIES = {"GEOMETRY", "LINESTRING", "POLYGON", "MULTIPOINT", "MULTILINESTRING", "MULTIPOLYGON",
                "GEOMETRYCOLLECTION", "GEOMCOLLECTION"}
 
-ENCODING_ICEBERG_TYPES = {
-    # encoding (Connect type / semantic type) -> Iceberg type: the choices to align with the data
-    # path's Connect mapping (cdclake.types) live here, in one table
-    "boolean": "boolean",
-    "int16": "int",
-    "int32": "int",
-    "int64": "long",
-    "float": "float",
-    "double": "double",
-    "string": "string",
-    "bytes": "binary",
-    "io.debezium.data.Bits": "binary",
-    "io.debezium.data.Enum": "string",
-    "io.debezium.data.EnumSet": "string",
-    "io.debezium.data.Json": "string",
-    "io.debezium.time.Year": "int",
-    "io.debezium.time.Date": "date",
-    "org.apache.kafka.connect.data.Date": "date",
-    "io.debezium.time.Time": "long",  # TIME: microseconds of the day, whatever the encoding
-    "io.debezium.time.MicroTime": "long",
-    "org.apache.kafka.connect.data.Time": "long",
-    "io.debezium.time.Timestamp": "timestamp",
-    "io.debezium.time.MicroTimestamp": "timestamp",
-    "org.apache.kafka.connect.data.Timestamp": "timestamp",
-    "io.debezium.time.ZonedTimestamp": "timestamptz",
-    "io.debezium.data.geometry.Geometry": "binary",  # the WKB; SRID not kept (yet)
-    "io.debezium.data.geometry.Point": "binary",
-}
+# The Iceberg type of an encoding is the data path's (cdclake.types.iceberg_type_of_encoding), so
+# a column created from tableChanges is the column the Connect schema of its events would create.
 
 
 def column_type(column: dict[str, Any], modes: ConnectorModes) -> tuple[str, str]:
@@ -170,7 +142,7 @@ def column_type(column: dict[str, Any], modes: ConnectorModes) -> tuple[str, str
     elif base == "BIT":
         encoding = "io.debezium.data.Bits"
     elif base == "BIGINT" and unsigned and modes.bigint_unsigned_handling_mode == "precise":
-        return "decimal(20,0)", DECIMAL_ENCODING
+        encoding = decimal_encoding(20, 0)
     elif base in _INTEGERS:
         encoding = _INTEGERS[base][1 if unsigned else 0]
     elif base == "REAL":
@@ -186,10 +158,7 @@ def column_type(column: dict[str, Any], modes: ConnectorModes) -> tuple[str, str
         elif modes.decimal_handling_mode == "string":
             encoding = "string"
         else:
-            precision, digits = length or 10, scale or 0
-            if precision > MAX_ICEBERG_DECIMAL_PRECISION:
-                return "string", DECIMAL_ENCODING
-            return f"decimal({precision},{digits})", DECIMAL_ENCODING
+            encoding = decimal_encoding(length or 10, scale or 0)
     elif base in _STRINGS:
         encoding = "string"
     elif base in _BINARIES:
@@ -224,7 +193,7 @@ def column_type(column: dict[str, Any], modes: ConnectorModes) -> tuple[str, str
         encoding = "io.debezium.data.geometry.Geometry"
     else:
         raise SchemaError(f"column {name!r}: MySQL type {column.get('typeName')!r} is not supported")
-    return ENCODING_ICEBERG_TYPES[encoding], encoding
+    return iceberg_type_of_encoding(encoding), encoding
 
 
 # --- schema-change records --------------------------------------------------------------------
@@ -426,11 +395,15 @@ def is_promotion(old: str, new: str) -> bool:
     return a is not None and b is not None and a[1] == b[1] and b[0] >= a[0]
 
 
-_JSON_FAMILIES = ({"int8", "int16", "int32", "int64"}, {"float", "double"}, {DECIMAL_ENCODING})
+_JSON_FAMILIES = ({"int8", "int16", "int32", "int64"}, {"float", "double"})
 
 
 def same_json_values(old: str, new: str) -> bool:
-    """Whether values written under encoding ``old`` decode the same under ``new``."""
+    """Whether values written under encoding ``old`` decode the same under ``new`` (decimals:
+    the same scale, whatever the precision)."""
+    a, b = parse_decimal_encoding(old), parse_decimal_encoding(new)
+    if a is not None and b is not None:
+        return a[1] == b[1]
     return old == new or any(old in f and new in f for f in _JSON_FAMILIES)
 
 
@@ -498,8 +471,20 @@ def plan_change(
         encodings[new] = encodings.pop(old)
 
     db, name = _split_id(table_id)
-    effects = _effects(change.ddl, change.describe())
-    for r in effects.column_renames:
+    try:
+        renames = ddl_effects(change.ddl).column_renames
+    except DdlParseError as e:
+        # the DDL only matters for renames: a change that drops no column and adds none cannot
+        # hide one (the columns themselves come from tableChanges); otherwise refuse to guess
+        gone = set(columns) - {c["name"] for c in change.columns}
+        new = {c["name"] for c in change.columns} - set(columns)
+        if gone and new:
+            raise SchemaChangeError(
+                f"{change.describe()}: {e}; columns {sorted(gone)} disappeared and {sorted(new)} "
+                "appeared, and without the DDL a rename cannot be told from a drop and an add"
+            ) from e
+        renames = ()
+    for r in renames:
         if r.table.matches(db, name, default_db=change.database) and r.old in columns and r.new not in columns:
             rename(r.old, r.new)
             plan.barrier_reasons.append(f"column {r.old!r} renamed to {r.new!r}")
@@ -578,8 +563,12 @@ def plan_change(
 
 def _commit_plans(table: Table, plans: list[ChangePlan], position_text: str) -> Table:
     """Apply ``plans`` in order and record ``position_text``, in ONE Iceberg transaction."""
+    import itertools
+
     from cdclake.lake import _iceberg_type
 
+    # nested field ids (struct<wkb,srid>) are placeholders: add_column assigns fresh ones
+    placeholder_ids = itertools.count(1_000_000)
     with table.transaction() as txn:
         for plan in plans:
             if plan.renames:
@@ -590,7 +579,8 @@ def _commit_plans(table: Table, plans: list[ChangePlan], position_text: str) -> 
                 continue
             with txn.update_schema() as update:
                 for spec, after in plan.adds:
-                    update.add_column(spec.name, _iceberg_type(spec.iceberg_type), required=False)
+                    update.add_column(spec.name, _iceberg_type(spec.iceberg_type, placeholder_ids), required=False,
+                                      doc=column_doc(spec.encoding))
                     if after is None:
                         update.move_first(spec.name)
                     else:
