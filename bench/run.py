@@ -201,16 +201,45 @@ def child_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-def spark_submit(settings: Settings, script: Path, args: list[str], name: str) -> list[str]:
+def spark_submit(settings: Settings, script: Path, args: list[str], name: str, event_log: Path) -> list[str]:
     """The ``spark-submit`` command the table DAG's apply task runs (same master, jars, confs,
-    driver memory), for ``script``."""
+    driver memory), for ``script``, plus Spark's event log in ``event_log`` (for
+    :func:`spark_profile`)."""
     from cdclake.spark_apply import spark_conf
 
     cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", settings.spark_master,
            "--name", name, "--driver-memory", "2g", "--jars", ",".join(str(j) for j in spark_jars())]
-    for key, value in spark_conf(settings).items():
+    conf = {**spark_conf(settings), "spark.eventLog.enabled": "true", "spark.eventLog.dir": event_log.as_uri(),
+            "spark.eventLog.compress": "false", "spark.eventLog.rolling.enabled": "false"}
+    for key, value in conf.items():
         cmd += ["--conf", f"{key}={value}"]
     return cmd + [str(script), *args]
+
+
+def spark_profile(event_log: Path, plans: Path, top: int = 8) -> list[dict[str, Any]]:
+    """Where the newest Spark application's time went: its slowest SQL executions (queries: the
+    MERGE, counts, collects) from its event log, with duration and the plan's top node; their
+    whole physical plans are written to ``plans``."""
+    logs = sorted((f for f in event_log.iterdir() if f.is_file() and not f.name.startswith(".")),
+                  key=lambda f: f.stat().st_mtime)
+    if not logs:
+        return []
+    execs: dict[int, dict[str, Any]] = {}
+    for line in logs[-1].read_text(errors="replace").splitlines():
+        if '"Event":"org.apache.spark.sql.execution.ui.SparkListenerSQLExecution' not in line:
+            continue
+        ev = json.loads(line)
+        if ev["Event"].endswith("SQLExecutionStart"):
+            plan = ev.get("physicalPlanDescription", "")
+            node = next((ln.strip() for ln in plan.splitlines() if ln.strip() and not ln.startswith("==")), "")
+            execs[ev["executionId"]] = {"description": ev.get("description", "")[:160], "plan": node[:160],
+                                        "start": ev["time"], "full_plan": plan}
+        elif ev["Event"].endswith("SQLExecutionEnd") and ev["executionId"] in execs:
+            e = execs[ev["executionId"]]
+            e["seconds"] = round((ev["time"] - e.pop("start")) / 1000, 2)
+    slowest = sorted((e for e in execs.values() if "seconds" in e), key=lambda e: -e["seconds"])[:top]
+    plans.write_text("\n\n".join(f"=== {e['seconds']} s: {e['description']}\n{e.pop('full_plan')}" for e in slowest))
+    return slowest
 
 
 # --- workload into Kafka ----------------------------------------------------------------------------
@@ -513,8 +542,13 @@ def run(args: argparse.Namespace) -> int:
         arrow_schema = catalog.load_table(f"{ns}.base").schema().as_arrow()
         upserts, deletes = peer_input(main, arrow_schema, decimal, work)
 
+        event_log = logs / "spark-events"
+        event_log.mkdir(exist_ok=True)
+
         def stage(label: str, script: str, extra: list[str]) -> Measured:
-            return measure(label, spark_submit(settings, BENCH_DIR / script, extra, f"bench-{label}"), env, logs)
+            m = measure(label, spark_submit(settings, BENCH_DIR / script, extra, f"bench-{label}", event_log), env, logs)
+            m.result["slowest_queries"] = spark_profile(event_log, logs / f"{label}-plans.txt")
+            return m
 
         runs: dict[str, list[Measured]] = {k: [] for k in ("read_parse", "append", "apply", "peer", "growth_base", "growth_big")}
         from cdclake.lake import create_cdc_table
