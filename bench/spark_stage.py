@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         "name": args.table.lower(), "topic": offset_range.topic, "namespace": args.namespace,
         "table": args.table, "primary_key": ["id"], "value_format": "json_with_schema",
     })
-    spark = SparkSession.builder.appName(f"bench-{args.stage}").getOrCreate()
+    spark = SparkSession.builder.getOrCreate()  # name and settings from spark-submit
     session_s = time.monotonic() - t0
     out: dict = {"stage": args.stage, "session_s": session_s}
     try:
