@@ -2,8 +2,9 @@
 SHELL := /bin/bash
 CDCLAKE := .venv/bin/cdclake
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 
-.PHONY: demo test setup stack-start stack-stop stack-status chain-start chain-stop airflow-ui lock clean help
+.PHONY: demo test bench setup stack-start stack-stop stack-status chain-start chain-stop airflow-ui lock clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -14,6 +15,9 @@ demo: setup  ## set up, load the real Debezium fixtures, run both table DAGs, sh
 test: setup  ## run the whole test suite: unit, integration (Kafka, Spark, Iceberg), e2e (Airflow)
 	@set +e; .venv/bin/python -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
+
+bench: setup  ## the apply path's benchmark (not a test; long): results in bench/results/; BENCH_ARGS="--size medium"
+	.venv/bin/python bench/run.py $(BENCH_ARGS)
 
 setup:  ## install the virtual environment, the jars and the Airflow DB (quick when done)
 	@bash include/scripts/setup.sh
