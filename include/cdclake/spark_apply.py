@@ -607,21 +607,26 @@ def _check_no_unknown_columns(raw: DataFrame, cfg: TableConfig, table: Any, colu
     """
     from pyspark.sql import functions as F
 
-    root = "$.payload" if cfg.value_format == "json_with_schema" else "$"
     value = F.col("value").cast("string")
+    # one scan of the whole value (the Connect schema comes first) for the payload; the images
+    # are then read from the payload alone
+    payload = F.get_json_object(value, "$.payload") if cfg.value_format == "json_with_schema" else value
     empty = F.array().cast("array<string>")
-    keys = F.array_union(
-        F.coalesce(F.json_object_keys(F.get_json_object(value, f"{root}.after")), empty),
-        F.coalesce(F.json_object_keys(F.get_json_object(value, f"{root}.before")), empty),
+    images = raw.filter("value is not null").select(
+        "partition", "offset", F.json_tuple(payload, "after", "before", "source").alias("after", "before", "v")
     )
-    found = raw.filter("value is not null").select("partition", "offset", F.explode(keys).alias("column"), value.alias("v"))
+    keys = F.array_union(
+        F.coalesce(F.json_object_keys("after"), empty), F.coalesce(F.json_object_keys("before"), empty),
+    )
+    root = "$"
+    found = images.select("partition", "offset", F.explode(keys).alias("column"), "v")
     found = found.filter(~F.col("column").isin(*[c.name for c in columns]))
     floor = table.properties.get(SCHEMA_CHANGE_POSITION_PROPERTY)
     if floor is not None:
         f, p, r, _ = (int(x) for x in floor.split(":"))
-        file_seq = F.regexp_extract(F.get_json_object("v", f"{root}.source.file"), BINLOG_FILE_PATTERN, 2).cast("bigint")
-        here = F.struct(file_seq.alias("f"), F.get_json_object("v", f"{root}.source.pos").cast("bigint").alias("p"),
-                        F.coalesce(F.get_json_object("v", f"{root}.source.row").cast("int"), F.lit(0)).alias("r"))
+        file_seq = F.regexp_extract(F.get_json_object("v", f"{root}.file"), BINLOG_FILE_PATTERN, 2).cast("bigint")
+        here = F.struct(file_seq.alias("f"), F.get_json_object("v", f"{root}.pos").cast("bigint").alias("p"),
+                        F.coalesce(F.get_json_object("v", f"{root}.row").cast("int"), F.lit(0)).alias("r"))
         found = found.filter(F.coalesce(here >= F.struct(F.lit(f).cast("bigint").alias("f"), F.lit(p).cast("bigint").alias("p"), F.lit(r).alias("r")), F.lit(True)))
     first = found.orderBy("partition", "offset").select("partition", "offset", "column").limit(1).collect()
     if first:
@@ -832,16 +837,17 @@ def apply_range(
         )
 
     raw = read_range(spark, settings.kafka_bootstrap, offset_range).persist(StorageLevel.MEMORY_AND_DISK)
-    parsed = None
+    base = None
     try:
         table = _resolve_table(settings, cfg, raw)
         if state is None:
             state = committed_state(table, cfg.topic)
         columns = _source_columns(table)
         _check_no_unknown_columns(raw, cfg, table, columns)
-        parsed = _split_bad_and_held(
-            spark, settings, cfg, parse_records(raw, cfg.value_format, columns, cfg.primary_key)
-        ).persist(StorageLevel.MEMORY_AND_DISK)
+        # parsed once and cached: the held-back split below reads the bad records from the cache
+        # (a broadcast join), instead of parsing every value a second time
+        base = parse_records(raw, cfg.value_format, columns, cfg.primary_key).persist(StorageLevel.MEMORY_AND_DISK)
+        parsed = _split_bad_and_held(spark, settings, cfg, base)
         good_filter = "not is_tombstone and error is null and held_back_behind is null"
         stats = parsed.agg(
             F.count(F.lit(1)).alias("events"),
@@ -932,8 +938,8 @@ def apply_range(
             keys_changed=keys_changed,
         )
     finally:
-        if parsed is not None:
-            parsed.unpersist()
+        if base is not None:
+            base.unpersist()
         raw.unpersist()
 
 
