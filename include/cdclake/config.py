@@ -73,7 +73,11 @@ class SchemaChangePolicy(BaseModel):
 
 class ConnectorModes(BaseModel):
     """The Debezium connector's value handling modes (its properties of the same names, dots as
-    underscores); they decide how a source column type is encoded, hence its Iceberg type."""
+    underscores); they decide how a source column type is encoded, hence its Iceberg type.
+    The defaults are those of the project's connector config
+    (``include/stack/debezium/inventory-connector.json``); they must mirror the connector the
+    table's topic comes from. ``bigint_unsigned_handling_mode`` defaults to ``precise`` there
+    (Debezium's own default, ``long``, wraps values >= 2^63 to negative numbers)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -81,7 +85,7 @@ class ConnectorModes(BaseModel):
     time_precision_mode: Literal["adaptive_time_microseconds", "adaptive", "connect"] = (
         "adaptive_time_microseconds"
     )
-    bigint_unsigned_handling_mode: Literal["long", "precise"] = "long"
+    bigint_unsigned_handling_mode: Literal["long", "precise"] = "precise"
     binary_handling_mode: Literal["bytes", "base64", "base64-url-safe", "hex"] = "bytes"
 
 

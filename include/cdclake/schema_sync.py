@@ -371,11 +371,14 @@ def source_schema(table: Table) -> SourceSchema:
 
 
 def iceberg_type_name(field_type: Any) -> str:
-    """A pyiceberg type as :func:`cdclake.lake.create_cdc_table` names it (``decimal(P,S)``)."""
-    from pyiceberg.types import DecimalType
+    """A pyiceberg type as :func:`cdclake.lake.create_cdc_table` names it (``decimal(P,S)``,
+    ``struct<wkb:binary,srid:int>``)."""
+    from pyiceberg.types import DecimalType, StructType
 
     if isinstance(field_type, DecimalType):
         return f"decimal({field_type.precision},{field_type.scale})"
+    if isinstance(field_type, StructType):
+        return "struct<" + ",".join(f"{f.name}:{iceberg_type_name(f.field_type)}" for f in field_type.fields) + ">"
     return str(field_type)
 
 

@@ -297,7 +297,7 @@ def test_schema_change_policy_defaults_fail_and_keep(tmp_path):
     assert t.source_table_id == '"inventory"."products"'
     assert t.connector.decimal_handling_mode == "precise"
     assert t.connector.time_precision_mode == "adaptive_time_microseconds"
-    assert t.connector.bigint_unsigned_handling_mode == "long"
+    assert t.connector.bigint_unsigned_handling_mode == "precise"  # as the project's connector
     assert t.connector.binary_handling_mode == "bytes"
 
 

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from pyiceberg.types import IntegerType
 
 from cdclake.config import ConnectorModes
 from cdclake.lake import COLUMN_ENCODINGS_PROPERTY, SCHEMA_CHANGE_POSITION_PROPERTY, load_catalog
@@ -132,7 +133,7 @@ def test_created_table_matches_the_data_paths_connect_mapping(catalog):
         (column("a", "TINYINT", 1), {}, ("int", "int16")),
         (column("a", "SMALLINT UNSIGNED", 1), {}, ("int", "int32")),
         (column("a", "INT UNSIGNED", 1), {}, ("long", "int64")),
-        (column("a", "BIGINT UNSIGNED", 1), {}, ("long", "int64")),
+        (column("a", "BIGINT UNSIGNED", 1), {"bigint_unsigned_handling_mode": "long"}, ("long", "int64")),
         (column("a", "BIGINT UNSIGNED", 1), {"bigint_unsigned_handling_mode": "precise"},
          ("decimal(20,0)", "org.apache.kafka.connect.data.Decimal(20,0)")),
         (column("a", "FLOAT", 1), {}, ("float", "float")),
@@ -391,3 +392,8 @@ def test_unreadable_ddl_that_cannot_hide_a_rename_is_applied_from_table_changes(
     assert str(loc.field_type).startswith("struct<") and not loc.required
     assert [f.name for f in loc.field_type.fields] == ["wkb", "srid"]
     assert json.loads(table.properties[COLUMN_ENCODINGS_PROPERTY])["loc"] == "io.debezium.data.geometry.Point"
+    # and a later change leaves the struct column alone (its type reads back the same)
+    more = event("ALTER TABLE orders ADD tag INT NULL", 4000,
+                 columns_with(insert=[("active", column("loc", "POINT", 8)), ("loc", column("tag", "INT", 9))]))
+    sync_changes(catalog, t, parse(CREATE, add, more), data_positions=positions(2500, 4500), offset_range=RANGE)
+    assert catalog.load_table(t.identifier).schema().find_field("tag").field_type == IntegerType()

@@ -1,0 +1,247 @@
+"""Every MySQL type and a sequence of ALTERs on the real chain (MariaDB -> Debezium -> Kafka ->
+the table DAG, with its schema_sync task -> Iceberg): after catch-up the Iceberg table equals
+``SELECT *`` value by value, and the Iceberg schema history shows a rename as a rename."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from decimal import Decimal
+
+import pytest
+import yaml
+
+from cdclake import source_chain
+from cdclake.cli import ensure_airflow_db, run_table_dag
+from cdclake.kafka_io import topic_watermarks
+from cdclake.lake import committed_offsets, load_catalog
+
+pytestmark = pytest.mark.e2e
+
+DDL = """
+CREATE TABLE alltypes (
+  id INT NOT NULL PRIMARY KEY,
+  tiny TINYINT NULL,
+  small_u SMALLINT UNSIGNED NULL,
+  int_u INT UNSIGNED NULL,
+  big BIGINT NULL,
+  big_u BIGINT UNSIGNED NULL,
+  dec_c DECIMAL(10,2) NULL,
+  wide_dec DECIMAL(50,5) NULL,
+  flt FLOAT NULL,
+  dbl DOUBLE NULL,
+  bit1 BIT(1) NULL,
+  bit10 BIT(10) NULL,
+  flag BOOLEAN NULL,
+  ch CHAR(3) NULL,
+  vc VARCHAR(20) NULL,
+  txt TEXT NULL,
+  bin BINARY(4) NULL,
+  vbin VARBINARY(10) NULL,
+  blb BLOB NULL,
+  d DATE NULL,
+  t TIME(6) NULL,
+  dt0 DATETIME NULL,
+  dt3 DATETIME(3) NULL,
+  dt6 DATETIME(6) NULL,
+  ts TIMESTAMP(6) NULL,
+  y YEAR NULL,
+  j JSON NULL,
+  e ENUM('a','b','c') NULL,
+  s SET('x','y','z') NULL,
+  pt POINT NULL,
+  geo GEOMETRY NULL
+)"""
+
+COLUMNS = ["id", "tiny", "small_u", "int_u", "big", "big_u", "dec_c", "wide_dec", "flt", "dbl", "bit1", "bit10",
+           "flag", "ch", "vc", "txt", "bin", "vbin", "blb", "d", "t", "dt0", "dt3", "dt6", "ts", "y", "j", "e", "s",
+           "pt", "geo"]
+
+
+def insert(cur, values: tuple, rename: dict[str, str] | None = None, drop: tuple[str, ...] = ()) -> None:
+    """INSERT one row given in :data:`COLUMNS` order (spatial values as WKT), under the table's
+    current column names (``rename``: old -> new, ``drop``: columns no longer there)."""
+    names, marks, params = [], [], []
+    for name, value in zip(COLUMNS, values):
+        if name in drop:
+            continue
+        names.append((rename or {}).get(name, name))
+        if name == "pt":
+            marks.append("ST_GeomFromText(%s, 4326)")
+        elif name == "geo":
+            marks.append("ST_GeomFromText(%s)")
+        else:
+            marks.append("%s")
+        params.append(value)
+    cur.execute(f"INSERT INTO alltypes ({', '.join(names)}) VALUES ({', '.join(marks)})", params)
+
+
+def row(i: int, *, extreme: bool = False) -> tuple:
+    if extreme:
+        return (i, -128, 65535, 4294967295, -9223372036854775808, 18446744073709551615,
+                Decimal("-99999999.99"), Decimal("123456789012345678901234567890123456789012345.12345"),
+                -0.25, 1e308, 1, 0b1000000001, True, "xyz", str(i * 7), "long text " * 30,
+                b"\x00\x01\xfe\xff", b"\x00", b"\x00" * 300, dt.date(1000, 1, 1),
+                "-838:59:59", dt.datetime(9999, 12, 31, 23, 59, 59),
+                dt.datetime(1970, 1, 1, 0, 0, 0, 1000), dt.datetime(2038, 1, 19, 3, 14, 7, 999999),
+                dt.datetime(2038, 1, 19, 3, 14, 7, 999999), 2155, '{"a": [1, 2, {"b": null}]}', "c", "x,z",
+                "POINT(-71.1043443253471 42.3150676015829)", "LINESTRING(0 0, 1 1, 2 5)")
+    return (i, i % 100, i, i * 1000, i * -10_000_000_000, i * 3, Decimal(i) / 4, Decimal(f"{i}.5"),
+            1.5, i / 3, i % 2, i % 1024, i % 2 == 0, "ab", str(i), f"text {i}", b"abcd", bytes([i % 256]),
+            b"blob" * i, dt.date(2026, 11, 21), dt.timedelta(hours=i, microseconds=123456),
+            dt.datetime(2026, 11, 21, 8, 0, i % 60), dt.datetime(2026, 11, 21, 8, 0, 0, 123000),
+            dt.datetime(2026, 11, 21, 8, 0, 0, 123456), dt.datetime(2026, 11, 21, 8, 0, 0, 654321),
+            2000 + i % 100, f'{{"i": {i}}}', "ab"[i % 2], "x,y", f"POINT({i} {i + 1})", f"POLYGON((0 0, {i} 0, {i} {i}, 0 0))")
+
+
+def norm_source(name: str, v):  # noqa: ANN001, ANN201 - one comparable value per column
+    if v is None:
+        return None
+    if name == "t":
+        return v // dt.timedelta(microseconds=1)
+    if name == "bit1":
+        return bool(int.from_bytes(v, "big")) if isinstance(v, bytes) else bool(v)
+    if name in ("pt", "geo"):
+        return (int.from_bytes(v[:4], "little"), bytes(v[4:]))  # MySQL's internal form: SRID + WKB
+    if name == "wide_dec":
+        return Decimal(v)
+    if isinstance(v, bytearray):
+        return bytes(v)
+    return v
+
+
+def norm_iceberg(name: str, v):  # noqa: ANN001, ANN201
+    if v is None:
+        return None
+    if name in ("pt", "geo"):
+        return (v["srid"] or 0, bytes(v["wkb"]))
+    if name == "wide_dec":
+        return Decimal(v)
+    if name == "ts":
+        return v.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    if name == "bit1":
+        return bool(v)
+    return v
+
+
+def source_table(db) -> tuple[list[str], list[tuple]]:
+    with db.cursor() as cur:
+        cur.execute("SELECT * FROM alltypes ORDER BY id")
+        names = [d[0] for d in cur.description]
+        return names, [tuple(norm_source(n, v) for n, v in zip(names, r)) for r in cur.fetchall()]
+
+
+def iceberg_table(settings, names: list[str]) -> list[tuple]:
+    rows = load_catalog(settings).load_table("chain.alltypes").scan().to_arrow().to_pylist()
+    return sorted(tuple(norm_iceberg(n, r[n]) for n in names) for r in rows)
+
+
+def catch_up(settings, cfg_name: str, topic: str, capsys, max_runs: int = 6) -> list[str]:
+    """Run the table DAG until its committed offsets reach the topic's end; returns the logs."""
+    logs = []
+    for _ in range(max_runs):
+        rc = run_table_dag(cfg_name, settings)
+        logs.append(capsys.readouterr().out)
+        assert rc == 0, logs[-1][-6000:]
+        table = load_catalog(settings).load_table("chain.alltypes")
+        if committed_offsets(table, topic) == topic_watermarks(settings.kafka_bootstrap, topic).high:
+            return logs
+    raise AssertionError(f"not caught up after {max_runs} runs")
+
+
+def wait_for(settings, topic: str, count_at_least: int, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if sum(topic_watermarks(settings.kafka_bootstrap, topic).high.values()) >= count_at_least:
+                return
+        except LookupError:
+            pass
+        time.sleep(1)
+    raise AssertionError(f"{topic} has fewer than {count_at_least} records after {timeout_s}s")
+
+
+def write_config(settings, incompatible: str) -> None:
+    settings.tables_config.write_text(yaml.safe_dump({
+        "defaults": {"schedule": None, "retries": 0},
+        "tables": [{"name": "chain_alltypes", "topic": f"{settings.topic_prefix}.inventory.alltypes",
+                    "namespace": "chain", "table": "alltypes", "primary_key": ["id"],
+                    "schema_changes": {"incompatible": incompatible},
+                    }],
+    }))
+
+
+def test_every_type_and_alters_converge_to_the_source(chain, stack_settings, tmp_path, capsys):
+    settings = stack_settings.model_copy(update={"tables_config": tmp_path / "tables.yaml"})
+    topic = f"{settings.topic_prefix}.inventory.alltypes"
+    write_config(settings, "fail")
+    ensure_airflow_db(settings)
+    db = source_chain.mariadb_connect(settings, database="inventory")
+    with db.cursor() as cur:
+        cur.execute("SET time_zone = '+00:00'")
+        cur.execute("DROP TABLE IF EXISTS alltypes")
+        cur.execute(DDL)
+        insert(cur, row(1, extreme=True))
+        for i in range(2, 8):
+            insert(cur, row(i))
+        cur.execute("UPDATE alltypes SET dec_c = dec_c + 1.01, t = '-00:00:01.5', bit10 = b'1111111111' WHERE id = 3")
+        cur.execute("INSERT INTO alltypes (id) VALUES (100)")  # every other column NULL
+    wait_for(settings, topic, 9)
+    catch_up(settings, "chain_alltypes", topic, capsys)
+    names, expected = source_table(db)
+    assert iceberg_table(settings, names) == expected
+    table = load_catalog(settings).load_table("chain.alltypes")
+    types = {f.name: str(f.field_type) for f in table.schema().fields}
+    assert types["wide_dec"] == "string" and types["dec_c"] == "decimal(10, 2)" and types["big_u"] == "decimal(20, 0)"
+    assert types["t"] == "long" and types["pt"].startswith("struct<")
+    txt_id = table.schema().find_field("txt").field_id
+
+    # ALTERs mixed with DML: add, widen, rename, drop
+    with db.cursor() as cur:
+        cur.execute("SET time_zone = '+00:00'")
+        cur.execute("ALTER TABLE alltypes ADD COLUMN extra VARCHAR(10) NULL AFTER vc")
+        cur.execute("UPDATE alltypes SET extra = CONCAT('e', id) WHERE id <= 3")
+        cur.execute("ALTER TABLE alltypes MODIFY small_u INT UNSIGNED NULL")          # int -> long
+        cur.execute("UPDATE alltypes SET small_u = 4000000000 WHERE id = 2")
+        cur.execute("ALTER TABLE alltypes RENAME COLUMN txt TO body")                  # a rename
+        cur.execute("UPDATE alltypes SET body = 'renamed' WHERE id = 4")
+        cur.execute("ALTER TABLE alltypes CHANGE COLUMN dbl dbl_renamed DOUBLE NULL")  # CHANGE old new
+        cur.execute("ALTER TABLE alltypes DROP COLUMN ch")                              # kept in Iceberg
+        insert(cur, row(8), rename={"txt": "body", "dbl": "dbl_renamed"}, drop=("ch",))
+        cur.execute("DELETE FROM alltypes WHERE id = 5")
+    wait_for(settings, topic, 9 + 8)  # 3 + 1 + 1 updates, an insert, a delete and its tombstone
+    logs = catch_up(settings, "chain_alltypes", topic, capsys)
+    assert any("batch capped before the barrier change" in log for log in logs), "a rename is a barrier"
+    names, expected = source_table(db)
+    assert "ch" not in names
+    assert iceberg_table(settings, names) == expected
+    table = load_catalog(settings).load_table("chain.alltypes")
+    assert table.schema().find_field("body").field_id == txt_id, "a rename keeps the field id"
+    assert "txt" not in table.schema().column_names and "ch" in table.schema().column_names
+    assert str(table.schema().find_field("small_u").field_type) == "long"
+    history = [s.schema_id for s in table.metadata.schemas]
+    old = next(s for s in table.metadata.schemas if s.schema_id == history[0])
+    assert old.find_field(txt_id).name == "txt"
+
+    # an incompatible change under the default policy stops the table, naming the DDL
+    with db.cursor() as cur:
+        cur.execute("UPDATE alltypes SET vc = CAST(id * 11 AS CHAR)")
+        cur.execute("ALTER TABLE alltypes MODIFY vc INT NULL")
+        # every row again, so that the new column holds every row's value under new_column
+        cur.execute("UPDATE alltypes SET vc = vc + 1")
+    wait_for(settings, topic, 9 + 8 + 8 + 8)
+    for _ in range(3):
+        rc = run_table_dag("chain_alltypes", settings)
+        out = capsys.readouterr()
+        if rc != 0:
+            break
+    assert rc != 0
+    assert "MODIFY vc INT" in out.out + out.err and "'vc'" in out.out + out.err
+    # ... and under new_column the old column is renamed aside and a new one added
+    write_config(settings, "new_column")
+    catch_up(settings, "chain_alltypes", topic, capsys)
+    names, expected = source_table(db)
+    assert iceberg_table(settings, names) == expected
+    table = load_catalog(settings).load_table("chain.alltypes")
+    assert str(table.schema().find_field("vc").field_type) == "int"
+    assert any(n.startswith("vc__") for n in table.schema().column_names)
