@@ -446,20 +446,31 @@ def parse_records(
     :data:`cdclake.lake.METADATA_COLUMNS` (``_cdc_op``, ``_cdc_snapshot``, ``_cdc_binlog_*``,
     ``_cdc_source_ts``, ``_cdc_kafka_*``), ``position`` (struct, see :func:`position_struct`),
     ``image`` (struct of the source columns, decoded), ``error`` (null when the record can be
-    applied, else the reason).
+    applied, else the reason), ``unknown_column`` (the first name in the applied image, ``after``
+    or for a delete ``before``, that is not one of ``columns``; else null).
     """
     from pyspark.sql import functions as F
 
     ddl = _envelope_ddl([(c.name, _json_read_type(c.encoding)) for c in columns], value_format)
-    parsed = F.from_json(
-        F.col("value").cast("string"),
-        ddl,
-        {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"},
-    )
+    text = F.col("value").cast("string")
+    # The whole value is parsed, Connect schema and all: cutting the payload out first (with
+    # get_json_object) would re-serialize it through Jackson, which writes a JSON number with a
+    # fraction as a double and so loses NUMERIC-encoded decimals' digits.
+    parsed = F.from_json(text, ddl, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"})
     env = "j.payload" if value_format == "json_with_schema" else "j"
     df = raw.select("topic", "partition", "offset", "timestamp", "key", "value", parsed.alias("j")).withColumn(
         "_image_raw",
         F.when(F.col(f"{env}.op") == "d", F.col(f"{env}.before")).otherwise(F.col(f"{env}.after")),
+    )
+    # The names in the applied image's JSON that are not source columns, which from_json drops
+    # silently (see _check_no_unknown_columns). Only the names are read, so re-serializing is
+    # harmless here.
+    path = "$.payload" if value_format == "json_with_schema" else "$"
+    image_json = F.when(F.col(f"{env}.op") == "d", F.get_json_object(text, f"{path}.before")).otherwise(
+        F.get_json_object(text, f"{path}.after"))
+    unknown = F.array_except(
+        F.coalesce(F.json_object_keys(image_json), F.array().cast("array<string>")),
+        F.array(*[F.lit(c.name) for c in columns]).cast("array<string>"),
     )
     raw_sql = {c.name: "_image_raw.`{}`".format(c.name.replace("`", "``")) for c in columns}
     # decoded once, in a column of its own: the fit check below reads it rather than decode again
@@ -530,6 +541,7 @@ def parse_records(
         F.col("offset").alias("_cdc_kafka_offset"),
         image.alias("image"),
         error.alias("error"),
+        F.when(F.col(env).isNotNull(), F.try_element_at(unknown, F.lit(1))).alias("unknown_column"),
     )
     return out.withColumn("position", F.expr(position_struct()))
 
@@ -606,46 +618,35 @@ def _source_columns(table) -> list[ColumnSpec]:  # noqa: ANN001 - pyiceberg Tabl
     return specs
 
 
-def _check_no_unknown_columns(raw: DataFrame, cfg: TableConfig, table: Any, columns: list[ColumnSpec]) -> None:
+def _check_no_unknown_columns(parsed: DataFrame, cfg: TableConfig, table: Any) -> None:
     """Stop when an event's row image has a column the Iceberg table lacks (its schema change
     was not synced): ``from_json`` would drop the column silently.
 
-    Events below the table's last applied schema change (``cdc.schema-change-position``) are not
-    checked: they were produced under an older schema (re-emitted after a connector restart), and
-    their columns may have been renamed or deleted since.
+    ``parsed`` is the output of :func:`parse_records` (its ``unknown_column``). Events below the
+    table's last applied schema change (``cdc.schema-change-position``) are not checked: they were
+    produced under an older schema (re-emitted after a connector restart), and their columns may
+    have been renamed or deleted since.
 
     Raises:
         SchemaError: names the topic, partition, offset and column of the first such event.
     """
     from pyspark.sql import functions as F
 
-    value = F.col("value").cast("string")
-    # one scan of the whole value (the Connect schema comes first) for the payload; the images
-    # are then read from the payload alone
-    payload = F.get_json_object(value, "$.payload") if cfg.value_format == "json_with_schema" else value
-    empty = F.array().cast("array<string>")
-    images = raw.filter("value is not null").select(
-        "partition", "offset", F.json_tuple(payload, "after", "before", "source").alias("after", "before", "v")
-    )
-    keys = F.array_union(
-        F.coalesce(F.json_object_keys("after"), empty), F.coalesce(F.json_object_keys("before"), empty),
-    )
-    root = "$"
-    found = images.select("partition", "offset", F.explode(keys).alias("column"), "v")
-    found = found.filter(~F.col("column").isin(*[c.name for c in columns]))
+    found = parsed.filter("unknown_column is not null")
     floor = table.properties.get(SCHEMA_CHANGE_POSITION_PROPERTY)
     if floor is not None:
         f, p, r, _ = (int(x) for x in floor.split(":"))
-        file_seq = F.regexp_extract(F.get_json_object("v", f"{root}.file"), BINLOG_FILE_PATTERN, 2).cast("bigint")
-        here = F.struct(file_seq.alias("f"), F.get_json_object("v", f"{root}.pos").cast("bigint").alias("p"),
-                        F.coalesce(F.get_json_object("v", f"{root}.row").cast("int"), F.lit(0)).alias("r"))
-        found = found.filter(F.coalesce(here >= F.struct(F.lit(f).cast("bigint").alias("f"), F.lit(p).cast("bigint").alias("p"), F.lit(r).alias("r")), F.lit(True)))
-    first = found.orderBy("partition", "offset").select("partition", "offset", "column").limit(1).collect()
+        here = F.struct(F.col("_cdc_binlog_file_seq").alias("f"), F.col("_cdc_binlog_pos").alias("p"),
+                        F.col("_cdc_binlog_row").alias("r"))
+        at_floor = F.struct(F.lit(f).cast("bigint").alias("f"), F.lit(p).cast("bigint").alias("p"),
+                            F.lit(r).alias("r"))
+        found = found.filter(F.coalesce(here >= at_floor, F.lit(True)))
+    first = found.orderBy("partition", "offset").select("partition", "offset", "unknown_column").limit(1).collect()
     if first:
         row = first[0]
         raise SchemaError(
             f"topic {cfg.topic!r} partition {row['partition']} offset {row['offset']}: the event has "
-            f"column {row['column']!r}, which Iceberg table {cfg.identifier} lacks (its schema change "
+            f"column {row['unknown_column']!r}, which Iceberg table {cfg.identifier} lacks (its schema change "
             f"was not applied; schema-change topic {cfg.schema_change_topic!r}). Nothing was committed "
             "and the offsets did not move; the column is never dropped silently."
         )
@@ -723,10 +724,17 @@ def _split_bad_and_held(
 
 
 def _write_quarantine(
-    spark: SparkSession, settings: Settings, cfg: TableConfig, records: DataFrame, run_id: str
+    spark: SparkSession, settings: Settings, cfg: TableConfig, raw: DataFrame, records: DataFrame, run_id: str
 ) -> None:
-    """Append bad and held-back records to the quarantine table, once per Kafka coordinate."""
+    """Append bad and held-back records to the quarantine table, once per Kafka coordinate.
+
+    ``records`` (parsed, without the raw value) are joined back to ``raw``, the Kafka records, for
+    their key, value and timestamp as read."""
     from pyspark.sql import functions as F
+
+    records = records.select("partition", "offset", "error", "held_back_behind").join(
+        raw.select("topic", "partition", "offset", "timestamp", "key", "value"), ["partition", "offset"]
+    )
 
     catalog = load_catalog(settings)
     ident = side_table(cfg.identifier, QUARANTINE_SUFFIX)
@@ -848,17 +856,21 @@ def apply_range(
             "in between. Nothing was committed; the next run plans from the table's offsets."
         )
 
-    raw = read_range(spark, settings.kafka_bootstrap, offset_range).persist(StorageLevel.MEMORY_AND_DISK)
+    # Not cached: a 1,000,000-event batch is 4.4 GiB of values. The records are parsed once into a
+    # cache without the raw value; the rare bad and held-back records are read again from Kafka.
+    raw = read_range(spark, settings.kafka_bootstrap, offset_range)
     base = None
     try:
         table = _resolve_table(settings, cfg, raw)
         if state is None:
             state = committed_state(table, cfg.topic)
         columns = _source_columns(table)
-        _check_no_unknown_columns(raw, cfg, table, columns)
-        # parsed once and cached: the held-back split below reads the bad records from the cache
-        # (a broadcast join), instead of parsing every value a second time
-        base = parse_records(raw, cfg.value_format, columns, cfg.primary_key).persist(StorageLevel.MEMORY_AND_DISK)
+        base = (
+            parse_records(raw, cfg.value_format, columns, cfg.primary_key)
+            .drop("value")
+            .persist(StorageLevel.MEMORY_AND_DISK)
+        )
+        _check_no_unknown_columns(base, cfg, table)
         parsed = _split_bad_and_held(spark, settings, cfg, base)
         good_filter = "not is_tombstone and error is null and held_back_behind is null"
         stats = parsed.agg(
@@ -877,7 +889,8 @@ def apply_range(
         if stats["bad"] and cfg.bad_records == "fail":
             raise _bad_batch(spark, raw, parsed, cfg, columns, stats["bad"])
         if quarantined:
-            _write_quarantine(spark, settings, cfg, parsed.filter("error is not null or held_back_behind is not null"), run_id)
+            _write_quarantine(spark, settings, cfg, raw,
+                              parsed.filter("error is not null or held_back_behind is not null"), run_id)
 
         basenames = sorted(stats["basenames"])
         known = [state.binlog_basename] if state.binlog_basename else []
@@ -952,18 +965,24 @@ def apply_range(
     finally:
         if base is not None:
             base.unpersist()
-        raw.unpersist()
 
 
 def _bad_batch(spark, raw, parsed, cfg, columns, total) -> BadBatchError:  # noqa: ANN001
+    from pyspark.sql import functions as F
+
     bad_rows = (
         parsed.filter("error is not null").orderBy("partition", "offset")
-        .select("partition", "offset", "error", "value").limit(_MAX_REPORTED_BAD).collect()
+        .select("partition", "offset", "error").limit(_MAX_REPORTED_BAD).collect()
     )
+    wanted = F.lit(False)
+    for b in bad_rows:
+        wanted = wanted | ((F.col("partition") == b["partition"]) & (F.col("offset") == b["offset"]))
+    values = {(r["partition"], r["offset"]): r["value"] for r in raw.filter(wanted).select("partition", "offset", "value").collect()}
     reported = []
     for b in bad_rows:
         where = KafkaCoordinates(cfg.topic, b["partition"], b["offset"])
-        value = bytes(b["value"]) if b["value"] is not None else None
+        value = values.get((b["partition"], b["offset"]))
+        value = bytes(value) if value is not None else None
         reported.append((cfg.topic, b["partition"], b["offset"], _describe_bad_record(value, cfg, columns, where, b["error"])))
     return BadBatchError(reported, total)
 
