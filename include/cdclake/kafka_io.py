@@ -1,4 +1,5 @@
-"""Kafka I/O with confluent-kafka: topic watermarks, topic creation, and the event-file loader."""
+"""Kafka I/O with confluent-kafka: topic watermarks, topic creation, reading a partition's offset
+range, and the event-file loader."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Iterator
 
 from cdclake.config import TableConfig
 from cdclake.envelope import KafkaCoordinates, parse_value
@@ -79,6 +81,37 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int) -> bool:
     futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
     futures[topic].result(timeout=_TIMEOUT_S)
     return True
+
+
+def read_partition(consumer: Any, topic: str, partition: int, low: int, high: int,
+                   timeout_s: float = _TIMEOUT_S) -> Iterator[Any]:
+    """Yield every record (a confluent-kafka ``Message``) of ``topic``/``partition`` in
+    ``[low, high)``, in offset order, with ``consumer`` (assigned to that partition here).
+
+    Offsets missing from the log (compacted away, or transaction markers) are skipped.
+
+    Raises:
+        TimeoutError: no record arrived within ``timeout_s`` seconds while offsets below ``high``
+            were still unread; names the topic, partition and offset.
+        confluent_kafka.KafkaException: the broker reported an error for the partition.
+    """
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+    if low >= high:
+        return
+    consumer.assign([TopicPartition(topic, partition, low)])
+    next_offset = low
+    while next_offset < high:
+        msg = consumer.poll(timeout_s)
+        if msg is None:
+            raise TimeoutError(f"topic {topic!r} partition {partition}: no record at offset {next_offset} "
+                               f"within {timeout_s:.0f} s (high watermark {high})")
+        if msg.error():
+            if msg.error().code() == KafkaError._PARTITION_EOF:
+                continue
+            raise KafkaException(msg.error())
+        next_offset = msg.offset() + 1
+        yield msg
 
 
 def read_event_file(path: Path) -> list[bytes]:

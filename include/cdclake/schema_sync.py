@@ -64,6 +64,7 @@ from typing import TYPE_CHECKING, Any
 from cdclake.config import ConnectorModes, SchemaChangePolicy, TableConfig
 from cdclake.ddl import DdlEffects, DdlParseError, TableName, ddl_effects
 from cdclake.errors import SchemaError
+from cdclake.kafka_io import read_partition
 from cdclake.lake import (
     METADATA_COLUMNS,
     SCHEMA_CHANGE_POSITION_PROPERTY,
@@ -316,32 +317,12 @@ def read_schema_changes(bootstrap: str, topic: str, table_id: str) -> list[Schem
         changes: list[SchemaChange] = []
         for p in sorted(meta.partitions):
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=_TIMEOUT_S)
-            for msg in _read_partition(consumer, topic, p, low, high):
+            for msg in read_partition(consumer, topic, p, low, high):
                 if msg.value() is not None:
                     changes.extend(changes_from_record(msg.value(), table_id, p, msg.offset()))
         return sorted(changes, key=lambda c: (c.position, c.partition, c.offset))
     finally:
         consumer.close()
-
-
-def _read_partition(consumer: Any, topic: str, partition: int, low: int, high: int):  # noqa: ANN202
-    from confluent_kafka import KafkaError, KafkaException, TopicPartition
-
-    if low >= high:
-        return
-    consumer.assign([TopicPartition(topic, partition, low)])
-    next_offset = low
-    while next_offset < high:
-        msg = consumer.poll(_TIMEOUT_S)
-        if msg is None:
-            raise TimeoutError(f"topic {topic!r} partition {partition}: no record at offset {next_offset} "
-                               f"within {_TIMEOUT_S:.0f} s (high watermark {high})")
-        if msg.error():
-            if msg.error().code() == KafkaError._PARTITION_EOF:
-                continue
-            raise KafkaException(msg.error())
-        next_offset = msg.offset() + 1
-        yield msg
 
 
 # --- the diff ---------------------------------------------------------------------------------
@@ -775,7 +756,7 @@ def read_data_positions(bootstrap: str, offset_range: OffsetRange, value_format:
     try:
         topic = offset_range.topic
         for p in sorted(offset_range.end):
-            for msg in _read_partition(consumer, topic, p, offset_range.start[p], offset_range.end[p]):
+            for msg in read_partition(consumer, topic, p, offset_range.start[p], offset_range.end[p]):
                 try:
                     event = parse_value(msg.value(), value_format, KafkaCoordinates(topic, p, msg.offset()))
                 except BadRecordError:

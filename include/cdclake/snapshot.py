@@ -158,22 +158,20 @@ def send_kafka_signal(bootstrap: str, topic: str, topic_prefix: str, signal: Sig
 
 
 def _read_partition(bootstrap: str, topic: str, partition: int, start: int, end: int):  # noqa: ANN202
-    """Yield ``(offset, headers, value)`` of ``topic``/``partition`` in ``[start, end)``."""
-    from confluent_kafka import Consumer, TopicPartition
+    """Yield ``(offset, headers, value)`` of ``topic``/``partition`` in ``[start, end)``.
 
-    if start >= end:
-        return
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "cdclake-reader", "enable.auto.commit": False})
+    Raises:
+        TimeoutError: the range could not be read to its end (see :func:`cdclake.kafka_io.read_partition`).
+    """
+    from confluent_kafka import Consumer
+
+    from cdclake.kafka_io import read_partition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "cdclake-reader",
+                         "enable.auto.commit": False, "log_level": 3})
     try:
-        consumer.assign([TopicPartition(topic, partition, start)])
-        nxt = start
-        deadline = time.monotonic() + 60
-        while nxt < end and time.monotonic() < deadline:
-            msg = consumer.poll(1.0)
-            if msg is None or msg.error():
-                continue
+        for msg in read_partition(consumer, topic, partition, start, end):
             yield msg.offset(), msg.headers() or [], msg.value()
-            nxt = msg.offset() + 1
     finally:
         consumer.close()
 

@@ -1,0 +1,88 @@
+"""The Kafka side of snapshot bootstrap against a real broker: the Kafka signal channel (one
+partition, key = topic.prefix, a retry does not signal twice) and the notification reader over the
+notifications recorded from the real connector (tests/data/chain/notifications.jsonl)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from cdclake.kafka_io import ensure_topic, topic_watermarks
+from cdclake.snapshot import (
+    SIGNAL_ID_HEADER,
+    SnapshotError,
+    build_signal,
+    parse_notification,
+    read_notifications,
+    scan_results,
+    send_kafka_signal,
+    signal_id,
+)
+
+pytestmark = pytest.mark.integration
+
+RECORDED = Path(__file__).resolve().parents[1] / "data" / "chain" / "notifications.jsonl"
+
+
+def _records(bootstrap: str, topic: str, partition: int = 0) -> list:
+    from confluent_kafka import Consumer
+
+    from cdclake.kafka_io import read_partition
+
+    marks = topic_watermarks(bootstrap, topic)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "test", "enable.auto.commit": False})
+    try:
+        return [(m.offset(), m.key(), m.value(), dict(m.headers() or []))
+                for m in read_partition(consumer, topic, partition, marks.low[partition], marks.high[partition])]
+    finally:
+        consumer.close()
+
+
+def test_kafka_signal_is_sent_once_per_signal_id(kafka):
+    topic = f"sig{uuid.uuid4().hex[:8]}.signals"
+    first = build_signal(signal_id("manual__1", "execute"), "execute", ["inventory.orders"])
+    second = build_signal(signal_id("manual__2", "execute"), "execute", ["inventory.customers"])
+
+    at = send_kafka_signal(kafka, topic, "dbserver1", first)
+    assert send_kafka_signal(kafka, topic, "dbserver1", first) == at  # a retried task
+    assert send_kafka_signal(kafka, topic, "dbserver1", second) == at + 1
+
+    records = _records(kafka, topic)
+    assert [r[0] for r in records] == [at, at + 1]
+    offset, key, value, headers = records[0]
+    assert key == b"dbserver1"  # the connector acts only on records keyed with its topic.prefix
+    assert headers[SIGNAL_ID_HEADER] == first.id.encode()
+    assert json.loads(value) == {"type": "execute-snapshot", "data": first.data}
+
+
+def test_kafka_signal_topic_with_more_than_one_partition_is_refused(kafka):
+    topic = f"sig{uuid.uuid4().hex[:8]}.signals"
+    ensure_topic(kafka, topic, 2)
+    with pytest.raises(SnapshotError, match="exactly one partition"):
+        send_kafka_signal(kafka, topic, "dbserver1", build_signal("s1", "execute", ["inventory.orders"]))
+
+
+def test_read_notifications_reads_every_partition_in_time_order(kafka):
+    from confluent_kafka import Producer
+
+    topic = f"note{uuid.uuid4().hex[:8]}.notifications"
+    lines = [json.loads(line) for line in RECORDED.read_text().splitlines() if line.strip()]
+    partitions = sorted({line["partition"] for line in lines})
+    ensure_topic(kafka, topic, max(partitions) + 1)
+    producer = Producer({"bootstrap.servers": kafka})
+    for line in lines:
+        producer.produce(topic, key=line["key"], value=line["value"], partition=line["partition"])
+    producer.produce(topic, key=b"x", value=b"not a notification", partition=0)
+    assert producer.flush(30) == 0
+
+    found = read_notifications(kafka, topic)
+    expected = [parse_notification(line["value"]) for line in lines]
+    assert len(found) == len(expected) == len(lines)
+    assert sorted(found, key=lambda n: (n.timestamp_ms, n.id, n.type)) == sorted(
+        expected, key=lambda n: (n.timestamp_ms, n.id, n.type))
+    assert [n.timestamp_ms for n in found] == sorted(n.timestamp_ms for n in found)
+    sid = next(n.id for n in found if n.id.startswith("cdclake-execute-"))
+    assert scan_results(found, [sid], "incremental", 0, ["inventory.accounts"]) == {"inventory.accounts": "SUCCEEDED"}
