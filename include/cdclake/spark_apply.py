@@ -887,7 +887,7 @@ def apply_range(
         ).collect()[0]
         quarantined = (stats["bad"] or 0) + (stats["held"] or 0)
         if stats["bad"] and cfg.bad_records == "fail":
-            raise _bad_batch(spark, raw, parsed, cfg, columns, stats["bad"])
+            raise _bad_batch(settings.kafka_bootstrap, parsed, cfg, columns, stats["bad"])
         if quarantined:
             _write_quarantine(spark, settings, cfg, raw,
                               parsed.filter("error is not null or held_back_behind is not null"), run_id)
@@ -967,23 +967,29 @@ def apply_range(
             base.unpersist()
 
 
-def _bad_batch(spark, raw, parsed, cfg, columns, total) -> BadBatchError:  # noqa: ANN001
-    from pyspark.sql import functions as F
+def _bad_batch(bootstrap: str, parsed: DataFrame, cfg: TableConfig, columns: list[ColumnSpec], total: int) -> BadBatchError:
+    """The error of a ``bad_records: fail`` run: the first :data:`_MAX_REPORTED_BAD` bad records,
+    each described from its raw value (fetched from Kafka by its coordinates: the parse cache has
+    no raw values)."""
+    from confluent_kafka import Consumer
+
+    from cdclake.kafka_io import read_partition
 
     bad_rows = (
         parsed.filter("error is not null").orderBy("partition", "offset")
         .select("partition", "offset", "error").limit(_MAX_REPORTED_BAD).collect()
     )
-    wanted = F.lit(False)
-    for b in bad_rows:
-        wanted = wanted | ((F.col("partition") == b["partition"]) & (F.col("offset") == b["offset"]))
-    values = {(r["partition"], r["offset"]): r["value"] for r in raw.filter(wanted).select("partition", "offset", "value").collect()}
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "cdclake-bad-records",
+                         "enable.auto.commit": False, "log_level": 3})
     reported = []
-    for b in bad_rows:
-        where = KafkaCoordinates(cfg.topic, b["partition"], b["offset"])
-        value = values.get((b["partition"], b["offset"]))
-        value = bytes(value) if value is not None else None
-        reported.append((cfg.topic, b["partition"], b["offset"], _describe_bad_record(value, cfg, columns, where, b["error"])))
+    try:
+        for b in bad_rows:
+            where = KafkaCoordinates(cfg.topic, b["partition"], b["offset"])
+            records = read_partition(consumer, cfg.topic, b["partition"], b["offset"], b["offset"] + 1)
+            value = next((m.value() for m in records), None)
+            reported.append((cfg.topic, b["partition"], b["offset"], _describe_bad_record(value, cfg, columns, where, b["error"])))
+    finally:
+        consumer.close()
     return BadBatchError(reported, total)
 
 
