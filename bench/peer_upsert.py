@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     import pyarrow.parquet as pq
     from pyiceberg.expressions import In
 
-    from cdclake.lake import load_catalog
+    from cdclake.io.catalog import load_catalog
     from cdclake.settings import Settings
 
     table = load_catalog(Settings.from_env()).load_table(args.table)
@@ -35,8 +35,13 @@ def main(argv: list[str] | None = None) -> int:
         result = tx.upsert(rows, join_cols=["id"])
         if deletes:
             tx.delete(In("id", deletes))
-    out = {"stage": "peer", "job_s": time.monotonic() - t0, "rows_updated": result.rows_updated,
-           "rows_inserted": result.rows_inserted, "rows_deleted_keys": len(deletes)}
+    out = {
+        "stage": "peer",
+        "job_s": time.monotonic() - t0,
+        "rows_updated": result.rows_updated,
+        "rows_inserted": result.rows_inserted,
+        "rows_deleted_keys": len(deletes),
+    }
     print("BENCH_STAGE_RESULT " + json.dumps(out), flush=True)
     return 0
 

@@ -53,16 +53,36 @@ for _p in (ROOT / "include", ROOT / "plugins", BENCH_DIR):
         sys.path.insert(0, str(_p))
 
 import workload as wl  # noqa: E402
-
 from cdclake.settings import Settings, spark_jars  # noqa: E402
 
 SIZES: dict[str, dict[str, int]] = {
-    "tiny": {"events": 2_000, "keys": 500, "base_rows": 1_000, "big_rows": 5_000,
-             "growth_events": 400, "growth_keys": 100, "reps": 1},
-    "medium": {"events": 200_000, "keys": 40_000, "base_rows": 1_000_000, "big_rows": 10_000_000,
-               "growth_events": 100_000, "growth_keys": 20_000, "reps": 3},
-    "full": {"events": 1_000_000, "keys": 200_000, "base_rows": 1_000_000, "big_rows": 10_000_000,
-             "growth_events": 100_000, "growth_keys": 20_000, "reps": 3},
+    "tiny": {
+        "events": 2_000,
+        "keys": 500,
+        "base_rows": 1_000,
+        "big_rows": 5_000,
+        "growth_events": 400,
+        "growth_keys": 100,
+        "reps": 1,
+    },
+    "medium": {
+        "events": 200_000,
+        "keys": 40_000,
+        "base_rows": 1_000_000,
+        "big_rows": 10_000_000,
+        "growth_events": 100_000,
+        "growth_keys": 20_000,
+        "reps": 3,
+    },
+    "full": {
+        "events": 1_000_000,
+        "keys": 200_000,
+        "base_rows": 1_000_000,
+        "big_rows": 10_000_000,
+        "growth_events": 100_000,
+        "growth_keys": 20_000,
+        "reps": 3,
+    },
 }
 """Presets of ``--size``; ``full`` is issue 6's workload."""
 
@@ -83,6 +103,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 # --- measuring a process tree --------------------------------------------------------------------
 
+
 @dataclass
 class Measured:
     """One measured process: wall time, peak RSS of its tree, and what it reported."""
@@ -97,9 +118,13 @@ class Measured:
     load_avg: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        return {"wall_s": round(self.wall_s, 3), "peak_rss_mib": round(self.peak_rss / 2**20, 1),
-                "spark_s": None if self.spark_s is None else round(self.spark_s, 3),
-                "load_avg_1m": self.load_avg, **({"result": self.result} if self.result else {})}
+        return {
+            "wall_s": round(self.wall_s, 3),
+            "peak_rss_mib": round(self.peak_rss / 2**20, 1),
+            "spark_s": None if self.spark_s is None else round(self.spark_s, 3),
+            "load_avg_1m": self.load_avg,
+            **({"result": self.result} if self.result else {}),
+        }
 
 
 def measure(label: str, cmd: list[str], env: dict[str, str], log_dir: Path, timeout_s: float = 6 * 3600) -> Measured:
@@ -158,15 +183,19 @@ def measure(label: str, cmd: list[str], env: dict[str, str], log_dir: Path, time
     result = {}
     for line in text.splitlines():
         if line.startswith(RESULT_PREFIX):
-            result = json.loads(line[len(RESULT_PREFIX):])
+            result = json.loads(line[len(RESULT_PREFIX) :])
     spark_s = None if java_first is None else java_last - java_first
     m = Measured(label, wall, peak, rc, spark_s, result, round(os.getloadavg()[0], 2))
-    print(f"  {label}: {wall:.1f} s wall, peak RSS {peak / 2**20:.0f} MiB"
-          + (f", job {result['job_s']:.1f} s" if "job_s" in result else ""), flush=True)
+    print(
+        f"  {label}: {wall:.1f} s wall, peak RSS {peak / 2**20:.0f} MiB"
+        + (f", job {result['job_s']:.1f} s" if "job_s" in result else ""),
+        flush=True,
+    )
     return m
 
 
 # --- the bench's stack -----------------------------------------------------------------------------
+
 
 def _free_port_pair() -> int:
     import socket
@@ -185,19 +214,21 @@ def child_env(settings: Settings) -> dict[str, str]:
     """This process's environment with the bench's ``CDCLAKE_*`` settings and this checkout's
     packages first on ``PYTHONPATH``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CDCLAKE_")}
-    env.update({
-        "CDCLAKE_STATE_DIR": str(settings.state_dir),
-        "CDCLAKE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-        "CDCLAKE_CATALOG_NAME": settings.catalog_name,
-        "CDCLAKE_CATALOG_URI": settings.catalog_uri,
-        "CDCLAKE_WAREHOUSE": settings.warehouse,
-        "CDCLAKE_TABLES_CONFIG": str(settings.tables_config),
-        "CDCLAKE_SPARK_MASTER": settings.spark_master,
-        "PYTHONPATH": os.pathsep.join([str(ROOT / "include"), str(ROOT / "plugins"), str(BENCH_DIR)]),
-        "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
-    })
+    env.update(
+        {
+            "CDCLAKE_STATE_DIR": str(settings.state_dir),
+            "CDCLAKE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+            "CDCLAKE_CATALOG_NAME": settings.catalog_name,
+            "CDCLAKE_CATALOG_URI": settings.catalog_uri,
+            "CDCLAKE_WAREHOUSE": settings.warehouse,
+            "CDCLAKE_TABLES_CONFIG": str(settings.tables_config),
+            "CDCLAKE_SPARK_MASTER": settings.spark_master,
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "include"), str(ROOT / "plugins"), str(BENCH_DIR)]),
+            "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+        }
+    )
     return env
 
 
@@ -205,12 +236,26 @@ def spark_submit(settings: Settings, script: Path, args: list[str], name: str, e
     """The ``spark-submit`` command the table DAG's apply task runs (same master, jars, confs,
     driver memory), for ``script``, plus Spark's event log in ``event_log`` (for
     :func:`spark_profile`)."""
-    from cdclake.spark_apply import spark_conf
+    from cdclake.spark.session import spark_conf
 
-    cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", settings.spark_master,
-           "--name", name, "--driver-memory", "2g", "--jars", ",".join(str(j) for j in spark_jars())]
-    conf = {**spark_conf(settings), "spark.eventLog.enabled": "true", "spark.eventLog.dir": event_log.as_uri(),
-            "spark.eventLog.compress": "false", "spark.eventLog.rolling.enabled": "false"}
+    cmd = [
+        str(Path(sys.executable).parent / "spark-submit"),
+        "--master",
+        settings.spark_master,
+        "--name",
+        name,
+        "--driver-memory",
+        "2g",
+        "--jars",
+        ",".join(str(j) for j in spark_jars()),
+    ]
+    conf = {
+        **spark_conf(settings),
+        "spark.eventLog.enabled": "true",
+        "spark.eventLog.dir": event_log.as_uri(),
+        "spark.eventLog.compress": "false",
+        "spark.eventLog.rolling.enabled": "false",
+    }
     for key, value in conf.items():
         cmd += ["--conf", f"{key}={value}"]
     return cmd + [str(script), *args]
@@ -220,8 +265,9 @@ def spark_profile(event_log: Path, plans: Path, top: int = 8) -> list[dict[str, 
     """Where the newest Spark application's time went: its slowest SQL executions (queries: the
     MERGE, counts, collects) from its event log, with duration and the plan's top node; their
     whole physical plans are written to ``plans``."""
-    logs = sorted((f for f in event_log.iterdir() if f.is_file() and not f.name.startswith(".")),
-                  key=lambda f: f.stat().st_mtime)
+    logs = sorted(
+        (f for f in event_log.iterdir() if f.is_file() and not f.name.startswith(".")), key=lambda f: f.stat().st_mtime
+    )
     if not logs:
         return []
     execs: dict[int, dict[str, Any]] = {}
@@ -232,8 +278,12 @@ def spark_profile(event_log: Path, plans: Path, top: int = 8) -> list[dict[str, 
         if ev["Event"].endswith("SQLExecutionStart"):
             plan = ev.get("physicalPlanDescription", "")
             node = next((ln.strip() for ln in plan.splitlines() if ln.strip() and not ln.startswith("==")), "")
-            execs[ev["executionId"]] = {"description": ev.get("description", "")[:160], "plan": node[:160],
-                                        "start": ev["time"], "full_plan": plan}
+            execs[ev["executionId"]] = {
+                "description": ev.get("description", "")[:160],
+                "plan": node[:160],
+                "start": ev["time"],
+                "full_plan": plan,
+            }
         elif ev["Event"].endswith("SQLExecutionEnd") and ev["executionId"] in execs:
             e = execs[ev["executionId"]]
             e["seconds"] = round((ev["time"] - e.pop("start")) / 1000, 2)
@@ -243,6 +293,7 @@ def spark_profile(event_log: Path, plans: Path, top: int = 8) -> list[dict[str, 
 
 
 # --- workload into Kafka ----------------------------------------------------------------------------
+
 
 @dataclass
 class Loaded:
@@ -260,67 +311,61 @@ class Loaded:
     load_s: float
 
 
-def produce(bootstrap: str, topic: str, events, decimal: bool, *, create: bool = True) -> tuple[list, list, int]:
-    """Produce ``events`` to ``topic`` keyed as Debezium keys them (``cdclake.keys.build_key``)
-    with Kafka's default partitioner, as ``cdclake.kafka_io.load_events`` does."""
-    from confluent_kafka import Producer
+def kafka_clients(settings: Settings):  # noqa: ANN201
+    from cdclake.io.kafka import KafkaClients
 
-    from cdclake.envelope import KafkaCoordinates, parse_value
-    from cdclake.kafka_io import ensure_topic
-    from cdclake.keys import build_key
+    return KafkaClients.from_bootstrap(settings.kafka_bootstrap)
+
+
+def produce(kafka, topic: str, events, decimal: bool, *, create: bool = True) -> tuple[list, list, int]:  # noqa: ANN001
+    """Produce ``events`` to ``topic`` keyed as Debezium keys them (``cdclake.model.keys.build_key``)
+    with Kafka's default partitioner, as ``cdclake.io.events.load_events`` does."""
+    from cdclake.io.kafka import ensure_topic
+    from cdclake.io.kafka import produce as produce_records
+    from cdclake.model.envelope import KafkaCoordinates, parse_value
+    from cdclake.model.keys import build_key
 
     if create:
-        ensure_topic(bootstrap, topic, PARTITIONS)
-    producer = Producer({
-        "bootstrap.servers": bootstrap, "partitioner": "murmur2_random", "enable.idempotence": True,
-        "linger.ms": 20, "log_level": 3, "queue.buffering.max.kbytes": 512 * 1024,
-    })
-    coords: list[tuple[int, int]] = []
+        ensure_topic(kafka, topic, PARTITIONS)
     meta: list[tuple[str, tuple[int, int, int], int]] = []
-    errors: list[str] = []
     keys: dict[int, bytes] = {}
     template = None
     size = 0
 
-    def delivered(index: int, err, msg) -> None:  # noqa: ANN001 - confluent-kafka callback
-        if err is not None:
-            errors.append(str(err))
-        else:
-            coords[index] = (msg.partition(), msg.offset())
+    def records():  # noqa: ANN202
+        nonlocal template, size
+        for ev in events:
+            if template is None:
+                template = parse_value(ev.value, "json_with_schema", KafkaCoordinates(topic))
+            key = keys.get(ev.id)
+            if key is None:
+                key = keys[ev.id] = build_key(
+                    replace(template, op="c", before=None, after={"id": ev.id}), ("id",), "json_with_schema"
+                )
+            meta.append((ev.op, ev.position, ev.ts_ms))
+            size += len(ev.value)
+            yield key, ev.value, None
 
-    for index, ev in enumerate(events):
-        if template is None:
-            template = parse_value(ev.value, "json_with_schema", KafkaCoordinates(topic))
-        key = keys.get(ev.id)
-        if key is None:
-            key = keys[ev.id] = build_key(replace(template, op="c", before=None, after={"id": ev.id}),
-                                          ("id",), "json_with_schema")
-        coords.append((-1, -1))
-        meta.append((ev.op, ev.position, ev.ts_ms))
-        size += len(ev.value)
-        while True:
-            try:
-                producer.produce(topic, key=key, value=ev.value,
-                                 on_delivery=lambda err, msg, i=index: delivered(i, err, msg))
-                break
-            except BufferError:
-                producer.poll(0.5)
-        producer.poll(0)
-    producer.flush(120)
-    if errors or any(c[0] < 0 for c in coords):
-        raise RuntimeError(f"producing to {topic!r} failed: {errors[:3]}")
+    coords = produce_records(
+        kafka,
+        topic,
+        records(),
+        **{"partitioner": "murmur2_random", "linger.ms": 20, "queue.buffering.max.kbytes": 512 * 1024},
+    )
     return coords, meta, size
 
 
-def load_workload(settings: Settings, topic: str, spec: wl.WorkloadSpec, decimal: bool,
-                  state: wl.SourceState | None = None) -> Loaded:
-    from cdclake.kafka_io import topic_watermarks
-    from cdclake.offsets import OffsetRange
+def load_workload(
+    settings: Settings, topic: str, spec: wl.WorkloadSpec, decimal: bool, state: wl.SourceState | None = None
+) -> Loaded:
+    from cdclake.io.kafka import topic_watermarks
+    from cdclake.model.offsets import OffsetRange
 
     t0 = time.monotonic()
     events, state = wl.generate(spec, decimal, state)
-    coords, meta, size = produce(settings.kafka_bootstrap, topic, events, decimal)
-    marks = topic_watermarks(settings.kafka_bootstrap, topic)
+    kafka = kafka_clients(settings)
+    coords, meta, size = produce(kafka, topic, events, decimal)
+    marks = topic_watermarks(kafka, topic)
     rng = OffsetRange(topic=topic, start={p: 0 for p in marks.high}, end=dict(marks.high))
     if rng.event_count != spec.events:
         raise RuntimeError(f"topic {topic!r} holds {rng.event_count} records, expected {spec.events}")
@@ -329,10 +374,11 @@ def load_workload(settings: Settings, topic: str, spec: wl.WorkloadSpec, decimal
 
 # --- Iceberg tables -----------------------------------------------------------------------------
 
+
 def create_base_table(catalog, identifier: str, rows: int, decimal: bool) -> float:  # noqa: ANN001
     """The starting table: ``rows`` rows (ids ``0..rows-1``) as a snapshot read wrote them."""
-    from cdclake.lake import create_cdc_table
-    from cdclake.types import columns_from_connect
+    from cdclake.io.catalog import create_cdc_table
+    from cdclake.model.types import columns_from_connect
 
     t0 = time.monotonic()
     columns = columns_from_connect({"fields": wl.row_fields(decimal)})
@@ -359,9 +405,18 @@ def expected_rows(loaded: Loaded, ids: list[int], decimal: bool, columns: list[s
         op, (f, pos, r), ts_ms = loaded.meta[index]
         part, offset = loaded.coords[index]
         values = {c: wl.iceberg_value(c, row[c], decimal) for c in columns}
-        values.update({"_cdc_op": op, "_cdc_snapshot": False, "_cdc_binlog_file_seq": f, "_cdc_binlog_pos": pos,
-                       "_cdc_binlog_row": r, "_cdc_source_ts": _EPOCH + timedelta(milliseconds=ts_ms),
-                       "_cdc_kafka_partition": part, "_cdc_kafka_offset": offset})
+        values.update(
+            {
+                "_cdc_op": op,
+                "_cdc_snapshot": False,
+                "_cdc_binlog_file_seq": f,
+                "_cdc_binlog_pos": pos,
+                "_cdc_binlog_row": r,
+                "_cdc_source_ts": _EPOCH + timedelta(milliseconds=ts_ms),
+                "_cdc_kafka_partition": part,
+                "_cdc_kafka_offset": offset,
+            }
+        )
         out[i] = values
     return out
 
@@ -387,12 +442,16 @@ def check_table(catalog, identifier: str, loaded: Loaded, existing_rows: int, de
     if not np.array_equal(np.sort(ids), expected_ids):
         missing = np.setdiff1d(expected_ids, ids)
         extra = np.setdiff1d(ids, expected_ids)
-        problems.append(f"ids differ: {len(missing)} missing (e.g. {missing[:5].tolist()}), "
-                        f"{len(extra)} unexpected (e.g. {extra[:5].tolist()})")
+        problems.append(
+            f"ids differ: {len(missing)} missing (e.g. {missing[:5].tolist()}), "
+            f"{len(extra)} unexpected (e.g. {extra[:5].tolist()})"
+        )
     from pyiceberg.expressions import In
 
     columns = [f["field"] for f in wl.row_fields(decimal)]
-    arrow = table.scan(row_filter=In("id", present_touched.tolist())).to_arrow() if len(present_touched) else pa.table({})
+    arrow = (
+        table.scan(row_filter=In("id", present_touched.tolist())).to_arrow() if len(present_touched) else pa.table({})
+    )
     got = {r["id"]: r for r in arrow.to_pylist()} if arrow.num_columns else {}
     want = expected_rows(loaded, present_touched.tolist(), decimal, columns)
     mismatched = [i for i, row in want.items() if i not in got or any(got[i][c] != v for c, v in row.items())]
@@ -400,8 +459,15 @@ def check_table(catalog, identifier: str, loaded: Loaded, existing_rows: int, de
         i = mismatched[0]
         diff = {c: (got.get(i, {}).get(c), v) for c, v in want[i].items() if got.get(i, {}).get(c) != v}
         problems.append(f"{len(mismatched)} touched row(s) differ; id {i}: (table, expected) {diff}")
-    return {"table": identifier, "rows": int(len(ids)), "expected_rows": int(len(expected_ids)),
-            "touched_keys": int(len(touched)), "checked_rows": len(want), "ok": not problems, "problems": problems}
+    return {
+        "table": identifier,
+        "rows": int(len(ids)),
+        "expected_rows": int(len(expected_ids)),
+        "touched_keys": int(len(touched)),
+        "checked_rows": len(want),
+        "ok": not problems,
+        "problems": problems,
+    }
 
 
 def peer_input(loaded: Loaded, arrow_schema, decimal: bool, work: Path) -> tuple[Path, Path]:  # noqa: ANN001
@@ -421,11 +487,12 @@ def peer_input(loaded: Loaded, arrow_schema, decimal: bool, work: Path) -> tuple
 
 # --- the overhead stage: DAG runs -------------------------------------------------------------------
 
+
 def dag_run_main(args: argparse.Namespace) -> int:
     """``run.py _dag``: one ``airflow dags test`` run, of the table DAG through
-    ``cdclake.cli.run_table_dag`` or of the trivial DAG the same way (bench dags folder)."""
-    from cdclake.airflow_env import airflow_env
-    from cdclake.cli import run_table_dag
+    ``cdclake.local.cli.run_table_dag`` or of the trivial DAG the same way (bench dags folder)."""
+    from cdclake.local.airflow_env import airflow_env
+    from cdclake.local.cli import run_table_dag
 
     settings = Settings.from_env()
     if args.table:
@@ -441,6 +508,7 @@ def dag_run_main(args: argparse.Namespace) -> int:
 
 
 # --- the run ------------------------------------------------------------------------------------------
+
 
 def _median(runs: list[Measured], attr: str) -> float | None:
     values = [getattr(m, attr) if attr != "job_s" else m.result.get("job_s") for m in runs]
@@ -468,17 +536,30 @@ def summarize(runs: list[Measured], events: int | None) -> dict[str, Any]:
 def machine_info() -> dict[str, Any]:
     import psutil
 
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
     java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
-            "os": platform.platform(), "python": platform.python_version(), "java": java[0] if java else None,
-            "load_avg_at_start": [round(x, 2) for x in os.getloadavg()]}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "java": java[0] if java else None,
+        "load_avg_at_start": [round(x, 2) for x in os.getloadavg()],
+    }
 
 
 def run(args: argparse.Namespace) -> int:
-    from cdclake.cli import ensure_airflow_db
-    from cdclake.lake import TOMBSTONES_SUFFIX, load_catalog
+    from cdclake.io.catalog import load_catalog
+    from cdclake.local.cli import ensure_airflow_db
+    from cdclake.model.layout import TOMBSTONES_SUFFIX
 
     preset = dict(SIZES[args.size])
     for key in preset:
@@ -496,21 +577,32 @@ def run(args: argparse.Namespace) -> int:
     if args.external_broker:
         settings = Settings.from_env()
     else:
-        settings = Settings.from_env({"CDCLAKE_STATE_DIR": str(work / "stack"),
-                                      "CDCLAKE_KAFKA_BOOTSTRAP": f"127.0.0.1:{_free_port_pair()}"})
+        settings = Settings.from_env(
+            {"CDCLAKE_STATE_DIR": str(work / "stack"), "CDCLAKE_KAFKA_BOOTSTRAP": f"127.0.0.1:{_free_port_pair()}"}
+        )
     settings = settings.model_copy(update={"tables_config": work / "bench-tables.yaml"})
     env = child_env(settings)
     decimal = wl.decimal_supported()
     ns = f"bench_{tag}"
-    info = {"started": run_id, "size": args.size, "params": vars(p), "machine": machine_info(),
-            "decimal_column": "decimal(10,2)" if decimal else
-            "binary: cdclake does not map org.apache.kafka.connect.data.Decimal yet; same base64 bytes on the wire",
-            "spark_master": settings.spark_master, "work_dir": str(work)}
-    print(f"cdclake benchmark, size {args.size}: {p.events} events over {p.keys} keys into {p.base_rows} rows; "
-          f"growth {p.growth_events} events into {p.base_rows} and {p.big_rows} rows; {p.reps} repetition(s); "
-          f"work dir {work}", flush=True)
+    info = {
+        "started": run_id,
+        "size": args.size,
+        "params": vars(p),
+        "machine": machine_info(),
+        "decimal_column": "decimal(10,2)"
+        if decimal
+        else "binary: cdclake does not map org.apache.kafka.connect.data.Decimal yet; same base64 bytes on the wire",
+        "spark_master": settings.spark_master,
+        "work_dir": str(work),
+    }
+    print(
+        f"cdclake benchmark, size {args.size}: {p.events} events over {p.keys} keys into {p.base_rows} rows; "
+        f"growth {p.growth_events} events into {p.base_rows} and {p.big_rows} rows; {p.reps} repetition(s); "
+        f"work dir {work}",
+        flush=True,
+    )
 
-    from cdclake import stack
+    from cdclake.local import stack
 
     started_broker = False
     if not args.external_broker:
@@ -525,16 +617,26 @@ def run(args: argparse.Namespace) -> int:
         print("generating and loading the workload ...", flush=True)
         main_spec = wl.WorkloadSpec(events=p.events, keys=p.keys, existing_rows=p.base_rows, new_id_start=p.big_rows)
         main = load_workload(settings, f"bench.{tag}.orders", main_spec, decimal)
-        growth_spec = wl.WorkloadSpec(events=p.growth_events, keys=p.growth_keys, existing_rows=p.base_rows,
-                                      new_id_start=p.big_rows, seed=7)
+        growth_spec = wl.WorkloadSpec(
+            events=p.growth_events, keys=p.growth_keys, existing_rows=p.base_rows, new_id_start=p.big_rows, seed=7
+        )
         growth = load_workload(settings, f"bench.{tag}.orders_growth", growth_spec, decimal)
         for name, loaded in (("workload", main), ("growth_workload", growth)):
-            setup[name] = {"topic": loaded.topic, "events": loaded.events, "bytes": loaded.bytes,
-                           "mean_event_bytes": round(loaded.bytes / loaded.events), "ops": dict(loaded.state.ops),
-                           "multi_row_binlog_events": loaded.state.multi_row_events,
-                           "keys_touched": len(loaded.state.rows), "load_s": round(loaded.load_s, 1)}
-        print(f"  loaded {main.events} + {growth.events} events ({main.bytes / 2**20:.0f} MiB + "
-              f"{growth.bytes / 2**20:.0f} MiB) in {main.load_s + growth.load_s:.0f} s", flush=True)
+            setup[name] = {
+                "topic": loaded.topic,
+                "events": loaded.events,
+                "bytes": loaded.bytes,
+                "mean_event_bytes": round(loaded.bytes / loaded.events),
+                "ops": dict(loaded.state.ops),
+                "multi_row_binlog_events": loaded.state.multi_row_events,
+                "keys_touched": len(loaded.state.rows),
+                "load_s": round(loaded.load_s, 1),
+            }
+        print(
+            f"  loaded {main.events} + {growth.events} events ({main.bytes / 2**20:.0f} MiB + "
+            f"{growth.bytes / 2**20:.0f} MiB) in {main.load_s + growth.load_s:.0f} s",
+            flush=True,
+        )
         print("writing the starting tables ...", flush=True)
         setup["base_table_s"] = round(create_base_table(catalog, f"{ns}.base", p.base_rows, decimal), 1)
         setup["big_table_s"] = round(create_base_table(catalog, f"{ns}.big", p.big_rows, decimal), 1)
@@ -546,28 +648,63 @@ def run(args: argparse.Namespace) -> int:
         event_log.mkdir(exist_ok=True)
 
         def stage(label: str, script: str, extra: list[str]) -> Measured:
-            m = measure(label, spark_submit(settings, BENCH_DIR / script, extra, f"bench-{label}", event_log), env, logs)
+            m = measure(
+                label, spark_submit(settings, BENCH_DIR / script, extra, f"bench-{label}", event_log), env, logs
+            )
             m.result["slowest_queries"] = spark_profile(event_log, logs / f"{label}-plans.txt")
             return m
 
-        runs: dict[str, list[Measured]] = {k: [] for k in ("read_parse", "append", "apply", "peer", "growth_base", "growth_big")}
-        from cdclake.lake import create_cdc_table
-        from cdclake.types import columns_from_connect
+        runs: dict[str, list[Measured]] = {
+            k: [] for k in ("read_parse", "append", "apply", "peer", "growth_base", "growth_big")
+        }
+        from cdclake.io.catalog import create_cdc_table
+        from cdclake.model.types import columns_from_connect
 
         for rep in range(1, p.reps + 1):
             print(f"repetition {rep}/{p.reps}", flush=True)
-            runs["read_parse"].append(stage(f"read_parse_r{rep}", "spark_stage.py",
-                                            ["read_parse", "--range", main.range_json, "--namespace", ns, "--table", "base"]))
-            create_cdc_table(catalog, f"{ns}.append_r{rep}", columns_from_connect({"fields": wl.row_fields(decimal)}), ("id",))
-            runs["append"].append(stage(f"append_r{rep}", "spark_stage.py",
-                                        ["append", "--range", main.range_json, "--namespace", ns, "--table", f"append_r{rep}"]))
+            runs["read_parse"].append(
+                stage(
+                    f"read_parse_r{rep}",
+                    "spark_stage.py",
+                    ["read_parse", "--range", main.range_json, "--namespace", ns, "--table", "base"],
+                )
+            )
+            create_cdc_table(
+                catalog, f"{ns}.append_r{rep}", columns_from_connect({"fields": wl.row_fields(decimal)}), ("id",)
+            )
+            runs["append"].append(
+                stage(
+                    f"append_r{rep}",
+                    "spark_stage.py",
+                    ["append", "--range", main.range_json, "--namespace", ns, "--table", f"append_r{rep}"],
+                )
+            )
             copy_table(catalog, f"{ns}.base", f"{ns}.apply_r{rep}")
-            runs["apply"].append(stage(f"apply_r{rep}", "spark_stage.py",
-                                       ["apply", "--range", main.range_json, "--namespace", ns, "--table", f"apply_r{rep}"]))
+            runs["apply"].append(
+                stage(
+                    f"apply_r{rep}",
+                    "spark_stage.py",
+                    ["apply", "--range", main.range_json, "--namespace", ns, "--table", f"apply_r{rep}"],
+                )
+            )
             copy_table(catalog, f"{ns}.base", f"{ns}.peer_r{rep}")
-            runs["peer"].append(measure(f"peer_r{rep}", [sys.executable, str(BENCH_DIR / "peer_upsert.py"), "--table",
-                                                         f"{ns}.peer_r{rep}", "--upserts", str(upserts), "--deletes", str(deletes)],
-                                        env, logs))
+            runs["peer"].append(
+                measure(
+                    f"peer_r{rep}",
+                    [
+                        sys.executable,
+                        str(BENCH_DIR / "peer_upsert.py"),
+                        "--table",
+                        f"{ns}.peer_r{rep}",
+                        "--upserts",
+                        str(upserts),
+                        "--deletes",
+                        str(deletes),
+                    ],
+                    env,
+                    logs,
+                )
+            )
             if rep == 1:
                 checks["apply"] = check_table(catalog, f"{ns}.apply_r1", main, p.base_rows, decimal)
                 checks["peer"] = check_table(catalog, f"{ns}.peer_r1", main, p.base_rows, decimal)
@@ -575,12 +712,15 @@ def run(args: argparse.Namespace) -> int:
             for which, base in (("growth_base", "base"), ("growth_big", "big")):
                 copy_table(catalog, f"{ns}.{base}", f"{ns}.{which}_r{rep}")
                 extra = ["apply", "--range", growth.range_json, "--namespace", ns, "--table", f"{which}_r{rep}"]
-                runs[which].append(stage(f"{which}_r{rep}", "spark_stage.py", extra + (["--count-after"] if rep == 1 else [])))
+                runs[which].append(
+                    stage(f"{which}_r{rep}", "spark_stage.py", extra + (["--count-after"] if rep == 1 else []))
+                )
         # the growth batch deletes and updates only ids below base_rows (rows of both tables) and
         # inserts ids from big_rows up (rows of neither)
         final = growth.state.rows
         net = sum(1 for i, r in final.items() if r is not None and i >= p.big_rows) - sum(
-            1 for i, r in final.items() if r is None and i < p.base_rows)
+            1 for i, r in final.items() if r is None and i < p.base_rows
+        )
         for which, rows in (("growth_base", p.base_rows), ("growth_big", p.big_rows)):
             got = runs[which][0].result.get("rows_after")
             checks[which] = {"rows": got, "expected_rows": rows + net, "ok": got == rows + net}
@@ -593,11 +733,22 @@ def run(args: argparse.Namespace) -> int:
         print("overhead: DAG runs (airflow dags test) ...", flush=True)
         import yaml
 
-        settings.tables_config.write_text(yaml.safe_dump({
-            "defaults": {"schedule": None, "retries": 0, "tags": ["bench"]},
-            "tables": [{"name": "bench_orders", "topic": main.topic, "namespace": ns, "table": "orders",
-                        "primary_key": ["id"]}],
-        }))
+        settings.tables_config.write_text(
+            yaml.safe_dump(
+                {
+                    "defaults": {"schedule": None, "retries": 0, "tags": ["bench"]},
+                    "tables": [
+                        {
+                            "name": "bench_orders",
+                            "topic": main.topic,
+                            "namespace": ns,
+                            "table": "orders",
+                            "primary_key": ["id"],
+                        }
+                    ],
+                }
+            )
+        )
         copy_table(catalog, f"{ns}.apply_r1", f"{ns}.orders")
         copy_table(catalog, f"{ns}.apply_r1{TOMBSTONES_SUFFIX}", f"{ns}.orders{TOMBSTONES_SUFFIX}")
         ensure_airflow_db(settings)
@@ -615,15 +766,22 @@ def run(args: argparse.Namespace) -> int:
         one_ok = True
         for rep in range(1, p.reps + 1):
             ev = wl.update_event(main.state, rep, decimal)
-            produce(settings.kafka_bootstrap, main.topic, [ev], decimal, create=False)
+            produce(kafka_clients(settings), main.topic, [ev], decimal, create=False)
             dag_runs["one_event"].append(measure(f"dag_one_event_r{rep}", dag + ["--table", "bench_orders"], env, logs))
             from pyiceberg.expressions import EqualTo
 
             row = table.refresh().scan(row_filter=EqualTo("id", rep)).to_arrow().to_pylist()
-            one_ok = one_ok and len(row) == 1 and row[0]["quantity"] == ev.after["quantity"] and row[0]["_cdc_binlog_pos"] == ev.position[1]
-        checks["dag_no_new"] = {"ok": no_new_ok and all(m.spark_s is None for m in dag_runs["no_new"]),
-                                "snapshot_unchanged": no_new_ok,
-                                "spark_started": any(m.spark_s is not None for m in dag_runs["no_new"])}
+            one_ok = (
+                one_ok
+                and len(row) == 1
+                and row[0]["quantity"] == ev.after["quantity"]
+                and row[0]["_cdc_binlog_pos"] == ev.position[1]
+            )
+        checks["dag_no_new"] = {
+            "ok": no_new_ok and all(m.spark_s is None for m in dag_runs["no_new"]),
+            "snapshot_unchanged": no_new_ok,
+            "spark_started": any(m.spark_s is not None for m in dag_runs["no_new"]),
+        }
         checks["dag_one_event"] = {"ok": one_ok}
         for name, ms in dag_runs.items():
             stages[f"dag_{name}"] = summarize(ms, None)
@@ -648,20 +806,33 @@ def run(args: argparse.Namespace) -> int:
 
 def ratios(stages: dict[str, Any]) -> dict[str, Any]:
     """Each target ratio (medians of wall seconds), whether it is met, and the job-only ratio."""
+
     def ratio(a: str, b: str, key: str = "wall_s") -> float | None:
         x, y = stages[a].get(key), stages[b].get(key)
         return round(x / y, 3) if x and y else None
 
-    pairs = {"apply/append": ("apply", "append"), "apply/read_parse": ("apply", "read_parse"),
-             "apply/peer": ("apply", "peer"), "growth big/base": ("growth_big", "growth_base"),
-             "dag no-new/trivial": ("dag_no_new", "dag_trivial")}
+    pairs = {
+        "apply/append": ("apply", "append"),
+        "apply/read_parse": ("apply", "read_parse"),
+        "apply/peer": ("apply", "peer"),
+        "growth big/base": ("growth_big", "growth_base"),
+        "dag no-new/trivial": ("dag_no_new", "dag_trivial"),
+    }
     out = {}
     for name, (a, b) in pairs.items():
         value = ratio(a, b)
-        out[name] = {"wall": value, "job": ratio(a, b, "job_s"), "target": TARGETS[name],
-                     "met": value is not None and value <= TARGETS[name]}
+        out[name] = {
+            "wall": value,
+            "job": ratio(a, b, "job_s"),
+            "target": TARGETS[name],
+            "met": value is not None and value <= TARGETS[name],
+        }
     peak = stages["apply"]["peak_rss_mib"]
-    out["apply peak RSS GiB"] = {"wall": round(peak / 1024, 2), "target": 4.0, "met": peak * 2**20 <= APPLY_PEAK_RSS_TARGET}
+    out["apply peak RSS GiB"] = {
+        "wall": round(peak / 1024, 2),
+        "target": 4.0,
+        "met": peak * 2**20 <= APPLY_PEAK_RSS_TARGET,
+    }
     return out
 
 
@@ -682,10 +853,17 @@ def markdown(result: dict[str, Any]) -> str:
         "| stage | wall s (median) | job s (median) | events/s (wall) | peak RSS MiB (tree) |",
         "|---|---:|---:|---:|---:|",
     ]
-    names = {"read_parse": "1. read+parse (floor)", "append": "2. append (write floor)", "apply": "3. apply (ours)",
-             "peer": "4. peer: pyiceberg upsert of reduced rows", "growth_base": f"5. growth: apply into {p['base_rows']:,} rows",
-             "growth_big": f"5. growth: apply into {p['big_rows']:,} rows", "dag_trivial": "6. trivial one-task DAG run",
-             "dag_no_new": "6. table DAG run, no new events", "dag_one_event": "6. table DAG run, one event"}
+    names = {
+        "read_parse": "1. read+parse (floor)",
+        "append": "2. append (write floor)",
+        "apply": "3. apply (ours)",
+        "peer": "4. peer: pyiceberg upsert of reduced rows",
+        "growth_base": f"5. growth: apply into {p['base_rows']:,} rows",
+        "growth_big": f"5. growth: apply into {p['big_rows']:,} rows",
+        "dag_trivial": "6. trivial one-task DAG run",
+        "dag_no_new": "6. table DAG run, no new events",
+        "dag_one_event": "6. table DAG run, one event",
+    }
     for key, label in names.items():
         s = result["stages"].get(key)
         if not s:
@@ -695,15 +873,25 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(f"| {label} | {s['wall_s']} | {job} | {eps} | {s['peak_rss_mib']:,.0f} |")
     lines += ["", "| ratio | measured (wall) | job only | target | met |", "|---|---:|---:|---:|---|"]
     for name, r in result["ratios"].items():
-        lines.append(f"| {name} | {r['wall']} | {r.get('job') if r.get('job') is not None else ''} | <= {r['target']} | "
-                     f"{'yes' if r['met'] else '**no**'} |")
-    lines += ["", "Checks: " + ", ".join(f"{k} {'ok' if c['ok'] else 'FAILED'}" for k, c in result["checks"].items()), ""]
+        lines.append(
+            f"| {name} | {r['wall']} | {r.get('job') if r.get('job') is not None else ''} | <= {r['target']} | "
+            f"{'yes' if r['met'] else '**no**'} |"
+        )
+    lines += [
+        "",
+        "Checks: " + ", ".join(f"{k} {'ok' if c['ok'] else 'FAILED'}" for k, c in result["checks"].items()),
+        "",
+    ]
     return "\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bench/run.py", description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="bench/run.py",
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__,
+    )
     parser.add_argument("--size", choices=sorted(SIZES), default="full", help="preset (full: issue 6's workload)")
     parser.add_argument("--events", type=int, help="events of the main workload")
     parser.add_argument("--keys", type=int, help="keys the main workload touches")
@@ -715,8 +903,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", default=str(BENCH_DIR / "results"), help="folder of the result files")
     parser.add_argument("--state-dir", help="work folder (default: a temporary one, deleted afterwards)")
     parser.add_argument("--keep-state", action="store_true", help="keep the temporary work folder")
-    parser.add_argument("--external-broker", action="store_true",
-                        help="use the broker and catalog of the CDCLAKE_* environment instead of starting a broker")
+    parser.add_argument(
+        "--external-broker",
+        action="store_true",
+        help="use the broker and catalog of the CDCLAKE_* environment instead of starting a broker",
+    )
     return parser
 
 

@@ -25,7 +25,7 @@ ship_date      DATE                  int32, ``io.debezium.time.Date`` (days)
 note           TEXT NULL             string, optional (mostly null)
 =============  ====================  ==============================================
 
-While cdclake does not map ``org.apache.kafka.connect.data.Decimal`` (:mod:`cdclake.types`),
+While cdclake does not map ``org.apache.kafka.connect.data.Decimal`` (:mod:`cdclake.model.types`),
 ``price`` is announced as plain Connect ``bytes`` instead: the bytes on the wire (base64 of the
 unscaled value) are the same, the Iceberg column is ``binary`` rather than ``decimal(10,2)``.
 :func:`decimal_supported` says which one a run uses.
@@ -43,10 +43,11 @@ import base64
 import json
 import random
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
-from typing import Any, Iterator
+from typing import Any
 
 SERVER = "bench"
 DATABASE = "shop"
@@ -64,15 +65,19 @@ STATUSES = ("new", "paid", "packed", "shipped", "delivered")
 PRICE_SCALE = 2
 
 _DECIMAL_FIELD = {
-    "type": "bytes", "optional": False, "name": "org.apache.kafka.connect.data.Decimal", "version": 1,
-    "parameters": {"scale": str(PRICE_SCALE), "connect.decimal.precision": "10"}, "field": "price",
+    "type": "bytes",
+    "optional": False,
+    "name": "org.apache.kafka.connect.data.Decimal",
+    "version": 1,
+    "parameters": {"scale": str(PRICE_SCALE), "connect.decimal.precision": "10"},
+    "field": "price",
 }
 
 
 def decimal_supported() -> bool:
     """Whether cdclake maps Connect ``Decimal`` columns (else ``price`` goes as plain bytes)."""
     from cdclake.errors import SchemaError
-    from cdclake.types import column_from_connect
+    from cdclake.model.types import column_from_connect
 
     try:
         column_from_connect(_DECIMAL_FIELD)
@@ -94,8 +99,14 @@ def row_fields(decimal: bool) -> list[dict[str, Any]]:
         price,
         {"type": "double", "optional": False, "field": "weight"},
         {"type": "int64", "optional": False, "name": "io.debezium.time.Timestamp", "version": 1, "field": "created_at"},
-        {"type": "string", "optional": False, "name": "io.debezium.time.ZonedTimestamp", "version": 1,
-         "default": "1970-01-01T00:00:00Z", "field": "updated_at"},
+        {
+            "type": "string",
+            "optional": False,
+            "name": "io.debezium.time.ZonedTimestamp",
+            "version": 1,
+            "default": "1970-01-01T00:00:00Z",
+            "field": "updated_at",
+        },
         {"type": "int32", "optional": False, "name": "io.debezium.time.Date", "version": 1, "field": "ship_date"},
         {"type": "string", "optional": True, "field": "note"},
     ]
@@ -103,35 +114,71 @@ def row_fields(decimal: bool) -> list[dict[str, Any]]:
 
 def value_schema(decimal: bool) -> dict[str, Any]:
     """The Connect schema of the record value (the Debezium MariaDB connector 3.5 envelope)."""
-    row = {"type": "struct", "fields": row_fields(decimal), "optional": True,
-           "name": f"{SERVER}.{DATABASE}.{TABLE}.Value"}
+    row = {
+        "type": "struct",
+        "fields": row_fields(decimal),
+        "optional": True,
+        "name": f"{SERVER}.{DATABASE}.{TABLE}.Value",
+    }
     source_fields = [
-        ("string", False, "version"), ("string", False, "connector"), ("string", False, "name"),
-        ("int64", False, "ts_ms"), ("string", True, "snapshot"), ("string", False, "db"),
-        ("string", True, "sequence"), ("int64", True, "ts_us"), ("int64", True, "ts_ns"),
-        ("string", True, "table"), ("int64", False, "server_id"), ("string", True, "gtid"),
-        ("string", False, "file"), ("int64", False, "pos"), ("int32", False, "row"),
-        ("int64", True, "thread"), ("string", True, "query"),
+        ("string", False, "version"),
+        ("string", False, "connector"),
+        ("string", False, "name"),
+        ("int64", False, "ts_ms"),
+        ("string", True, "snapshot"),
+        ("string", False, "db"),
+        ("string", True, "sequence"),
+        ("int64", True, "ts_us"),
+        ("int64", True, "ts_ns"),
+        ("string", True, "table"),
+        ("int64", False, "server_id"),
+        ("string", True, "gtid"),
+        ("string", False, "file"),
+        ("int64", False, "pos"),
+        ("int32", False, "row"),
+        ("int64", True, "thread"),
+        ("string", True, "query"),
     ]
     source = []
     for typ, optional, name in source_fields:
         f: dict[str, Any] = {"type": typ, "optional": optional, "field": name}
         if name == "snapshot":
-            f.update({"name": "io.debezium.data.Enum", "version": 1, "default": "false", "parameters": {
-                "allowed": "true,first,first_in_data_collection,last_in_data_collection,last,false,incremental"}})
+            f.update(
+                {
+                    "name": "io.debezium.data.Enum",
+                    "version": 1,
+                    "default": "false",
+                    "parameters": {
+                        "allowed": "true,first,first_in_data_collection,last_in_data_collection,last,false,incremental"
+                    },
+                }
+            )
         source.append(f)
     return {
         "type": "struct",
         "fields": [
             {**row, "field": "before"},
             {**row, "field": "after"},
-            {"type": "struct", "fields": source, "optional": False,
-             "name": "io.debezium.connector.mariadb.Source", "version": 1, "field": "source"},
-            {"type": "struct", "fields": [
-                {"type": "string", "optional": False, "field": "id"},
-                {"type": "int64", "optional": False, "field": "total_order"},
-                {"type": "int64", "optional": False, "field": "data_collection_order"}],
-             "optional": True, "name": "event.block", "version": 1, "field": "transaction"},
+            {
+                "type": "struct",
+                "fields": source,
+                "optional": False,
+                "name": "io.debezium.connector.mariadb.Source",
+                "version": 1,
+                "field": "source",
+            },
+            {
+                "type": "struct",
+                "fields": [
+                    {"type": "string", "optional": False, "field": "id"},
+                    {"type": "int64", "optional": False, "field": "total_order"},
+                    {"type": "int64", "optional": False, "field": "data_collection_order"},
+                ],
+                "optional": True,
+                "name": "event.block",
+                "version": 1,
+                "field": "transaction",
+            },
             {"type": "string", "optional": False, "field": "op"},
             {"type": "int64", "optional": True, "field": "ts_ms"},
             {"type": "int64", "optional": True, "field": "ts_us"},
@@ -187,7 +234,9 @@ def base_rows_arrow(start: int, stop: int, arrow_schema: Any, decimal: bool) -> 
         price = pa.array([Decimal(int(v)).scaleb(-PRICE_SCALE) for v in price_unscaled], pa.decimal128(10, PRICE_SCALE))
     else:
         price = pa.array([_unscaled_bytes(int(v)) for v in price_unscaled], pa.binary())
-    note = pc.if_else(pa.array(ids % 10 == 0), pc.binary_join_element_wise("note ", id_str, ""), pa.nulls(len(ids), pa.string()))
+    note = pc.if_else(
+        pa.array(ids % 10 == 0), pc.binary_join_element_wise("note ", id_str, ""), pa.nulls(len(ids), pa.string())
+    )
     n = len(ids)
     columns = {
         "id": pa.array(ids),
@@ -303,17 +352,42 @@ class EventWriter:
         self._prefix = ('{"schema":' + schema + ',"payload":').encode()
         self._gtid = 0
 
-    def envelope(self, op: str, before: dict | None, after: dict | None, position: tuple[int, int, int],
-                 ts_ms: int, snapshot: str = "false") -> bytes:
+    def envelope(
+        self,
+        op: str,
+        before: dict | None,
+        after: dict | None,
+        position: tuple[int, int, int],
+        ts_ms: int,
+        snapshot: str = "false",
+    ) -> bytes:
         f, pos, row = position
         payload = {
-            "before": before, "after": after,
-            "source": {"version": "3.5.0.Final", "connector": "mariadb", "name": SERVER, "ts_ms": ts_ms,
-                       "snapshot": snapshot, "db": DATABASE, "sequence": None, "ts_us": ts_ms * 1000,
-                       "ts_ns": ts_ms * 1_000_000, "table": TABLE, "server_id": SERVER_ID,
-                       "gtid": f"0-{SERVER_ID}-{f * 10_000_000 + pos}", "file": f"{BINLOG_BASENAME}.{f:06d}",
-                       "pos": pos, "row": row, "thread": 7, "query": None},
-            "transaction": None, "op": op, "ts_ms": ts_ms + 150, "ts_us": (ts_ms + 150) * 1000,
+            "before": before,
+            "after": after,
+            "source": {
+                "version": "3.5.0.Final",
+                "connector": "mariadb",
+                "name": SERVER,
+                "ts_ms": ts_ms,
+                "snapshot": snapshot,
+                "db": DATABASE,
+                "sequence": None,
+                "ts_us": ts_ms * 1000,
+                "ts_ns": ts_ms * 1_000_000,
+                "table": TABLE,
+                "server_id": SERVER_ID,
+                "gtid": f"0-{SERVER_ID}-{f * 10_000_000 + pos}",
+                "file": f"{BINLOG_BASENAME}.{f:06d}",
+                "pos": pos,
+                "row": row,
+                "thread": 7,
+                "query": None,
+            },
+            "transaction": None,
+            "op": op,
+            "ts_ms": ts_ms + 150,
+            "ts_us": (ts_ms + 150) * 1000,
             "ts_ns": (ts_ms + 150) * 1_000_000,
         }
         return self._prefix + json.dumps(payload, separators=(",", ":")).encode() + b"}"
@@ -330,7 +404,9 @@ def _updated(row: dict[str, Any], ts_ms: int, rng: random.Random) -> dict[str, A
     return new
 
 
-def generate(spec: WorkloadSpec, decimal: bool, state: SourceState | None = None) -> tuple[Iterator[Event], SourceState]:
+def generate(
+    spec: WorkloadSpec, decimal: bool, state: SourceState | None = None
+) -> tuple[Iterator[Event], SourceState]:
     """The events of ``spec`` in binlog order, and the source state they leave (filled in as the
     iterator is consumed). Pass the ``state`` of an earlier workload to continue its binlog."""
     rng = random.Random(spec.seed)

@@ -3,9 +3,8 @@
 
 from __future__ import annotations
 
-from cdclake.config import load_tables
+from cdclake.model.config import load_tables
 from cdclake.settings import Settings
-
 from cdclake_airflow.bootstrap_dag import DAG_ID, build_bootstrap_dag
 
 _settings = Settings.from_env()

@@ -7,9 +7,8 @@ Spark, Kafka and Iceberg are imported by the tasks when they run.
 
 from __future__ import annotations
 
-from cdclake.config import load_tables
+from cdclake.model.config import load_tables
 from cdclake.settings import Settings
-
 from cdclake_airflow.table_dag import build_table_dag
 
 _settings = Settings.from_env()

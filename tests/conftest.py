@@ -10,10 +10,29 @@ from pathlib import Path
 
 import pytest
 
-from cdclake.config import TableConfig
+from cdclake.model.config import TableConfig
 from cdclake.settings import Settings
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "debezium"
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples" / "debezium"
+"""The demo's captured Debezium files (``examples/debezium/README.md``)."""
+FIXTURES = ROOT / "tests" / "fixtures" / "debezium"
+"""The other captured Debezium files the tests read (``tests/fixtures/debezium/README.md``)."""
+
+
+class DebeziumFiles:
+    """The captured Debezium files of the repository, by their path below ``examples/debezium``
+    or ``tests/fixtures/debezium`` (``files / "flink/debezium-data-schema-include.txt"``)."""
+
+    roots = (EXAMPLES, FIXTURES)
+
+    def __truediv__(self, relative: str | Path) -> Path:
+        for root in self.roots:
+            if (root / relative).exists():
+                return root / relative
+        raise FileNotFoundError(f"{relative} is in none of {[str(r) for r in self.roots]}")
+
+
 def _free_port_pair() -> int:
     """A loopback port P with P and P+1 free (broker and controller listeners)."""
     import socket
@@ -37,9 +56,8 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def fixtures_dir() -> Path:
-    assert FIXTURES.is_dir(), f"Debezium fixtures not found at {FIXTURES}"
-    return FIXTURES
+def fixtures_dir() -> DebeziumFiles:
+    return DebeziumFiles()
 
 
 @pytest.fixture(scope="session")
@@ -60,12 +78,13 @@ def stack_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
 
 @pytest.fixture(scope="session")
 def kafka(stack_settings: Settings):
-    """A running KRaft broker; yields its bootstrap servers."""
-    from cdclake import stack
+    """A running KRaft broker; yields the :class:`~cdclake.io.kafka.KafkaClients` of it."""
+    from cdclake.io.kafka import KafkaClients
+    from cdclake.local import stack
 
     report = stack.start_broker(stack_settings)
     assert "started" in report, f"the tests need a broker of their own: {report}"
-    yield stack_settings.kafka_bootstrap
+    yield KafkaClients.from_bootstrap(stack_settings.kafka_bootstrap)
     stack.stop_broker(stack_settings)
 
 
@@ -73,7 +92,7 @@ def kafka(stack_settings: Settings):
 def chain(stack_settings: Settings, kafka):
     """The real source chain: MariaDB and Kafka Connect with the Debezium MariaDB connector
     (JsonConverter with schemas), streaming into the tests' broker under topic prefix ``chain``."""
-    from cdclake import source_chain
+    from cdclake.local import chain as source_chain
 
     source_chain.start_mariadb(stack_settings)
     source_chain.start_connect(stack_settings)
@@ -84,7 +103,7 @@ def chain(stack_settings: Settings, kafka):
 
 @pytest.fixture(scope="session")
 def spark(stack_settings: Settings):
-    from cdclake.spark_apply import build_session
+    from cdclake.spark.session import build_session
 
     session = build_session(stack_settings, "cdclake-tests")
     session.sparkContext.setLogLevel("ERROR")
@@ -105,3 +124,23 @@ def make_table(**overrides) -> TableConfig:
     }
     fields.update(overrides)
     return TableConfig.model_validate(fields)
+
+
+def plan_offsets(settings: Settings, cfg: TableConfig, run_id: str = "test-run", **replay):
+    """The table's next :class:`~cdclake.model.plan.RunPlan`, as the ``plan`` task makes it
+    (``replay``: ``replay_from_offsets`` or ``replay_from_timestamp_ms``)."""
+    from cdclake.io.catalog import load_catalog
+    from cdclake.io.kafka import KafkaClients
+    from cdclake.pipeline.planner import plan_next
+
+    return plan_next(
+        load_catalog(settings), KafkaClients.from_bootstrap(settings.kafka_bootstrap), cfg, run_id, **replay
+    )
+
+
+def apply_offsets(spark, settings: Settings, cfg: TableConfig, offset_range, run_id: str, *, replay: bool = False):
+    """Apply ``offset_range`` of ``cfg``'s topic in one run (the plan the ``apply`` task gets)."""
+    from cdclake.model.plan import RunPlan
+    from cdclake.spark.apply import apply_range
+
+    return apply_range(spark, settings, RunPlan(table=cfg, run_id=run_id, range=offset_range, replay=replay))

@@ -31,15 +31,25 @@ def _f(name: str, ctype: str, *, optional: bool = True, semantic: str | None = N
 
 
 def _decimal(name: str, precision: int, scale: int, *, optional: bool = True) -> dict:
-    return _f(name, "bytes", optional=optional, semantic=DECIMAL,
-              parameters={"scale": str(scale), "connect.decimal.precision": str(precision)})
+    return _f(
+        name,
+        "bytes",
+        optional=optional,
+        semantic=DECIMAL,
+        parameters={"scale": str(scale), "connect.decimal.precision": str(precision)},
+    )
 
 
 def _geometry(name: str) -> dict:
-    return _f(name, "struct", semantic="io.debezium.data.geometry.Geometry", fields=[
-        {"type": "bytes", "optional": False, "field": "wkb"},
-        {"type": "int32", "optional": True, "field": "srid"},
-    ])
+    return _f(
+        name,
+        "struct",
+        semantic="io.debezium.data.geometry.Geometry",
+        fields=[
+            {"type": "bytes", "optional": False, "field": "wkb"},
+            {"type": "int32", "optional": True, "field": "srid"},
+        ],
+    )
 
 
 FULL_TYPES_ROW_SCHEMA: dict[str, Any] = {
@@ -86,8 +96,13 @@ FULL_TYPES_ROW_SCHEMA: dict[str, Any] = {
         _f("time_c", "int64", semantic="io.debezium.time.MicroTime"),
         _f("datetime3_c", "int64", semantic="io.debezium.time.Timestamp"),
         _f("datetime6_c", "int64", semantic="io.debezium.time.MicroTimestamp"),
-        _f("timestamp_c", "string", optional=False, semantic="io.debezium.time.ZonedTimestamp",
-           default="1970-01-01T00:00:00Z"),
+        _f(
+            "timestamp_c",
+            "string",
+            optional=False,
+            semantic="io.debezium.time.ZonedTimestamp",
+            default="1970-01-01T00:00:00Z",
+        ),
         _f("file_uuid", "bytes"),
         _f("bit_c", "bytes", semantic="io.debezium.data.Bits", parameters={"length": "64"}),
         _f("text_c", "string"),
@@ -99,12 +114,17 @@ FULL_TYPES_ROW_SCHEMA: dict[str, Any] = {
         _f("enum_c", "string", semantic="io.debezium.data.Enum", parameters={"allowed": "red,white"}, default="red"),
         _f("set_c", "string", semantic="io.debezium.data.EnumSet", parameters={"allowed": "a,b"}),
         _f("json_c", "string", semantic="io.debezium.data.Json"),
-        _f("point_c", "struct", semantic="io.debezium.data.geometry.Point", fields=[
-            {"type": "double", "optional": False, "field": "x"},
-            {"type": "double", "optional": False, "field": "y"},
-            {"type": "bytes", "optional": True, "field": "wkb"},
-            {"type": "int32", "optional": True, "field": "srid"},
-        ]),
+        _f(
+            "point_c",
+            "struct",
+            semantic="io.debezium.data.geometry.Point",
+            fields=[
+                {"type": "double", "optional": False, "field": "x"},
+                {"type": "double", "optional": False, "field": "y"},
+                {"type": "bytes", "optional": True, "field": "wkb"},
+                {"type": "int32", "optional": True, "field": "srid"},
+            ],
+        ),
         _geometry("geometry_c"),
         _geometry("linestring_c"),
         _geometry("polygon_c"),
@@ -129,20 +149,25 @@ def value_schema() -> dict[str, Any]:
         "fields": [
             before,
             FULL_TYPES_ROW_SCHEMA,
-            {"type": "struct", "optional": False, "field": "source", "name": "io.debezium.connector.mysql.Source",
-             "fields": [
-                 {"type": "string", "optional": False, "field": "connector"},
-                 {"type": "string", "optional": False, "field": "name"},
-                 {"type": "int64", "optional": False, "field": "ts_ms"},
-                 {"type": "string", "optional": True, "field": "snapshot"},
-                 {"type": "string", "optional": False, "field": "db"},
-                 {"type": "string", "optional": True, "field": "table"},
-                 {"type": "int64", "optional": False, "field": "server_id"},
-                 {"type": "string", "optional": True, "field": "gtid"},
-                 {"type": "string", "optional": False, "field": "file"},
-                 {"type": "int64", "optional": False, "field": "pos"},
-                 {"type": "int32", "optional": False, "field": "row"},
-             ]},
+            {
+                "type": "struct",
+                "optional": False,
+                "field": "source",
+                "name": "io.debezium.connector.mysql.Source",
+                "fields": [
+                    {"type": "string", "optional": False, "field": "connector"},
+                    {"type": "string", "optional": False, "field": "name"},
+                    {"type": "int64", "optional": False, "field": "ts_ms"},
+                    {"type": "string", "optional": True, "field": "snapshot"},
+                    {"type": "string", "optional": False, "field": "db"},
+                    {"type": "string", "optional": True, "field": "table"},
+                    {"type": "int64", "optional": False, "field": "server_id"},
+                    {"type": "string", "optional": True, "field": "gtid"},
+                    {"type": "string", "optional": False, "field": "file"},
+                    {"type": "int64", "optional": False, "field": "pos"},
+                    {"type": "int32", "optional": False, "field": "row"},
+                ],
+            },
             {"type": "string", "optional": False, "field": "op"},
             {"type": "int64", "optional": True, "field": "ts_ms"},
         ],
@@ -198,21 +223,40 @@ _SQUARE = ((1, 1), (2, 1), (2, 2), (1, 2), (1, 1))
 
 EXPECTED_ROW: dict[str, Any] = {
     "id": Decimal(1),
-    "tiny_c": 127, "tiny_un_c": 255, "tiny_un_z_c": 255,
-    "small_c": 32767, "small_un_c": 65535, "small_un_z_c": 65535,
-    "medium_c": 8388607, "medium_un_c": 16777215, "medium_un_z_c": 16777215,
-    "int_c": 2147483647, "int_un_c": 4294967295, "int_un_z_c": 4294967295, "int11_c": 2147483647,
+    "tiny_c": 127,
+    "tiny_un_c": 255,
+    "tiny_un_z_c": 255,
+    "small_c": 32767,
+    "small_un_c": 65535,
+    "small_un_z_c": 65535,
+    "medium_c": 8388607,
+    "medium_un_c": 16777215,
+    "medium_un_z_c": 16777215,
+    "int_c": 2147483647,
+    "int_un_c": 4294967295,
+    "int_un_z_c": 4294967295,
+    "int11_c": 2147483647,
     "big_c": 9223372036854775807,
-    "big_un_c": Decimal(18446744073709551615), "big_un_z_c": Decimal(18446744073709551615),
-    "varchar_c": "Hello World", "char_c": "abc",
+    "big_un_c": Decimal(18446744073709551615),
+    "big_un_z_c": Decimal(18446744073709551615),
+    "varchar_c": "Hello World",
+    "char_c": "abc",
     # REAL is a DOUBLE in MySQL, but Debezium declares it FLOAT32: the float nearest 123.102
     "real_c": struct.unpack("<f", struct.pack("<f", 123.102))[0],
-    "float_c": 123.102, "float_un_c": 123.103, "float_un_z_c": 123.104,
-    "double_c": 404.4443, "double_un_c": 404.4444, "double_un_z_c": 404.4445,
-    "decimal_c": Decimal("123.4567"), "decimal_un_c": Decimal("123.4568"), "decimal_un_z_c": Decimal("123.4569"),
+    "float_c": 123.102,
+    "float_un_c": 123.103,
+    "float_un_z_c": 123.104,
+    "double_c": 404.4443,
+    "double_un_c": 404.4444,
+    "double_un_z_c": 404.4445,
+    "decimal_c": Decimal("123.4567"),
+    "decimal_un_c": Decimal("123.4568"),
+    "decimal_un_z_c": Decimal("123.4569"),
     "numeric_c": Decimal(346),  # 345.6 into NUMERIC(6,0): MySQL rounds
     "big_decimal_c": "34567892.1",
-    "bit1_c": False, "tiny1_c": 1, "boolean_c": 1,
+    "bit1_c": False,
+    "tiny1_c": 1,
+    "boolean_c": 1,
     "date_c": datetime.date(2020, 7, 17),
     "time_c": (18 * 3600 + 22) * 1_000_000,  # TIME '18:00:22' in microseconds
     "datetime3_c": datetime.datetime(2020, 7, 17, 18, 0, 22, 123000),
@@ -222,8 +266,12 @@ EXPECTED_ROW: dict[str, Any] = {
     "bit_c": int("0000010000000100000001000000010000000100000001000000010000000100", 2).to_bytes(8, "big"),
     "text_c": "text",
     # UNHEX(HEX(16)): HEX(16) is '10'
-    "tiny_blob_c": b"\x10", "blob_c": b"\x10", "medium_blob_c": b"\x10", "long_blob_c": b"\x10",
-    "year_c": 2021, "enum_c": "red",
+    "tiny_blob_c": b"\x10",
+    "blob_c": b"\x10",
+    "medium_blob_c": b"\x10",
+    "long_blob_c": b"\x10",
+    "year_c": 2021,
+    "enum_c": "red",
     "set_c": "a,b",  # 'a,b,a': a SET holds each member once
     "json_c": {"key1": "value1"},  # compared as JSON
     "point_c": {"wkb": wkb_point(1, 1), "srid": None},
@@ -231,16 +279,22 @@ EXPECTED_ROW: dict[str, Any] = {
     "linestring_c": {"wkb": wkb_linestring((3, 0), (3, 3), (3, 5)), "srid": None},
     "polygon_c": {"wkb": wkb_polygon(_SQUARE), "srid": None},
     "multipoint_c": {"wkb": _collection(4, wkb_point(1, 1), wkb_point(2, 2)), "srid": None},
-    "multiline_c": {"wkb": _collection(5, wkb_linestring((1, 1), (2, 2), (3, 3)), wkb_linestring((4, 4), (5, 5))),
-                    "srid": None},
-    "multipolygon_c": {"wkb": _collection(
-        6,
-        wkb_polygon(((0, 0), (10, 0), (10, 10), (0, 10), (0, 0))),
-        wkb_polygon(((5, 5), (7, 5), (7, 7), (5, 7), (5, 5))),
-    ), "srid": None},
-    "geometrycollection_c": {"wkb": _collection(
-        7, wkb_point(10, 10), wkb_point(30, 30), wkb_linestring((15, 15), (20, 20))
-    ), "srid": None},
+    "multiline_c": {
+        "wkb": _collection(5, wkb_linestring((1, 1), (2, 2), (3, 3)), wkb_linestring((4, 4), (5, 5))),
+        "srid": None,
+    },
+    "multipolygon_c": {
+        "wkb": _collection(
+            6,
+            wkb_polygon(((0, 0), (10, 0), (10, 10), (0, 10), (0, 0))),
+            wkb_polygon(((5, 5), (7, 5), (7, 7), (5, 7), (5, 5))),
+        ),
+        "srid": None,
+    },
+    "geometrycollection_c": {
+        "wkb": _collection(7, wkb_point(10, 10), wkb_point(30, 30), wkb_linestring((15, 15), (20, 20))),
+        "srid": None,
+    },
     "varchar_len0_c": "",
 }
 """The row ``INSERT INTO full_types VALUES (...)`` of ``column_type_test.sql`` writes, as the

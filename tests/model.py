@@ -136,7 +136,7 @@ def run_records(log: dict[int, Sequence[Record]], start: Bounds, end: Bounds) ->
     """The records ``[start[p], end[p])`` of each partition of ``log`` (``log[p][i].offset == i``)."""
     out: list[Record] = []
     for p in sorted(log):
-        out.extend(log[p][start.get(p, 0):end.get(p, 0)])
+        out.extend(log[p][start.get(p, 0) : end.get(p, 0)])
     return out
 
 

@@ -8,8 +8,8 @@ import re
 
 import yaml
 
+from cdclake.local.chain import CONNECTOR_CONFIG, connector_env
 from cdclake.settings import PROJECT_ROOT, Settings
-from cdclake.source_chain import CONNECTOR_CONFIG, connector_env
 
 COMPOSE = PROJECT_ROOT / "docker-compose.yaml"
 
@@ -20,15 +20,29 @@ def services() -> dict:
 
 def test_every_component_of_the_production_shape_is_a_service():
     assert {
-        "mysql", "kafka", "connect", "postgres", "minio", "spark-master", "spark-worker",
-        "airflow-api-server", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer",
+        "mysql",
+        "kafka",
+        "connect",
+        "postgres",
+        "minio",
+        "spark-master",
+        "spark-worker",
+        "airflow-api-server",
+        "airflow-scheduler",
+        "airflow-dag-processor",
+        "airflow-triggerer",
     } <= set(services())
 
 
 def test_mysql_runs_with_the_binlog_settings_debezium_needs():
     command = " ".join(services()["mysql"]["command"])
-    for setting in ("--server-id=", "--log-bin=", "--binlog-format=ROW", "--binlog-row-image=FULL",
-                    "--binlog-transaction-compression=OFF"):
+    for setting in (
+        "--server-id=",
+        "--log-bin=",
+        "--binlog-format=ROW",
+        "--binlog-row-image=FULL",
+        "--binlog-transaction-compression=OFF",
+    ):
         assert setting in command
 
 

@@ -10,8 +10,8 @@ import textwrap
 
 import pytest
 
-from cdclake.airflow_env import airflow_env
-from cdclake.config import load_tables
+from cdclake.local.airflow_env import airflow_env
+from cdclake.model.config import load_tables
 from cdclake.settings import PROJECT_ROOT, Settings
 
 HEAVY_MODULES = ("pyspark", "confluent_kafka", "pyiceberg", "pyarrow", "pandas")
@@ -19,7 +19,16 @@ HEAVY_MODULES = ("pyspark", "confluent_kafka", "pyiceberg", "pyarrow", "pandas")
 
 def run_python(code: str, tables_config=None) -> dict:
     env_over = {"CDCLAKE_TABLES_CONFIG": str(tables_config)} if tables_config else {}
-    settings = Settings.from_env({**{k: v for k, v in airflow_env(Settings.from_env()).items() if k.startswith("CDCLAKE_") and k != "CDCLAKE_TABLES_CONFIG"}, **env_over})
+    settings = Settings.from_env(
+        {
+            **{
+                k: v
+                for k, v in airflow_env(Settings.from_env()).items()
+                if k.startswith("CDCLAKE_") and k != "CDCLAKE_TABLES_CONFIG"
+            },
+            **env_over,
+        }
+    )
     proc = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
         env=airflow_env(settings),
@@ -67,8 +76,14 @@ def test_dagbag_has_one_dag_per_configured_table_and_no_import_errors():
     assert set(result["dags"]) == expected | {"cdc_snapshot_bootstrap"}
     bootstrap = result["dags"].pop("cdc_snapshot_bootstrap")
     assert bootstrap["tasks"] == [
-        "check_snapshot", "ensure_tables", "is_execute", "prepare", "signal", "trigger_table_dag",
-        "wait_for_snapshot", "wait_until_applied",
+        "check_snapshot",
+        "ensure_tables",
+        "is_execute",
+        "prepare",
+        "signal",
+        "trigger_table_dag",
+        "wait_for_snapshot",
+        "wait_until_applied",
     ]
     assert bootstrap["max_active_runs"] == 1
     for dag in result["dags"].values():
@@ -85,8 +100,7 @@ def test_dag_count_follows_the_table_config(tmp_path):
     config.write_text(
         "tables:\n"
         + "".join(
-            f"  - {{name: t{i}, topic: p.d.t{i}, namespace: d, table: t{i}, primary_key: [id]}}\n"
-            for i in range(3)
+            f"  - {{name: t{i}, topic: p.d.t{i}, namespace: d, table: t{i}, primary_key: [id]}}\n" for i in range(3)
         )
     )
     result = run_python(

@@ -1,28 +1,50 @@
-"""The project's domain errors. Each names what is wrong and where."""
+"""The project's one error hierarchy.
+
+Every error raised for a data, configuration or state problem derives from :class:`CdcLakeError`;
+its message names where the problem is (topic, partition, offset, table, DDL, position) and what
+to do about it. ``docs/operations.md`` ("Errors and what to do") has one entry per class.
+
+Some classes also derive from the built-in exception a caller would expect (``ValueError`` for
+bad input, ``LookupError`` for something missing), so that generic handlers keep working.
+
+This module imports nothing of the project: it is the bottom layer.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from cdclake.envelope import KafkaCoordinates
+from typing import Protocol
 
 
 class CdcLakeError(Exception):
     """Base of every error this project raises on purpose."""
 
 
-class BadRecordError(CdcLakeError):
-    """A Kafka record that cannot be applied. The message names topic, partition and offset."""
+class ConfigError(CdcLakeError, ValueError):
+    """The table config or the settings are missing, malformed, or name an unknown key; or a
+    table cannot run as configured. The message names the file or variable and the key."""
 
-    def __init__(self, where: KafkaCoordinates, reason: str) -> None:
+
+class _KafkaWhere(Protocol):
+    """Anything naming a Kafka record: :class:`cdclake.model.envelope.KafkaCoordinates`."""
+
+    topic: str
+    partition: int | None
+    offset: int | None
+
+
+class BadRecordError(CdcLakeError):
+    """A Kafka record that cannot be applied (not JSON, no op, no position, a value that does not
+    fit). The message names topic, partition and offset."""
+
+    def __init__(self, where: _KafkaWhere, reason: str) -> None:
         self.where = where
         self.reason = reason
         super().__init__(f"bad record at {where}: {reason}")
 
 
 class BadBatchError(CdcLakeError):
-    """A batch holds records that cannot be applied; nothing was committed, offsets stay put.
+    """A batch holds records that cannot be applied (``bad_records: fail``); nothing was committed
+    and the committed offsets did not move.
 
     ``records`` lists ``(topic, partition, offset, reason)`` for the first bad records found.
     """
@@ -30,29 +52,47 @@ class BadBatchError(CdcLakeError):
     def __init__(self, records: list[tuple[str, int, int, str]], total: int) -> None:
         self.records = records
         self.total = total
-        lines = "\n".join(
-            f"  topic {t!r} partition {p} offset {o}: {r}" for t, p, o, r in records
-        )
+        lines = "\n".join(f"  topic {t!r} partition {p} offset {o}: {r}" for t, p, o, r in records)
         more = f"\n  ... and {total - len(records)} more" if total > len(records) else ""
         super().__init__(
             f"{total} record(s) cannot be applied; nothing was committed and the committed "
-            f"offsets did not move:\n{lines}{more}"
+            f"offsets did not move:\n{lines}{more}\nFix the producer or set `bad_records: "
+            "quarantine` to set them aside, then re-run."
         )
 
 
 class OffsetsOutOfRangeError(CdcLakeError):
-    """The committed offsets are below the topic's low watermark: events were deleted by
-    retention before they were applied. The remedy is a re-snapshot (the bootstrap DAG)."""
+    """The committed offsets are outside the topic's watermarks: below the low watermark, events
+    were deleted by retention before they were applied (remedy: a re-snapshot through the
+    bootstrap DAG); above the high watermark, the topic was recreated."""
+
+
+class TopicNotFoundError(CdcLakeError, LookupError):
+    """A Kafka topic the table needs does not exist (names the topic and the brokers)."""
 
 
 class ConcurrentRunError(CdcLakeError):
     """The table's committed offsets are not the ones this run started from: another run
-    committed in between. The run commits nothing."""
+    committed in between. The run commits nothing; the next run plans from the table."""
 
 
 class SchemaError(CdcLakeError):
     """The events' schema cannot be mapped to, or does not fit, the Iceberg table."""
 
 
+class SchemaChangeError(SchemaError):
+    """A source schema change schema sync will not apply (incompatible type change under
+    ``incompatible: fail``, table renamed or dropped, DDL it cannot read). Nothing was committed;
+    the message names the DDL, its position and the column."""
+
+
+class DdlParseError(CdcLakeError, ValueError):
+    """A DDL statement sqlglot cannot read (names the statement)."""
+
+
 class PositionOrderError(CdcLakeError):
-    """Positions of a batch are not comparable (binlog basename or server changed)."""
+    """Positions of a batch are not comparable (binlog basename or source server changed)."""
+
+
+class SnapshotError(CdcLakeError):
+    """A snapshot signal failed or was refused; the message names the table and the reason."""

@@ -21,7 +21,11 @@ variable                       meaning                                          
 ``CDCLAKE_TOPIC_PREFIX``       Debezium ``topic.prefix`` of the local chain     ``mariadb``
 ``CDCLAKE_SIGNAL_CHANNEL``     bootstrap signals: ``source`` table or ``kafka``  ``source``
 ``CDCLAKE_SIGNAL_TABLE``       the connector's ``signal.data.collection``       ``inventory.debezium_signal``
+``CDCLAKE_APPLY_PAUSE_AT``     debugging: pause the apply job at a commit point  unset
 =============================  ===============================================  =========================
+
+The Airflow connection ids the DAGs use are constants here (:class:`ConnectionIds`); their
+contents (hosts, credentials) are Airflow's, resolved when a task runs.
 """
 
 from __future__ import annotations
@@ -49,7 +53,22 @@ _KNOWN = {
     "TOPIC_PREFIX",
     "SIGNAL_CHANNEL",
     "SIGNAL_TABLE",
+    "APPLY_PAUSE_AT",  # read by the apply job: cdclake.spark.commit.PAUSE_ENV (debugging)
 }
+
+
+class ConnectionIds:
+    """Airflow connection ids of the DAGs (the local stack defines them in
+    :mod:`cdclake.local.airflow_env`; a deployment creates them in Airflow)."""
+
+    SPARK = "spark_default"
+    """type ``spark``: the Spark master (without it the provider falls back to ``--master yarn``)."""
+    KAFKA = "kafka_default"
+    """type ``kafka``: the librdkafka client config of the cluster holding the Debezium topics."""
+    KAFKA_NOTIFICATIONS = "kafka_notifications"
+    """type ``kafka``: the same cluster, for the deferrable wait on Debezium's notification topic."""
+    SOURCE_DB = "cdc_source_db"
+    """type ``mysql``: the source database, where snapshot signals are inserted."""
 
 
 class Settings(BaseModel):
@@ -80,28 +99,25 @@ class Settings(BaseModel):
         """
         env = dict(os.environ if environ is None else environ)
         unknown = sorted(
-            k for k in env
-            if k.startswith(_ENV_PREFIX) and k[len(_ENV_PREFIX) :] not in _KNOWN
+            k
+            for k in env
+            if k.startswith(_ENV_PREFIX)
+            and k[len(_ENV_PREFIX) :] not in _KNOWN
             # CDCLAKE_TEST_* belong to the test suite (ports, fault injection), not to the stack
             and not k.startswith(_ENV_PREFIX + "TEST_")
         )
         if unknown:
             raise ValueError(
-                f"unknown environment variable(s) {unknown}; known: "
-                f"{sorted(_ENV_PREFIX + k for k in _KNOWN)}"
+                f"unknown environment variable(s) {unknown}; known: {sorted(_ENV_PREFIX + k for k in _KNOWN)}"
             )
         state_dir = Path(env.get("CDCLAKE_STATE_DIR", PROJECT_ROOT / ".stack")).resolve()
         return cls(
             state_dir=state_dir,
             kafka_bootstrap=env.get("CDCLAKE_KAFKA_BOOTSTRAP", "127.0.0.1:19092"),
             catalog_name=env.get("CDCLAKE_CATALOG_NAME", "lake"),
-            catalog_uri=env.get(
-                "CDCLAKE_CATALOG_URI", f"sqlite:///{state_dir / 'iceberg' / 'catalog.db'}"
-            ),
+            catalog_uri=env.get("CDCLAKE_CATALOG_URI", f"sqlite:///{state_dir / 'iceberg' / 'catalog.db'}"),
             warehouse=env.get("CDCLAKE_WAREHOUSE", (state_dir / "iceberg" / "warehouse").as_uri()),
-            tables_config=Path(
-                env.get("CDCLAKE_TABLES_CONFIG", PROJECT_ROOT / "include" / "tables.yaml")
-            ),
+            tables_config=Path(env.get("CDCLAKE_TABLES_CONFIG", PROJECT_ROOT / "include" / "tables.yaml")),
             spark_master=env.get("CDCLAKE_SPARK_MASTER", "local[2]"),
             mariadb_port=int(env.get("CDCLAKE_MARIADB_PORT", "13306")),
             connect_port=int(env.get("CDCLAKE_CONNECT_PORT", "18083")),
@@ -141,9 +157,7 @@ class Settings(BaseModel):
             # pyiceberg commits to the same tables (side tables, offsets-only commits): Spark must
             # load the current metadata on every access, not a cached copy
             f"{prefix}.cache-enabled": "false",
-            "spark.sql.extensions": (
-                "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
-            ),
+            "spark.sql.extensions": ("org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"),
         }
         if self.catalog_uri.startswith("postgresql"):
             from urllib.parse import unquote, urlsplit

@@ -74,7 +74,7 @@ fi
 
 # --- 4. Airflow metadata DB -----------------------------------------------------------------------
 .venv/bin/python - <<'PY'
-from cdclake.cli import ensure_airflow_db
+from cdclake.local.cli import ensure_airflow_db
 from cdclake.settings import Settings
 ensure_airflow_db(Settings.from_env())
 PY

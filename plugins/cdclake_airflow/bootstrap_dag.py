@@ -33,22 +33,24 @@ Tasks of an ``execute`` run:
 
 from __future__ import annotations
 
+import json
+import logging
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator
 
-from cdclake_airflow.connections import KAFKA_CONN_ID
+from cdclake.errors import ConfigError
+from cdclake.settings import ConnectionIds, Settings
 
 if TYPE_CHECKING:
     from airflow.sdk import DAG
 
-    from cdclake.config import TableConfig
-    from cdclake.settings import Settings
+    from cdclake.model.config import TableConfig
+
+log = logging.getLogger(__name__)
 
 DAG_ID = "cdc_snapshot_bootstrap"
-NOTIFICATIONS_CONN_ID = "kafka_notifications"
-SOURCE_DB_CONN_ID = "cdc_source_db"
 
 
 def data_collection(cfg: TableConfig) -> str:
@@ -59,59 +61,70 @@ def data_collection(cfg: TableConfig) -> str:
     return f"{db}.{table}"
 
 
-def prepare(**context: Any) -> dict[str, Any]:
-    """Check the trigger form; the run's plan: tables, data collections, signal id and type."""
-    from cdclake.config import load_tables
-    from cdclake.settings import Settings
-    from cdclake.snapshot import build_signal, signal_id
+def _configs(plan: dict[str, Any]) -> dict[str, TableConfig]:
+    from cdclake.model.config import TableConfig
 
-    settings = Settings.from_env()
-    tables = load_tables(settings.tables_config)
+    return {name: TableConfig.model_validate(c) for name, c in plan["configs"].items()}
+
+
+def prepare(tables_json: str, **context: Any) -> dict[str, Any]:
+    """Check the trigger form; the run's plan: tables (with their configs), data collections,
+    signal id and type."""
+    from cdclake.model.config import TableConfig
+    from cdclake.model.snapshot import build_signal, signal_id
+
+    configured = {c["name"]: TableConfig.model_validate(c) for c in json.loads(tables_json)}
     params = context["params"]
     names = list(params.get("tables") or [])
     if not names:
-        raise ValueError("choose at least one table in the trigger form ('tables')")
-    cfgs = [tables.get(n) for n in names]
-    collections = {c.name: data_collection(c) for c in cfgs}
+        raise ConfigError("choose at least one table in the trigger form ('tables')")
+    unknown_tables = sorted(set(names) - set(configured))
+    if unknown_tables:
+        raise ConfigError(f"no table(s) {unknown_tables} in the table config; configured: {sorted(configured)}")
+    collections = {n: data_collection(configured[n]) for n in names}
     conditions = params.get("additional_conditions") or {}
     unknown = sorted(set(conditions) - set(names))
     if unknown:
-        raise ValueError(f"additional_conditions names table(s) not chosen: {unknown}; chosen: {names}")
+        raise ConfigError(f"additional_conditions names table(s) not chosen: {unknown}; chosen: {names}")
     action = params["action"]
     sid = signal_id(context["run_id"], action)
     signal = build_signal(
-        sid, action, list(collections.values()), params["snapshot_type"],
+        sid,
+        action,
+        list(collections.values()),
+        params["snapshot_type"],
         {collections[n]: f for n, f in conditions.items() if f},
     )
     plan = {
-        "action": action, "snapshot_type": params["snapshot_type"], "tables": names,
-        "collections": collections, "signal": {"id": signal.id, "type": signal.type, "data": signal.data},
+        "action": action,
+        "snapshot_type": params["snapshot_type"],
+        "tables": names,
+        "configs": {n: configured[n].model_dump(mode="json") for n in names},
+        "collections": collections,
+        "signal": {"id": signal.id, "type": signal.type, "data": signal.data},
     }
-    print(f"plan: {plan}")
+    log.info("plan: %s", {k: v for k, v in plan.items() if k != "configs"})
     return plan
 
 
 def ensure_tables(plan: dict[str, Any]) -> dict[str, str]:
     """Make sure each chosen Iceberg table exists with the source table's current schema, from the
-    connector's schema-change topic (see :mod:`cdclake.schema_sync`)."""
-    from cdclake.config import load_tables
-    from cdclake.schema_sync import sync_table_schema
-    from cdclake.settings import Settings
+    connector's schema-change topic (see :mod:`cdclake.pipeline.schema_sync`)."""
+    from cdclake.io.catalog import load_catalog
+    from cdclake.pipeline.schema_sync import sync_table_schema
+    from cdclake_airflow.connections import kafka_clients
 
-    settings = Settings.from_env()
-    tables = load_tables(settings.tables_config)
     if plan["action"] != "execute":
         return {}
-    from cdclake_airflow.connections import kafka_bootstrap
-
+    catalog, kafka = load_catalog(Settings.from_env()), kafka_clients()
     done = {}
-    for name in plan["tables"]:
-        result = sync_table_schema(settings, tables.get(name), kafka_bootstrap(KAFKA_CONN_ID))
+    for name, cfg in _configs(plan).items():
+        result = sync_table_schema(catalog, kafka, cfg)
         done[name] = "created" if result.created else f"{len(result.applied)} change(s) applied"
         for line in result.applied:
-            print(f"{name}: schema change applied: {line}")
+            log.info("%s: schema change applied: %s", name, line)
         if result.capped_before:
-            print(f"{name}: {result.capped_before} waits for the table's DAG (events before it are pending)")
+            log.info("%s: %s waits for the table's DAG (events before it are pending)", name, result.capped_before)
     return done
 
 
@@ -119,10 +132,10 @@ def send_signal(plan: dict[str, Any]) -> dict[str, Any]:
     """Send the run's signal through the configured channel; returns its ids and when it was sent."""
     import time
 
-    from cdclake.settings import Settings
-    from cdclake.snapshot import Signal, send_kafka_signal, send_source_signal
-
-    from cdclake_airflow.connections import kafka_bootstrap
+    from cdclake.io.source_db import send_source_signal
+    from cdclake.model.snapshot import Signal
+    from cdclake.pipeline.snapshot import send_kafka_signal
+    from cdclake_airflow.connections import kafka_clients, source_database
 
     settings = Settings.from_env()
     s = plan["signal"]
@@ -130,50 +143,52 @@ def send_signal(plan: dict[str, Any]) -> dict[str, Any]:
     sent_ms = int(time.time() * 1000)
     ids = [signal.id]
     if settings.signal_channel == "kafka":
-        offset = send_kafka_signal(kafka_bootstrap(KAFKA_CONN_ID), settings.signal_topic, settings.topic_prefix, signal)
+        offset = send_kafka_signal(kafka_clients(), settings.signal_topic, settings.topic_prefix, signal)
         ids.append(str(offset))  # the connector names a Kafka-channel signal by its offset
-        print(f"signal {signal.type} {signal.data_json} on {settings.signal_topic!r} at offset {offset}")
     else:
-        import pymysql
-        from airflow.sdk import BaseHook
-
-        conn = BaseHook.get_connection(SOURCE_DB_CONN_ID)
-        db = pymysql.connect(host=conn.host, port=int(conn.port or 3306), user=conn.login,
-                             password=conn.password or "", autocommit=True, charset="utf8mb4")
-        with db:
-            inserted = send_source_signal(db, settings.signal_table, signal)
-        print(f"signal {signal.id} {signal.type} {signal.data_json} into {settings.signal_table}: "
-              f"{'inserted' if inserted else 'already there (a retry): not sent again'}")
+        send_source_signal(source_database(), settings.signal_table, signal)
     return {"signal_ids": ids, "sent_ms": sent_ms - 60_000}
 
 
 def check_snapshot(plan: dict[str, Any], sent: dict[str, Any], end: dict[str, Any]) -> list[dict[str, Any]]:
     """Fail on a failed or aborted snapshot; otherwise note each table's data-topic end offsets.
 
-    Returns one ``{"table", "dag_id", "topic", "end_offsets"}`` per table, for the mapped tasks.
-    """
-    from cdclake.config import load_tables
-    from cdclake.kafka_io import topic_watermarks
-    from cdclake.settings import Settings
-    from cdclake.snapshot import check_scan, read_notifications, scan_results
+    Returns one ``{"table", "identifier", "topic", "dag_id", "end_offsets"}`` per table, for the
+    mapped tasks.
 
-    from cdclake_airflow.connections import kafka_bootstrap
+    Raises:
+        SnapshotError: a table scan failed or the snapshot was aborted (names table and status).
+    """
+    from cdclake.io.kafka import topic_watermarks
+    from cdclake.model.snapshot import check_scan, scan_results
+    from cdclake.pipeline.snapshot import read_notifications
+    from cdclake_airflow.connections import kafka_clients
 
     settings = Settings.from_env()
-    bootstrap = kafka_bootstrap(KAFKA_CONN_ID)
+    kafka = kafka_clients()
     collections = list(plan["collections"].values())
-    results = scan_results(read_notifications(bootstrap, settings.notification_topic),
-                           sent["signal_ids"], plan["snapshot_type"], sent["sent_ms"], collections)
-    print(f"snapshot ended with {end.get('type')}; table scans: {results}")
+    results = scan_results(
+        read_notifications(kafka, settings.notification_topic),
+        sent["signal_ids"],
+        plan["snapshot_type"],
+        sent["sent_ms"],
+        collections,
+    )
+    log.info("snapshot ended with %s; table scans: %s", end.get("type"), results)
     check_scan(end, results, collections)
-    tables = load_tables(settings.tables_config)
     noted = []
-    for name in plan["tables"]:
-        cfg = tables.get(name)
-        marks = topic_watermarks(bootstrap, cfg.topic)
-        noted.append({"table": name, "dag_id": cfg.dag_id, "topic": cfg.topic,
-                      "end_offsets": {str(p): o for p, o in marks.high.items()}})
-        print(f"{name}: {cfg.topic} end offsets {marks.high}: finished when committed past them")
+    for name, cfg in _configs(plan).items():
+        marks = topic_watermarks(kafka, cfg.topic)
+        noted.append(
+            {
+                "table": name,
+                "identifier": cfg.identifier,
+                "dag_id": cfg.dag_id,
+                "topic": cfg.topic,
+                "end_offsets": {str(p): o for p, o in marks.high.items()},
+            }
+        )
+        log.info("%s: %s end offsets %s: finished when committed past them", name, cfg.topic, marks.high)
     return noted
 
 
@@ -181,19 +196,17 @@ def applied(target: dict[str, Any]) -> Any:
     """Sensor: has the table committed offsets at or past the noted end offsets?"""
     from airflow.sdk import PokeReturnValue
 
-    from cdclake.config import load_tables
-    from cdclake.lake import committed_offsets, load_catalog, load_table_or_none
-    from cdclake.settings import Settings
-    from cdclake.snapshot import caught_up
+    from cdclake.io.catalog import committed_offsets, load_catalog, load_table_or_none
+    from cdclake.model.snapshot import caught_up
 
-    settings = Settings.from_env()
-    cfg = load_tables(settings.tables_config).get(target["table"])
-    table = load_table_or_none(load_catalog(settings), cfg.identifier)
-    committed = committed_offsets(table, cfg.topic) if table is not None else None
+    table = load_table_or_none(load_catalog(Settings.from_env()), target["identifier"])
+    committed = committed_offsets(table, target["topic"])
     end = {int(p): o for p, o in target["end_offsets"].items()}
     done = caught_up(committed, end)
-    print(f"{cfg.identifier}: committed {committed}, snapshot end {end}: {'applied' if done else 'not yet'}")
-    return PokeReturnValue(is_done=done, xcom_value={"table": cfg.identifier, "committed": committed})
+    log.info(
+        "%s: committed %s, snapshot end %s: %s", target["identifier"], committed, end, "applied" if done else "not yet"
+    )
+    return PokeReturnValue(is_done=done, xcom_value={"table": target["identifier"], "committed": committed})
 
 
 class NotificationSensor(BaseSensorOperator):
@@ -206,8 +219,15 @@ class NotificationSensor(BaseSensorOperator):
 
     template_fields = ("topics", "apply_function_kwargs")
 
-    def __init__(self, *, kafka_config_id: str, topics: list[str], apply_function: str,
-                 apply_function_kwargs: dict[str, Any], **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        kafka_config_id: str,
+        topics: list[str],
+        apply_function: str,
+        apply_function_kwargs: dict[str, Any],
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.kafka_config_id = kafka_config_id
         self.topics = topics
@@ -220,9 +240,12 @@ class NotificationSensor(BaseSensorOperator):
         timeout = self.timeout if isinstance(self.timeout, timedelta) else timedelta(seconds=self.timeout)
         self.defer(
             trigger=AwaitMessageTrigger(
-                topics=self.topics, apply_function=self.apply_function,
+                topics=self.topics,
+                apply_function=self.apply_function,
                 apply_function_kwargs=self.apply_function_kwargs,
-                kafka_config_id=self.kafka_config_id, poll_timeout=1, poll_interval=0.05,
+                kafka_config_id=self.kafka_config_id,
+                poll_timeout=1,
+                poll_interval=0.05,
                 commit_offset=False,
             ),
             method_name="execute_complete",
@@ -230,7 +253,7 @@ class NotificationSensor(BaseSensorOperator):
         )
 
     def execute_complete(self, context: Any, event: Any = None) -> Any:
-        print(f"snapshot notification: {event}")
+        log.info("snapshot notification: %s", event)
         return event
 
 
@@ -254,26 +277,39 @@ def build_bootstrap_dag(settings: Settings, tables: list[TableConfig]) -> DAG:
         render_template_as_native_obj=True,
         params={
             "tables": Param(
-                names[:1], type="array", items={"type": "string", "enum": names} if names else {"type": "string"},
-                title="Tables", description="Tables of the table config to snapshot.", examples=names,
+                names[:1],
+                type="array",
+                items={"type": "string", "enum": names} if names else {"type": "string"},
+                title="Tables",
+                description="Tables of the table config to snapshot.",
+                examples=names,
             ),
             "snapshot_type": Param(
-                "incremental", type="string", enum=["incremental", "blocking"], title="Snapshot type",
+                "incremental",
+                type="string",
+                enum=["incremental", "blocking"],
+                title="Snapshot type",
                 description="incremental: chunked, interleaved with streaming (no locks); blocking: "
-                            "streaming pauses while the tables are read.",
+                "streaming pauses while the tables are read.",
             ),
             "additional_conditions": Param(
-                {}, type="object", title="Filters (additional-conditions)",
+                {},
+                type="object",
+                title="Filters (additional-conditions)",
                 description='Optional SQL filter per table, e.g. {"orders": "id > 1000"}; rows '
-                            "outside the filter are not re-read.",
+                "outside the filter are not re-read.",
             ),
             "action": Param(
-                "execute", type="string", enum=["execute", "stop", "pause", "resume"], title="Action",
+                "execute",
+                type="string",
+                enum=["execute", "stop", "pause", "resume"],
+                title="Action",
                 description="execute a snapshot, or stop / pause / resume the running one.",
             ),
         },
     ) as dag:
-        plan = task(task_id="prepare")(prepare)()
+        tables_json = json.dumps([t.model_dump(mode="json") for t in tables])
+        plan = task(task_id="prepare")(prepare)(tables_json)
         ensured = task(task_id="ensure_tables")(ensure_tables)(plan)
         sent = task(task_id="signal")(send_signal)(plan)
         ensured >> sent
@@ -281,9 +317,9 @@ def build_bootstrap_dag(settings: Settings, tables: list[TableConfig]) -> DAG:
         sent >> executing
         wait = NotificationSensor(
             task_id="wait_for_snapshot",
-            kafka_config_id=NOTIFICATIONS_CONN_ID,
+            kafka_config_id=ConnectionIds.KAFKA_NOTIFICATIONS,
             topics=[settings.notification_topic],
-            apply_function="cdclake.snapshot.match_notification",
+            apply_function="cdclake.model.snapshot.match_notification",
             apply_function_kwargs={
                 "signal_ids": "{{ ti.xcom_pull(task_ids='signal')['signal_ids'] }}",
                 "snapshot_type": "{{ params.snapshot_type }}",
@@ -302,7 +338,10 @@ def build_bootstrap_dag(settings: Settings, tables: list[TableConfig]) -> DAG:
             wait_for_completion=False,
         ).expand(trigger_dag_id=noted.map(lambda t: t["dag_id"]))
         waiting = task.sensor(
-            task_id="wait_until_applied", poke_interval=15, timeout=12 * 3600, mode="reschedule",
+            task_id="wait_until_applied",
+            poke_interval=15,
+            timeout=12 * 3600,
+            mode="reschedule",
         )(applied).expand(target=noted)
         trigger >> waiting
     return dag

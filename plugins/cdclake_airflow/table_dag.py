@@ -5,7 +5,7 @@
   short-circuits: schema sync, apply and publish are skipped, no Spark job starts and nothing is
   committed.
 * **schema_sync** (pyiceberg, confluent-kafka; no Spark) applies the source table's schema
-  changes up to the planned batch (``cdclake.schema_sync``). A change that is not additive
+  changes up to the planned batch (``cdclake.pipeline.schema_sync``). A change that is not additive
   (rename, deleted column, primary key, ...) is a barrier: if the batch holds events before it,
   the batch is capped before it and the change waits for the next run, so that every row is
   written under the schema it was produced with. Its output is the plan ``apply`` runs.
@@ -20,20 +20,20 @@ A retry of any task is safe: a run that already committed finds its offsets in t
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from cdclake.settings import PROJECT_ROOT, jars_dir
-
-from cdclake_airflow.connections import KAFKA_CONN_ID, SPARK_CONN_ID
+from cdclake.settings import PROJECT_ROOT, ConnectionIds, Settings, jars_dir
 
 if TYPE_CHECKING:
     from airflow.sdk import DAG
 
-    from cdclake.config import TableConfig
-    from cdclake.settings import Settings
+    from cdclake.model.config import TableConfig
+
+log = logging.getLogger(__name__)
 
 APPLY_JOB = PROJECT_ROOT / "spark_jobs" / "apply_cdc.py"
 
@@ -56,7 +56,7 @@ def _replay_params(params: dict[str, Any]) -> tuple[dict[int, int] | None, int |
             offsets = {int(p): int(o) for p, o in offsets.items()}
         except (AttributeError, TypeError, ValueError) as e:
             raise ValueError(
-                f"replay_from_offsets must map partition to offset, e.g. {{\"0\": 120}}; got {offsets!r}"
+                f'replay_from_offsets must map partition to offset, e.g. {{"0": 120}}; got {offsets!r}'
             ) from e
     if stamp is not None:
         parsed = datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
@@ -66,39 +66,39 @@ def _replay_params(params: dict[str, Any]) -> tuple[dict[int, int] | None, int |
     return offsets, stamp
 
 
-def plan(table_name: str, **context: Any) -> str | None:
-    """The ``plan`` task: the next offset range as JSON, or ``None`` when there is nothing new.
+def plan(table_json: str, **context: Any) -> str | None:
+    """The ``plan`` task: the run's :class:`~cdclake.model.plan.RunPlan` as JSON, or ``None``
+    (short-circuit) when there is nothing new.
 
     The trigger form's ``replay_from_offsets`` / ``replay_from_timestamp`` make the run a manual
-    replay from there (see :func:`cdclake.planner.plan_next`).
+    replay from there (see :func:`cdclake.pipeline.planner.plan_next`).
 
     Raises:
         OffsetsOutOfRangeError: committed offsets fell below the low watermark (see the message).
         ConfigError: the table has no primary key and is not configured as a change log.
     """
-    from cdclake.config import load_tables
-    from cdclake.planner import plan_next
-    from cdclake.settings import Settings
+    from cdclake.io.catalog import load_catalog
+    from cdclake.model.config import TableConfig
+    from cdclake.pipeline.planner import plan_next
+    from cdclake_airflow.connections import kafka_clients
 
-    from cdclake_airflow.connections import kafka_bootstrap
-
-    settings = Settings.from_env()
-    cfg = load_tables(settings.tables_config).get(table_name)
+    cfg = TableConfig.model_validate_json(table_json)
     offsets, stamp = _replay_params(context.get("params") or {})
     planned = plan_next(
-        settings, cfg, bootstrap=kafka_bootstrap(KAFKA_CONN_ID),
-        replay_from_offsets=offsets, replay_from_timestamp_ms=stamp,
+        load_catalog(Settings.from_env()),
+        kafka_clients(),
+        cfg,
+        context["run_id"],
+        replay_from_offsets=offsets,
+        replay_from_timestamp_ms=stamp,
     )
-    offset_range = planned.offset_range
-    replay = offsets is not None or stamp is not None
-    print(f"table {cfg.identifier}: {'REPLAY ' if replay else ''}{planned.describe()}")
-    if offset_range.is_empty:
-        print("nothing new: skipping apply and publish (no Spark job, no commit)")
+    if planned.range.is_empty:
+        log.info("nothing new: skipping schema sync, apply and publish (no Spark job, no commit)")
         return None
-    return json.dumps({"range": json.loads(offset_range.to_json()), "replay": replay})
+    return planned.to_json()
 
 
-def schema_sync(table_name: str, **context: Any) -> str:
+def schema_sync(**context: Any) -> str:
     """The ``schema_sync`` task: apply the table's schema changes up to the planned batch and
     return the plan to apply (the planned one, or capped before a barrier change).
 
@@ -107,65 +107,77 @@ def schema_sync(table_name: str, **context: Any) -> str:
             ``incompatible: fail``, table renamed or dropped); nothing was applied.
         SchemaError: the table config's primary key is not the source table's.
     """
-    from cdclake.config import load_tables
-    from cdclake.lake import load_catalog
-    from cdclake.offsets import OffsetRange
-    from cdclake.schema_sync import sync_for_range
-    from cdclake.settings import Settings
+    from cdclake.io.catalog import load_catalog
+    from cdclake.model.plan import RunPlan
+    from cdclake.pipeline.schema_sync import sync_for_range
+    from cdclake_airflow.connections import kafka_clients
 
-    from cdclake_airflow.connections import kafka_bootstrap
-
-    settings = Settings.from_env()
-    cfg = load_tables(settings.tables_config).get(table_name)
-    planned = json.loads(context["ti"].xcom_pull(task_ids="plan"))
-    result = sync_for_range(
-        load_catalog(settings), cfg, kafka_bootstrap(KAFKA_CONN_ID), OffsetRange.model_validate(planned["range"])
-    )
+    planned = RunPlan.from_json(context["ti"].xcom_pull(task_ids="plan"))
+    result = sync_for_range(load_catalog(Settings.from_env()), kafka_clients(), planned.table, planned.range)
     for line in result.applied:
-        print(f"schema change applied: {line}")
+        log.info("schema change applied: %s", line)
     if result.capped_before is not None:
-        print(f"batch capped before the barrier change {result.capped_before}; planned "
-              f"{planned['range']['end']}, applying up to {result.offset_range.end}")
-    planned["range"] = json.loads(result.offset_range.to_json())
-    return json.dumps(planned)
+        log.info(
+            "batch capped before the barrier change %s; planned %s, applying up to %s",
+            result.capped_before,
+            planned.range.end,
+            result.offset_range.end,
+        )
+    return planned.model_copy(
+        update={
+            "range": result.offset_range,
+            "schema_changes_applied": result.applied,
+            "capped_before": result.capped_before,
+        }
+    ).to_json()
 
 
-def maintenance(table_name: str) -> dict[str, Any]:
+def maintenance(table_json: str) -> dict[str, Any]:
     """The ``maintenance`` task (pyiceberg; no Spark): drop delete tombstones older than the
     table's ``tombstone_retention_hours``, and run branches left by killed apply jobs."""
-    from cdclake.config import load_tables
-    from cdclake.lake import expire_tombstones, load_catalog, remove_stale_run_branches
-    from cdclake.settings import Settings
+    from cdclake.io.catalog import load_catalog
+    from cdclake.io.maintenance import expire_tombstones, remove_stale_run_branches
+    from cdclake.model.config import TableConfig
 
-    settings = Settings.from_env()
-    cfg = load_tables(settings.tables_config).get(table_name)
-    catalog = load_catalog(settings)
+    cfg = TableConfig.model_validate_json(table_json)
+    catalog = load_catalog(Settings.from_env())
     removed = expire_tombstones(catalog, cfg.identifier, cfg.tombstone_retention_hours)
     branches = remove_stale_run_branches(catalog, cfg.identifier, older_than_ms=6 * 3600 * 1000)
-    print(f"removed {removed} tombstone(s) older than {cfg.tombstone_retention_hours} h; "
-          f"removed stale run branches {branches}")
+    log.info(
+        "removed %d tombstone(s) older than %d h; removed stale run branches %s",
+        removed,
+        cfg.tombstone_retention_hours,
+        branches,
+    )
     return {"tombstones_removed": removed, "branches_removed": branches}
 
 
-def publish(table_name: str, asset: Any, **context: Any) -> dict[str, Any]:
+def publish(asset: Any, **context: Any) -> dict[str, Any]:
     """The ``publish`` task: attach the committed snapshot's facts to the asset event."""
-    from cdclake.config import load_tables
-    from cdclake.lake import SummaryKeys, load_catalog
-    from cdclake.settings import Settings
+    from cdclake.io.catalog import load_catalog
+    from cdclake.model.layout import SummaryKeys
+    from cdclake.model.plan import RunPlan
 
-    settings = Settings.from_env()
-    cfg = load_tables(settings.tables_config).get(table_name)
-    table = load_catalog(settings).load_table(cfg.identifier)
+    planned = RunPlan.from_json(context["ti"].xcom_pull(task_ids="schema_sync"))
+    cfg = planned.table
+    table = load_catalog(Settings.from_env()).load_table(cfg.identifier)
     snap = table.current_snapshot()
     summary = snap.summary if snap is not None else None
-    keys = (SummaryKeys.RUN_ID, SummaryKeys.END_OFFSETS, SummaryKeys.EVENTS, SummaryKeys.UPSERTS,
-            SummaryKeys.DELETES, SummaryKeys.TOMBSTONES, SummaryKeys.LAST_POSITION)
+    keys = (
+        SummaryKeys.RUN_ID,
+        SummaryKeys.END_OFFSETS,
+        SummaryKeys.EVENTS,
+        SummaryKeys.UPSERTS,
+        SummaryKeys.DELETES,
+        SummaryKeys.TOMBSTONES,
+        SummaryKeys.LAST_POSITION,
+    )
     extra: dict[str, Any] = {"table": cfg.identifier, "snapshot_id": snap.snapshot_id if snap else None}
     if summary is not None:
         extra.update({k: summary.get(k) for k in keys if summary.get(k) is not None})
         extra["total_records"] = summary.get("total-records")
     context["outlet_events"][asset].extra = extra
-    print(f"published {asset.uri}: {extra}")
+    log.info("published %s: %s", asset.uri, extra)
     return extra
 
 
@@ -174,7 +186,7 @@ def build_table_dag(settings: Settings, cfg: TableConfig) -> DAG:
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
     from airflow.sdk import DAG, Asset, Param, task
 
-    from cdclake.spark_apply import spark_conf
+    from cdclake.spark.session import spark_conf
 
     asset = Asset(name=f"{settings.catalog_name}.{cfg.identifier}", uri=table_asset_uri(settings, cfg))
     default_args = {
@@ -216,23 +228,23 @@ def build_table_dag(settings: Settings, cfg: TableConfig) -> DAG:
             ),
         },
     ) as dag:
-        plan_task = task.short_circuit(task_id="plan")(plan)(cfg.name)
+        table_json = cfg.model_dump_json()
+        plan_task = task.short_circuit(task_id="plan")(plan)(table_json)
         jars = ",".join(str(p) for p in sorted(jars_dir("spark").glob("*.jar")))
         venv_bin = os.path.dirname(sys.executable)
         apply_task = SparkSubmitOperator(
             task_id="apply",
-            conn_id=SPARK_CONN_ID,
+            conn_id=ConnectionIds.SPARK,
             application=str(APPLY_JOB),
             name=f"cdc-apply-{cfg.name}",
             jars=jars,
             conf=spark_conf(settings),
             driver_memory="2g",
             application_args=[
-                "--table", cfg.name,
-                "--plan", "{{ ti.xcom_pull(task_ids='schema_sync') }}",
-                "--run-id", "{{ run_id }}",
+                "--plan",
+                "{{ ti.xcom_pull(task_ids='schema_sync') }}",
                 "--bootstrap-servers",
-                "{{ conn.%s.extra_dejson['bootstrap.servers'] }}" % KAFKA_CONN_ID,
+                "{{ conn." + ConnectionIds.KAFKA + ".extra_dejson['bootstrap.servers'] }}",
             ],
             # spark-submit of the pip package finds its Spark home through the python3 on PATH
             env_vars={
@@ -241,8 +253,8 @@ def build_table_dag(settings: Settings, cfg: TableConfig) -> DAG:
                 "PYSPARK_DRIVER_PYTHON": sys.executable,
             },
         )
-        sync_task = task(task_id="schema_sync")(schema_sync)(cfg.name)
-        publish_task = task(task_id="publish", outlets=[asset])(publish)(cfg.name, asset)
+        sync_task = task(task_id="schema_sync")(schema_sync)()
+        publish_task = task(task_id="publish", outlets=[asset])(publish)(asset)
         plan_task >> sync_task >> apply_task >> publish_task
-        task(task_id="maintenance")(maintenance)(cfg.name)
+        task(task_id="maintenance")(maintenance)(table_json)
     return dag

@@ -15,10 +15,10 @@ import time
 import pytest
 import yaml
 
-from cdclake import source_chain
-from cdclake.airflow_env import airflow_env
-from cdclake.cli import ensure_airflow_db
-from cdclake.lake import load_catalog
+from cdclake.io.catalog import load_catalog
+from cdclake.local import chain as source_chain
+from cdclake.local.airflow_env import airflow_env
+from cdclake.local.cli import ensure_airflow_db
 
 pytestmark = pytest.mark.e2e
 
@@ -44,32 +44,40 @@ class Airflow:
     def __init__(self, settings, log_path) -> None:
         self.env = airflow_env(settings)
         port = _free_port()
-        self.env.update({
-            "AIRFLOW__API__PORT": str(port),
-            "AIRFLOW__API__HOST": "127.0.0.1",
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
-            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port()),
-            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-            "AIRFLOW__CORE__PARALLELISM": "4",
-            "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "5",
-            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
-        })
+        self.env.update(
+            {
+                "AIRFLOW__API__PORT": str(port),
+                "AIRFLOW__API__HOST": "127.0.0.1",
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+                "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
+                "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port()),
+                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+                "AIRFLOW__CORE__PARALLELISM": "4",
+                "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "5",
+                "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+            }
+        )
         self.log_path = log_path
         self.proc: subprocess.Popen | None = None
 
     def cli(self, *args: str, check: bool = True) -> str:
-        proc = subprocess.run([sys.executable, "-m", "airflow", *args], env=self.env,
-                              capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-m", "airflow", *args], env=self.env, capture_output=True, text=True, timeout=300
+        )
         if check and proc.returncode != 0:
             raise AssertionError(f"airflow {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
         return proc.stdout
 
     def start(self) -> None:
         self.log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen([sys.executable, "-m", "airflow", "standalone"], env=self.env,
-                                     stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "airflow", "standalone"],
+            env=self.env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -107,8 +115,14 @@ class Airflow:
 def _wait_topic_record(settings, topic: str, predicate, timeout_s: float = 120.0) -> None:
     from confluent_kafka import Consumer
 
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": f"wait-{time.time()}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": settings.kafka_bootstrap,
+            "group.id": f"wait-{time.time()}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
     consumer.subscribe([topic])
     deadline = time.monotonic() + timeout_s
     try:
@@ -135,22 +149,37 @@ def iceberg_rows(settings) -> list[tuple]:
 def test_bootstrap_fills_rows_that_were_never_streamed(chain, stack_settings, tmp_path):
     settings = stack_settings.model_copy(update={"tables_config": tmp_path / "tables.yaml"})
     topic = f"{settings.topic_prefix}.inventory.accounts"
-    settings.tables_config.write_text(yaml.safe_dump({
-        "defaults": {"schedule": None, "retries": 1, "retry_delay_s": 5},
-        "tables": [{"name": "boot_accounts", "topic": topic, "namespace": "boot", "table": "accounts",
-                    "primary_key": ["id"]}],
-    }))
+    settings.tables_config.write_text(
+        yaml.safe_dump(
+            {
+                "defaults": {"schedule": None, "retries": 1, "retry_delay_s": 5},
+                "tables": [
+                    {
+                        "name": "boot_accounts",
+                        "topic": topic,
+                        "namespace": "boot",
+                        "table": "accounts",
+                        "primary_key": ["id"],
+                    }
+                ],
+            }
+        )
+    )
     ensure_airflow_db(settings)
     db = source_chain.mariadb_connect(settings, database="inventory")
     with db.cursor() as cur:
         cur.execute("DROP TABLE IF EXISTS accounts")
         cur.execute(ACCOUNTS_DDL)  # the DDL is streamed: the connector knows the table
         cur.execute("SET SESSION sql_log_bin = 0")  # the rows are not: only a snapshot can bring them
-        cur.executemany("INSERT INTO accounts VALUES (%s, %s, %s, %s)",
-                        [(i, f"owner{i % 7}", i * 100, None) for i in range(1, ROWS + 1)])
+        cur.executemany(
+            "INSERT INTO accounts VALUES (%s, %s, %s, %s)",
+            [(i, f"owner{i % 7}", i * 100, None) for i in range(1, ROWS + 1)],
+        )
         cur.execute("SET SESSION sql_log_bin = 1")
         cur.execute("INSERT INTO accounts VALUES (%s, 'streamed', 1, 'streamed')", (ROWS + 1,))
-    _wait_topic_record(settings, topic, lambda v: ((v.get("payload") or {}).get("after") or {}).get("note") == "streamed")
+    _wait_topic_record(
+        settings, topic, lambda v: ((v.get("payload") or {}).get("after") or {}).get("note") == "streamed"
+    )
 
     airflow = Airflow(settings, tmp_path / "standalone.log")
     airflow.cli("dags", "reserialize")
@@ -159,8 +188,12 @@ def test_bootstrap_fills_rows_that_were_never_streamed(chain, stack_settings, tm
     airflow.start()
     try:
         run_id = "bootstrap_accounts_1"
-        conf = {"tables": ["boot_accounts"], "snapshot_type": "incremental", "additional_conditions": {},
-                "action": "execute"}
+        conf = {
+            "tables": ["boot_accounts"],
+            "snapshot_type": "incremental",
+            "additional_conditions": {},
+            "action": "execute",
+        }
         airflow.cli("dags", "trigger", "cdc_snapshot_bootstrap", "--run-id", run_id, "--conf", json.dumps(conf))
         # the source keeps changing while the snapshot reads it
         with db.cursor() as cur:
@@ -177,10 +210,13 @@ def test_bootstrap_fills_rows_that_were_never_streamed(chain, stack_settings, tm
         # catch up with whatever the source did after the snapshot's end, then compare exactly
         with db.cursor() as cur:
             cur.execute("UPDATE accounts SET note = 'barrier' WHERE id = 1")
-        _wait_topic_record(settings, topic, lambda v: ((v.get("payload") or {}).get("after") or {}).get("note") == "barrier")
+        _wait_topic_record(
+            settings, topic, lambda v: ((v.get("payload") or {}).get("after") or {}).get("note") == "barrier"
+        )
         airflow.cli("dags", "trigger", "cdc_boot_accounts", "--run-id", "catch_up_1")
-        assert airflow.wait_run("cdc_boot_accounts", "catch_up_1", timeout_s=600) == "success", \
-            airflow.task_log_tail("cdc_boot_accounts")[-12000:]
+        assert airflow.wait_run("cdc_boot_accounts", "catch_up_1", timeout_s=600) == "success", airflow.task_log_tail(
+            "cdc_boot_accounts"
+        )[-12000:]
     finally:
         airflow.stop()
     assert iceberg_rows(settings) == source_rows(db)

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cdclake import source_chain
-from cdclake.cli import ensure_airflow_db, run_table_dag
-from cdclake.lake import load_catalog
+from cdclake.io.catalog import load_catalog
+from cdclake.local import chain as source_chain
+from cdclake.local.cli import ensure_airflow_db, run_table_dag
 
 pytestmark = pytest.mark.e2e
 
@@ -37,8 +37,14 @@ def wait_for_note(settings, topic: str, note: str, timeout_s: float = 120.0) -> 
     """Wait until Debezium has published an event whose after image carries ``note``."""
     from confluent_kafka import Consumer
 
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": f"wait-{note}-{time.time()}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": settings.kafka_bootstrap,
+            "group.id": f"wait-{note}-{time.time()}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
     consumer.subscribe([topic])
     deadline = time.monotonic() + timeout_s
     try:
@@ -68,12 +74,17 @@ def dump_topic(bootstrap: str, topic: str, path: Path) -> int:
             msg = consumer.poll(5)
             if msg is None:
                 break
-            lines.append(json.dumps({
-                "partition": msg.partition(), "offset": msg.offset(),
-                "key": msg.key().decode() if msg.key() else None,
-                "value": msg.value().decode() if msg.value() else None,
-                "headers": [[k, v.decode() if v else None] for k, v in (msg.headers() or [])],
-            }))
+            lines.append(
+                json.dumps(
+                    {
+                        "partition": msg.partition(),
+                        "offset": msg.offset(),
+                        "key": msg.key().decode() if msg.key() else None,
+                        "value": msg.value().decode() if msg.value() else None,
+                        "headers": [[k, v.decode() if v else None] for k, v in (msg.headers() or [])],
+                    }
+                )
+            )
             lo = msg.offset() + 1
     consumer.close()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -87,8 +98,11 @@ def _topic_values(settings, topic: str) -> list[dict]:
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "dump.jsonl"
         dump_topic(settings.kafka_bootstrap, topic, path)
-        return [json.loads(json.loads(line)["value"]) for line in path.read_text().splitlines()
-                if line.strip() and json.loads(line)["value"]]
+        return [
+            json.loads(json.loads(line)["value"])
+            for line in path.read_text().splitlines()
+            if line.strip() and json.loads(line)["value"]
+        ]
 
 
 def count_events(settings, topic: str) -> int:
@@ -122,11 +136,22 @@ def iceberg_rows(settings, identifier) -> list[tuple]:
 def test_workload_with_connector_crash_converges_to_source(chain, stack_settings, tmp_path):
     settings = stack_settings.model_copy(update={"tables_config": tmp_path / "tables.yaml"})
     topic = f"{settings.topic_prefix}.inventory.orders"
-    settings.tables_config.write_text(yaml.safe_dump({
-        "defaults": {"schedule": None, "retries": 0},
-        "tables": [{"name": "chain_orders", "topic": topic, "namespace": "chain", "table": "orders",
-                    "primary_key": ["id"]}],
-    }))
+    settings.tables_config.write_text(
+        yaml.safe_dump(
+            {
+                "defaults": {"schedule": None, "retries": 0},
+                "tables": [
+                    {
+                        "name": "chain_orders",
+                        "topic": topic,
+                        "namespace": "chain",
+                        "table": "orders",
+                        "primary_key": ["id"],
+                    }
+                ],
+            }
+        )
+    )
     ensure_airflow_db(settings)
     db = source_chain.mariadb_connect(settings, database="inventory")
     base = dt.datetime(2026, 11, 20, 8, 30, 15, 123456)
@@ -134,12 +159,14 @@ def test_workload_with_connector_crash_converges_to_source(chain, stack_settings
         cur.execute("DROP TABLE IF EXISTS orders")
         cur.execute(ORDERS_DDL)
         for i in range(1, 21):
-            cur.execute("INSERT INTO orders VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                        (i, f"cust{i % 5}", i, i * 1.25, None, base + dt.timedelta(minutes=i), True))
+            cur.execute(
+                "INSERT INTO orders VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                (i, f"cust{i % 5}", i, i * 1.25, None, base + dt.timedelta(minutes=i), True),
+            )
         cur.execute("UPDATE orders SET qty = qty + 100, note = 'bulk' WHERE id <= 8")  # multi-row UPDATE
         cur.execute("DELETE FROM orders WHERE id IN (3, 4)")
-        cur.execute("UPDATE orders SET id = 105 WHERE id = 5")                        # primary-key change
-        db.begin()                                                                     # a transaction
+        cur.execute("UPDATE orders SET id = 105 WHERE id = 5")  # primary-key change
+        db.begin()  # a transaction
         cur.execute("INSERT INTO orders VALUES (21, 'tx', 1, NULL, 'in-tx', NULL, FALSE)")
         cur.execute("UPDATE orders SET price = 99.5 WHERE id = 21")
         cur.execute("DELETE FROM orders WHERE id = 20")
@@ -157,7 +184,9 @@ def test_workload_with_connector_crash_converges_to_source(chain, stack_settings
     source_chain.start_connect(settings)
     wait_for_note(settings, topic, "after-restart")
     reemitted = duplicated_positions(settings, topic)
-    print(f"\nevents before the crash: {emitted_before_crash}; positions emitted twice after the restart: {len(reemitted)}")
+    print(
+        f"\nevents before the crash: {emitted_before_crash}; positions emitted twice after the restart: {len(reemitted)}"
+    )
     assert reemitted, "the restarted connector re-emitted nothing (its offsets had flushed before the kill)"
     assert run_table_dag("chain_orders", settings) == 0
     assert iceberg_rows(settings, "chain.orders") == source_rows(db)
@@ -166,8 +195,10 @@ def test_workload_with_connector_crash_converges_to_source(chain, stack_settings
     with db.cursor() as cur:
         cur.execute("TRUNCATE TABLE orders")
         for i in range(30, 36):
-            cur.execute("INSERT INTO orders VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                        (i, "after-truncate", i, None, None, base, i % 2 == 0))
+            cur.execute(
+                "INSERT INTO orders VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                (i, "after-truncate", i, None, None, base, i % 2 == 0),
+            )
         cur.execute("UPDATE orders SET customer = 'changed', placed = %s WHERE id IN (31, 33)", (base,))
         cur.execute("DELETE FROM orders WHERE id = 34")
         cur.execute("UPDATE orders SET note = 'barrier-2' WHERE id = 30")
@@ -181,8 +212,14 @@ def test_workload_with_connector_crash_converges_to_source(chain, stack_settings
     assert len(source_rows(db)) == 5
 
     if os.environ.get("CDCLAKE_TEST_RECORD_EVENTS"):
-        for name, t in [("orders", topic), ("schema-changes", settings.topic_prefix),
-                        ("notifications", f"{settings.topic_prefix}.notifications")]:
+        for name, t in [
+            ("orders", topic),
+            ("schema-changes", settings.topic_prefix),
+            ("notifications", f"{settings.topic_prefix}.notifications"),
+        ]:
             dump_topic(settings.kafka_bootstrap, t, RECORD_DIR / f"{name}.jsonl")
-        (RECORD_DIR / "orders.expected.json").write_text(json.dumps(
-            [[v.isoformat() if isinstance(v, dt.datetime) else v for v in row] for row in source_rows(db)], indent=1))
+        (RECORD_DIR / "orders.expected.json").write_text(
+            json.dumps(
+                [[v.isoformat() if isinstance(v, dt.datetime) else v for v in row] for row in source_rows(db)], indent=1
+            )
+        )

@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from cdclake.cli import ensure_airflow_db, run_table_dag
-from cdclake.config import load_tables
-from cdclake.kafka_io import load_events, read_event_file
-from cdclake.lake import SummaryKeys, committed_offsets, load_catalog
-from tests.integration.test_apply import CUSTOMERS_FINAL, CUSTOMER_COLUMNS, PRODUCTS_FINAL, PRODUCT_COLUMNS, table_rows
+from cdclake.io.catalog import committed_offsets, load_catalog
+from cdclake.io.events import load_events, read_event_file
+from cdclake.local.cli import ensure_airflow_db, run_table_dag
+from cdclake.model.config import load_tables
+from cdclake.model.layout import SummaryKeys
+from tests.integration.test_apply import CUSTOMER_COLUMNS, CUSTOMERS_FINAL, PRODUCT_COLUMNS, PRODUCTS_FINAL, table_rows
 
 pytestmark = pytest.mark.e2e
 
@@ -22,11 +23,22 @@ def dag_tables(stack_settings, kafka):
             {
                 "defaults": {"schedule": None, "retries": 0, "tags": ["test"]},
                 "tables": [
-                    {"name": "e2e_products", "topic": "e2e.inventory.products", "namespace": "e2e",
-                     "table": "products", "primary_key": ["id"]},
-                    {"name": "e2e_customers", "topic": "e2e.inventory.customers", "namespace": "e2e",
-                     "table": "customers", "primary_key": ["id"], "value_format": "json",
-                     "columns": CUSTOMER_COLUMNS},
+                    {
+                        "name": "e2e_products",
+                        "topic": "e2e.inventory.products",
+                        "namespace": "e2e",
+                        "table": "products",
+                        "primary_key": ["id"],
+                    },
+                    {
+                        "name": "e2e_customers",
+                        "topic": "e2e.inventory.customers",
+                        "namespace": "e2e",
+                        "table": "customers",
+                        "primary_key": ["id"],
+                        "value_format": "json",
+                        "columns": CUSTOMER_COLUMNS,
+                    },
                 ],
             }
         )
@@ -35,7 +47,9 @@ def dag_tables(stack_settings, kafka):
     return load_tables(stack_settings.tables_config)
 
 
-def test_fixture_files_through_the_dags_give_the_final_states(dag_tables, stack_settings, kafka, fixtures_dir, tmp_path):
+def test_fixture_files_through_the_dags_give_the_final_states(
+    dag_tables, stack_settings, kafka, fixtures_dir, tmp_path
+):
     products = dag_tables.get("e2e_products")
     customers = dag_tables.get("e2e_customers")
     values = read_event_file(fixtures_dir / "flink/debezium-data-schema-include.txt")

@@ -11,10 +11,10 @@ from decimal import Decimal
 import pytest
 import yaml
 
-from cdclake import source_chain
-from cdclake.cli import ensure_airflow_db, run_table_dag
-from cdclake.kafka_io import topic_watermarks
-from cdclake.lake import committed_offsets, load_catalog
+from cdclake.io.catalog import committed_offsets, load_catalog
+from cdclake.io.kafka import topic_watermarks
+from cdclake.local import chain as source_chain
+from cdclake.local.cli import ensure_airflow_db, run_table_dag
 
 pytestmark = pytest.mark.e2e
 
@@ -53,16 +53,46 @@ CREATE TABLE alltypes (
   geo GEOMETRY NULL
 )"""
 
-COLUMNS = ["id", "tiny", "small_u", "int_u", "big", "big_u", "dec_c", "wide_dec", "flt", "dbl", "bit1", "bit10",
-           "flag", "ch", "vc", "txt", "bin", "vbin", "blb", "d", "t", "dt0", "dt3", "dt6", "ts", "y", "j", "e", "s",
-           "pt", "geo"]
+COLUMNS = [
+    "id",
+    "tiny",
+    "small_u",
+    "int_u",
+    "big",
+    "big_u",
+    "dec_c",
+    "wide_dec",
+    "flt",
+    "dbl",
+    "bit1",
+    "bit10",
+    "flag",
+    "ch",
+    "vc",
+    "txt",
+    "bin",
+    "vbin",
+    "blb",
+    "d",
+    "t",
+    "dt0",
+    "dt3",
+    "dt6",
+    "ts",
+    "y",
+    "j",
+    "e",
+    "s",
+    "pt",
+    "geo",
+]
 
 
 def insert(cur, values: tuple, rename: dict[str, str] | None = None, drop: tuple[str, ...] = ()) -> None:
     """INSERT one row given in :data:`COLUMNS` order (spatial values as WKT), under the table's
     current column names (``rename``: old -> new, ``drop``: columns no longer there)."""
     names, marks, params = [], [], []
-    for name, value in zip(COLUMNS, values):
+    for name, value in zip(COLUMNS, values, strict=False):
         if name in drop:
             continue
         names.append((rename or {}).get(name, name))
@@ -78,20 +108,72 @@ def insert(cur, values: tuple, rename: dict[str, str] | None = None, drop: tuple
 
 def row(i: int, *, extreme: bool = False) -> tuple:
     if extreme:
-        return (i, -128, 65535, 4294967295, -9223372036854775808, 18446744073709551615,
-                Decimal("-99999999.99"), Decimal("123456789012345678901234567890123456789012345.12345"),
-                -0.25, 1e308, 1, 0b1000000001, True, "xyz", str(i * 7), "long text " * 30,
-                b"\x00\x01\xfe\xff", b"\x00", b"\x00" * 300, dt.date(1000, 1, 1),
-                "-838:59:59", dt.datetime(9999, 12, 31, 23, 59, 59),
-                dt.datetime(1970, 1, 1, 0, 0, 0, 1000), dt.datetime(2038, 1, 19, 3, 14, 7, 999999),
-                dt.datetime(2038, 1, 19, 3, 14, 7, 999999), 2155, '{"a": [1, 2, {"b": null}]}', "c", "x,z",
-                "POINT(-71.1043443253471 42.3150676015829)", "LINESTRING(0 0, 1 1, 2 5)")
-    return (i, i % 100, i, i * 1000, i * -10_000_000_000, i * 3, Decimal(i) / 4, Decimal(f"{i}.5"),
-            1.5, i / 3, i % 2, i % 1024, i % 2 == 0, "ab", str(i), f"text {i}", b"abcd", bytes([i % 256]),
-            b"blob" * i, dt.date(2026, 11, 21), dt.timedelta(hours=i, microseconds=123456),
-            dt.datetime(2026, 11, 21, 8, 0, i % 60), dt.datetime(2026, 11, 21, 8, 0, 0, 123000),
-            dt.datetime(2026, 11, 21, 8, 0, 0, 123456), dt.datetime(2026, 11, 21, 8, 0, 0, 654321),
-            2000 + i % 100, f'{{"i": {i}}}', "ab"[i % 2], "x,y", f"POINT({i} {i + 1})", f"POLYGON((0 0, {i} 0, {i} {i}, 0 0))")
+        return (
+            i,
+            -128,
+            65535,
+            4294967295,
+            -9223372036854775808,
+            18446744073709551615,
+            Decimal("-99999999.99"),
+            Decimal("123456789012345678901234567890123456789012345.12345"),
+            -0.25,
+            1e308,
+            1,
+            0b1000000001,
+            True,
+            "xyz",
+            str(i * 7),
+            "long text " * 30,
+            b"\x00\x01\xfe\xff",
+            b"\x00",
+            b"\x00" * 300,
+            dt.date(1000, 1, 1),
+            "-838:59:59",
+            dt.datetime(9999, 12, 31, 23, 59, 59),
+            dt.datetime(1970, 1, 1, 0, 0, 0, 1000),
+            dt.datetime(2038, 1, 19, 3, 14, 7, 999999),
+            dt.datetime(2038, 1, 19, 3, 14, 7, 999999),
+            2155,
+            '{"a": [1, 2, {"b": null}]}',
+            "c",
+            "x,z",
+            "POINT(-71.1043443253471 42.3150676015829)",
+            "LINESTRING(0 0, 1 1, 2 5)",
+        )
+    return (
+        i,
+        i % 100,
+        i,
+        i * 1000,
+        i * -10_000_000_000,
+        i * 3,
+        Decimal(i) / 4,
+        Decimal(f"{i}.5"),
+        1.5,
+        i / 3,
+        i % 2,
+        i % 1024,
+        i % 2 == 0,
+        "ab",
+        str(i),
+        f"text {i}",
+        b"abcd",
+        bytes([i % 256]),
+        b"blob" * i,
+        dt.date(2026, 11, 21),
+        dt.timedelta(hours=i, microseconds=123456),
+        dt.datetime(2026, 11, 21, 8, 0, i % 60),
+        dt.datetime(2026, 11, 21, 8, 0, 0, 123000),
+        dt.datetime(2026, 11, 21, 8, 0, 0, 123456),
+        dt.datetime(2026, 11, 21, 8, 0, 0, 654321),
+        2000 + i % 100,
+        f'{{"i": {i}}}',
+        "ab"[i % 2],
+        "x,y",
+        f"POINT({i} {i + 1})",
+        f"POLYGON((0 0, {i} 0, {i} {i}, 0 0))",
+    )
 
 
 def norm_source(name: str, v):  # noqa: ANN001, ANN201 - one comparable value per column
@@ -128,7 +210,7 @@ def source_table(db) -> tuple[list[str], list[tuple]]:
     with db.cursor() as cur:
         cur.execute("SELECT * FROM alltypes ORDER BY id")
         names = [d[0] for d in cur.description]
-        return names, [tuple(norm_source(n, v) for n, v in zip(names, r)) for r in cur.fetchall()]
+        return names, [tuple(norm_source(n, v) for n, v in zip(names, r, strict=False)) for r in cur.fetchall()]
 
 
 def iceberg_table(settings, names: list[str]) -> list[tuple]:
@@ -162,13 +244,23 @@ def wait_for(settings, topic: str, count_at_least: int, timeout_s: float = 120) 
 
 
 def write_config(settings, incompatible: str) -> None:
-    settings.tables_config.write_text(yaml.safe_dump({
-        "defaults": {"schedule": None, "retries": 0},
-        "tables": [{"name": "chain_alltypes", "topic": f"{settings.topic_prefix}.inventory.alltypes",
-                    "namespace": "chain", "table": "alltypes", "primary_key": ["id"],
-                    "schema_changes": {"incompatible": incompatible},
-                    }],
-    }))
+    settings.tables_config.write_text(
+        yaml.safe_dump(
+            {
+                "defaults": {"schedule": None, "retries": 0},
+                "tables": [
+                    {
+                        "name": "chain_alltypes",
+                        "topic": f"{settings.topic_prefix}.inventory.alltypes",
+                        "namespace": "chain",
+                        "table": "alltypes",
+                        "primary_key": ["id"],
+                        "schema_changes": {"incompatible": incompatible},
+                    }
+                ],
+            }
+        )
+    )
 
 
 def test_every_type_and_alters_converge_to_the_source(chain, stack_settings, tmp_path, capsys):
@@ -201,12 +293,12 @@ def test_every_type_and_alters_converge_to_the_source(chain, stack_settings, tmp
         cur.execute("SET time_zone = '+00:00'")
         cur.execute("ALTER TABLE alltypes ADD COLUMN extra VARCHAR(10) NULL AFTER vc")
         cur.execute("UPDATE alltypes SET extra = CONCAT('e', id) WHERE id <= 3")
-        cur.execute("ALTER TABLE alltypes MODIFY small_u INT UNSIGNED NULL")          # int -> long
+        cur.execute("ALTER TABLE alltypes MODIFY small_u INT UNSIGNED NULL")  # int -> long
         cur.execute("UPDATE alltypes SET small_u = 4000000000 WHERE id = 2")
-        cur.execute("ALTER TABLE alltypes RENAME COLUMN txt TO body")                  # a rename
+        cur.execute("ALTER TABLE alltypes RENAME COLUMN txt TO body")  # a rename
         cur.execute("UPDATE alltypes SET body = 'renamed' WHERE id = 4")
         cur.execute("ALTER TABLE alltypes CHANGE COLUMN dbl dbl_renamed DOUBLE NULL")  # CHANGE old new
-        cur.execute("ALTER TABLE alltypes DROP COLUMN ch")                              # kept in Iceberg
+        cur.execute("ALTER TABLE alltypes DROP COLUMN ch")  # kept in Iceberg
         insert(cur, row(8), rename={"txt": "body", "dbl": "dbl_renamed"}, drop=("ch",))
         cur.execute("DELETE FROM alltypes WHERE id = 5")
     wait_for(settings, topic, 9 + 8)  # 3 + 1 + 1 updates, an insert, a delete and its tombstone

@@ -4,17 +4,16 @@ SQLite-backed JDBC catalog, fed with real Debezium captures."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from cdclake.errors import BadBatchError, ConcurrentRunError
-from cdclake.kafka_io import ensure_topic, load_events, read_event_file
-from cdclake.lake import SummaryKeys, committed_offsets, load_catalog
-from cdclake.offsets import OffsetRange
-from cdclake.planner import plan_next
-from cdclake.spark_apply import apply_range
-from tests.conftest import make_table
+from cdclake.io.catalog import committed_offsets, load_catalog
+from cdclake.io.events import load_events, read_event_file
+from cdclake.io.kafka import ensure_topic
+from cdclake.model.layout import SummaryKeys
+from cdclake.model.offsets import OffsetRange
+from tests.conftest import apply_offsets, make_table, plan_offsets
 
 pytestmark = pytest.mark.integration
 
@@ -48,8 +47,8 @@ CUSTOMER_COLUMNS = {"id": "int", "first_name": "string", "last_name": "string", 
 
 
 def run_once(spark, settings, cfg, run_id="test-run"):
-    planned = plan_next(settings, cfg)
-    return planned.offset_range, apply_range(spark, settings, cfg, planned.offset_range, run_id)
+    planned = plan_offsets(settings, cfg)
+    return planned.range, apply_offsets(spark, settings, cfg, planned.range, run_id)
 
 
 def table_rows(settings, cfg, columns) -> dict:
@@ -58,10 +57,8 @@ def table_rows(settings, cfg, columns) -> dict:
     return {r["id"]: tuple(r[c] for c in columns if c != "id") for r in rows}
 
 
-def produce_raw(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes | None]], partition: int = 0) -> None:
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap})
+def produce_raw(kafka, topic: str, records: list[tuple[bytes | None, bytes | None]], partition: int = 0) -> None:
+    producer = kafka.producer()
     for key, value in records:
         producer.produce(topic, key=key, value=value, partition=partition)
     producer.flush(30)
@@ -97,7 +94,9 @@ def test_products_fixture_reaches_final_state(spark, kafka, stack_settings, fixt
         ("risingwave/debezium_log_no_schema_field.1", "json"),
     ],
 )
-def test_customers_fixture_two_rows_of_one_binlog_event(spark, kafka, stack_settings, fixtures_dir, fixture, value_format):
+def test_customers_fixture_two_rows_of_one_binlog_event(
+    spark, kafka, stack_settings, fixtures_dir, fixture, value_format
+):
     cfg = make_table(value_format=value_format, columns=CUSTOMER_COLUMNS if value_format == "json" else None)
     load_events(fixtures_dir / fixture, cfg, kafka, partitions=3)
     _, result = run_once(spark, stack_settings, cfg)
@@ -143,29 +142,37 @@ def test_retry_of_committed_range_is_a_no_op_and_stale_start_is_refused(spark, k
     table = load_catalog(stack_settings).load_table(cfg.identifier)
     n = len(table.snapshots())
     # an Airflow retry of the apply task after its commit: same range again
-    again = apply_range(spark, stack_settings, cfg, offset_range, "retry")
+    again = apply_offsets(spark, stack_settings, cfg, offset_range, "retry")
     assert again.status == "already_applied"
     assert len(table.refresh().snapshots()) == n
     # a run that planned from older offsets than the table holds (another run committed)
     load_events(fixtures_dir / "risingwave/debezium_log.1", cfg, kafka, partitions=1)
     stale = OffsetRange(topic=cfg.topic, start={0: 3}, end={0: 20})
     with pytest.raises(ConcurrentRunError, match="another run committed"):
-        apply_range(spark, stack_settings, cfg, stale, "stale")
+        apply_offsets(spark, stack_settings, cfg, stale, "stale")
 
 
 @pytest.mark.parametrize(
     "bad_value, reason",
     [
         (b"this is not json", "value is not JSON"),
-        (b'{"schema":{},"payload":{"before":null,"after":{"id":7},"source":{"file":"mysql-bin.000001","pos":4,"row":0}}}',
-         "envelope has no 'op'"),
-        (b'{"schema":{},"payload":{"before":null,"after":{"id":7},"op":"x","source":{"file":"mysql-bin.000001","pos":4}}}',
-         "unknown op 'x'"),
-        (b'{"schema":{},"payload":{"before":null,"after":{"id":"seven"},"op":"c","source":{"file":"mysql-bin.000001","pos":4}}}',
-         "column 'id': value 'seven' does not fit int"),
+        (
+            b'{"schema":{},"payload":{"before":null,"after":{"id":7},"source":{"file":"mysql-bin.000001","pos":4,"row":0}}}',
+            "envelope has no 'op'",
+        ),
+        (
+            b'{"schema":{},"payload":{"before":null,"after":{"id":7},"op":"x","source":{"file":"mysql-bin.000001","pos":4}}}',
+            "unknown op 'x'",
+        ),
+        (
+            b'{"schema":{},"payload":{"before":null,"after":{"id":"seven"},"op":"c","source":{"file":"mysql-bin.000001","pos":4}}}',
+            "column 'id': value 'seven' does not fit int",
+        ),
     ],
 )
-def test_bad_record_fails_the_run_in_strict_mode_naming_topic_partition_offset(spark, kafka, stack_settings, fixtures_dir, bad_value, reason):
+def test_bad_record_fails_the_run_in_strict_mode_naming_topic_partition_offset(
+    spark, kafka, stack_settings, fixtures_dir, bad_value, reason
+):
     cfg = make_table(bad_records="fail")
     load_events(fixtures_dir / "risingwave/debezium_log.1", cfg, kafka, partitions=1)
     _, first = run_once(spark, stack_settings, cfg)
@@ -199,26 +206,45 @@ def test_kafka_tombstones_are_skipped_and_counted(spark, kafka, stack_settings, 
 def _envelope(op, row, file, pos, row_index=0, snapshot="false"):
     before = row if op == "d" else None
     after = None if op == "d" else row
-    return json.dumps({
-        "before": before, "after": after, "op": op, "ts_ms": 1,
-        "source": {"connector": "mariadb", "name": "t", "server_id": 1, "file": file, "pos": pos,
-                   "row": row_index, "snapshot": snapshot, "ts_ms": 1000, "db": "d", "table": "t"},
-    }).encode()
+    return json.dumps(
+        {
+            "before": before,
+            "after": after,
+            "op": op,
+            "ts_ms": 1,
+            "source": {
+                "connector": "mariadb",
+                "name": "t",
+                "server_id": 1,
+                "file": file,
+                "pos": pos,
+                "row": row_index,
+                "snapshot": snapshot,
+                "ts_ms": 1000,
+                "db": "d",
+                "table": "t",
+            },
+        }
+    ).encode()
 
 
 def test_order_is_binlog_position_not_kafka_offset_across_file_rollover(spark, kafka, stack_settings):
     cfg = make_table(value_format="json", columns={"id": "int", "v": "string"})
     ensure_topic(kafka, cfg.topic, 1)
-    produce_raw(kafka, cfg.topic, [
-        # newest first in Kafka: the .1000000 event follows .999999 in the binlog
-        (b'{"id":1}', _envelope("u", {"id": 1, "v": "newest"}, "mysql-bin.1000000", 4)),
-        (b'{"id":1}', _envelope("u", {"id": 1, "v": "older"}, "mysql-bin.999999", 900)),
-        (b'{"id":2}', _envelope("c", {"id": 2, "v": "row1"}, "mysql-bin.999999", 500, row_index=1)),
-        (b'{"id":2}', _envelope("c", {"id": 2, "v": "row0"}, "mysql-bin.999999", 500, row_index=0)),
-        # a snapshot read at the same position as a change ranks below it
-        (b'{"id":3}', _envelope("u", {"id": 3, "v": "change"}, "mysql-bin.999999", 100)),
-        (b'{"id":3}', _envelope("r", {"id": 3, "v": "read"}, "mysql-bin.999999", 100, snapshot="true")),
-    ])
+    produce_raw(
+        kafka,
+        cfg.topic,
+        [
+            # newest first in Kafka: the .1000000 event follows .999999 in the binlog
+            (b'{"id":1}', _envelope("u", {"id": 1, "v": "newest"}, "mysql-bin.1000000", 4)),
+            (b'{"id":1}', _envelope("u", {"id": 1, "v": "older"}, "mysql-bin.999999", 900)),
+            (b'{"id":2}', _envelope("c", {"id": 2, "v": "row1"}, "mysql-bin.999999", 500, row_index=1)),
+            (b'{"id":2}', _envelope("c", {"id": 2, "v": "row0"}, "mysql-bin.999999", 500, row_index=0)),
+            # a snapshot read at the same position as a change ranks below it
+            (b'{"id":3}', _envelope("u", {"id": 3, "v": "change"}, "mysql-bin.999999", 100)),
+            (b'{"id":3}', _envelope("r", {"id": 3, "v": "read"}, "mysql-bin.999999", 100, snapshot="true")),
+        ],
+    )
     run_once(spark, stack_settings, cfg)
     assert table_rows(stack_settings, cfg, ["id", "v"]) == {1: ("newest",), 2: ("row1",), 3: ("change",)}
     # a later batch re-emitting an older event (connector restart) does not regress the row
@@ -242,8 +268,10 @@ def test_merge_records_snapshot_properties_in_both_write_modes(spark, kafka, sta
     spark.createDataFrame([(1, "z"), (3, "c")], "id int, v string").createOrReplaceTempView("props_src")
     spark.conf.set("spark.sql.iceberg.snapshot-property.cdc.probe", mode)
     try:
-        spark.sql(f"MERGE INTO {name} t USING props_src s ON t.id = s.id "
-                  "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
+        spark.sql(
+            f"MERGE INTO {name} t USING props_src s ON t.id = s.id "
+            "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+        )
     finally:
         spark.conf.unset("spark.sql.iceberg.snapshot-property.cdc.probe")
     summary = spark.sql(f"SELECT summary FROM {name}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()[0][0]
@@ -251,20 +279,22 @@ def test_merge_records_snapshot_properties_in_both_write_modes(spark, kafka, sta
     assert sorted(tuple(r) for r in spark.sql(f"SELECT * FROM {name}").collect()) == [(1, "z"), (2, "b"), (3, "c")]
 
 
-def test_a_range_split_into_many_spark_partitions_applies_the_same(spark, kafka, stack_settings, fixtures_dir, monkeypatch):
+def test_a_range_split_into_many_spark_partitions_applies_the_same(
+    spark, kafka, stack_settings, fixtures_dir, monkeypatch
+):
     """Large ranges are read in Spark partitions of RECORDS_PER_SPARK_PARTITION records; the
     result must not depend on it (order comes from binlog positions). Here: 2 records each."""
-    from cdclake import spark_apply
+    from cdclake.spark import read
 
-    monkeypatch.setattr(spark_apply, "RECORDS_PER_SPARK_PARTITION", 2)
+    monkeypatch.setattr(read, "RECORDS_PER_SPARK_PARTITION", 2)
     cfg = make_table()
     load_events(fixtures_dir / "flink/debezium-data-schema-include.txt", cfg, kafka, partitions=3)
-    from cdclake.kafka_io import topic_watermarks
-    from cdclake.offsets import OffsetRange
+    from cdclake.io.kafka import topic_watermarks
+    from cdclake.model.offsets import OffsetRange
 
     marks = topic_watermarks(kafka, cfg.topic)
     offset_range = OffsetRange(topic=cfg.topic, start=marks.low, end=marks.high)
-    assert spark_apply.read_range(spark, kafka, offset_range).rdd.getNumPartitions() >= 8
-    result = spark_apply.apply_range(spark, stack_settings, cfg, offset_range, "split-run")
+    assert read.read_range(spark, kafka, offset_range).rdd.getNumPartitions() >= 8
+    result = apply_offsets(spark, stack_settings, cfg, offset_range, "split-run")
     assert result.status == "committed" and result.events == 16
     assert table_rows(stack_settings, cfg, PRODUCT_COLUMNS) == PRODUCTS_FINAL

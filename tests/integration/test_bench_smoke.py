@@ -15,24 +15,56 @@ import pytest
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-STAGES = {"read_parse", "append", "apply", "peer", "growth_base", "growth_big", "dag_trivial", "dag_no_new", "dag_one_event"}
-RATIOS = {"apply/append", "apply/read_parse", "apply/peer", "growth big/base", "dag no-new/trivial", "apply peak RSS GiB"}
+STAGES = {
+    "read_parse",
+    "append",
+    "apply",
+    "peer",
+    "growth_base",
+    "growth_big",
+    "dag_trivial",
+    "dag_no_new",
+    "dag_one_event",
+}
+RATIOS = {
+    "apply/append",
+    "apply/read_parse",
+    "apply/peer",
+    "growth big/base",
+    "dag no-new/trivial",
+    "apply peak RSS GiB",
+}
 
 
 def test_bench_tiny_measures_every_stage_and_apply_equals_the_source(stack_settings, kafka, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("CDCLAKE_")}
-    env.update({
-        "CDCLAKE_STATE_DIR": str(stack_settings.state_dir),
-        "CDCLAKE_KAFKA_BOOTSTRAP": stack_settings.kafka_bootstrap,
-        "CDCLAKE_CATALOG_URI": stack_settings.catalog_uri,
-        "CDCLAKE_WAREHOUSE": stack_settings.warehouse,
-        "PYTHONPATH": os.pathsep.join([str(ROOT / "include"), str(ROOT / "plugins")]),
-    })
+    env.update(
+        {
+            "CDCLAKE_STATE_DIR": str(stack_settings.state_dir),
+            "CDCLAKE_KAFKA_BOOTSTRAP": stack_settings.kafka_bootstrap,
+            "CDCLAKE_CATALOG_URI": stack_settings.catalog_uri,
+            "CDCLAKE_WAREHOUSE": stack_settings.warehouse,
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "include"), str(ROOT / "plugins")]),
+        }
+    )
     out = tmp_path / "out"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "run.py"), "--size", "tiny", "--external-broker",
-         "--state-dir", str(tmp_path / "work"), "--out", str(out)],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=1800,
+        [
+            sys.executable,
+            str(ROOT / "bench" / "run.py"),
+            "--size",
+            "tiny",
+            "--external-broker",
+            "--state-dir",
+            str(tmp_path / "work"),
+            "--out",
+            str(out),
+        ],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
     )
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
 

@@ -8,22 +8,12 @@ import threading
 
 import pytest
 
-from cdclake.config import ConfigError
-from cdclake.errors import ConcurrentRunError, PositionOrderError
-from cdclake.kafka_io import ensure_topic
-from cdclake.lake import (
-    QUARANTINE_SUFFIX,
-    TOMBSTONES_SUFFIX,
-    SummaryKeys,
-    committed_offsets,
-    expire_tombstones,
-    load_catalog,
-    release_quarantined,
-    side_table,
-)
-from cdclake.planner import plan_next
-from cdclake.spark_apply import apply_range
-from tests.conftest import make_table
+from cdclake.errors import ConcurrentRunError, ConfigError, PositionOrderError
+from cdclake.io.catalog import committed_offsets, load_catalog
+from cdclake.io.kafka import ensure_topic
+from cdclake.io.maintenance import expire_tombstones, release_quarantined
+from cdclake.model.layout import QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX, SummaryKeys, side_table
+from tests.conftest import apply_offsets, make_table, plan_offsets
 from tests.integration.test_apply import produce_raw, run_once
 
 pytestmark = pytest.mark.integration
@@ -34,14 +24,26 @@ COLUMNS = {"id": "int", "v": "string"}
 def ev(op, key, v, pos, *, file="mysql-bin.000007", row=0, snapshot="false", server_id=1):
     """A payload-only Debezium envelope of table t(id int, v string) at ``file``:``pos``:``row``."""
     image = None if key is None else {"id": key, "v": v}
-    return json.dumps({
-        "before": image if op in ("u", "d") else None,
-        "after": image if op in ("c", "u", "r") else None,
-        "op": op, "ts_ms": 1_700_000_000_000,
-        "source": {"connector": "mariadb", "name": "t", "server_id": server_id, "file": file,
-                   "pos": pos, "row": row, "snapshot": snapshot, "ts_ms": 1_700_000_000_000,
-                   "db": "d", "table": "t"},
-    }).encode()
+    return json.dumps(
+        {
+            "before": image if op in ("u", "d") else None,
+            "after": image if op in ("c", "u", "r") else None,
+            "op": op,
+            "ts_ms": 1_700_000_000_000,
+            "source": {
+                "connector": "mariadb",
+                "name": "t",
+                "server_id": server_id,
+                "file": file,
+                "pos": pos,
+                "row": row,
+                "snapshot": snapshot,
+                "ts_ms": 1_700_000_000_000,
+                "db": "d",
+                "table": "t",
+            },
+        }
+    ).encode()
 
 
 def key(k) -> bytes:
@@ -117,11 +119,10 @@ def test_primary_key_change_in_different_partitions(spark, kafka, stack_settings
     # UPDATE t SET id = 2 WHERE id = 1: Debezium emits d(1), a Kafka tombstone for key 1, and c(2),
     # all at the position of the one binlog row event; the new key hashes to another partition
     headers_old = [("__debezium.newkey", key(2))]
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": kafka})
-    producer.produce(table.topic, key=key(2), value=ev("c", 2, "a", 200), partition=1,
-                     headers=[("__debezium.oldkey", key(1))])
+    producer = kafka.producer()
+    producer.produce(
+        table.topic, key=key(2), value=ev("c", 2, "a", 200), partition=1, headers=[("__debezium.oldkey", key(1))]
+    )
     producer.produce(table.topic, key=key(1), value=ev("d", 1, "a", 200), partition=0, headers=headers_old)
     producer.produce(table.topic, key=key(1), value=None, partition=0)
     producer.flush(30)
@@ -131,9 +132,13 @@ def test_primary_key_change_in_different_partitions(spark, kafka, stack_settings
 
 
 def test_duplicates_and_reemitted_suffix_leave_the_table_unchanged(spark, kafka, stack_settings, table):
-    history = [(key(1), ev("c", 1, "a", 100)), (key(1), ev("u", 1, "b", 200)),
-               (key(2), ev("c", 2, "x", 210)), (key(2), ev("d", 2, "x", 220)),
-               (key(3), ev("c", 3, "y", 230))]
+    history = [
+        (key(1), ev("c", 1, "a", 100)),
+        (key(1), ev("u", 1, "b", 200)),
+        (key(2), ev("c", 2, "x", 210)),
+        (key(2), ev("d", 2, "x", 220)),
+        (key(3), ev("c", 3, "y", 230)),
+    ]
     send(kafka, table, history + [history[1]])  # a duplicate inside the batch
     run_once(spark, stack_settings, table)
     expected = {1: "b", 3: "y"}
@@ -148,12 +153,20 @@ def test_changelog_mode_appends_every_event_and_upsert_without_key_is_refused(sp
     refused = make_table(value_format="json", columns=COLUMNS, primary_key=[])
     ensure_topic(kafka, refused.topic, 1)
     with pytest.raises(ConfigError, match="write_mode: changelog"):
-        plan_next(stack_settings, refused)
+        plan_offsets(stack_settings, refused)
 
     log = make_table(value_format="json", columns=COLUMNS, primary_key=[], write_mode="changelog")
     ensure_topic(kafka, log.topic, 1)
-    send(kafka, log, [(None, ev("c", 1, "a", 100)), (None, ev("c", 1, "a", 100)),
-                      (None, ev("u", 1, "b", 200)), (None, ev("d", 1, "b", 300))])
+    send(
+        kafka,
+        log,
+        [
+            (None, ev("c", 1, "a", 100)),
+            (None, ev("c", 1, "a", 100)),
+            (None, ev("u", 1, "b", 200)),
+            (None, ev("d", 1, "b", 300)),
+        ],
+    )
     run_once(spark, stack_settings, log)
     arrow = load_catalog(stack_settings).load_table(log.identifier).scan().to_arrow()
     got = sorted((r["_cdc_binlog_pos"], r["_cdc_op"], r["v"]) for r in arrow.to_pylist())
@@ -161,12 +174,16 @@ def test_changelog_mode_appends_every_event_and_upsert_without_key_is_refused(sp
 
 
 def test_bad_record_is_quarantined_and_its_key_held_back_until_released(spark, kafka, stack_settings, table):
-    send(kafka, table, [
-        (key(1), ev("c", 1, "a", 100)),                                  # offset 0
-        (key(1), b'{"op": "u", "after": {"id": 1, "v": "lost"}'),        # offset 1: truncated JSON
-        (key(1), ev("u", 1, "after-bad", 300)),                          # offset 2: held back
-        (key(2), ev("c", 2, "b", 400)),                                  # offset 3: applied
-    ])
+    send(
+        kafka,
+        table,
+        [
+            (key(1), ev("c", 1, "a", 100)),  # offset 0
+            (key(1), b'{"op": "u", "after": {"id": 1, "v": "lost"}'),  # offset 1: truncated JSON
+            (key(1), ev("u", 1, "after-bad", 300)),  # offset 2: held back
+            (key(2), ev("c", 2, "b", 400)),  # offset 3: applied
+        ],
+    )
     _, result = run_once(spark, stack_settings, table)
     assert result.quarantined == 2
     assert rows(stack_settings, table) == {1: "a", 2: "b"}
@@ -175,7 +192,9 @@ def test_bad_record_is_quarantined_and_its_key_held_back_until_released(spark, k
     quarantine = load_catalog(stack_settings).load_table(side_table(table.identifier, QUARANTINE_SUFFIX))
     entries = sorted(quarantine.scan().to_arrow().to_pylist(), key=lambda r: r["offset"])
     assert [(r["partition"], r["offset"], r["status"], r["held_back_behind"]) for r in entries] == [
-        (0, 1, "open", None), (0, 2, "open", 1)]
+        (0, 1, "open", None),
+        (0, 2, "open", 1),
+    ]
     assert entries[0]["error"] == "value is not JSON"
     assert entries[0]["value"] == b'{"op": "u", "after": {"id": 1, "v": "lost"}'
     assert entries[0]["key"] == key(1)
@@ -187,8 +206,8 @@ def test_bad_record_is_quarantined_and_its_key_held_back_until_released(spark, k
 
     # the operator releases the bad record and replays from it: the held-back events apply in order
     assert release_quarantined(load_catalog(stack_settings), table.identifier, 0, 1) == 3
-    planned = plan_next(stack_settings, table, replay_from_offsets={0: 1})
-    result = apply_range(spark, stack_settings, table, planned.offset_range, "replay", replay=True)
+    planned = plan_offsets(stack_settings, table, replay_from_offsets={0: 1})
+    result = apply_offsets(spark, stack_settings, table, planned.range, "replay", replay=True)
     assert result.status == "committed"
     assert rows(stack_settings, table) == {1: "later", 2: "b"}
 
@@ -217,12 +236,12 @@ def test_two_runs_from_the_same_start_cannot_both_commit(spark, kafka, stack_set
     send(kafka, table, [(key(1), ev("c", 1, "a", 100))])
     run_once(spark, stack_settings, table)
     send(kafka, table, [(key(1), ev("u", 1, "b", 200)), (key(2), ev("c", 2, "c", 210))])
-    planned = plan_next(stack_settings, table)
+    planned = plan_offsets(stack_settings, table)
     outcomes: list = []
 
     def run(name):
         try:
-            outcomes.append(apply_range(spark, stack_settings, table, planned.offset_range, name).status)
+            outcomes.append(apply_offsets(spark, stack_settings, table, planned.range, name).status)
         except ConcurrentRunError as e:
             outcomes.append(f"refused: {e}")
 
@@ -238,16 +257,23 @@ def test_two_runs_from_the_same_start_cannot_both_commit(spark, kafka, stack_set
     from pyiceberg.table.snapshots import ancestors_of
 
     main_history = list(ancestors_of(tbl.current_snapshot(), tbl.metadata))
-    commits = [s for s in main_history if s.summary.get(SummaryKeys.START_OFFSETS) == json.dumps(
-        {str(p): o for p, o in planned.offset_range.start.items()}, separators=(",", ":"))]
+    commits = [
+        s
+        for s in main_history
+        if s.summary.get(SummaryKeys.START_OFFSETS)
+        == json.dumps({str(p): o for p, o in planned.range.start.items()}, separators=(",", ":"))
+    ]
     assert len(commits) == 1
     assert rows(stack_settings, table) == {1: "b", 2: "c"}
 
 
 def test_commit_on_a_stale_base_snapshot_is_refused_by_iceberg(spark, kafka, stack_settings, table):
     """The optimistic check itself: a run that read snapshot S commits nothing once main moved."""
-    from cdclake.lake import committed_state
-    from cdclake.spark_apply import _commit
+    from cdclake.io.catalog import committed_state
+    from cdclake.model.offsets import OffsetRange
+    from cdclake.model.plan import RunPlan
+    from cdclake.spark.commit import commit
+    from cdclake.spark.context import ApplyContext, source_columns
 
     send(kafka, table, [(key(1), ev("c", 1, "a", 100))])
     run_once(spark, stack_settings, table)
@@ -257,8 +283,20 @@ def test_commit_on_a_stale_base_snapshot_is_refused_by_iceberg(spark, kafka, sta
     run_once(spark, stack_settings, table)  # another run commits: main moves past base
     target = f"{stack_settings.catalog_name}.{table.identifier}"
     with pytest.raises(ConcurrentRunError, match=f"since this run read snapshot {base}"):
-        _commit(spark, stack_settings, table, tbl, base, {"cdc.probe": "x"},
-                lambda t: spark.sql(f"DELETE FROM {t} WHERE id = 1"))
+        commit(
+            ApplyContext(
+                spark,
+                stack_settings,
+                kafka,
+                RunPlan(table=table, run_id="probe", range=OffsetRange(topic=table.topic, start={}, end={})),
+                load_catalog(stack_settings),
+                tbl,
+                committed_state(tbl, table.topic),
+                source_columns(tbl),
+            ),
+            {"cdc.probe": "x"},
+            lambda t: spark.sql(f"DELETE FROM {t} WHERE id = 1"),
+        )
     assert rows(stack_settings, table) == {1: "b"}
     refs = {r["name"] for r in spark.sql(f"SELECT name FROM {target}.refs").collect()}
     assert refs == {"main"}
@@ -276,11 +314,11 @@ def test_replay_from_a_timestamp_resolves_offsets_for_times_and_converges(spark,
     run_once(spark, stack_settings, table)
     before = rows(stack_settings, table)
     assert before == {1: "a2"}
-    planned = plan_next(stack_settings, table, replay_from_timestamp_ms=cut_ms)
+    planned = plan_offsets(stack_settings, table, replay_from_timestamp_ms=cut_ms)
     # the replay starts at the first records written after the cut: offset 2 of partition 0
-    assert planned.offset_range.start == {0: 2, 1: 0}
-    assert planned.offset_range.end == {0: 4, 1: 0}
-    result = apply_range(spark, stack_settings, table, planned.offset_range, "replay-ts", replay=True)
+    assert planned.range.start == {0: 2, 1: 0}
+    assert planned.range.end == {0: 4, 1: 0}
+    result = apply_offsets(spark, stack_settings, table, planned.range, "replay-ts", replay=True)
     assert result.status == "committed"
     assert rows(stack_settings, table) == before
     summary = load_catalog(stack_settings).load_table(table.identifier).current_snapshot().summary

@@ -26,11 +26,11 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from cdclake.kafka_io import ensure_topic
-from cdclake.lake import TOMBSTONES_SUFFIX, SummaryKeys, load_catalog, load_table_or_none, side_table
-from cdclake.offsets import OffsetRange
-from cdclake.spark_apply import apply_range
-from tests.conftest import make_table
+from cdclake.io.catalog import load_catalog, load_table_or_none
+from cdclake.io.kafka import ensure_topic
+from cdclake.model.layout import TOMBSTONES_SUFFIX, SummaryKeys, side_table
+from cdclake.model.offsets import OffsetRange
+from tests.conftest import apply_offsets, make_table
 from tests.model import ContractModel, Position, Record, run_records
 
 pytestmark = pytest.mark.integration
@@ -50,15 +50,30 @@ def binlog_file(seq: int) -> str:
     return f"{BASENAME}.{seq:06d}"
 
 
-def envelope(op: str, before: dict | None, after: dict | None, seq: int, pos: int, row: int = 0,
-             snapshot: str = "false") -> bytes:
+def envelope(
+    op: str, before: dict | None, after: dict | None, seq: int, pos: int, row: int = 0, snapshot: str = "false"
+) -> bytes:
     """A payload-only Debezium envelope (connector mariadb, server id 1; 0 for snapshot reads)."""
-    return json.dumps({
-        "before": before, "after": after, "op": op, "ts_ms": 1_700_000_000_000,
-        "source": {"connector": "mariadb", "name": "t", "server_id": 0 if op == "r" else 1,
-                   "file": binlog_file(seq), "pos": pos, "row": row, "snapshot": snapshot,
-                   "ts_ms": 0 if op == "r" else 1_700_000_000_000, "db": "d", "table": "t"},
-    }).encode()
+    return json.dumps(
+        {
+            "before": before,
+            "after": after,
+            "op": op,
+            "ts_ms": 1_700_000_000_000,
+            "source": {
+                "connector": "mariadb",
+                "name": "t",
+                "server_id": 0 if op == "r" else 1,
+                "file": binlog_file(seq),
+                "pos": pos,
+                "row": row,
+                "snapshot": snapshot,
+                "ts_ms": 0 if op == "r" else 1_700_000_000_000,
+                "db": "d",
+                "table": "t",
+            },
+        }
+    ).encode()
 
 
 def kafka_key(k: int) -> bytes:
@@ -115,14 +130,24 @@ class HistoryBuilder:
             _, k, v = change
             assert k not in self.source, f"insert of present key {k}"
             self.source[k] = v
-            self._produce(self.partition_of[k], Produced(kafka_key(k), envelope(
-                "c", None, {"id": k, "v": v}, s, p, row), f"c id={k} v={v} @{self._at(row)}"))
+            self._produce(
+                self.partition_of[k],
+                Produced(
+                    kafka_key(k), envelope("c", None, {"id": k, "v": v}, s, p, row), f"c id={k} v={v} @{self._at(row)}"
+                ),
+            )
         elif kind == "u":
             _, k, v = change
             assert k in self.source, f"update of missing key {k}"
             old, self.source[k] = self.source[k], v
-            self._produce(self.partition_of[k], Produced(kafka_key(k), envelope(
-                "u", {"id": k, "v": old}, {"id": k, "v": v}, s, p, row), f"u id={k} v={v} @{self._at(row)}"))
+            self._produce(
+                self.partition_of[k],
+                Produced(
+                    kafka_key(k),
+                    envelope("u", {"id": k, "v": old}, {"id": k, "v": v}, s, p, row),
+                    f"u id={k} v={v} @{self._at(row)}",
+                ),
+            )
         elif kind == "d":
             _, k = change
             assert k in self.source, f"delete of missing key {k}"
@@ -133,29 +158,46 @@ class HistoryBuilder:
             assert old in self.source and new not in self.source, f"bad key change {old}->{new}"
             self._delete(old, row, f"d (key change {old}->{new})")
             self.source[new] = v
-            self._produce(self.partition_of[new], Produced(kafka_key(new), envelope(
-                "c", None, {"id": new, "v": v}, s, p, row),
-                f"c id={new} v={v} (key change {old}->{new}) @{self._at(row)}"))
+            self._produce(
+                self.partition_of[new],
+                Produced(
+                    kafka_key(new),
+                    envelope("c", None, {"id": new, "v": v}, s, p, row),
+                    f"c id={new} v={v} (key change {old}->{new}) @{self._at(row)}",
+                ),
+            )
         else:
             raise ValueError(kind)
 
     def _delete(self, k: int, row: int, label: str) -> None:
         old = self.source.pop(k)
         part = self.partition_of[k]
-        self._produce(part, Produced(kafka_key(k), envelope(
-            "d", {"id": k, "v": old}, None, self.seq, self.pos, row), f"{label} id={k} @{self._at(row)}"))
+        self._produce(
+            part,
+            Produced(
+                kafka_key(k),
+                envelope("d", {"id": k, "v": old}, None, self.seq, self.pos, row),
+                f"{label} id={k} @{self._at(row)}",
+            ),
+        )
         if self.tombstones_on_delete:
             self._produce(part, Produced(kafka_key(k), None, f"kafka tombstone id={k}"))
 
     def snapshot(self, keys: list[int], values: list[str | None] | None = None) -> None:
         """Initial snapshot of ``keys``: ``op r`` reads, all at the current position (row 0)."""
         values = values if values is not None else [self.new_value() for _ in keys]
-        for i, (k, v) in enumerate(zip(keys, values)):
+        for i, (k, v) in enumerate(zip(keys, values, strict=False)):
             assert k not in self.source
             self.source[k] = v
             marker = "first" if i == 0 else "last" if i == len(keys) - 1 else "true"
-            self._produce(self.partition_of[k], Produced(kafka_key(k), envelope(
-                "r", None, {"id": k, "v": v}, self.seq, self.pos, 0, marker), f"r id={k} v={v} @{self._at()}"))
+            self._produce(
+                self.partition_of[k],
+                Produced(
+                    kafka_key(k),
+                    envelope("r", None, {"id": k, "v": v}, self.seq, self.pos, 0, marker),
+                    f"r id={k} v={v} @{self._at()}",
+                ),
+            )
 
     def event(self, changes: list[tuple], gap: int = 100) -> None:
         """One binlog rows event: its rows share ``file:pos`` with ``row`` 0, 1, 2..."""
@@ -166,8 +208,7 @@ class HistoryBuilder:
     def truncate(self, partition: int, gap: int = 100) -> None:
         """``TRUNCATE t``: ``op t``, no key, to any partition; the source is empty after it."""
         self.source.clear()
-        self._produce(partition, Produced(None, envelope("t", None, None, self.seq, self.pos),
-                                          f"t @{self._at()}"))
+        self._produce(partition, Produced(None, envelope("t", None, None, self.seq, self.pos), f"t @{self._at()}"))
         self.pos += gap
 
     def rotate(self, pos: int) -> None:
@@ -177,11 +218,16 @@ class HistoryBuilder:
 
     def restart(self, k: int) -> None:
         """Connector restart: the last ``k`` emissions are produced again (to their partitions)."""
-        for partition, rec in self.emitted[len(self.emitted) - k:]:
+        for partition, rec in self.emitted[len(self.emitted) - k :]:
             self.log[partition].append(Produced(rec.key, rec.value, rec.label + " [re-emitted]"))
 
-    def finish(self, duplicates: set[tuple[int, int]], suffixes: dict[int, int], cuts: list[dict[int, int]],
-               replay: tuple[dict[int, int], dict[int, int]] | None = None) -> History:
+    def finish(
+        self,
+        duplicates: set[tuple[int, int]],
+        suffixes: dict[int, int],
+        cuts: list[dict[int, int]],
+        replay: tuple[dict[int, int], dict[int, int]] | None = None,
+    ) -> History:
         """Faults and runs: duplicate ``(partition, index)`` right after itself, re-emit the last
         ``suffixes[p]`` records of each partition, then cut into runs ending at each of ``cuts``
         (offsets, made non-decreasing; the last run ends at the log's end); then an optional
@@ -195,7 +241,7 @@ class HistoryBuilder:
                 if (p, i) in duplicates:
                     out.append(Produced(rec.key, rec.value, rec.label + " [duplicate]"))
             k = min(suffixes.get(p, 0), len(out))
-            out.extend(Produced(r.key, r.value, r.label + " [re-emitted at end]") for r in out[len(out) - k:])
+            out.extend(Produced(r.key, r.value, r.label + " [re-emitted at end]") for r in out[len(out) - k :])
             log[p] = out
         end = {p: len(recs) for p, recs in log.items()}
         runs: list[tuple[dict[int, int], dict[int, int]]] = []
@@ -255,7 +301,7 @@ class History:
 def histories(draw, max_steps: int = 10) -> History:
     parts = draw(st.lists(st.integers(0, PARTITIONS - 1), min_size=len(KEYS), max_size=len(KEYS)))
     b = HistoryBuilder(
-        dict(zip(KEYS, parts)),
+        dict(zip(KEYS, parts, strict=False)),
         seq=draw(st.sampled_from([999_999, 999_998])),  # any rotation crosses .999999 -> .1000000
         pos=draw(st.integers(4, 5000)),
         tombstones_on_delete=draw(st.booleans()),
@@ -345,8 +391,10 @@ def histories(draw, max_steps: int = 10) -> History:
     if n_runs > 1 and draw(st.booleans()):
         # the connector restarted after a run had read everything produced so far: one run ends
         # where the re-emitted suffix begins, the later runs split the suffix
-        cut_points = {p: [final[p] - suffixes[p]] + [uniform(final[p] - suffixes[p], final[p]) for _ in range(n_runs - 2)]
-                      for p in range(PARTITIONS)}
+        cut_points = {
+            p: [final[p] - suffixes[p]] + [uniform(final[p] - suffixes[p], final[p]) for _ in range(n_runs - 2)]
+            for p in range(PARTITIONS)
+        }
     else:
         cut_points = {p: [uniform(0, final[p]) for _ in range(n_runs - 1)] for p in range(PARTITIONS)}
     cut_points = {p: sorted(c) for p, c in cut_points.items()}
@@ -371,10 +419,8 @@ def model_states(h: History) -> list[tuple[dict, dict, Position | None]]:
     return states
 
 
-def produce(kafka: str, topic: str, log: dict[int, list[Produced]]) -> None:
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": kafka, "enable.idempotence": True, "log_level": 3})
+def produce(kafka, topic: str, log: dict[int, list[Produced]]) -> None:
+    producer = kafka.producer()
     delivered: dict[int, list[int]] = {p: [] for p in log}
     errors: list[str] = []
 
@@ -424,9 +470,9 @@ def check_history(spark, kafka, stack_settings, h: History) -> None:
     cfg = make_table(value_format="json", columns=COLUMNS)
     ensure_topic(kafka, cfg.topic, PARTITIONS)
     produce(kafka, cfg.topic, h.log)
-    for i, ((start, end, replay), expected) in enumerate(zip(h.all_runs(), states)):
+    for i, ((start, end, replay), expected) in enumerate(zip(h.all_runs(), states, strict=False)):
         offset_range = OffsetRange(topic=cfg.topic, start=start, end=end)
-        result = apply_range(spark, stack_settings, cfg, offset_range, f"property-{i}", replay=replay)
+        result = apply_offsets(spark, stack_settings, cfg, offset_range, f"property-{i}", replay=replay)
         assert result.status == ("empty" if offset_range.is_empty else "committed"), result
         rows, tombs, floor = lake_state(stack_settings, cfg)
         exp_rows, exp_tombs, exp_floor = expected
@@ -437,8 +483,11 @@ def check_history(spark, kafka, stack_settings, h: History) -> None:
     assert final == h.expected, "Iceberg table != source table"
 
 
-@settings(max_examples=EXAMPLES, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(h=histories())
 def test_random_histories_reach_the_source_state(spark, kafka, stack_settings, h):
     note(repr(h))
@@ -452,34 +501,36 @@ def handpicked_history() -> History:
     across partitions (before and after the rollover), duplicates, a re-emitted suffix spanning the
     rollover, and a manual replay of an old window."""
     b = HistoryBuilder({1: 0, 4: 0, 2: 1, 5: 1, 3: 2, 6: 2}, seq=999_999, pos=4000)
-    b.snapshot([1, 2], ["s1", "s2"])                           # r(1) p0, r(2) p1 @999999:4000:0
-    b.event([("u", 1, "a1")])                                  # u(1) @999999:4000:0, rank 1
+    b.snapshot([1, 2], ["s1", "s2"])  # r(1) p0, r(2) p1 @999999:4000:0
+    b.event([("u", 1, "a1")])  # u(1) @999999:4000:0, rank 1
     b.event([("c", 3, "a3"), ("c", 4, "a4"), ("c", 5, "a5")])  # rows 0..2 @999999:4100
-    b.event([("pk", 2, 6, "a6")])                              # d(2) p1 + c(6) p2 @999999:4200
-    b.truncate(partition=1)                                    # t @999999:4300, p1
-    b.event([("c", 4, "c4")])                                  # @999999:4400
-    b.event([("c", 1, "c1")])                                  # @999999:4500
-    b.event([("d", 1)])                                        # @999999:4600
-    b.rotate(4)                                                # mysql-bin.1000000
-    b.event([("c", 1, "again1")])                              # @1000000:4, above the tombstone
-    b.event([("u", 4, "b4")])                                  # @1000000:104
-    b.event([("pk", 4, 3, "b3")])                              # d(4) p0 + c(3) p2 @1000000:204
-    b.event([("c", 5, "b5"), ("c", 6, "b6")])                  # rows 0, 1 @1000000:304
+    b.event([("pk", 2, 6, "a6")])  # d(2) p1 + c(6) p2 @999999:4200
+    b.truncate(partition=1)  # t @999999:4300, p1
+    b.event([("c", 4, "c4")])  # @999999:4400
+    b.event([("c", 1, "c1")])  # @999999:4500
+    b.event([("d", 1)])  # @999999:4600
+    b.rotate(4)  # mysql-bin.1000000
+    b.event([("c", 1, "again1")])  # @1000000:4, above the tombstone
+    b.event([("u", 4, "b4")])  # @1000000:104
+    b.event([("pk", 4, 3, "b3")])  # d(4) p0 + c(3) p2 @1000000:204
+    b.event([("c", 5, "b5"), ("c", 6, "b6")])  # rows 0, 1 @1000000:304
     assert b.source == {1: "again1", 3: "b3", 5: "b5", 6: "b6"}
     # p0: r1 u1 c4 c4 c1 d1 ~1 c1 u4 d4 ~4 | p1: r2 c5 d2 ~2 t c5 | p2: c3 c6 c3 c6  (~ = Kafka tombstone)
     # after the faults: p0 = 0 r1, 1 u1, 2 c4, 3 c4, 4 c1, 5 d1, 6 ~1, 7 c1, 8 c1 (dup), 9 u4, 10 d4,
     # 11 ~4, 12..18 re-emitted d1 ~1 c1 c1 u4 d4 ~4; p1 = 0..5, 6..8 re-emitted ~2 t c5;
     # p2 = 0 c3, 1 c6, 2 c6 (dup), 3 c3, 4 c6, 5..8 re-emitted c6 c6 c3 c6
     return b.finish(
-        duplicates={(0, 7), (2, 1)},            # c(1) @1000000:4 and c(6) @999999:4200
-        suffixes={0: 7, 1: 3, 2: 4},            # restart: re-emits from both sides of the rollover
-        cuts=[{0: 1, 1: 1, 2: 0},     # r(1), r(2)
-              {0: 2, 1: 1, 2: 0},     # u(1) at the reads' position, a run later: it replaces r(1)
-              {0: 5, 1: 2, 2: 4},     # events after the truncate (c4 @4400, c1 @4500) before it
-              {0: 13, 1: 6, 2: 5},    # the truncate and later events; the re-emitted d(1) @4600
-                                      # lands at a higher offset than c(1) @1000000:4, one run
-              {0: 17, 1: 8, 2: 7}],   # the re-emitted u(4) @1000000:104 without its d(4) @204:
-                                      # the tombstone must discard it
+        duplicates={(0, 7), (2, 1)},  # c(1) @1000000:4 and c(6) @999999:4200
+        suffixes={0: 7, 1: 3, 2: 4},  # restart: re-emits from both sides of the rollover
+        cuts=[
+            {0: 1, 1: 1, 2: 0},  # r(1), r(2)
+            {0: 2, 1: 1, 2: 0},  # u(1) at the reads' position, a run later: it replaces r(1)
+            {0: 5, 1: 2, 2: 4},  # events after the truncate (c4 @4400, c1 @4500) before it
+            {0: 13, 1: 6, 2: 5},  # the truncate and later events; the re-emitted d(1) @4600
+            # lands at a higher offset than c(1) @1000000:4, one run
+            {0: 17, 1: 8, 2: 7},
+        ],  # the re-emitted u(4) @1000000:104 without its d(4) @204:
+        # the tombstone must discard it
         # a manual replay of a window without d(4) @1000000:204 (older events, whose keys are
         # deleted or newer now), then the run from the window's end to the log's end
         replay=({0: 2, 1: 0, 2: 0}, {0: 10, 1: 5, 2: 9}),

@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from cdclake.kafka_io import ensure_topic
-from cdclake.lake import load_catalog
-from cdclake.offsets import OffsetRange
-from cdclake.spark_apply import apply_range
-from tests.conftest import make_table
+from cdclake.io.catalog import load_catalog
+from cdclake.io.kafka import ensure_topic
+from cdclake.model.offsets import OffsetRange
+from tests.conftest import apply_offsets, make_table
 
 pytestmark = pytest.mark.integration
 
@@ -22,7 +21,6 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "chain"
 
 
 def test_recorded_chain_events_replay_to_the_recorded_source_state(spark, kafka, stack_settings):
-    from confluent_kafka import Producer
 
     records = [json.loads(line) for line in (DATA / "orders.jsonl").read_text().splitlines() if line]
     ops = {json.loads(r["value"])["payload"]["op"] for r in records if r["value"]}
@@ -30,17 +28,22 @@ def test_recorded_chain_events_replay_to_the_recorded_source_state(spark, kafka,
     cfg = make_table(primary_key=["id"])
     partitions = max(r["partition"] for r in records) + 1
     ensure_topic(kafka, cfg.topic, partitions)
-    producer = Producer({"bootstrap.servers": kafka})
+    producer = kafka.producer()
     for r in sorted(records, key=lambda r: (r["partition"], r["offset"])):
-        producer.produce(cfg.topic, partition=r["partition"],
-                         key=r["key"].encode() if r["key"] else None,
-                         value=r["value"].encode() if r["value"] else None,
-                         headers=[(k, v.encode() if v else None) for k, v in r["headers"]])
+        producer.produce(
+            cfg.topic,
+            partition=r["partition"],
+            key=r["key"].encode() if r["key"] else None,
+            value=r["value"].encode() if r["value"] else None,
+            headers=[(k, v.encode() if v else None) for k, v in r["headers"]],
+        )
     producer.flush(30)
     ends = {p: sum(1 for r in records if r["partition"] == p) for p in range(partitions)}
     middle = {p: n // 2 for p, n in ends.items()}
     for start, end in [({p: 0 for p in ends}, middle), (middle, ends)]:
-        result = apply_range(spark, stack_settings, cfg, OffsetRange(topic=cfg.topic, start=start, end=end), "replay-recorded")
+        result = apply_offsets(
+            spark, stack_settings, cfg, OffsetRange(topic=cfg.topic, start=start, end=end), "replay-recorded"
+        )
         assert result.status == "committed" and result.quarantined == 0
 
     expected = [
@@ -48,6 +51,8 @@ def test_recorded_chain_events_replay_to_the_recorded_source_state(spark, kafka,
         for row in json.loads((DATA / "orders.expected.json").read_text())
     ]
     arrow = load_catalog(stack_settings).load_table(cfg.identifier).scan().to_arrow()
-    got = [[r["id"], r["customer"], r["qty"], r["price"], r["note"], r["placed"], r["active"]]
-           for r in sorted(arrow.to_pylist(), key=lambda r: r["id"])]
+    got = [
+        [r["id"], r["customer"], r["qty"], r["price"], r["note"], r["placed"], r["active"]]
+        for r in sorted(arrow.to_pylist(), key=lambda r: r["id"])
+    ]
     assert got == expected

@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from cdclake.lake import COLUMN_ENCODINGS_PROPERTY, SCHEMA_CHANGE_POSITION_PROPERTY, load_catalog
-from cdclake.offsets import OffsetRange
-from cdclake.schema_sync import SchemaChangeError, sync_for_range
-from tests.conftest import make_table
+from cdclake.errors import SchemaChangeError
+from cdclake.io.catalog import load_catalog
+from cdclake.model.layout import COLUMN_ENCODINGS_PROPERTY, SCHEMA_CHANGE_POSITION_PROPERTY
+from cdclake.model.offsets import OffsetRange
+from cdclake.pipeline.schema_sync import sync_for_range
+from tests.conftest import apply_offsets, make_table
 from tests.unit.test_schema_sync import columns_with, event
 
 pytestmark = pytest.mark.integration
@@ -22,13 +24,11 @@ pytestmark = pytest.mark.integration
 CHAIN = Path(__file__).resolve().parents[1] / "data" / "chain"
 
 
-def produce(bootstrap: str, topic: str, records: list[tuple[str | None, str | None]]) -> None:
-    from confluent_kafka import Producer
+def produce(kafka, topic: str, records: list[tuple[str | None, str | None]]) -> None:
+    from cdclake.io.kafka import ensure_topic
 
-    from cdclake.kafka_io import ensure_topic
-
-    ensure_topic(bootstrap, topic, 1)
-    producer = Producer({"bootstrap.servers": bootstrap, "log_level": 3})
+    ensure_topic(kafka, topic, 1)
+    producer = kafka.producer()
     for key, value in records:
         producer.produce(topic, key=key, value=value, partition=0)
     producer.flush(30)
@@ -42,8 +42,11 @@ def data_event_at(template: str, pos: int, **after) -> str:
 
 
 def source_fields(table) -> dict[str, tuple[int, str, bool]]:
-    return {f.name: (f.field_id, str(f.field_type), f.required) for f in table.schema().fields
-            if not f.name.startswith("_cdc_")}
+    return {
+        f.name: (f.field_id, str(f.field_type), f.required)
+        for f in table.schema().fields
+        if not f.name.startswith("_cdc_")
+    }
 
 
 def test_schema_changes_from_the_topic_reach_the_iceberg_schema_history(kafka, stack_settings):
@@ -57,18 +60,37 @@ def test_schema_changes_from_the_topic_reach_the_iceberg_schema_history(kafka, s
     top = max(json.loads(r["value"])["payload"]["source"]["pos"] for r in recorded + data if r["value"])
     base = (top // 10000 + 1) * 10000
     alters = [
-        event("ALTER TABLE orders CHANGE COLUMN qty quantity INT NOT NULL", base + 0,
-              columns_with(rename={"qty": "quantity"})),
-        event("ALTER TABLE orders MODIFY quantity BIGINT NOT NULL", base + 1000,
-              columns_with(rename={"qty": "quantity"}, change={"quantity": {"typeName": "BIGINT"}}), envelope=False),
-        event("ALTER TABLE orders DROP COLUMN note", base + 2000,
-              columns_with(rename={"qty": "quantity"}, change={"quantity": {"typeName": "BIGINT"}}, drop=("note",))),
-        event("ALTER TABLE orders MODIFY price INT NULL", base + 3000,
-              columns_with(rename={"qty": "quantity"}, drop=("note",),
-                           change={"quantity": {"typeName": "BIGINT"}, "price": {"typeName": "INT"}})),
+        event(
+            "ALTER TABLE orders CHANGE COLUMN qty quantity INT NOT NULL",
+            base + 0,
+            columns_with(rename={"qty": "quantity"}),
+        ),
+        event(
+            "ALTER TABLE orders MODIFY quantity BIGINT NOT NULL",
+            base + 1000,
+            columns_with(rename={"qty": "quantity"}, change={"quantity": {"typeName": "BIGINT"}}),
+            envelope=False,
+        ),
+        event(
+            "ALTER TABLE orders DROP COLUMN note",
+            base + 2000,
+            columns_with(rename={"qty": "quantity"}, change={"quantity": {"typeName": "BIGINT"}}, drop=("note",)),
+        ),
+        event(
+            "ALTER TABLE orders MODIFY price INT NULL",
+            base + 3000,
+            columns_with(
+                rename={"qty": "quantity"},
+                drop=("note",),
+                change={"quantity": {"typeName": "BIGINT"}, "price": {"typeName": "INT"}},
+            ),
+        ),
     ]
-    produce(kafka, prefix, [(r["key"], r["value"]) for r in recorded]
-            + [('{"databaseName":"inventory"}', json.dumps(a)) for a in alters])
+    produce(
+        kafka,
+        prefix,
+        [(r["key"], r["value"]) for r in recorded] + [('{"databaseName":"inventory"}', json.dumps(a)) for a in alters],
+    )
 
     data = [(r["key"], r["value"]) for r in data if r["value"] is not None and '"op":"t"' not in r["value"]]
     template = data[0][1]
@@ -78,7 +100,7 @@ def test_schema_changes_from_the_topic_reach_the_iceberg_schema_history(kafka, s
     full = OffsetRange(topic=cfg.topic, start={0: 0}, end={0: total})
 
     # run 1: the CREATE makes the table; the rename is a barrier behind the recorded events
-    first = sync_for_range(catalog, cfg, kafka, full)
+    first = sync_for_range(catalog, kafka, cfg, full)
     assert first.created
     assert first.offset_range.end == {0: len(data)}
     assert "CHANGE COLUMN qty quantity" in first.capped_before
@@ -91,28 +113,33 @@ def test_schema_changes_from_the_topic_reach_the_iceberg_schema_history(kafka, s
     rest = OffsetRange(topic=cfg.topic, start={0: len(data)}, end={0: total})
     schemas_before = len(table.metadata.schemas)
     with pytest.raises(SchemaChangeError, match=rf"MODIFY price INT.*1:{base + 3000}:0:1|'price'"):
-        sync_for_range(catalog, cfg, kafka, rest)
+        sync_for_range(catalog, kafka, cfg, rest)
     table = catalog.load_table(cfg.identifier)
     assert len(table.metadata.schemas) == schemas_before
-    create_pos = next(json.loads(r["value"])["payload"]["source"]["pos"] for r in recorded
-                      if json.loads(r["value"])["payload"]["ddl"].startswith("CREATE TABLE orders"))
+    create_pos = next(
+        json.loads(r["value"])["payload"]["source"]["pos"]
+        for r in recorded
+        if json.loads(r["value"])["payload"]["ddl"].startswith("CREATE TABLE orders")
+    )
     assert table.properties[SCHEMA_CHANGE_POSITION_PROPERTY] == f"1:{create_pos}:0:1"
 
     # the operator chooses new_column: rename, promotion and kept drop apply in one transaction;
     # renaming price aside is a barrier behind the events at base+500..base+2500
-    cfg = cfg.model_copy(update={"schema_changes": cfg.schema_changes.model_copy(update={"incompatible": "new_column"})})
-    second = sync_for_range(catalog, cfg, kafka, rest)
+    cfg = cfg.model_copy(
+        update={"schema_changes": cfg.schema_changes.model_copy(update={"incompatible": "new_column"})}
+    )
+    second = sync_for_range(catalog, kafka, cfg, rest)
     assert second.offset_range.end == {0: total - 1}
     assert "MODIFY price INT" in second.capped_before
     assert len(second.applied) == 3
     assert catalog.load_table(cfg.identifier).properties[SCHEMA_CHANGE_POSITION_PROPERTY] == f"1:{base + 2000}:0:1"
     rest = OffsetRange(topic=cfg.topic, start={0: total - 1}, end={0: total})
-    third = sync_for_range(catalog, cfg, kafka, rest)
+    third = sync_for_range(catalog, kafka, cfg, rest)
     assert third.capped_before is None and third.offset_range == rest and len(third.applied) == 1
     table = catalog.load_table(cfg.identifier)
     now = source_fields(table)
-    assert now["quantity"] == (created["qty"][0], "long", True)        # renamed, then promoted
-    assert now["note"] == (created["note"][0], "string", False)        # dropped at the source, kept
+    assert now["quantity"] == (created["qty"][0], "long", True)  # renamed, then promoted
+    assert now["note"] == (created["note"][0], "string", False)  # dropped at the source, kept
     assert now[f"price__1_{base + 3000}"] == (created["price"][0], "double", False)  # renamed aside
     assert now["price"][1:] == ("int", False) and now["price"][0] not in {i for i, _, _ in created.values()}
     assert table.properties[SCHEMA_CHANGE_POSITION_PROPERTY] == f"1:{base + 3000}:0:1"
@@ -128,7 +155,7 @@ def test_schema_changes_from_the_topic_reach_the_iceberg_schema_history(kafka, s
 
     # re-run: nothing applied, nothing committed
     metadata = table.metadata_location
-    again = sync_for_range(catalog, cfg, kafka, rest)
+    again = sync_for_range(catalog, kafka, cfg, rest)
     assert again.applied == () and again.offset_range == rest
     assert catalog.load_table(cfg.identifier).metadata_location == metadata
 
@@ -136,19 +163,18 @@ def test_schema_changes_from_the_topic_reach_the_iceberg_schema_history(kafka, s
 def test_missing_schema_change_topic_applies_nothing(kafka, stack_settings):
     cfg = make_table(topic=f"nosc{uuid.uuid4().hex[:8]}.inventory.orders")
     planned = OffsetRange(topic=cfg.topic, start={0: 0}, end={0: 3})
-    result = sync_for_range(load_catalog(stack_settings), cfg, kafka, planned)
+    result = sync_for_range(load_catalog(stack_settings), kafka, cfg, planned)
     assert result.offset_range == planned and result.applied == ()
 
 
 def test_apply_stops_on_a_column_the_table_lacks(spark, kafka, stack_settings):
     from cdclake.errors import SchemaError
-    from cdclake.spark_apply import apply_range
 
     cfg = make_table(topic=f"uc{uuid.uuid4().hex[:8]}.inventory.orders")
     data = [json.loads(line) for line in (CHAIN / "orders.jsonl").read_text().splitlines() if line][:3]
     produce(kafka, cfg.topic, [(r["key"], r["value"]) for r in data])
     first = OffsetRange(topic=cfg.topic, start={0: 0}, end={0: 3})
-    assert apply_range(spark, stack_settings, cfg, first, "run-1").status == "committed"
+    assert apply_offsets(spark, stack_settings, cfg, first, "run-1").status == "committed"
 
     doc = json.loads(data[0]["value"])
     doc["payload"]["source"]["pos"] = 50000
@@ -156,6 +182,6 @@ def test_apply_stops_on_a_column_the_table_lacks(spark, kafka, stack_settings):
     produce(kafka, cfg.topic, [(data[0]["key"], data[1]["value"]), (data[0]["key"], json.dumps(doc))])
     second = OffsetRange(topic=cfg.topic, start={0: 3}, end={0: 5})
     with pytest.raises(SchemaError, match=r"partition 0 offset 4: the event has column 'discount'"):
-        apply_range(spark, stack_settings, cfg, second, "run-2")
+        apply_offsets(spark, stack_settings, cfg, second, "run-2")
     table = load_catalog(stack_settings).load_table(cfg.identifier)
     assert "discount" not in table.schema().column_names

@@ -10,35 +10,24 @@ from pathlib import Path
 
 import pytest
 
-from cdclake.kafka_io import ensure_topic, topic_watermarks
-from cdclake.snapshot import (
-    SIGNAL_ID_HEADER,
-    SnapshotError,
-    build_signal,
-    parse_notification,
-    read_notifications,
-    scan_results,
-    send_kafka_signal,
-    signal_id,
-)
+from cdclake.errors import SnapshotError
+from cdclake.io.kafka import ensure_topic, topic_watermarks
+from cdclake.model.snapshot import SIGNAL_ID_HEADER, build_signal, parse_notification, scan_results, signal_id
+from cdclake.pipeline.snapshot import read_notifications, send_kafka_signal
 
 pytestmark = pytest.mark.integration
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "chain" / "notifications.jsonl"
 
 
-def _records(bootstrap: str, topic: str, partition: int = 0) -> list:
-    from confluent_kafka import Consumer
+def _records(kafka, topic: str, partition: int = 0) -> list:
+    from cdclake.io.kafka import read_partition
 
-    from cdclake.kafka_io import read_partition
-
-    marks = topic_watermarks(bootstrap, topic)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "test", "enable.auto.commit": False})
-    try:
-        return [(m.offset(), m.key(), m.value(), dict(m.headers() or []))
-                for m in read_partition(consumer, topic, partition, marks.low[partition], marks.high[partition])]
-    finally:
-        consumer.close()
+    marks = topic_watermarks(kafka, topic)
+    return [
+        (m.offset(), m.key(), m.value(), dict(m.headers() or []))
+        for m in read_partition(kafka, topic, partition, marks.low[partition], marks.high[partition])
+    ]
 
 
 def test_kafka_signal_is_sent_once_per_signal_id(kafka):
@@ -66,13 +55,11 @@ def test_kafka_signal_topic_with_more_than_one_partition_is_refused(kafka):
 
 
 def test_read_notifications_reads_every_partition_in_time_order(kafka):
-    from confluent_kafka import Producer
-
     topic = f"note{uuid.uuid4().hex[:8]}.notifications"
     lines = [json.loads(line) for line in RECORDED.read_text().splitlines() if line.strip()]
     partitions = sorted({line["partition"] for line in lines})
     ensure_topic(kafka, topic, max(partitions) + 1)
-    producer = Producer({"bootstrap.servers": kafka})
+    producer = kafka.producer()
     for line in lines:
         producer.produce(topic, key=line["key"], value=line["value"], partition=line["partition"])
     producer.produce(topic, key=b"x", value=b"not a notification", partition=0)
@@ -82,7 +69,8 @@ def test_read_notifications_reads_every_partition_in_time_order(kafka):
     expected = [parse_notification(line["value"]) for line in lines]
     assert len(found) == len(expected) == len(lines)
     assert sorted(found, key=lambda n: (n.timestamp_ms, n.id, n.type)) == sorted(
-        expected, key=lambda n: (n.timestamp_ms, n.id, n.type))
+        expected, key=lambda n: (n.timestamp_ms, n.id, n.type)
+    )
     assert [n.timestamp_ms for n in found] == sorted(n.timestamp_ms for n in found)
     sid = next(n.id for n in found if n.id.startswith("cdclake-execute-"))
     assert scan_results(found, [sid], "incremental", 0, ["inventory.accounts"]) == {"inventory.accounts": "SUCCEEDED"}

@@ -12,20 +12,19 @@ from decimal import Context, Decimal
 
 import pytest
 
-from cdclake.kafka_io import load_events
-from cdclake.lake import load_catalog
-from cdclake.planner import plan_next
-from cdclake.spark_apply import apply_range, parse_records
-from cdclake.types import ColumnSpec, decimal_encoding
-from tests.conftest import make_table
+from cdclake.io.catalog import load_catalog
+from cdclake.io.events import load_events
+from cdclake.model.types import ColumnSpec, decimal_encoding
+from cdclake.spark.parse import parse_records
+from tests.conftest import apply_offsets, make_table, plan_offsets
 from tests.full_types import BINLOG_TIMESTAMP, EXPECTED_ROW, events_with_schema
 
 pytestmark = pytest.mark.integration
 
 
 def _apply(spark, settings, cfg):
-    planned = plan_next(settings, cfg)
-    return apply_range(spark, settings, cfg, planned.offset_range, "types-run")
+    planned = plan_offsets(settings, cfg)
+    return apply_offsets(spark, settings, cfg, planned.range, "types-run")
 
 
 def _only_row(settings, cfg) -> dict:
@@ -104,8 +103,10 @@ def _parse(spark, columns: list[ColumnSpec], rows: list[dict | str]) -> list[tup
     records = []
     for i, row in enumerate(rows):
         after = row if isinstance(row, str) else json.dumps(row)
-        value = ('{"before": null, "after": %s, "op": "c", '
-                 '"source": {"file": "mysql-bin.000001", "pos": %d, "row": 0}}' % (after, 4 + i))
+        value = (
+            f'{{"before": null, "after": {after}, "op": "c", '
+            f'"source": {{"file": "mysql-bin.000001", "pos": {4 + i}, "row": 0}}}}'
+        )
         records.append(("t", 0, i, datetime.datetime(2024, 1, 1), b"k", value.encode()))
     raw = spark.createDataFrame(
         records, "topic string, partition int, offset long, timestamp timestamp, key binary, value binary"
@@ -139,22 +140,26 @@ def test_decimal_decoding_is_exact_for_every_length_and_sign(spark):
         fits38 = abs(v) < 10**38
         fits20 = abs(v) < 10**20
         scale = i % 7
-        rows.append({
-            "id": i,
-            "d38": _b64_int(v) if fits38 else None,
-            "d20": _b64_int(v) if fits20 else None,
-            "d65": _b64_int(v),
-            "d65s0": _b64_int(v, 32),  # sign-extended beyond the minimal length
-            "vsd": {"scale": scale, "value": _b64_int(v)},
-        })
-        expected.append({
-            "id": i,
-            "d38": _decimal(v, 10) if fits38 else None,
-            "d20": Decimal(v) if fits20 else None,
-            "d65": _decimal_text(v, 30),
-            "d65s0": str(v),
-            "vsd": _decimal_text(v, scale),
-        })
+        rows.append(
+            {
+                "id": i,
+                "d38": _b64_int(v) if fits38 else None,
+                "d20": _b64_int(v) if fits20 else None,
+                "d65": _b64_int(v),
+                "d65s0": _b64_int(v, 32),  # sign-extended beyond the minimal length
+                "vsd": {"scale": scale, "value": _b64_int(v)},
+            }
+        )
+        expected.append(
+            {
+                "id": i,
+                "d38": _decimal(v, 10) if fits38 else None,
+                "d20": Decimal(v) if fits20 else None,
+                "d65": _decimal_text(v, 30),
+                "d65s0": str(v),
+                "vsd": _decimal_text(v, scale),
+            }
+        )
     decoded = _parse(spark, columns, rows)
     assert [e for _, e in decoded] == [None] * len(rows)
     assert [img for img, _ in decoded] == expected
@@ -183,9 +188,18 @@ def test_decimal_json_numbers_decode_exactly_or_are_bad_records(spark):
     decoded = _parse(spark, columns, text_rows)
     images = [img for img, _ in decoded]
     errors = [e for _, e in decoded]
-    assert images[0] == {"id": 0, "d": Decimal("123.4567"), "u": Decimal(18446744073709551615), "w": "34567892.10000000"}
-    assert images[1] == {"id": 1, "d": Decimal("-0.5000"), "u": Decimal(0),
-                         "w": "-12345678901234567890123456789.12345678"}
+    assert images[0] == {
+        "id": 0,
+        "d": Decimal("123.4567"),
+        "u": Decimal(18446744073709551615),
+        "w": "34567892.10000000",
+    }
+    assert images[1] == {
+        "id": 1,
+        "d": Decimal("-0.5000"),
+        "u": Decimal(0),
+        "w": "-12345678901234567890123456789.12345678",
+    }
     assert images[2] == {"id": 2, "d": Decimal("7.0000"), "u": None, "w": "0.00000000"}
     assert images[3]["d"] == Decimal("1.0000")
     assert images[8] == {"id": 8, "d": Decimal("0.0001"), "u": Decimal(18446744073709551615), "w": None}
@@ -215,24 +229,27 @@ def test_time_bits_nano_and_spatial_decoding(spark):
     ]
     max_time_us = (838 * 3600 + 59 * 60 + 59) * 1_000_000  # TIME '838:59:59'
     bit_values = [bytes(rng.randrange(256) for _ in range(rng.randrange(1, 9))) for _ in range(20)]
-    rows = [{
-        "id": i,
-        "t_ms": -596 * 3600 * 1000 if i == 0 else i * 1001,  # int32 ms: TIME(0-3) within +-596 h
-        "t_us": -max_time_us if i == 0 else max_time_us - i,
-        "t_ns": (max_time_us - i) * 1000,
-        "t_connect": i * 1001,
-        "ts_ns": 1595008822123456000 + i * 1000,
-        "ts_connect": 1595008822123 + i,
-        "d_connect": 18460 + i,
-        # Debezium's little-endian order
-        "bits": base64.b64encode(bits[::-1]).decode(),
-        "geo": {"wkb": base64.b64encode(b"\x01\x02" + bits).decode(), "srid": 4326 if i % 2 else None},
-        "pt": {"x": 1.5, "y": -2.0, "wkb": base64.b64encode(bits).decode(), "srid": 0},
-    } for i, bits in enumerate(bit_values)]
+    rows = [
+        {
+            "id": i,
+            "t_ms": -596 * 3600 * 1000 if i == 0 else i * 1001,  # int32 ms: TIME(0-3) within +-596 h
+            "t_us": -max_time_us if i == 0 else max_time_us - i,
+            "t_ns": (max_time_us - i) * 1000,
+            "t_connect": i * 1001,
+            "ts_ns": 1595008822123456000 + i * 1000,
+            "ts_connect": 1595008822123 + i,
+            "d_connect": 18460 + i,
+            # Debezium's little-endian order
+            "bits": base64.b64encode(bits[::-1]).decode(),
+            "geo": {"wkb": base64.b64encode(b"\x01\x02" + bits).decode(), "srid": 4326 if i % 2 else None},
+            "pt": {"x": 1.5, "y": -2.0, "wkb": base64.b64encode(bits).decode(), "srid": 0},
+        }
+        for i, bits in enumerate(bit_values)
+    ]
     decoded = _parse(spark, columns, rows)
     assert [e for _, e in decoded] == [None] * len(rows)
     epoch = datetime.datetime(1970, 1, 1)
-    for (img, _), row, bits in zip(decoded, rows, bit_values):
+    for (img, _), row, bits in zip(decoded, rows, bit_values, strict=False):
         assert img["t_ms"] == row["t_ms"] * 1000
         assert img["t_us"] == row["t_us"]
         assert img["t_ns"] == row["t_ns"] // 1000
@@ -244,12 +261,16 @@ def test_time_bits_nano_and_spatial_decoding(spark):
         assert img["geo"].asDict() == {"wkb": b"\x01\x02" + bits, "srid": row["geo"]["srid"]}
         assert img["pt"].asDict() == {"wkb": bits, "srid": 0}
 
-    bad = _parse(spark, columns, [
-        {"id": 0, "t_ns": 1500},  # sub-microsecond digits
-        {"id": 1, "ts_ns": 1595008822123456789},
-        {"id": 2, "bits": "not base64!"},
-        {"id": 3, "pt": {"x": 1.0, "y": 1.0, "wkb": None, "srid": None}},  # no WKB to keep
-    ])
+    bad = _parse(
+        spark,
+        columns,
+        [
+            {"id": 0, "t_ns": 1500},  # sub-microsecond digits
+            {"id": 1, "ts_ns": 1595008822123456789},
+            {"id": 2, "bits": "not base64!"},
+            {"id": 3, "pt": {"x": 1.0, "y": 1.0, "wkb": None, "srid": None}},  # no WKB to keep
+        ],
+    )
     assert [e for _, e in bad] == [
         "column 't_ns': value does not fit long (encoding io.debezium.time.NanoTime)",
         "column 'ts_ns': value does not fit timestamp (encoding io.debezium.time.NanoTimestamp)",
@@ -262,8 +283,8 @@ def test_seatunnel_numeric_decimals_and_bits_decode_with_their_own_schema(spark,
     """seatunnel/debezium_data.txt: a real schema (Debezium 1.9.8) with JSON-number decimals, one
     of them (BIGINT UNSIGNED) without a precision. Its events carry ``file: ""`` (Flink CDC's own
     snapshot), so they cannot be applied; their images are decoded all the same."""
-    from cdclake.kafka_io import read_event_file
-    from cdclake.types import columns_from_connect
+    from cdclake.io.events import read_event_file
+    from cdclake.model.types import columns_from_connect
 
     values = read_event_file(fixtures_dir / "seatunnel" / "debezium_data.txt")
     after = next(f for f in json.loads(values[0])["schema"]["fields"] if f["field"] == "after")
@@ -276,8 +297,14 @@ def test_seatunnel_numeric_decimals_and_bits_decode_with_their_own_schema(spark,
     assert [r["error"] for r in rows] == ["source.file has no numeric suffix"] * 3
     image = rows[0]["image"].asDict()
     assert {c.name: c.iceberg_type for c in columns if c.name in ("f_bigint_unsigned", "f_numeric")} == {
-        "f_bigint_unsigned": "string", "f_numeric": "decimal(10,0)"}
-    assert (image["f_bigint_unsigned"], image["f_numeric"], image["f_decimal"]) == ("987654321", Decimal(123), Decimal(789))
+        "f_bigint_unsigned": "string",
+        "f_numeric": "decimal(10,0)",
+    }
+    assert (image["f_bigint_unsigned"], image["f_numeric"], image["f_decimal"]) == (
+        "987654321",
+        Decimal(123),
+        Decimal(789),
+    )
     assert image["f_time"] == (14 * 3600 + 30 * 60) * 1_000_000  # TIME '14:30:00'
     assert image["f_bit64"] == bytes([0x55] * 8)
     assert image["f_date"] == datetime.date(2022, 4, 27)

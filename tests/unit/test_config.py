@@ -1,4 +1,4 @@
-"""Unit tests for :mod:`cdclake.config`: loading and validating the table-config YAML."""
+"""Unit tests for :mod:`cdclake.model.config`: loading and validating the table-config YAML."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from cdclake.config import ConfigError, TableConfig, TablesFile, load_tables
+from cdclake.errors import ConfigError
+from cdclake.model.config import TableConfig, TablesFile, load_tables
 
 PROJECT_TABLES = Path(__file__).resolve().parents[2] / "include" / "tables.yaml"
 
@@ -53,11 +54,7 @@ def config_error(tmp_path: Path, text: str | bytes) -> str:
 def test_valid_file_merges_defaults_into_every_table(tmp_path):
     cfg = load_text(
         tmp_path,
-        "defaults:\n"
-        "  owner: team-x\n"
-        "  max_events_per_run: 1000\n"
-        "  tags: [cdc]\n"
-        "tables:\n" + TABLE_A + TABLE_B,
+        "defaults:\n  owner: team-x\n  max_events_per_run: 1000\n  tags: [cdc]\ntables:\n" + TABLE_A + TABLE_B,
     )
     assert [t.name for t in cfg.tables] == ["inventory_products", "inventory_customers"]
     for t in cfg.tables:
@@ -194,9 +191,7 @@ def test_namespace_that_is_not_an_identifier_raises(tmp_path):
 
 
 def test_columns_without_a_primary_key_column_raise(tmp_path):
-    msg = config_error(
-        tmp_path, "tables:\n" + TABLE_A + "    columns: {name: string, weight: double}\n"
-    )
+    msg = config_error(tmp_path, "tables:\n" + TABLE_A + "    columns: {name: string, weight: double}\n")
     assert "primary key column(s) ['id'] are not in columns" in msg
 
 

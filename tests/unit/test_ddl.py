@@ -1,4 +1,4 @@
-"""Unit tests for :mod:`cdclake.ddl`: renames and drops from MySQL DDL, over Debezium's own DDL
+"""Unit tests for :mod:`cdclake.model.ddl`: renames and drops from MySQL DDL, over Debezium's own DDL
 test corpus (``fixtures/debezium/debezium-ddl``) and the statements schema sync meets."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from cdclake.ddl import (
+from cdclake.errors import DdlParseError
+from cdclake.model.ddl import (
     ColumnRename,
     DdlEffects,
-    DdlParseError,
     TableName,
     TableRename,
     ddl_effects,
@@ -19,7 +19,7 @@ from cdclake.ddl import (
     statement_kind,
 )
 
-CORPUS = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "debezium" / "debezium-ddl"
+CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "debezium" / "debezium-ddl"
 
 NOT_PARSED = {
     # marker in the statement -> why sqlglot 28 (with our extensions) does not parse it; none of
@@ -44,17 +44,17 @@ NOT_PARSED = {
 EXPECTED_RENAMES = {
     # statement (whitespace-normalised prefix) -> its effects; every ALTER/RENAME TABLE statement
     # of the corpus that says RENAME or CHANGE is listed here
-    "RENAME TABLE blue_table TO red_table,": DdlEffects(table_renames=(
-        TableRename(TableName(None, "blue_table"), TableName(None, "red_table")),
-        TableRename(TableName(None, "orange_table"), TableName(None, "green_table")),
-        TableRename(TableName(None, "black_table"), TableName(None, "white_table")),
-    )),
-    "ALTER TABLE t1 RENAME t4": DdlEffects(table_renames=(
-        TableRename(TableName(None, "t1"), TableName(None, "t4")),
-    )),
-    "ALTER TABLE t2 MODIFY a TINYINT NOT NULL, CHANGE b c CHAR(20)": DdlEffects(column_renames=(
-        ColumnRename(TableName(None, "t2"), "b", "c"),
-    )),
+    "RENAME TABLE blue_table TO red_table,": DdlEffects(
+        table_renames=(
+            TableRename(TableName(None, "blue_table"), TableName(None, "red_table")),
+            TableRename(TableName(None, "orange_table"), TableName(None, "green_table")),
+            TableRename(TableName(None, "black_table"), TableName(None, "white_table")),
+        )
+    ),
+    "ALTER TABLE t1 RENAME t4": DdlEffects(table_renames=(TableRename(TableName(None, "t1"), TableName(None, "t4")),)),
+    "ALTER TABLE t2 MODIFY a TINYINT NOT NULL, CHANGE b c CHAR(20)": DdlEffects(
+        column_renames=(ColumnRename(TableName(None, "t2"), "b", "c"),)
+    ),
     "ALTER TABLE t1 CHANGE c1 c1 BLOB": DdlEffects(),
     "ALTER TABLE t1 CHANGE c1 c1 TEXT CHARACTER SET utf8": DdlEffects(),
 }
@@ -93,7 +93,7 @@ def test_every_corpus_statement_parses_or_is_skipped_with_a_reason():
 
 
 def test_every_corpus_statement_yields_its_effects():
-    for name, sql in corpus_statements():
+    for _name, sql in corpus_statements():
         ddl_effects(sql)  # raises DdlParseError for an ALTER/RENAME/DROP TABLE it cannot read
 
 
@@ -118,38 +118,62 @@ def test_corpus_drops_are_found():
 
 
 def test_non_table_statements_with_rename_are_not_table_renames():
-    for sql in ("ALTER EVENT myevent RENAME TO yourevent", "ALTER EVENT olddb.myevent RENAME TO newdb.myevent",
-                "RENAME USER 'a'@'h' TO 'b'@'h'"):
+    for sql in (
+        "ALTER EVENT myevent RENAME TO yourevent",
+        "ALTER EVENT olddb.myevent RENAME TO newdb.myevent",
+        "RENAME USER 'a'@'h' TO 'b'@'h'",
+    ):
         assert ddl_effects(sql) == DdlEffects()
 
 
 @pytest.mark.parametrize(
     ("sql", "expected"),
     [
-        ("ALTER TABLE orders RENAME COLUMN qty TO quantity",
-         DdlEffects(column_renames=(ColumnRename(TableName(None, "orders"), "qty", "quantity"),))),
-        ("ALTER TABLE `inventory`.`orders` RENAME COLUMN `qty` TO `quantity`",
-         DdlEffects(column_renames=(ColumnRename(TableName("inventory", "orders"), "qty", "quantity"),))),
-        ("ALTER TABLE orders CHANGE qty quantity BIGINT NOT NULL",
-         DdlEffects(column_renames=(ColumnRename(TableName(None, "orders"), "qty", "quantity"),))),
-        ("ALTER TABLE orders CHANGE COLUMN qty quantity BIGINT NOT NULL DEFAULT 0 AFTER id, ADD COLUMN x INT",
-         DdlEffects(column_renames=(ColumnRename(TableName(None, "orders"), "qty", "quantity"),))),
+        (
+            "ALTER TABLE orders RENAME COLUMN qty TO quantity",
+            DdlEffects(column_renames=(ColumnRename(TableName(None, "orders"), "qty", "quantity"),)),
+        ),
+        (
+            "ALTER TABLE `inventory`.`orders` RENAME COLUMN `qty` TO `quantity`",
+            DdlEffects(column_renames=(ColumnRename(TableName("inventory", "orders"), "qty", "quantity"),)),
+        ),
+        (
+            "ALTER TABLE orders CHANGE qty quantity BIGINT NOT NULL",
+            DdlEffects(column_renames=(ColumnRename(TableName(None, "orders"), "qty", "quantity"),)),
+        ),
+        (
+            "ALTER TABLE orders CHANGE COLUMN qty quantity BIGINT NOT NULL DEFAULT 0 AFTER id, ADD COLUMN x INT",
+            DdlEffects(column_renames=(ColumnRename(TableName(None, "orders"), "qty", "quantity"),)),
+        ),
         ("ALTER TABLE orders CHANGE qty qty BIGINT", DdlEffects()),
         ("ALTER TABLE orders ADD COLUMN x INT FIRST, MODIFY note TEXT, ENGINE=InnoDB", DdlEffects()),
-        ("ALTER TABLE orders DROP COLUMN note, DROP price, DROP PRIMARY KEY, DROP INDEX i",
-         DdlEffects(dropped_columns=((TableName(None, "orders"), "note"), (TableName(None, "orders"), "price")))),
-        ("ALTER TABLE orders RENAME TO orders_old",
-         DdlEffects(table_renames=(TableRename(TableName(None, "orders"), TableName(None, "orders_old")),))),
-        ("ALTER TABLE orders RENAME AS shop.orders_old",
-         DdlEffects(table_renames=(TableRename(TableName(None, "orders"), TableName("shop", "orders_old")),))),
-        ("RENAME TABLE shop.a TO shop.b, c TO d",
-         DdlEffects(table_renames=(TableRename(TableName("shop", "a"), TableName("shop", "b")),
-                                   TableRename(TableName(None, "c"), TableName(None, "d"))))),
-        ("DROP TABLE IF EXISTS `inventory`.`orders`",
-         DdlEffects(dropped_tables=(TableName("inventory", "orders"),))),
+        (
+            "ALTER TABLE orders DROP COLUMN note, DROP price, DROP PRIMARY KEY, DROP INDEX i",
+            DdlEffects(dropped_columns=((TableName(None, "orders"), "note"), (TableName(None, "orders"), "price"))),
+        ),
+        (
+            "ALTER TABLE orders RENAME TO orders_old",
+            DdlEffects(table_renames=(TableRename(TableName(None, "orders"), TableName(None, "orders_old")),)),
+        ),
+        (
+            "ALTER TABLE orders RENAME AS shop.orders_old",
+            DdlEffects(table_renames=(TableRename(TableName(None, "orders"), TableName("shop", "orders_old")),)),
+        ),
+        (
+            "RENAME TABLE shop.a TO shop.b, c TO d",
+            DdlEffects(
+                table_renames=(
+                    TableRename(TableName("shop", "a"), TableName("shop", "b")),
+                    TableRename(TableName(None, "c"), TableName(None, "d")),
+                )
+            ),
+        ),
+        ("DROP TABLE IF EXISTS `inventory`.`orders`", DdlEffects(dropped_tables=(TableName("inventory", "orders"),))),
         ("DROP TEMPORARY TABLE a, b", DdlEffects(dropped_tables=(TableName(None, "a"), TableName(None, "b")))),
-        ("/* ApplicationName=DBeaver */ ALTER TABLE t RENAME COLUMN a TO b",
-         DdlEffects(column_renames=(ColumnRename(TableName(None, "t"), "a", "b"),))),
+        (
+            "/* ApplicationName=DBeaver */ ALTER TABLE t RENAME COLUMN a TO b",
+            DdlEffects(column_renames=(ColumnRename(TableName(None, "t"), "a", "b"),)),
+        ),
         ("CREATE TABLE t (id INT PRIMARY KEY)", DdlEffects()),
         ("SET character_set_server=utf8mb4, collation_server=utf8mb4_general_ci", DdlEffects()),
     ],

@@ -1,4 +1,4 @@
-"""Unit tests for :mod:`cdclake.envelope`: parsing captured Debezium values and rejecting bad ones."""
+"""Unit tests for :mod:`cdclake.model.envelope`: parsing captured Debezium values and rejecting bad ones."""
 
 from __future__ import annotations
 
@@ -7,16 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from cdclake.envelope import ChangeEvent, KafkaCoordinates, parse_value
 from cdclake.errors import BadRecordError
-from cdclake.kafka_io import read_event_file
-from cdclake.position import BinlogPosition
+from cdclake.io.events import read_event_file
+from cdclake.model.envelope import ChangeEvent, KafkaCoordinates, parse_value
+from cdclake.model.position import BinlogPosition
+from tests.conftest import DebeziumFiles
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "debezium"
-FLINK_WITH_SCHEMA = FIXTURES / "flink" / "debezium-data-schema-include.txt"
-FLINK_PAYLOAD_ONLY = FIXTURES / "flink" / "debezium-data-schema-exclude.txt"
-RW_WITH_SCHEMA = FIXTURES / "risingwave" / "debezium_log.1"
-RW_PAYLOAD_ONLY = FIXTURES / "risingwave" / "debezium_log_no_schema_field.1"
+FIXTURES = DebeziumFiles()
+FLINK_WITH_SCHEMA = FIXTURES / "flink/debezium-data-schema-include.txt"
+FLINK_PAYLOAD_ONLY = FIXTURES / "flink/debezium-data-schema-exclude.txt"
+RW_WITH_SCHEMA = FIXTURES / "risingwave/debezium_log.1"
+RW_PAYLOAD_ONLY = FIXTURES / "risingwave/debezium_log_no_schema_field.1"
 
 WHERE = KafkaCoordinates("dbserver1.inventory.products", 2, 417)
 
@@ -95,7 +96,7 @@ def test_flink_with_schema_and_payload_only_agree_event_by_event():
     with_schema = parse_file(FLINK_WITH_SCHEMA, "json_with_schema")
     payload_only = parse_file(FLINK_PAYLOAD_ONLY, "json")
     assert len(with_schema) == len(payload_only) == 16
-    for i, (a, b) in enumerate(zip(with_schema, payload_only)):
+    for i, (a, b) in enumerate(zip(with_schema, payload_only, strict=False)):
         assert summary(a) == summary(b), f"event {i}"
 
 

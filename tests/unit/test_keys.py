@@ -1,4 +1,4 @@
-"""Unit tests for :mod:`cdclake.keys`: Kafka keys in Debezium's JsonConverter key format."""
+"""Unit tests for :mod:`cdclake.model.keys`: Kafka keys in Debezium's JsonConverter key format."""
 
 from __future__ import annotations
 
@@ -7,15 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from cdclake.envelope import ChangeEvent, KafkaCoordinates, parse_value
-from cdclake.kafka_io import read_event_file
-from cdclake.keys import build_key
+from cdclake.io.events import read_event_file
+from cdclake.model.envelope import ChangeEvent, KafkaCoordinates, parse_value
+from cdclake.model.keys import build_key
+from tests.conftest import DebeziumFiles
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "debezium"
-FLINK_WITH_SCHEMA = FIXTURES / "flink" / "debezium-data-schema-include.txt"
-FLINK_PAYLOAD_ONLY = FIXTURES / "flink" / "debezium-data-schema-exclude.txt"
-RW_WITH_SCHEMA = FIXTURES / "risingwave" / "debezium_log.1"
-RW_PAYLOAD_ONLY = FIXTURES / "risingwave" / "debezium_log_no_schema_field.1"
+FIXTURES = DebeziumFiles()
+FLINK_WITH_SCHEMA = FIXTURES / "flink/debezium-data-schema-include.txt"
+FLINK_PAYLOAD_ONLY = FIXTURES / "flink/debezium-data-schema-exclude.txt"
+RW_WITH_SCHEMA = FIXTURES / "risingwave/debezium_log.1"
+RW_PAYLOAD_ONLY = FIXTURES / "risingwave/debezium_log_no_schema_field.1"
 
 WHERE = KafkaCoordinates("test", 0, 0)
 
@@ -98,7 +99,7 @@ def test_risingwave_delete_key_with_schema_names_customers_key():
 def test_with_schema_and_payload_only_keys_share_the_payload():
     a = events(RW_WITH_SCHEMA, "json_with_schema")
     b = events(RW_PAYLOAD_ONLY, "json")
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         assert json.loads(build_key(x, ("id",), "json_with_schema"))["payload"] == json.loads(
             build_key(y, ("id",), "json")
         )
@@ -138,7 +139,10 @@ def test_key_without_value_schema_infers_connect_types():
     assert event.value_schema is None
     doc = json.loads(build_key(event, ("i", "s", "b", "f"), "json_with_schema"))
     assert [(f["field"], f["type"]) for f in doc["schema"]["fields"]] == [
-        ("i", "int64"), ("s", "string"), ("b", "boolean"), ("f", "double"),
+        ("i", "int64"),
+        ("s", "string"),
+        ("b", "boolean"),
+        ("f", "double"),
     ]
     assert doc["schema"]["name"] == "srv.db1.t.Key"
     assert doc["payload"] == row

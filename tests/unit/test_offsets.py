@@ -1,4 +1,4 @@
-"""Unit tests for :mod:`cdclake.offsets`: the per-run offset plan and offset (de)serialisation."""
+"""Unit tests for :mod:`cdclake.model.offsets`: the per-run offset plan and offset (de)serialisation."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 
 from cdclake.errors import OffsetsOutOfRangeError
-from cdclake.offsets import OffsetRange, decode_offsets, encode_offsets, plan_range
+from cdclake.model.offsets import OffsetRange, decode_offsets, encode_offsets, plan_range
 
 TOPIC = "dbserver1.inventory.products"
 

@@ -1,4 +1,4 @@
-"""Unit tests for :mod:`cdclake.position`: binlog file names, snapshot detection and event order."""
+"""Unit tests for :mod:`cdclake.model.position`: binlog file names, snapshot detection and event order."""
 
 from __future__ import annotations
 
@@ -6,12 +6,7 @@ import re
 
 import pytest
 
-from cdclake.position import (
-    BINLOG_FILE_PATTERN,
-    BinlogPosition,
-    is_snapshot_read,
-    split_binlog_file,
-)
+from cdclake.model.position import BINLOG_FILE_PATTERN, BinlogPosition, is_snapshot_read, split_binlog_file
 
 
 def src(file: str = "mysql-bin.000003", pos: int = 154, row: int | None = 0, snapshot=None) -> dict:

@@ -1,4 +1,4 @@
-"""Unit tests for :mod:`cdclake.schema_sync`: the MySQL type map, schema-change records, and the
+"""Unit tests for :mod:`cdclake.pipeline.schema_sync`: the MySQL type map, schema-change records, and the
 diff applied with pyiceberg on a real SQL catalog (SQLite, temporary warehouse)."""
 
 from __future__ import annotations
@@ -10,28 +10,27 @@ from pathlib import Path
 import pytest
 from pyiceberg.types import IntegerType
 
-from cdclake.config import ConnectorModes
-from cdclake.lake import COLUMN_ENCODINGS_PROPERTY, SCHEMA_CHANGE_POSITION_PROPERTY, load_catalog
-from cdclake.offsets import OffsetRange
-from cdclake.position import BinlogPosition
-from cdclake.schema_sync import (
-    SchemaChangeError,
-    changes_from_record,
-    column_type,
-    same_json_values,
-    is_promotion,
-    sync_changes,
-)
+from cdclake.errors import SchemaChangeError, SchemaError
+from cdclake.io.catalog import load_catalog
+from cdclake.model.config import ConnectorModes
+from cdclake.model.layout import COLUMN_ENCODINGS_PROPERTY, SCHEMA_CHANGE_POSITION_PROPERTY
+from cdclake.model.mysql_types import column_type
+from cdclake.model.offsets import OffsetRange
+from cdclake.model.position import BinlogPosition
+from cdclake.model.schema_changes import changes_from_record
+from cdclake.model.schema_diff import is_promotion, same_json_values
+from cdclake.model.types import columns_from_connect
+from cdclake.pipeline.schema_sync import sync_changes
 from cdclake.settings import Settings
-from cdclake.errors import SchemaError
-from cdclake.types import columns_from_connect
 from tests.conftest import make_table
 
 CHAIN = Path(__file__).resolve().parents[1] / "data" / "chain"
 RECORDS = [json.loads(line) for line in (CHAIN / "schema-changes.jsonl").read_text().splitlines() if line]
 TABLE_ID = '"inventory"."orders"'
 CREATE = next(  # the recorded CREATE TABLE orders, with its envelope
-    json.loads(r["value"]) for r in RECORDS if json.loads(r["value"])["payload"]["ddl"].startswith("CREATE TABLE orders")
+    json.loads(r["value"])
+    for r in RECORDS
+    if json.loads(r["value"])["payload"]["ddl"].startswith("CREATE TABLE orders")
 )
 # the positions in these tests are set relative to the CREATE at 1915 (whatever the recording's was)
 CREATE["payload"]["source"].update({"file": "mysql-bin.000001", "pos": 1915, "row": 0})
@@ -39,10 +38,23 @@ BASE_COLUMNS = CREATE["payload"]["tableChanges"][0]["table"]["columns"]
 
 
 def column(name: str, type_name: str, position: int, *, optional: bool = True, length=None, scale=None) -> dict:
-    return {"name": name, "jdbcType": 0, "nativeType": None, "typeName": type_name, "typeExpression": type_name,
-            "charsetName": None, "length": length, "scale": scale, "position": position, "optional": optional,
-            "autoIncremented": False, "generated": False, "comment": None, "defaultValueExpression": None,
-            "enumValues": None}
+    return {
+        "name": name,
+        "jdbcType": 0,
+        "nativeType": None,
+        "typeName": type_name,
+        "typeExpression": type_name,
+        "charsetName": None,
+        "length": length,
+        "scale": scale,
+        "position": position,
+        "optional": optional,
+        "autoIncremented": False,
+        "generated": False,
+        "comment": None,
+        "defaultValueExpression": None,
+        "enumValues": None,
+    }
 
 
 def columns_with(*, drop=(), rename=None, change=None, insert=None) -> list[dict]:
@@ -60,17 +72,31 @@ def columns_with(*, drop=(), rename=None, change=None, insert=None) -> list[dict
     return cols
 
 
-def event(ddl: str, pos: int, columns: list[dict] | None, *, kind: str = "ALTER", pk=("id",), snapshot="false",
-          envelope: bool = True, table_id: str = TABLE_ID) -> dict:
+def event(
+    ddl: str,
+    pos: int,
+    columns: list[dict] | None,
+    *,
+    kind: str = "ALTER",
+    pk=("id",),
+    snapshot="false",
+    envelope: bool = True,
+    table_id: str = TABLE_ID,
+) -> dict:
     """A schema-change record value shaped like the recorded ones."""
     doc = copy.deepcopy(CREATE)
     payload = doc["payload"]
     payload["source"].update({"pos": pos, "snapshot": snapshot})
     payload["ddl"] = ddl
-    payload["tableChanges"] = [{"type": kind, "id": table_id,
-                                "table": None if columns is None else {
-                                    "defaultCharsetName": None, "primaryKeyColumnNames": list(pk),
-                                    "columns": columns, "comment": None}}]
+    payload["tableChanges"] = [
+        {
+            "type": kind,
+            "id": table_id,
+            "table": None
+            if columns is None
+            else {"defaultCharsetName": None, "primaryKeyColumnNames": list(pk), "columns": columns, "comment": None},
+        }
+    ]
     return doc if envelope else payload
 
 
@@ -99,8 +125,11 @@ def positions(*pos: int) -> list[tuple[int, int, BinlogPosition]]:
 
 
 def fields(table) -> list[tuple[int, str, str, bool]]:
-    return [(f.field_id, f.name, str(f.field_type), f.required) for f in table.schema().fields
-            if not f.name.startswith("_cdc_")]
+    return [
+        (f.field_id, f.name, str(f.field_type), f.required)
+        for f in table.schema().fields
+        if not f.name.startswith("_cdc_")
+    ]
 
 
 def create_orders(catalog, t):
@@ -134,12 +163,19 @@ def test_created_table_matches_the_data_paths_connect_mapping(catalog):
         (column("a", "SMALLINT UNSIGNED", 1), {}, ("int", "int32")),
         (column("a", "INT UNSIGNED", 1), {}, ("long", "int64")),
         (column("a", "BIGINT UNSIGNED", 1), {"bigint_unsigned_handling_mode": "long"}, ("long", "int64")),
-        (column("a", "BIGINT UNSIGNED", 1), {"bigint_unsigned_handling_mode": "precise"},
-         ("decimal(20,0)", "org.apache.kafka.connect.data.Decimal(20,0)")),
+        (
+            column("a", "BIGINT UNSIGNED", 1),
+            {"bigint_unsigned_handling_mode": "precise"},
+            ("decimal(20,0)", "org.apache.kafka.connect.data.Decimal(20,0)"),
+        ),
         (column("a", "FLOAT", 1), {}, ("float", "float")),
         (column("a", "FLOAT", 1, length=25), {}, ("double", "double")),
         (column("a", "FLOAT", 1, length=10, scale=2), {}, ("double", "double")),
-        (column("a", "DECIMAL", 1, length=10, scale=2), {}, ("decimal(10,2)", "org.apache.kafka.connect.data.Decimal(10,2)")),
+        (
+            column("a", "DECIMAL", 1, length=10, scale=2),
+            {},
+            ("decimal(10,2)", "org.apache.kafka.connect.data.Decimal(10,2)"),
+        ),
         (column("a", "DECIMAL", 1, length=65, scale=1), {}, ("string", "org.apache.kafka.connect.data.Decimal(65,1)")),
         (column("a", "DECIMAL", 1, length=10, scale=2), {"decimal_handling_mode": "double"}, ("double", "double")),
         (column("a", "DECIMAL", 1, length=10, scale=2), {"decimal_handling_mode": "string"}, ("string", "string")),
@@ -180,7 +216,8 @@ def test_promotion_rules_are_icebergs():
     assert not is_promotion("decimal(12,2)", "decimal(10,2)")
     assert not is_promotion("string", "int")
     assert same_json_values("int16", "int64") and not same_json_values(
-        "io.debezium.time.Timestamp", "io.debezium.time.MicroTimestamp")
+        "io.debezium.time.Timestamp", "io.debezium.time.MicroTimestamp"
+    )
 
 
 # --- records -----------------------------------------------------------------------------------
@@ -200,13 +237,17 @@ def test_recorded_records_yield_this_tables_changes_only():
     assert [c["name"] for c in create.columns] == ["id", "customer", "qty", "price", "note", "placed", "active"]
     assert create.primary_key == ("id",)
     signal = changes_from_record(
-        next(r["value"] for r in RECORDS if "CREATE TABLE `debezium_signal`" in r["value"]), '"inventory"."debezium_signal"')
+        next(r["value"] for r in RECORDS if "CREATE TABLE `debezium_signal`" in r["value"]),
+        '"inventory"."debezium_signal"',
+    )
     assert signal[0].snapshot and signal[0].position.change_rank == 0
 
 
 def test_record_without_envelope_is_read_the_same():
     with_schema = changes_from_record(json.dumps(event("ALTER TABLE orders ADD x INT", 3000, columns_with())), TABLE_ID)
-    bare = changes_from_record(json.dumps(event("ALTER TABLE orders ADD x INT", 3000, columns_with(), envelope=False)), TABLE_ID)
+    bare = changes_from_record(
+        json.dumps(event("ALTER TABLE orders ADD x INT", 3000, columns_with(), envelope=False)), TABLE_ID
+    )
     assert with_schema == bare
 
 
@@ -221,8 +262,11 @@ def test_rename_of_the_table_is_kept_even_without_its_table_change():
 def test_new_column_is_optional_at_its_position_with_its_encoding(catalog):
     t = cfg()
     create_orders(catalog, t)
-    add = event("ALTER TABLE orders ADD COLUMN discount DECIMAL(10,2) NOT NULL DEFAULT 0 AFTER price", 3000,
-                columns_with(insert=[("price", column("discount", "DECIMAL", 0, optional=False, length=10, scale=2))]))
+    add = event(
+        "ALTER TABLE orders ADD COLUMN discount DECIMAL(10,2) NOT NULL DEFAULT 0 AFTER price",
+        3000,
+        columns_with(insert=[("price", column("discount", "DECIMAL", 0, optional=False, length=10, scale=2))]),
+    )
     # additive: applied although the batch has events before it
     result = sync_changes(catalog, t, parse(CREATE, add), data_positions=positions(2500, 3500), offset_range=RANGE)
     assert result.capped_before is None and result.offset_range == RANGE
@@ -231,15 +275,21 @@ def test_new_column_is_optional_at_its_position_with_its_encoding(catalog):
     assert names == ["id", "customer", "qty", "price", "discount", "note", "placed", "active"]
     discount = table.schema().find_field("discount")
     assert (str(discount.field_type), discount.required) == ("decimal(10, 2)", False)
-    assert json.loads(table.properties[COLUMN_ENCODINGS_PROPERTY])["discount"] == "org.apache.kafka.connect.data.Decimal(10,2)"
+    assert (
+        json.loads(table.properties[COLUMN_ENCODINGS_PROPERTY])["discount"]
+        == "org.apache.kafka.connect.data.Decimal(10,2)"
+    )
     assert table.properties[SCHEMA_CHANGE_POSITION_PROPERTY] == "1:3000:0:1"
 
 
 def test_widening_and_nullability_keep_field_ids(catalog):
     t = cfg()
     before = {n: i for i, n, _, _ in fields(create_orders(catalog, t))}
-    alter = event("ALTER TABLE orders MODIFY qty BIGINT NOT NULL, MODIFY customer VARCHAR(80) NULL", 3000,
-                  columns_with(change={"qty": {"typeName": "BIGINT"}, "customer": {"optional": True, "length": 80}}))
+    alter = event(
+        "ALTER TABLE orders MODIFY qty BIGINT NOT NULL, MODIFY customer VARCHAR(80) NULL",
+        3000,
+        columns_with(change={"qty": {"typeName": "BIGINT"}, "customer": {"optional": True, "length": 80}}),
+    )
     sync_changes(catalog, t, parse(CREATE, alter), data_positions=positions(2500, 3500), offset_range=RANGE)
     table = catalog.load_table(t.identifier)
     by_name = {n: (i, ty, req) for i, n, ty, req in fields(table)}
@@ -251,7 +301,9 @@ def test_widening_and_nullability_keep_field_ids(catalog):
 def test_rename_is_a_rename_and_a_barrier(catalog):
     t = cfg()
     ids = {n: i for i, n, _, _ in fields(create_orders(catalog, t))}
-    rename = event("ALTER TABLE orders CHANGE COLUMN qty quantity INT NOT NULL", 3000, columns_with(rename={"qty": "quantity"}))
+    rename = event(
+        "ALTER TABLE orders CHANGE COLUMN qty quantity INT NOT NULL", 3000, columns_with(rename={"qty": "quantity"})
+    )
     changes = parse(CREATE, rename)
     # events before the rename in the batch: capped before the first event at or after it
     result = sync_changes(catalog, t, changes, data_positions=positions(2500, 2600, 3100, 3200), offset_range=RANGE)
@@ -260,7 +312,9 @@ def test_rename_is_a_rename_and_a_barrier(catalog):
     assert "quantity" not in [n for _, n, _, _ in fields(catalog.load_table(t.identifier))]
     # next run: the batch starts after the rename
     after = OffsetRange(topic=RANGE.topic, start={0: 2}, end={0: 10})
-    result = sync_changes(catalog, t, changes, data_positions=[(0, 2, BinlogPosition(1, 3100, 0, 1))], offset_range=after)
+    result = sync_changes(
+        catalog, t, changes, data_positions=[(0, 2, BinlogPosition(1, 3100, 0, 1))], offset_range=after
+    )
     assert result.offset_range == after
     table = catalog.load_table(t.identifier)
     by_name = {n: i for i, n, _, _ in fields(table)}
@@ -322,8 +376,12 @@ def test_incompatible_change_as_new_column_renames_the_old_one_aside(catalog):
 def test_primary_key_change_sets_identifier_fields_and_requires_the_config_to_follow(catalog):
     t = cfg()
     create_orders(catalog, t)
-    pk = event("ALTER TABLE orders DROP PRIMARY KEY, ADD PRIMARY KEY (id, customer)", 3000, columns_with(),
-               pk=("id", "customer"))
+    pk = event(
+        "ALTER TABLE orders DROP PRIMARY KEY, ADD PRIMARY KEY (id, customer)",
+        3000,
+        columns_with(),
+        pk=("id", "customer"),
+    )
     with pytest.raises(SchemaError, match=r"primary key is \['customer', 'id'\]"):
         sync_changes(catalog, t, parse(CREATE, pk), data_positions=positions(3500), offset_range=RANGE)
     table = catalog.load_table(t.identifier)
@@ -335,9 +393,13 @@ def test_primary_key_change_sets_identifier_fields_and_requires_the_config_to_fo
 def test_rerun_applies_nothing_twice(catalog):
     t = cfg()
     create_orders(catalog, t)
-    changes = parse(CREATE,
-                    event("ALTER TABLE orders ADD COLUMN x INT", 3000, columns_with(insert=[("active", column("x", "INT", 0))])),
-                    event("ALTER TABLE orders RENAME COLUMN x TO y", 3100, columns_with(insert=[("active", column("y", "INT", 0))])))
+    changes = parse(
+        CREATE,
+        event("ALTER TABLE orders ADD COLUMN x INT", 3000, columns_with(insert=[("active", column("x", "INT", 0))])),
+        event(
+            "ALTER TABLE orders RENAME COLUMN x TO y", 3100, columns_with(insert=[("active", column("y", "INT", 0))])
+        ),
+    )
     sync_changes(catalog, t, changes, data_positions=positions(3200), offset_range=RANGE)
     table = catalog.load_table(t.identifier)
     state = (table.schema().schema_id, len(table.metadata.schemas), dict(table.properties))
@@ -384,8 +446,9 @@ def test_unreadable_ddl_that_cannot_hide_a_rename_is_applied_from_table_changes(
     change that only adds a column cannot be a rename."""
     t = cfg()
     create_orders(catalog, t)
-    add = event("ALTER TABLE orders ADD loc POINT NULL", 3000,
-                columns_with(insert=[("active", column("loc", "POINT", 8))]))
+    add = event(
+        "ALTER TABLE orders ADD loc POINT NULL", 3000, columns_with(insert=[("active", column("loc", "POINT", 8))])
+    )
     sync_changes(catalog, t, parse(CREATE, add), data_positions=positions(2500, 3500), offset_range=RANGE)
     table = catalog.load_table(t.identifier)
     loc = table.schema().find_field("loc")
@@ -393,7 +456,10 @@ def test_unreadable_ddl_that_cannot_hide_a_rename_is_applied_from_table_changes(
     assert [f.name for f in loc.field_type.fields] == ["wkb", "srid"]
     assert json.loads(table.properties[COLUMN_ENCODINGS_PROPERTY])["loc"] == "io.debezium.data.geometry.Point"
     # and a later change leaves the struct column alone (its type reads back the same)
-    more = event("ALTER TABLE orders ADD tag INT NULL", 4000,
-                 columns_with(insert=[("active", column("loc", "POINT", 8)), ("loc", column("tag", "INT", 9))]))
+    more = event(
+        "ALTER TABLE orders ADD tag INT NULL",
+        4000,
+        columns_with(insert=[("active", column("loc", "POINT", 8)), ("loc", column("tag", "INT", 9))]),
+    )
     sync_changes(catalog, t, parse(CREATE, add, more), data_positions=positions(2500, 4500), offset_range=RANGE)
     assert catalog.load_table(t.identifier).schema().find_field("tag").field_type == IntegerType()

@@ -121,12 +121,10 @@ def test_jdbc_uri_for_postgresql_without_credentials():
     assert with_uri("postgresql://host:5432/db").jdbc_catalog_uri == "jdbc:postgresql://host:5432/db"
 
 
-@pytest.mark.parametrize(
-    "uri", ["mysql://u:p@host/db", "postgres://u:p@host/db", "jdbc:sqlite:/x.db", "/abs/x.db"]
-)
+@pytest.mark.parametrize("uri", ["mysql://u:p@host/db", "postgres://u:p@host/db", "jdbc:sqlite:/x.db", "/abs/x.db"])
 def test_unsupported_catalog_uri_raises(uri):
     with pytest.raises(ValueError, match="only sqlite:/// and postgresql:// are supported"):
-        with_uri(uri).jdbc_catalog_uri
+        _ = with_uri(uri).jdbc_catalog_uri
 
 
 # --- Spark catalog conf -------------------------------------------------------------------------

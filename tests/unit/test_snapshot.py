@@ -1,4 +1,4 @@
-"""Snapshot signals and notifications (cdclake.snapshot), on Debezium's documented shapes and on
+"""Snapshot signals and notifications (cdclake.model.snapshot), on Debezium's documented shapes and on
 notifications recorded from the real connector (tests/data/chain/notifications.jsonl)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cdclake.snapshot import (
-    SnapshotError,
+from cdclake.errors import SnapshotError
+from cdclake.model.snapshot import (
     belongs_to,
     build_signal,
     caught_up,
@@ -55,8 +55,13 @@ def test_signal_id_is_stable_per_run_and_action_and_fits_the_signal_table():
 
 
 def test_execute_signal_carries_tables_type_and_filters():
-    s = build_signal("x", "execute", ["inventory.orders", "inventory.users"], "incremental",
-                     {"inventory.orders": "id > 10 AND note = 'it''s'"})
+    s = build_signal(
+        "x",
+        "execute",
+        ["inventory.orders", "inventory.users"],
+        "incremental",
+        {"inventory.orders": "id > 10 AND note = 'it''s'"},
+    )
     assert s.type == "execute-snapshot"
     assert s.data == {
         "type": "incremental",
@@ -66,22 +71,28 @@ def test_execute_signal_carries_tables_type_and_filters():
     assert json.loads(s.data_json) == s.data
 
 
-@pytest.mark.parametrize(("action", "expected"), [
-    ("stop", {"type": "blocking", "data-collections": ["inventory.orders"]}),
-    ("pause", {"type": "blocking"}),
-    ("resume", {"type": "blocking"}),
-])
+@pytest.mark.parametrize(
+    ("action", "expected"),
+    [
+        ("stop", {"type": "blocking", "data-collections": ["inventory.orders"]}),
+        ("pause", {"type": "blocking"}),
+        ("resume", {"type": "blocking"}),
+    ],
+)
 def test_stop_pause_resume_signals(action, expected):
     s = build_signal("x", action, ["inventory.orders"], "blocking")
     assert (s.type, s.data) == (f"{action}-snapshot", expected)
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (("x", "explode", ["a.b"]), "action"),
-    (("x", "execute", ["a.b"], "lazy"), "snapshot type"),
-    (("x", "execute", []), "at least one table"),
-    (("x", "execute", ["a.b"], "incremental", {"a.c": "1=1"}), "not in the snapshot"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("x", "explode", ["a.b"]), "action"),
+        (("x", "execute", ["a.b"], "lazy"), "snapshot type"),
+        (("x", "execute", []), "at least one table"),
+        (("x", "execute", ["a.b"], "incremental", {"a.c": "1=1"}), "not in the snapshot"),
+    ],
+)
 def test_bad_signal_requests_are_refused(args, message):
     with pytest.raises(ValueError, match=message):
         build_signal(*args)
@@ -102,9 +113,15 @@ def test_recorded_incremental_snapshot_of_the_bootstrap_dag_is_recognised():
     lines = [json.loads(line) for line in RECORDED.read_text().splitlines() if line.strip()]
     ours = {parse_notification(line["value"]).id for line in lines} - {None}
     sid = next(i for i in ours if i.startswith("cdclake-execute-"))
-    kw = {"signal_ids": [sid], "snapshot_type": "incremental", "since_ms": 0, "data_collections": ["inventory.accounts"]}
-    fired = [match_notification(_Message(line["value"].encode(), line["partition"], line["offset"]), **kw)
-             for line in lines]
+    kw = {
+        "signal_ids": [sid],
+        "snapshot_type": "incremental",
+        "since_ms": 0,
+        "data_collections": ["inventory.accounts"],
+    }
+    fired = [
+        match_notification(_Message(line["value"].encode(), line["partition"], line["offset"]), **kw) for line in lines
+    ]
     assert [f["type"] for f in fired if f] == ["COMPLETED"]
     notes = [parse_notification(line["value"]) for line in lines]
     assert scan_results(notes, [sid], "incremental", 0, ["inventory.accounts"]) == {"inventory.accounts": "SUCCEEDED"}
@@ -145,8 +162,10 @@ def test_the_wait_fires_on_completion_abort_or_a_failed_scan_of_our_table_only()
 
 @pytest.mark.parametrize("status", ["SQL_EXCEPTION", "NO_PRIMARY_KEY", "UNKNOWN_SCHEMA"])
 def test_failed_scans_fail_with_table_and_status(status):
-    notes = [parse_notification(_notification("s1", "TABLE_SCAN_COMPLETED", data_collection="inventory.t", status=status)),
-             parse_notification(_notification("s1", "COMPLETED"))]
+    notes = [
+        parse_notification(_notification("s1", "TABLE_SCAN_COMPLETED", data_collection="inventory.t", status=status)),
+        parse_notification(_notification("s1", "COMPLETED")),
+    ]
     results = scan_results(notes, ["s1"], "incremental", 0, ["inventory.t"])
     assert results == {"inventory.t": status}
     with pytest.raises(SnapshotError, match=f"inventory.t: {status}"):

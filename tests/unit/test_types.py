@@ -1,15 +1,13 @@
-"""Unit tests for :mod:`cdclake.types`: Connect field schemas and config columns -> Iceberg columns."""
+"""Unit tests for :mod:`cdclake.model.types`: Connect field schemas and config columns -> Iceberg columns."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from cdclake.envelope import KafkaCoordinates, parse_value
 from cdclake.errors import SchemaError
-from cdclake.kafka_io import read_event_file
-from cdclake.types import (
+from cdclake.io.events import read_event_file
+from cdclake.model.envelope import KafkaCoordinates, parse_value
+from cdclake.model.types import (
     ColumnSpec,
     column_doc,
     column_from_connect,
@@ -19,8 +17,9 @@ from cdclake.types import (
     iceberg_type_of_encoding,
     parse_decimal_encoding,
 )
+from tests.conftest import DebeziumFiles
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "debezium"
+FIXTURES = DebeziumFiles()
 
 
 def field(ctype: str, name: str = "c", optional: bool = True, semantic: str | None = None) -> dict:
@@ -247,7 +246,7 @@ def test_field_without_name_or_type_raises(broken):
 
 
 def test_columns_from_connect_maps_flink_products_row_schema():
-    value = read_event_file(FIXTURES / "flink" / "debezium-data-schema-include.txt")[0]
+    value = read_event_file(FIXTURES / "flink/debezium-data-schema-include.txt")[0]
     event = parse_value(value, "json_with_schema", KafkaCoordinates("t", 0, 0))
     assert columns_from_connect(event.row_schema()) == [
         ColumnSpec("id", "int", True, "int32"),
@@ -258,7 +257,7 @@ def test_columns_from_connect_maps_flink_products_row_schema():
 
 
 def test_columns_from_connect_maps_risingwave_customers_row_schema():
-    value = read_event_file(FIXTURES / "risingwave" / "debezium_log.1")[0]
+    value = read_event_file(FIXTURES / "risingwave/debezium_log.1")[0]
     event = parse_value(value, "json_with_schema", KafkaCoordinates("t", 0, 0))
     specs = columns_from_connect(event.row_schema())
     assert [(s.name, s.iceberg_type, s.required) for s in specs] == [

@@ -1,0 +1,211 @@
+"""The Iceberg side through pyiceberg: the one catalog factory, CDC tables and side tables, and
+the state read back from a table (:mod:`cdclake.model.layout` defines the layout).
+
+pyiceberg's catalog and Spark's ``JdbcCatalog`` read the same catalog database under the same
+catalog name (:meth:`cdclake.settings.Settings.spark_catalog_conf`), so both see every commit.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cdclake.errors import SchemaError
+from cdclake.model.layout import (
+    METADATA_COLUMN_NAMES,
+    METADATA_COLUMNS,
+    SIDE_TABLE_PROPERTIES,
+    TABLE_PROPERTIES,
+    CommittedState,
+    column_encodings,
+    column_encodings_property,
+    committed_state_of,
+)
+from cdclake.model.offsets import Offsets
+from cdclake.model.schema_diff import SourceSchema
+from cdclake.model.types import ColumnSpec, column_doc, parse_decimal_type
+from cdclake.settings import Settings
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
+    from pyiceberg.types import IcebergType
+
+
+def load_catalog(settings: Settings) -> Catalog:
+    """The pyiceberg SQL catalog that Spark's ``JdbcCatalog`` also uses (same name, same DB).
+
+    The one place a catalog is built: callers resolve it once per task or run and pass it on.
+    """
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    if settings.catalog_uri.startswith("sqlite:///"):
+        Path(settings.catalog_uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+    return SqlCatalog(settings.catalog_name, uri=settings.catalog_uri, warehouse=settings.warehouse)
+
+
+def load_table_or_none(catalog: Catalog, identifier: str) -> Table | None:
+    """The table ``namespace.table``, or ``None`` when it does not exist."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        return catalog.load_table(identifier)
+    except NoSuchTableError:
+        return None
+
+
+def committed_state(table: Table, topic: str) -> CommittedState:
+    """The state recorded by the newest CDC commit of ``topic`` in the current snapshot's ancestry
+    (maintenance snapshots, which carry no offsets, are walked past)."""
+    from pyiceberg.table.snapshots import ancestors_of
+
+    current = table.current_snapshot()
+    if current is None:
+        return CommittedState(None)
+    summaries = (
+        None if snap.summary is None else snap.summary.additional_properties
+        for snap in ancestors_of(current, table.metadata)
+    )
+    return committed_state_of(current.snapshot_id, summaries, topic)
+
+
+def committed_offsets(table: Table | None, topic: str) -> Offsets | None:
+    """End offsets of the newest CDC commit of ``topic`` (``None``: the table does not exist or
+    never committed)."""
+    return None if table is None else committed_state(table, topic).offsets
+
+
+def source_schema(table: Table) -> SourceSchema:
+    """The source part of ``table``'s current schema (metadata columns left out), with the
+    encodings recorded in its properties (``""`` for a column without one)."""
+    encodings = column_encodings(table.properties)
+    schema = table.schema()
+    columns = tuple(
+        ColumnSpec(f.name, iceberg_type_name(f.field_type), f.required, encodings.get(f.name, ""))
+        for f in schema.fields
+        if f.name not in METADATA_COLUMN_NAMES
+    )
+    return SourceSchema(columns, tuple(sorted(schema.identifier_field_names())))
+
+
+def identifier_fields(table: Table | None) -> tuple[str, ...] | None:
+    """The table's identifier field names (``None`` when the table does not exist)."""
+    return None if table is None else tuple(table.schema().identifier_field_names())
+
+
+def ensure_side_table(
+    catalog: Catalog,
+    identifier: str,
+    columns: list[tuple[str, str, bool]],
+    docs: dict[str, str] | None = None,
+) -> Table:
+    """Create ``identifier`` with ``(name, Iceberg type, required)`` columns unless it exists."""
+    from pyiceberg.exceptions import TableAlreadyExistsError
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import NestedField
+
+    existing = load_table_or_none(catalog, identifier)
+    if existing is not None:
+        return existing
+    docs = docs or {}
+    fields = [
+        NestedField(i, name, iceberg_type(typ), required=req, doc=docs.get(name))
+        for i, (name, typ, req) in enumerate(columns, start=1)
+    ]
+    catalog.create_namespace_if_not_exists(identifier.rsplit(".", 1)[0])
+    try:
+        return catalog.create_table(identifier, schema=Schema(*fields), properties=SIDE_TABLE_PROPERTIES)
+    except TableAlreadyExistsError:
+        return catalog.load_table(identifier)
+
+
+def create_cdc_table(
+    catalog: Catalog,
+    identifier: str,
+    columns: list[ColumnSpec],
+    primary_key: tuple[str, ...],
+    *,
+    properties: dict[str, str] | None = None,
+) -> Table:
+    """Create a CDC table: source columns, then metadata columns; primary key = identifier fields.
+
+    ``properties`` are added to the table's (schema sync records its progress there).
+
+    Raises:
+        SchemaError: a primary-key column is missing from ``columns``.
+    """
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import NestedField
+
+    names = [c.name for c in columns]
+    missing = [c for c in primary_key if c not in names]
+    if missing:
+        raise SchemaError(f"table {identifier}: primary key column(s) {missing} not in {names}")
+    # top-level fields take ids 1..n in order; nested fields (spatial structs) the ids after them
+    nested_ids = itertools.count(len(columns) + len(METADATA_COLUMNS) + 1)
+    fields = []
+    for i, col in enumerate(columns, start=1):
+        fields.append(
+            NestedField(
+                i,
+                col.name,
+                iceberg_type(col.iceberg_type, nested_ids),
+                required=col.required or col.name in primary_key,
+                doc=column_doc(col.encoding),
+            )
+        )
+    for j, (name, typ, doc) in enumerate(METADATA_COLUMNS, start=len(columns) + 1):
+        fields.append(NestedField(j, name, iceberg_type(typ), required=False, doc=doc))
+    ids = [f.field_id for f in fields if f.name in primary_key]
+    schema = Schema(*fields, identifier_field_ids=ids)
+    namespace = identifier.rsplit(".", 1)[0]
+    catalog.create_namespace_if_not_exists(namespace)
+    table_properties = {**TABLE_PROPERTIES, **(properties or {})}
+    table_properties.update(column_encodings_property({c.name: c.encoding for c in columns}))
+    return catalog.create_table(identifier, schema=schema, properties=table_properties)
+
+
+_STRUCT_TYPE = re.compile(r"^struct<(.*)>$")
+
+_SIMPLE_TYPES = ("boolean", "int", "long", "float", "double", "date", "timestamp", "timestamptz", "string", "binary")
+
+
+def iceberg_type(name: str, nested_ids: Iterator[int] | None = None) -> IcebergType:
+    """The pyiceberg type of an Iceberg type name: a primitive, ``decimal(P,S)``, or
+    ``struct<name:primitive,...>`` (optional fields, ids from ``nested_ids``).
+
+    Raises:
+        ValueError: an unknown type name, or a struct without ``nested_ids``.
+    """
+    from pyiceberg import types as t
+
+    struct = _STRUCT_TYPE.match(name)
+    if struct is not None:
+        if nested_ids is None:
+            raise ValueError(f"Iceberg type {name!r} needs ids for its fields")
+        members = [m.split(":", 1) for m in struct.group(1).split(",")]
+        return t.StructType(
+            *[t.NestedField(next(nested_ids), fname, iceberg_type(ftype), required=False) for fname, ftype in members]
+        )
+    if name in _SIMPLE_TYPES:
+        primitive: IcebergType = t.PrimitiveType.model_validate(name)
+        return primitive
+    dec = parse_decimal_type(name)
+    if dec is not None:
+        return t.DecimalType(*dec)
+    raise ValueError(f"unknown Iceberg type {name!r}")
+
+
+def iceberg_type_name(field_type: Any) -> str:
+    """Inverse of :func:`iceberg_type`: a pyiceberg type as this project names it
+    (``decimal(P,S)`` without a space, ``struct<wkb:binary,srid:int>``)."""
+    from pyiceberg.types import DecimalType, StructType
+
+    if isinstance(field_type, DecimalType):
+        return f"decimal({field_type.precision},{field_type.scale})"
+    if isinstance(field_type, StructType):
+        return "struct<" + ",".join(f"{f.name}:{iceberg_type_name(f.field_type)}" for f in field_type.fields) + ">"
+    return str(field_type)

@@ -1,0 +1,344 @@
+"""Kafka I/O with confluent-kafka: every Kafka client of the project is built here, by
+:class:`KafkaClients`, from one client config.
+
+The client config is librdkafka's (``bootstrap.servers``, ``security.protocol``,
+``sasl.mechanism``, ``sasl.username``, ``sasl.password``, ``ssl.ca.location``, ...): the ``extra``
+of an Airflow Kafka connection (the Apache Kafka provider's connection shape) is exactly that, and
+the Airflow side hands it over whole, security settings included. :meth:`KafkaClients.spark_options`
+translates it for Spark's Kafka source, which runs the Java client.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from cdclake.errors import ConfigError, TopicNotFoundError
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer, Message, Producer
+    from confluent_kafka.admin import AdminClient
+
+log = logging.getLogger(__name__)
+
+TIMEOUT_S = 30.0
+"""Seconds a metadata, watermark or delivery call may take before it fails."""
+
+_CONSUMER_DEFAULTS = {"enable.auto.commit": False, "log_level": 3}
+"""Our consumers read assigned offset ranges and never commit offsets to Kafka (the table's
+Iceberg commit holds them); ``log_level`` 3 keeps librdkafka's notices out of task logs."""
+
+_GROUP_KEYS = frozenset(
+    {"group.id", "auto.offset.reset", "enable.auto.commit", "enable.partition.eof", "session.timeout.ms"}
+)
+"""Consumer-group settings of a shared connection: each client here sets its own."""
+
+_SPARK_PASS_THROUGH = frozenset(
+    {
+        "bootstrap.servers",
+        "security.protocol",
+        "client.id",
+        "client.dns.lookup",
+        "ssl.endpoint.identification.algorithm",
+        "ssl.key.password",
+        "request.timeout.ms",
+        "socket.connection.setup.timeout.ms",
+        "metadata.max.age.ms",
+        "reconnect.backoff.ms",
+        "reconnect.backoff.max.ms",
+        "retry.backoff.ms",
+        "sasl.kerberos.service.name",
+    }
+)
+"""librdkafka properties whose Java client property has the same name and meaning."""
+
+_SPARK_NOT_NEEDED = frozenset(
+    {
+        "group.id",
+        "auto.offset.reset",
+        "enable.auto.commit",
+        "log_level",
+        "debug",
+        "partitioner",
+        "enable.idempotence",
+        "linger.ms",
+        "acks",
+        "enable.partition.eof",
+        "session.timeout.ms",
+    }
+)
+"""Consumer-group, producer and logging properties: Spark's Kafka source manages these itself
+(it assigns offsets explicitly and never joins a group), so they are not passed on."""
+
+
+@dataclass(frozen=True)
+class Watermarks:
+    """Per-partition offsets of a topic: ``low`` (first kept) and ``high`` (next to be written)."""
+
+    low: dict[int, int]
+    high: dict[int, int]
+
+
+class KafkaClients:
+    """Builds every Kafka client (consumer, producer, admin, Spark source options) from one
+    librdkafka client config.
+
+    Args:
+        config: librdkafka properties; ``bootstrap.servers`` is required. Values are passed as
+            given (an Airflow Kafka connection's ``extra``).
+
+    Raises:
+        ConfigError: no ``bootstrap.servers``.
+    """
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        if not config.get("bootstrap.servers"):
+            raise ConfigError(f"Kafka client config has no 'bootstrap.servers' (keys: {sorted(config)})")
+        self._config = dict(config)
+
+    @classmethod
+    def from_bootstrap(cls, servers: str) -> KafkaClients:
+        """Clients of a plaintext cluster known only by its ``bootstrap.servers``."""
+        return cls({"bootstrap.servers": servers})
+
+    @property
+    def bootstrap(self) -> str:
+        """``bootstrap.servers``."""
+        return str(self._config["bootstrap.servers"])
+
+    def __repr__(self) -> str:  # never the config: it may hold credentials
+        return f"KafkaClients(bootstrap.servers={self.bootstrap!r})"
+
+    def _client_config(self, **overrides: Any) -> dict[str, Any]:
+        conf = {k: v for k, v in self._config.items() if k not in _GROUP_KEYS}
+        conf.setdefault("log_level", 3)
+        conf.update(overrides)
+        return conf
+
+    def consumer(self, group_id: str) -> Consumer:
+        """A consumer that never commits offsets (reads assigned ranges only)."""
+        from confluent_kafka import Consumer
+
+        return Consumer({**self._client_config(), **_CONSUMER_DEFAULTS, "group.id": group_id})
+
+    def producer(self, **overrides: Any) -> Producer:
+        """An idempotent producer (``overrides``: further librdkafka producer properties)."""
+        from confluent_kafka import Producer
+
+        return Producer(self._client_config(**{"enable.idempotence": True, **overrides}))
+
+    def admin(self) -> AdminClient:
+        from confluent_kafka.admin import AdminClient
+
+        return AdminClient(self._client_config())
+
+    def spark_options(self) -> dict[str, str]:
+        """The config as options of Spark's Kafka source (``kafka.<Java client property>``).
+
+        ``sasl.mechanism(s)`` + ``sasl.username`` / ``sasl.password`` become
+        ``kafka.sasl.mechanism`` and a ``kafka.sasl.jaas.config`` (PLAIN or SCRAM login module);
+        ``ssl.ca.location`` (a PEM file) becomes a PEM truststore. Group, producer and logging
+        properties are left out (:data:`_SPARK_NOT_NEEDED`).
+
+        Raises:
+            ConfigError: a property with no Java client equivalent known here (names it).
+        """
+        opts: dict[str, str] = {}
+        unknown = []
+        for key, value in self._config.items():
+            if key in _SPARK_PASS_THROUGH:
+                opts[f"kafka.{key}"] = str(value)
+            elif key in ("sasl.mechanism", "sasl.mechanisms"):
+                opts["kafka.sasl.mechanism"] = str(value)
+            elif key == "ssl.ca.location":
+                opts["kafka.ssl.truststore.type"] = "PEM"
+                opts["kafka.ssl.truststore.location"] = str(value)
+            elif key in ("sasl.username", "sasl.password") or key in _SPARK_NOT_NEEDED:
+                continue
+            else:
+                unknown.append(key)
+        if unknown:
+            raise ConfigError(
+                f"Kafka client properties {sorted(unknown)} have no Spark Kafka source equivalent "
+                "known to cdclake; remove them from the connection or add their Java client name"
+            )
+        if "sasl.username" in self._config:
+            mechanism = opts.get("kafka.sasl.mechanism", "PLAIN").upper()
+            module = (
+                "org.apache.kafka.common.security.plain.PlainLoginModule"
+                if mechanism == "PLAIN"
+                else "org.apache.kafka.common.security.scram.ScramLoginModule"
+            )
+            user = str(self._config["sasl.username"]).replace('"', '\\"')
+            password = str(self._config.get("sasl.password", "")).replace('"', '\\"')
+            opts["kafka.sasl.jaas.config"] = f'{module} required username="{user}" password="{password}";'
+        return opts
+
+
+def topic_watermarks(kafka: KafkaClients, topic: str) -> Watermarks:
+    """Low and high watermarks of every partition of ``topic``.
+
+    Raises:
+        TopicNotFoundError: the topic does not exist.
+    """
+    from confluent_kafka import TopicPartition
+
+    consumer = kafka.consumer("cdclake-watermarks")
+    try:
+        meta = consumer.list_topics(topic, timeout=TIMEOUT_S)
+        tmeta = meta.topics.get(topic)
+        if tmeta is None or tmeta.error is not None or not tmeta.partitions:
+            raise TopicNotFoundError(f"Kafka topic {topic!r} does not exist on {kafka.bootstrap}")
+        low, high = {}, {}
+        for p in sorted(tmeta.partitions):
+            low[p], high[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=TIMEOUT_S)
+        return Watermarks(low, high)
+    finally:
+        consumer.close()
+
+
+def topic_exists(kafka: KafkaClients, topic: str) -> bool:
+    """Whether ``topic`` exists (with at least one partition)."""
+    try:
+        topic_watermarks(kafka, topic)
+    except TopicNotFoundError:
+        return False
+    return True
+
+
+def offsets_for_time(kafka: KafkaClients, topic: str, timestamp_ms: int) -> dict[int, int]:
+    """Per partition, the earliest offset whose record timestamp is >= ``timestamp_ms`` (epoch
+    ms), or the high watermark where no record is that new (Kafka's ``offsetsForTimes``).
+
+    Raises:
+        TopicNotFoundError: the topic does not exist.
+    """
+    from confluent_kafka import TopicPartition
+
+    marks = topic_watermarks(kafka, topic)
+    consumer = kafka.consumer("cdclake-offsets-for-times")
+    try:
+        found = consumer.offsets_for_times(
+            [TopicPartition(topic, p, timestamp_ms) for p in marks.high], timeout=TIMEOUT_S
+        )
+        return {tp.partition: (tp.offset if tp.offset >= 0 else marks.high[tp.partition]) for tp in found}
+    finally:
+        consumer.close()
+
+
+def ensure_topic(kafka: KafkaClients, topic: str, partitions: int) -> bool:
+    """Create ``topic`` with ``partitions`` partitions unless it exists. Returns whether created."""
+    from confluent_kafka.admin import NewTopic
+
+    admin = kafka.admin()
+    if topic in admin.list_topics(timeout=TIMEOUT_S).topics:
+        return False
+    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+    futures[topic].result(timeout=TIMEOUT_S)
+    log.info("created topic %r with %d partition(s)", topic, partitions)
+    return True
+
+
+def read_partition(
+    kafka: KafkaClients,
+    topic: str,
+    partition: int,
+    low: int,
+    high: int,
+    *,
+    group_id: str = "cdclake-reader",
+    timeout_s: float = TIMEOUT_S,
+) -> Iterator[Message]:
+    """Yield every record (a confluent-kafka ``Message``) of ``topic``/``partition`` in
+    ``[low, high)``, in offset order.
+
+    Offsets missing from the log (compacted away, or transaction markers) are skipped.
+
+    Raises:
+        TimeoutError: no record arrived within ``timeout_s`` seconds while offsets below ``high``
+            were still unread; names the topic, partition and offset.
+        confluent_kafka.KafkaException: the broker reported an error for the partition.
+    """
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+    if low >= high:
+        return
+    consumer = kafka.consumer(group_id)
+    try:
+        consumer.assign([TopicPartition(topic, partition, low)])
+        next_offset = low
+        while next_offset < high:
+            msg = consumer.poll(timeout_s)
+            if msg is None:
+                raise TimeoutError(
+                    f"topic {topic!r} partition {partition}: no record at offset {next_offset} "
+                    f"within {timeout_s:.0f} s (high watermark {high})"
+                )
+            error = msg.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise KafkaException(error)
+            next_offset = (msg.offset() or 0) + 1
+            yield msg
+    finally:
+        consumer.close()
+
+
+def read_topic(kafka: KafkaClients, topic: str, *, group_id: str = "cdclake-reader") -> Iterator[Message] | None:
+    """Every record now in ``topic`` (each partition from its low to its high watermark), or
+    ``None`` when the topic does not exist."""
+    try:
+        marks = topic_watermarks(kafka, topic)
+    except TopicNotFoundError:
+        return None
+
+    def records() -> Iterator[Message]:
+        for p in sorted(marks.high):
+            yield from read_partition(kafka, topic, p, marks.low[p], marks.high[p], group_id=group_id)
+
+    return records()
+
+
+def produce(
+    kafka: KafkaClients,
+    topic: str,
+    records: Iterator[tuple[bytes | None, bytes | None, list[tuple[str, bytes]] | None]],
+    **producer_config: Any,
+) -> list[tuple[int, int]]:
+    """Produce ``(key, value, headers)`` records to ``topic`` and wait for every delivery.
+
+    Returns:
+        ``(partition, offset)`` of each record, in the order given.
+
+    Raises:
+        RuntimeError: the broker rejected a record, or deliveries did not finish within
+            :data:`TIMEOUT_S` (or a millisecond per record, if longer; names the topic and the
+            first errors).
+    """
+    producer = kafka.producer(**producer_config)
+    delivered: dict[int, tuple[int, int]] = {}
+    errors: list[str] = []
+    count = 0
+    for index, (key, value, headers) in enumerate(records):
+
+        def on_delivery(err: Any, msg: Any, index: int = index) -> None:
+            if err is not None:
+                errors.append(str(err))
+            else:
+                delivered[index] = (msg.partition(), msg.offset())
+
+        while True:
+            try:
+                producer.produce(topic, key=key, value=value, headers=headers, on_delivery=on_delivery)
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                producer.poll(0.5)
+        producer.poll(0)
+        count += 1
+    producer.flush(max(TIMEOUT_S, count / 1000))
+    if errors or len(delivered) != count:
+        raise RuntimeError(f"producing to {topic!r} failed: {errors[:3] or 'delivery timed out'}")
+    return [delivered[i] for i in range(count)]

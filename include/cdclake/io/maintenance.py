@@ -1,0 +1,107 @@
+"""Table upkeep with pyiceberg (no Spark): delete-tombstone expiry, quarantine release and the
+removal of run branches left by killed apply jobs."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from cdclake.io.catalog import load_table_or_none
+from cdclake.model.layout import QUARANTINE_SUFFIX, RUN_BRANCH_PREFIX, TOMBSTONES_SUFFIX, side_table
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+
+log = logging.getLogger(__name__)
+
+
+def expire_tombstones(catalog: Catalog, identifier: str, retention_hours: int, *, now_ms: int | None = None) -> int:
+    """Delete the tombstones of ``identifier`` recorded more than ``retention_hours`` ago.
+
+    Runs with pyiceberg (no Spark). Tombstones must outlive the topic's retention: an event older
+    than its key's tombstone can only come back from Kafka while Kafka still holds it.
+
+    Returns:
+        The number of tombstones removed.
+    """
+    from pyiceberg.expressions import LessThan
+
+    table = load_table_or_none(catalog, side_table(identifier, TOMBSTONES_SUFFIX))
+    if table is None:
+        return 0
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    cutoff_us = (now_ms - retention_hours * 3600 * 1000) * 1000
+    expired = LessThan("_cdc_recorded_at", cutoff_us)
+    n = table.scan(row_filter=expired, selected_fields=("_cdc_recorded_at",)).to_arrow().num_rows
+    if n:
+        table.delete(delete_filter=expired, snapshot_properties={"cdc.maintenance": "expire-tombstones"})
+    return n
+
+
+def release_quarantined(catalog: Catalog, identifier: str, partition: int, offset: int) -> int:
+    """Release the quarantined record at ``partition``/``offset`` of ``identifier``'s topic, and
+    the records held back behind it: their status becomes ``released``.
+
+    A released bad record no longer holds its key back. Its held-back records are applied by the
+    next manual replay that starts at or before ``offset`` (the bad record itself is skipped).
+
+    Returns:
+        The number of quarantine entries released.
+
+    Raises:
+        LookupError: no open quarantine entry at that partition and offset.
+    """
+    import pyarrow as pa
+    from pyiceberg.expressions import And, EqualTo, In, Or
+
+    table = load_table_or_none(catalog, side_table(identifier, QUARANTINE_SUFFIX))
+    if table is None:
+        raise LookupError(f"table {identifier} has no quarantine table")
+    match = And(
+        And(EqualTo("partition", partition), EqualTo("status", "open")),
+        Or(EqualTo("offset", offset), EqualTo("held_back_behind", offset)),
+    )
+    rows = table.scan(row_filter=match).to_arrow()
+    if not any(r["offset"] == offset and r["held_back_behind"] is None for r in rows.to_pylist()):
+        raise LookupError(f"no open quarantine entry of {identifier} at partition {partition} offset {offset}")
+    status = rows.schema.get_field_index("status")
+    released = rows.set_column(
+        status, rows.schema.field(status), pa.array(["released"] * rows.num_rows, rows.schema.field(status).type)
+    )
+    # the rewrite filter names the entries by their (non-null) coordinates
+    coordinates = And(EqualTo("partition", partition), In("offset", set(rows["offset"].to_pylist())))
+    table.overwrite(
+        released, overwrite_filter=coordinates, snapshot_properties={"cdc.maintenance": "release-quarantined"}
+    )
+    return rows.num_rows
+
+
+def remove_stale_run_branches(
+    catalog: Catalog, identifier: str, *, older_than_ms: int, now_ms: int | None = None
+) -> list[str]:
+    """Remove run branches left by killed jobs (their snapshot is older than ``older_than_ms``).
+
+    A job killed between its branch write and the fast-forward leaves its branch behind; nothing
+    reads it, and the retry commits on a branch of its own.
+
+    Returns:
+        The names of the branches removed.
+    """
+    table = load_table_or_none(catalog, identifier)
+    if table is None:
+        return []
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    stale = []
+    for name, ref in table.refs().items():
+        if not name.startswith(RUN_BRANCH_PREFIX):
+            continue
+        snap = table.snapshot_by_id(ref.snapshot_id)
+        if snap is None or now_ms - snap.timestamp_ms > older_than_ms:
+            stale.append(name)
+    if stale:
+        manage = table.manage_snapshots()
+        for name in stale:
+            manage = manage.remove_branch(name)
+        manage.commit()
+    return stale

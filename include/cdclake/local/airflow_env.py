@@ -1,0 +1,89 @@
+"""The environment of the local stack's Airflow (``airflow dags test``, ``airflow standalone``).
+
+Airflow is configured entirely by environment variables derived from :class:`Settings`: its home
+and SQLite metadata DB under the state dir, the project's ``dags/`` and ``plugins/`` folders, and
+the two connections the table DAGs use:
+
+* ``spark_default`` (type ``spark``): the Spark master. Without it the Spark provider falls back
+  to ``--master yarn``; the local stack sets ``local[2]`` (``CDCLAKE_SPARK_MASTER``).
+* ``kafka_default`` (type ``kafka``): ``extra.bootstrap.servers`` of the broker holding the
+  Debezium topics (the Apache Kafka provider's connection shape).
+* ``kafka_notifications`` (type ``kafka``): the same broker, for the bootstrap DAG's deferrable
+  wait on Debezium's notification topic (a consumer group that never commits).
+* ``cdc_source_db`` (type ``mysql``): the source database, where the bootstrap DAG inserts
+  snapshot signals.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from cdclake.settings import PROJECT_ROOT, ConnectionIds, Settings
+
+
+def airflow_env(settings: Settings, base: dict[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default: this process's environment) plus the local stack's Airflow settings."""
+    env = dict(os.environ if base is None else base)
+    home = settings.airflow_home
+    venv_bin = os.path.dirname(sys.executable)
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(PROJECT_ROOT / "plugins"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+            "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
+            f"AIRFLOW_CONN_{ConnectionIds.SPARK.upper()}": json.dumps(
+                {"conn_type": "spark", "host": settings.spark_master}
+            ),
+            f"AIRFLOW_CONN_{ConnectionIds.KAFKA.upper()}": json.dumps(
+                {"conn_type": "kafka", "extra": {"bootstrap.servers": settings.kafka_bootstrap}}
+            ),
+            # the bootstrap DAG's deferrable wait reads Debezium's notification topic from the start
+            # (it never commits offsets, so every wait sees the whole topic)
+            f"AIRFLOW_CONN_{ConnectionIds.KAFKA_NOTIFICATIONS.upper()}": json.dumps(
+                {
+                    "conn_type": "kafka",
+                    "extra": {
+                        "bootstrap.servers": settings.kafka_bootstrap,
+                        "group.id": "cdclake-bootstrap",
+                        "auto.offset.reset": "earliest",
+                        "enable.auto.commit": False,
+                    },
+                }
+            ),
+            # the source database, for the bootstrap DAG's signals (the connector's own user has
+            # INSERT on the signal table)
+            f"AIRFLOW_CONN_{ConnectionIds.SOURCE_DB.upper()}": json.dumps(
+                {
+                    "conn_type": "mysql",
+                    "host": "127.0.0.1",
+                    "port": settings.mariadb_port,
+                    "login": "debezium",
+                    "password": "dbz",
+                }
+            ),
+            # the CDCLAKE_* settings the tasks read, pinned to what this process resolved
+            "CDCLAKE_STATE_DIR": str(settings.state_dir),
+            "CDCLAKE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+            "CDCLAKE_CATALOG_NAME": settings.catalog_name,
+            "CDCLAKE_CATALOG_URI": settings.catalog_uri,
+            "CDCLAKE_WAREHOUSE": settings.warehouse,
+            "CDCLAKE_TABLES_CONFIG": str(settings.tables_config),
+            "CDCLAKE_SPARK_MASTER": settings.spark_master,
+            "CDCLAKE_MARIADB_PORT": str(settings.mariadb_port),
+            "CDCLAKE_CONNECT_PORT": str(settings.connect_port),
+            "CDCLAKE_TOPIC_PREFIX": settings.topic_prefix,
+            "CDCLAKE_SIGNAL_CHANNEL": settings.signal_channel,
+            "CDCLAKE_SIGNAL_TABLE": settings.signal_table,
+            # spark-submit of the pip package finds its Spark home through python3 on PATH
+            "PATH": venv_bin + os.pathsep + env.get("PATH", ""),
+            "PYTHONPATH": os.pathsep.join(
+                [str(PROJECT_ROOT / "plugins")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+            ),
+        }
+    )
+    return env

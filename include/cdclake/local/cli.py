@@ -1,0 +1,359 @@
+"""``cdclake``: what a data engineer does by hand on the local stack.
+
+cdclake stack start|stop|status     the local Kafka broker (KRaft)
+cdclake chain start|stop|status     the real source chain: Kafka + MariaDB + Kafka Connect/Debezium
+cdclake load FILE --table NAME      put a captured Debezium event file into the table's topic
+cdclake run NAME                    run the table's DAG once (airflow dags test)
+cdclake run NAME --replay-from-offsets '{"0": 120}'   a manual replay (also from the UI form)
+cdclake quarantine list|release NAME  records the table's runs could not apply
+cdclake show NAME                   the Iceberg table: schema, rows, snapshot summary
+cdclake airflow ARGS...             the airflow CLI with the local stack's environment
+cdclake demo                        load the bundled fixtures, run both DAGs, show the tables
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+from cdclake.settings import PROJECT_ROOT, Settings
+
+DEMO_FILES = {
+    "inventory_products": Path("flink/debezium-data-schema-include.txt"),
+    "inventory_customers": Path("risingwave/debezium_log.1"),
+}
+"""Captured Debezium files the demo replays, relative to the fixtures folder."""
+
+DEFAULT_FIXTURES = PROJECT_ROOT / "examples" / "debezium"
+"""The captured Debezium files copied into the repository (``examples/debezium/README.md``)."""
+
+
+def _settings() -> Settings:
+    return Settings.from_env()
+
+
+def cmd_stack(args: argparse.Namespace) -> int:
+    from cdclake.local import stack
+
+    settings = _settings()
+    if args.action == "start":
+        print(stack.start_broker(settings))
+    elif args.action == "stop":
+        print(stack.stop_broker(settings))
+    else:
+        status = stack.broker_status(settings)
+        state = "running" if status.running else "not running"
+        print(f"Kafka broker on {status.bootstrap}: {state} (pid {status.pid})")
+        print(f"Iceberg catalog: {settings.catalog_name} at {settings.catalog_uri}")
+        print(f"Warehouse: {settings.warehouse}")
+        print(f"Airflow home: {settings.airflow_home}")
+        return 0 if status.running else 3
+    return 0
+
+
+def cmd_chain(args: argparse.Namespace) -> int:
+    from cdclake.local import chain as source_chain
+    from cdclake.local import stack
+
+    settings = _settings()
+    if args.action == "start":
+        print(stack.start_broker(settings))
+        print(source_chain.start_mariadb(settings))
+        print(
+            source_chain.start_connect(settings, schemas_enable=not args.no_schemas, snapshot_mode=args.snapshot_mode)
+        )
+        print(
+            f"MariaDB: mariadb -h 127.0.0.1 -P {settings.mariadb_port} -u root inventory; "
+            f"Debezium topics: {settings.topic_prefix}.inventory.<table>, schema changes: "
+            f"{settings.topic_prefix}, notifications: {settings.topic_prefix}.notifications"
+        )
+    elif args.action == "stop":
+        print(source_chain.stop_connect(settings))
+        print(source_chain.stop_mariadb(settings))
+        print(stack.stop_broker(settings))
+    else:
+        try:
+            status = source_chain.connector_status(settings)
+            print(
+                f"connector {status['name']}: {status['connector']['state']}, tasks "
+                f"{[t['state'] for t in status['tasks']]}"
+            )
+        except OSError as e:
+            print(f"Kafka Connect not answering on port {settings.connect_port}: {e}")
+            return 3
+    return 0
+
+
+def cmd_load(args: argparse.Namespace) -> int:
+    from cdclake.io.events import load_events
+    from cdclake.io.kafka import KafkaClients
+    from cdclake.model.config import load_tables
+
+    settings = _settings()
+    cfg = load_tables(settings.tables_config).get(args.table)
+    counts = load_events(
+        Path(args.file), cfg, KafkaClients.from_bootstrap(settings.kafka_bootstrap), partitions=args.partitions
+    )
+    total = sum(counts.values())
+    print(
+        f"loaded {total} event(s) from {args.file} into {cfg.topic!r}: "
+        + ", ".join(f"partition {p}: {n}" for p, n in sorted(counts.items()))
+    )
+    return 0
+
+
+def run_airflow(argv: list[str], settings: Settings | None = None, **kwargs) -> subprocess.CompletedProcess:
+    """Run the ``airflow`` CLI of this virtual environment with the local stack's environment."""
+    from cdclake.local.airflow_env import airflow_env
+
+    settings = settings or _settings()
+    settings.airflow_home.mkdir(parents=True, exist_ok=True)
+    airflow = str(Path(sys.executable).parent / "airflow")
+    return subprocess.run([airflow, *argv], env=airflow_env(settings), **kwargs)
+
+
+def ensure_airflow_db(settings: Settings) -> None:
+    """Create or upgrade the local Airflow metadata DB (idempotent; quick when current)."""
+    marker = settings.airflow_home / ".migrated"
+    if marker.exists():
+        return
+    run_airflow(["db", "migrate"], settings, check=True, stdout=subprocess.DEVNULL)
+    marker.touch()
+
+
+def run_table_dag(name: str, settings: Settings | None = None, conf: dict | None = None) -> int:
+    """Run ``cdc_<name>`` once with ``airflow dags test`` (``conf``: the trigger form's Params);
+    returns 0 when the run succeeded."""
+    import json
+
+    from cdclake.model.config import load_tables
+
+    settings = settings or _settings()
+    cfg = load_tables(settings.tables_config).get(name)
+    ensure_airflow_db(settings)
+    argv = ["dags", "test", cfg.dag_id] + (["--conf", json.dumps(conf)] if conf else [])
+    proc = run_airflow(argv, settings, capture_output=True, text=True)
+    sys.stdout.write(proc.stdout[-20000:])
+    sys.stderr.write(proc.stderr[-20000:])
+    ok = proc.returncode == 0 and "state=success" in (proc.stdout + proc.stderr).replace(" ", "")
+    if not ok:
+        print(f"DAG {cfg.dag_id} did not succeed (exit code {proc.returncode})", file=sys.stderr)
+        return proc.returncode or 1
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import json
+
+    conf = {}
+    if args.replay_from_offsets:
+        conf["replay_from_offsets"] = json.loads(args.replay_from_offsets)
+    if args.replay_from_timestamp:
+        conf["replay_from_timestamp"] = args.replay_from_timestamp
+    return run_table_dag(args.table, conf=conf or None)
+
+
+def cmd_quarantine(args: argparse.Namespace) -> int:
+    from cdclake.io.catalog import load_catalog, load_table_or_none
+    from cdclake.io.maintenance import release_quarantined
+    from cdclake.model.config import load_tables
+    from cdclake.model.layout import QUARANTINE_SUFFIX, side_table
+
+    settings = _settings()
+    cfg = load_tables(settings.tables_config).get(args.table)
+    catalog = load_catalog(settings)
+    if args.action == "release":
+        if args.partition is None or args.offset is None:
+            print("release needs --partition and --offset", file=sys.stderr)
+            return 2
+        n = release_quarantined(catalog, cfg.identifier, args.partition, args.offset)
+        print(
+            f"released {n} quarantine entr{'y' if n == 1 else 'ies'}; replay from offset "
+            f"{args.offset} of partition {args.partition} to apply the held-back events:\n"
+            f"  cdclake run {cfg.name} --replay-from-offsets '{{\"{args.partition}\": {args.offset}}}'"
+        )
+        return 0
+    table = load_table_or_none(catalog, side_table(cfg.identifier, QUARANTINE_SUFFIX))
+    if table is None:
+        print(f"{cfg.identifier}: nothing was ever quarantined")
+        return 0
+    arrow = (
+        table.scan()
+        .to_arrow()
+        .drop_columns(["key", "value"])
+        .sort_by([("partition", "ascending"), ("offset", "ascending")])
+    )
+    print(arrow.to_pandas().to_string(index=False) if arrow.num_rows else "(empty)")
+    return 0
+
+
+def show_table(name: str, *, limit: int, metadata_columns: bool, settings: Settings | None = None) -> str:
+    """The table as text: identifier fields, schema, committed offsets, snapshot summary, rows."""
+    from cdclake.io.catalog import load_catalog, load_table_or_none
+    from cdclake.model.config import load_tables
+    from cdclake.model.layout import METADATA_COLUMNS
+
+    settings = settings or _settings()
+    cfg = load_tables(settings.tables_config).get(name)
+    table = load_table_or_none(load_catalog(settings), cfg.identifier)
+    if table is None:
+        return f"{settings.catalog_name}.{cfg.identifier}: no such table yet (run the DAG first)\n"
+    schema = table.schema()
+    keys = [schema.find_field(i).name for i in schema.identifier_field_ids]
+    out = [f"== {settings.catalog_name}.{cfg.identifier} ==", str(schema), f"identifier fields: {keys}", ""]
+    snap = table.current_snapshot()
+    if snap is not None:
+        out.append(f"current snapshot {snap.snapshot_id} ({snap.summary.operation.value}); summary:")
+        for key, value in sorted(snap.summary.additional_properties.items()):
+            if key.startswith("cdc.") or key in ("total-records", "total-data-files", "total-delete-files"):
+                out.append(f"  {key} = {value}")
+        out.append("")
+    arrow = table.scan().to_arrow()
+    if not metadata_columns:
+        arrow = arrow.drop_columns([c for c, _, _ in METADATA_COLUMNS])
+    arrow = arrow.sort_by([(c, "ascending") for c in cfg.primary_key])
+    out.append(f"{arrow.num_rows} row(s)")
+    if arrow.num_rows:
+        import pandas as pd
+
+        # floats as Python prints them: the exact value stored, not a rounded display
+        with pd.option_context(
+            "display.float_format", lambda v: repr(float(v)), "display.max_colwidth", 80, "display.width", 200
+        ):
+            out.append(arrow.slice(0, limit).to_pandas().to_string(index=False))
+    else:
+        out.append("")
+    return "\n".join(out) + "\n"
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    sys.stdout.write(show_table(args.table, limit=args.limit, metadata_columns=args.metadata))
+    return 0
+
+
+def cmd_airflow(args: argparse.Namespace) -> int:
+    settings = _settings()
+    ensure_airflow_db(settings)
+    return run_airflow(args.airflow_args, settings).returncode
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from cdclake.io.events import load_events
+    from cdclake.io.kafka import KafkaClients, topic_watermarks
+    from cdclake.local import stack
+    from cdclake.model.config import load_tables
+
+    settings = _settings()
+    kafka = KafkaClients.from_bootstrap(settings.kafka_bootstrap)
+    print(stack.start_broker(settings))
+    tables = load_tables(settings.tables_config)
+    fixtures = Path(args.fixtures)
+    for name, rel in DEMO_FILES.items():
+        cfg = tables.get(name)
+        try:
+            already = sum(topic_watermarks(kafka, cfg.topic).high.values())
+        except LookupError:
+            already = 0
+        if already:
+            print(f"{cfg.topic!r} already holds {already} event(s); not loading {rel} again")
+        else:
+            counts = load_events(fixtures / rel, cfg, kafka, partitions=args.partitions)
+            print(f"loaded {sum(counts.values())} event(s) of {rel} into {cfg.topic!r} ({len(counts)} partition(s))")
+    for name in DEMO_FILES:
+        print(f"--- running DAG cdc_{name} (airflow dags test) ---", flush=True)
+        rc = run_table_dag(name, settings) if not args.quiet else _run_quiet(name, settings)
+        if rc:
+            return rc
+    for name in DEMO_FILES:
+        sys.stdout.write(show_table(name, limit=50, metadata_columns=False, settings=settings))
+    return 0
+
+
+def _run_quiet(name: str, settings: Settings) -> int:
+    import contextlib
+    import io
+
+    buf_out, buf_err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(buf_out), contextlib.redirect_stderr(buf_err):
+        rc = run_table_dag(name, settings)
+    if rc:
+        sys.stdout.write(buf_out.getvalue()[-8000:])
+        sys.stderr.write(buf_err.getvalue()[-8000:])
+    else:
+        print(f"DAG cdc_{name}: success")
+    return rc
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cdclake",
+        description="Batch CDC lakehouse: Debezium events in Kafka -> Airflow + PySpark -> Iceberg.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__,
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("stack", help="start, stop or check the local Kafka broker")
+    p.add_argument("action", choices=["start", "stop", "status"])
+    p.set_defaults(func=cmd_stack)
+
+    p = sub.add_parser("chain", help="start, stop or check the real source chain (Kafka, MariaDB, Debezium)")
+    p.add_argument("action", choices=["start", "stop", "status"])
+    p.add_argument("--no-schemas", action="store_true", help="JsonConverter schemas.enable=false")
+    p.add_argument("--snapshot-mode", default="initial", help="Debezium snapshot.mode (initial)")
+    p.set_defaults(func=cmd_chain)
+
+    p = sub.add_parser("load", help="produce a captured Debezium event file into a table's topic")
+    p.add_argument("file", help="JSON lines (or concatenated JSON) of Debezium record values")
+    p.add_argument("--table", required=True, help="table name in the table config")
+    p.add_argument("--partitions", type=int, default=3, help="partitions if the topic is created (3)")
+    p.set_defaults(func=cmd_load)
+
+    p = sub.add_parser("run", help="run a table's DAG once (airflow dags test)")
+    p.add_argument("table", help="table name in the table config")
+    p.add_argument(
+        "--replay-from-offsets", metavar="JSON", help='manual replay from these offsets, e.g. \'{"0": 120, "1": 98}\''
+    )
+    p.add_argument(
+        "--replay-from-timestamp", metavar="ISO", help="manual replay from the first records at or after this time"
+    )
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("quarantine", help="list or release the records a table could not apply")
+    p.add_argument("action", choices=["list", "release"])
+    p.add_argument("table", help="table name in the table config")
+    p.add_argument("--partition", type=int, help="release: Kafka partition of the bad record")
+    p.add_argument("--offset", type=int, help="release: Kafka offset of the bad record")
+    p.set_defaults(func=cmd_quarantine)
+
+    p = sub.add_parser("show", help="print an Iceberg table: schema, snapshot summary, rows")
+    p.add_argument("table", help="table name in the table config")
+    p.add_argument("--limit", type=int, default=100, help="rows to print (100)")
+    p.add_argument("--metadata", action="store_true", help="include the _cdc_* metadata columns")
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser(
+        "airflow",
+        help="the airflow CLI with the local stack's environment",
+        description="e.g. `cdclake airflow standalone` for the UI",
+    )
+    p.add_argument("airflow_args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_airflow)
+
+    p = sub.add_parser("demo", help="load the fixture files, run both DAGs, show both tables")
+    p.add_argument("--fixtures", default=str(DEFAULT_FIXTURES), help="the Debezium fixtures folder")
+    p.add_argument("--partitions", type=int, default=3, help="partitions of the demo topics (3)")
+    p.add_argument("--quiet", action="store_true", help="print DAG logs only when a run fails")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,296 @@
+"""The table config: which Debezium topics become which Iceberg tables, and how they are run.
+
+The file (YAML) has two top-level keys, ``defaults`` (optional; any per-table field except the
+identity fields) and ``tables`` (a list). Every key is validated on load and unknown keys are an
+error, so a typo never becomes a silent no-op::
+
+    defaults:
+      owner: data-platform
+      schedule: "*/15 * * * *"
+      max_events_per_run: 500000
+    tables:
+      - name: inventory_products            # DAG id: cdc_inventory_products
+        topic: dbserver1.inventory.products # Debezium topic <topic.prefix>.<db>.<table>
+        namespace: inventory                # Iceberg namespace
+        table: products                     # Iceberg table
+        primary_key: [id]
+        value_format: json_with_schema      # or: json (JsonConverter schemas.enable=false)
+        schema_changes:                     # optional; see SchemaChangePolicy
+          incompatible: fail                # or: new_column
+          dropped_columns: keep             # or: delete
+        connector:                          # optional; the Debezium connector's handling modes
+          decimal_handling_mode: precise
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from cdclake.errors import ConfigError
+from cdclake.model.types import parse_decimal_type
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NAME = re.compile(r"^[a-z0-9_]+$")
+
+ValueFormat = Literal["json", "json_with_schema"]
+"""How the Kafka record value is serialized by Kafka Connect's ``JsonConverter``:
+
+* ``json_with_schema``: ``{"schema": {...}, "payload": <envelope>}`` (``schemas.enable=true``)
+* ``json``: the bare envelope ``{"before", "after", "source", "op", "ts_ms"}``
+  (``schemas.enable=false``)
+"""
+
+ICEBERG_PRIMITIVES = {
+    "boolean",
+    "int",
+    "long",
+    "float",
+    "double",
+    "date",
+    "timestamp",
+    "timestamptz",
+    "string",
+    "binary",
+}
+
+
+class SchemaChangePolicy(BaseModel):
+    """How schema sync applies source schema changes it cannot apply as they are
+    (``docs/architecture.md``, "Schema sync"; rules in :mod:`cdclake.model.schema_diff`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    incompatible: Literal["fail", "new_column"] = "fail"
+    """A column type change Iceberg cannot apply (string->int, a scale change, narrowing):
+    ``fail`` stops the table with an error naming the DDL, its position and the column, nothing
+    advanced; ``new_column`` renames the old column aside (``<column>__<file>_<pos>``, keeping
+    its values) and adds the column with its new type."""
+    dropped_columns: Literal["keep", "delete"] = "keep"
+    """A column dropped at the source: ``keep`` it (optional, null in rows written afterwards) or
+    ``delete`` it from the Iceberg schema (old snapshots keep their values)."""
+    topic: str | None = None
+    """The connector's schema-change topic; default: the data topic's ``<topic.prefix>`` (the
+    data topic without its last two parts, ``<database>.<table>``)."""
+
+
+class ConnectorModes(BaseModel):
+    """The Debezium connector's value handling modes (its properties of the same names, dots as
+    underscores); they decide how a source column type is encoded, hence its Iceberg type.
+    The defaults are those of the project's connector config
+    (``include/stack/debezium/inventory-connector.json``); they must mirror the connector the
+    table's topic comes from. ``bigint_unsigned_handling_mode`` defaults to ``precise`` there
+    (Debezium's own default, ``long``, wraps values >= 2^63 to negative numbers)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    decimal_handling_mode: Literal["precise", "double", "string"] = "precise"
+    time_precision_mode: Literal["adaptive_time_microseconds", "adaptive", "connect"] = "adaptive_time_microseconds"
+    bigint_unsigned_handling_mode: Literal["long", "precise"] = "precise"
+    binary_handling_mode: Literal["bytes", "base64", "base64-url-safe", "hex"] = "bytes"
+
+
+class TableDefaults(BaseModel):
+    """Per-table settings that may be given once under ``defaults``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    owner: str = "data-platform"
+    schedule: str | None = "*/15 * * * *"
+    """Cron expression or Airflow preset (``@hourly``); ``null`` for manual runs only."""
+    max_events_per_run: Annotated[int, Field(gt=0)] = 500_000
+    """Cap on the Kafka records (events, in all partitions together) one run consumes."""
+    value_format: ValueFormat = "json_with_schema"
+    retries: Annotated[int, Field(ge=0)] = 3
+    retry_delay_s: Annotated[int, Field(gt=0)] = 60
+    """First retry delay in seconds; doubles on each retry (exponential backoff)."""
+    tags: tuple[str, ...] = ()
+    bad_records: Literal["quarantine", "fail"] = "quarantine"
+    """What a run does with a record it cannot apply: ``quarantine`` writes it to the table's
+    quarantine table and goes on; ``fail`` (strict mode) stops the run naming the record."""
+    tombstone_retention_hours: Annotated[int, Field(gt=0)] = 24 * 8
+    """How long delete tombstones are kept (hours); at least the topic's retention (Kafka's
+    default is 7 days), so that no re-emitted or replayed event can outlive its tombstone."""
+    schema_changes: SchemaChangePolicy = SchemaChangePolicy()
+    connector: ConnectorModes = ConnectorModes()
+
+
+class TableConfig(TableDefaults):
+    """One source table: its Debezium topic, its Iceberg table and how its DAG runs."""
+
+    name: str
+    """Unique name, lower case ``[a-z0-9_]``; the DAG id is ``cdc_<name>``."""
+    topic: str
+    """The Debezium data topic, ``<topic.prefix>.<database>.<table>``."""
+    namespace: str
+    """Iceberg namespace of the target table."""
+    table: str
+    """Iceberg table name within ``namespace``."""
+    primary_key: tuple[str, ...]
+    """Primary-key columns of the source table, in key order; the Iceberg identifier fields.
+    Empty for a table without a primary key, which needs ``write_mode: changelog``."""
+    write_mode: Literal["upsert", "changelog"] = "upsert"
+    """``upsert``: the Iceberg table mirrors the source table (needs a primary key).
+    ``changelog``: every event is appended as a row (op, position, row image): the explicit
+    choice for source tables without a primary key."""
+    columns: dict[str, str] | None = None
+    """Column name -> Iceberg primitive type, in source order. Needed only to create the table
+    from ``json`` values (no Connect schema in the events); ``json_with_schema`` tables are
+    created from the events' own schema."""
+
+    @field_validator("topic")
+    @classmethod
+    def _topic(cls, v: str) -> str:
+        if v.count(".") < 2:
+            raise ValueError(f"topic {v!r} is not <topic.prefix>.<database>.<table>")
+        return v
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME.match(v):
+            raise ValueError(f"name {v!r} must match [a-z0-9_]+ (it becomes the DAG id)")
+        return v
+
+    @field_validator("namespace", "table")
+    @classmethod
+    def _ident(cls, v: str) -> str:
+        if not _IDENT.match(v):
+            raise ValueError(f"{v!r} is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*)")
+        return v
+
+    @field_validator("primary_key")
+    @classmethod
+    def _pk(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for col in v:
+            if not _IDENT.match(col):
+                raise ValueError(f"primary key column {col!r} is not a plain identifier")
+        if len(set(v)) != len(v):
+            raise ValueError(f"primary_key {list(v)} repeats a column")
+        return v
+
+    @field_validator("columns")
+    @classmethod
+    def _columns(cls, v: dict[str, str] | None) -> dict[str, str] | None:
+        if v is None:
+            return v
+        for col, typ in v.items():
+            if not _IDENT.match(col):
+                raise ValueError(f"column {col!r} is not a plain identifier")
+            if typ not in ICEBERG_PRIMITIVES and parse_decimal_type(typ) is None:
+                raise ValueError(
+                    f"column {col!r}: type {typ!r} is not one of {sorted(ICEBERG_PRIMITIVES)} or decimal(P,S)"
+                )
+        return v
+
+    @model_validator(mode="after")
+    def _pk_in_columns(self) -> TableConfig:
+        if self.columns is not None:
+            missing = [c for c in self.primary_key if c not in self.columns]
+            if missing:
+                raise ValueError(f"primary key column(s) {missing} are not in columns")
+        return self
+
+    def check_runnable(self) -> None:
+        """Refuse a table that cannot be applied as configured.
+
+        Raises:
+            ConfigError: no primary key and ``write_mode`` is not ``changelog``.
+        """
+        if not self.primary_key and self.write_mode != "changelog":
+            raise ConfigError(
+                f"table {self.name!r} ({self.topic}) has no primary key, so its rows cannot be "
+                "upserted: set `write_mode: changelog` to write it as an append-only change log, "
+                "or declare its primary_key"
+            )
+
+    @property
+    def dag_id(self) -> str:
+        return f"cdc_{self.name}"
+
+    @property
+    def schema_change_topic(self) -> str:
+        """The topic schema sync reads (``schema_changes.topic`` or ``<topic.prefix>``)."""
+        return self.schema_changes.topic or self.topic.rsplit(".", 2)[0]
+
+    @property
+    def source_table_id(self) -> str:
+        """The source table as ``tableChanges[].id`` names it: ``"<database>"."<table>"``, from
+        the data topic ``<topic.prefix>.<database>.<table>``."""
+        _, db, table = self.topic.rsplit(".", 2)
+        return f'"{db}"."{table}"'
+
+    @property
+    def identifier(self) -> str:
+        """``namespace.table``, as pyiceberg and Spark (after the catalog name) spell it."""
+        return f"{self.namespace}.{self.table}"
+
+
+class TablesFile(BaseModel):
+    """The whole table-config file."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    defaults: dict[str, Any] = Field(default_factory=dict)
+    tables: tuple[TableConfig, ...]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_defaults(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            raise ValueError("the table config must be a mapping with a 'tables' list")
+        defaults = data.get("defaults") or {}
+        TableDefaults.model_validate(defaults)  # unknown default keys are errors too
+        tables = data.get("tables")
+        if not isinstance(tables, list):
+            raise ValueError("'tables' must be a list of table entries")
+        merged = [{**defaults, **t} if isinstance(t, dict) else t for t in tables]
+        return {**data, "defaults": defaults, "tables": merged}
+
+    @model_validator(mode="after")
+    def _unique(self) -> TablesFile:
+        for attr in ("name", "topic", "identifier"):
+            seen: set[str] = set()
+            for t in self.tables:
+                value = getattr(t, attr)
+                if value in seen:
+                    raise ValueError(f"two tables share the {attr} {value!r}")
+                seen.add(value)
+        return self
+
+    def get(self, name: str) -> TableConfig:
+        """The table named ``name``.
+
+        Raises:
+            KeyError: no such table (the message lists the configured names).
+        """
+        for t in self.tables:
+            if t.name == name:
+                return t
+        raise KeyError(f"no table {name!r} in the config; configured: {[t.name for t in self.tables]}")
+
+
+def load_tables(path: Path | str) -> TablesFile:
+    """Read and validate a table-config file.
+
+    Raises:
+        ConfigError: the file is missing, is not YAML, or fails validation; the message names
+            the file and, for validation errors, each offending key.
+    """
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError as e:
+        raise ConfigError(f"table config {path} not found") from e
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"table config {path} is not UTF-8 text: {e}") from e
+    except yaml.YAMLError as e:
+        raise ConfigError(f"table config {path} is not valid YAML: {e}") from e
+    try:
+        return TablesFile.model_validate(raw)
+    except ValidationError as e:
+        raise ConfigError(f"table config {path} is invalid:\n{e}") from e

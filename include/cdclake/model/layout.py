@@ -1,0 +1,214 @@
+"""The layout of a CDC table and of the state kept with it (pure: no pyiceberg, no Spark).
+
+State (``docs/architecture.md``, "Where state lives"): the consumed Kafka offsets and the run's
+provenance are properties of the snapshot summary of the data commit (keys in
+:class:`SummaryKeys`), so they are committed atomically with the rows. The committed offsets of a
+table are those of the newest snapshot in the current snapshot's ancestry that carries them
+(maintenance snapshots carry none): :func:`committed_state_of`.
+
+Every CDC table holds the source columns followed by the metadata columns of
+:data:`METADATA_COLUMNS`, which record the event that wrote the row. Two side tables sit beside
+it: delete tombstones (:data:`TOMBSTONE_COLUMNS`) and the quarantine (:data:`QUARANTINE_COLUMNS`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from cdclake.model.offsets import Offsets, decode_offsets
+from cdclake.model.position import BinlogPosition
+
+
+class SummaryKeys:
+    """Snapshot-summary properties written by every data commit of the apply job."""
+
+    TOPIC = "cdc.kafka.topic"
+    START_OFFSETS = "cdc.kafka.start-offsets"
+    """JSON ``{"<partition>": <offset>}``: where the run started (previous end offsets)."""
+    END_OFFSETS = "cdc.kafka.end-offsets"
+    """JSON ``{"<partition>": <offset>}``: next offset to read per partition after this commit."""
+    RUN_ID = "cdc.run-id"
+    """Airflow run id (or ``manual__...``) of the run that committed."""
+    EVENTS = "cdc.events"
+    """Kafka records in the range, tombstones included."""
+    TOMBSTONES = "cdc.kafka-tombstones"
+    UPSERTS = "cdc.rows-upserted"
+    DELETES = "cdc.rows-deleted"
+    FIRST_POSITION = "cdc.first-position"
+    LAST_POSITION = "cdc.last-position"
+    """Binlog positions ``<file>:<pos>:<row>`` of the oldest and newest event applied."""
+    QUARANTINED = "cdc.records-quarantined"
+    """Records of the range written to the quarantine table (bad, or held back behind one)."""
+    TRUNCATE_FLOOR = "cdc.truncate-floor"
+    """Position ``<file>:<pos>:<row>:<rank>`` of the newest truncate applied; events below it are
+    discarded. Carried forward by every commit."""
+    BINLOG_BASENAME = "cdc.binlog-basename"
+    """Binlog basename of the applied events (``mysql-bin``); carried forward by every commit.
+    Events of another basename (a failover) stop the table."""
+    REPLAY = "cdc.replay"
+    """``true`` on the commit of a manual replay (start offsets given by the operator)."""
+
+
+COLUMN_ENCODINGS_PROPERTY = "cdc.column-encodings"
+"""Table property: JSON ``{column: encoding}`` (see :mod:`cdclake.model.types`)."""
+
+SCHEMA_CHANGE_POSITION_PROPERTY = "cdc.schema-change-position"
+"""Table property: position ``<file seq>:<pos>:<row>:<rank>`` of the last source schema change
+applied by schema sync (:mod:`cdclake.pipeline.schema_sync`), committed with the schema update."""
+
+METADATA_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("_cdc_op", "string", "Debezium op of the event that wrote the row: c, u or r"),
+    ("_cdc_snapshot", "boolean", "true when the row was written by a snapshot read"),
+    ("_cdc_binlog_file_seq", "long", "binlog file sequence number of that event (mysql-bin.000003 -> 3)"),
+    ("_cdc_binlog_pos", "long", "binlog position (source.pos) of that event"),
+    ("_cdc_binlog_row", "int", "row index within the binlog event (source.row)"),
+    ("_cdc_source_ts", "timestamptz", "when the change was made in the source (source.ts_ms)"),
+    ("_cdc_kafka_partition", "int", "Kafka partition of that event"),
+    ("_cdc_kafka_offset", "long", "Kafka offset of that event"),
+)
+"""``(name, Iceberg type, doc)`` of the columns every CDC table carries after the source columns."""
+
+TABLE_PROPERTIES = {
+    "format-version": "2",
+    # Row-level changes as position deletes (merge-on-read): a merge rewrites only the rows it
+    # touches, never whole files, and never writes equality deletes.
+    "write.merge.mode": "merge-on-read",
+    "write.update.mode": "merge-on-read",
+    "write.delete.mode": "merge-on-read",
+    "write.parquet.compression-codec": "zstd",
+}
+
+
+COLUMN_ENCODINGS_PROPERTY = "cdc.column-encodings"
+"""Table property: JSON ``{column: encoding}`` (see :mod:`cdclake.model.types`)."""
+
+SCHEMA_CHANGE_POSITION_PROPERTY = "cdc.schema-change-position"
+"""Table property: position ``<file seq>:<pos>:<row>:<rank>`` of the last source schema change
+applied by schema sync (:mod:`cdclake.pipeline.schema_sync`), committed with the schema update."""
+
+METADATA_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("_cdc_op", "string", "Debezium op of the event that wrote the row: c, u or r"),
+    ("_cdc_snapshot", "boolean", "true when the row was written by a snapshot read"),
+    ("_cdc_binlog_file_seq", "long", "binlog file sequence number of that event (mysql-bin.000003 -> 3)"),
+    ("_cdc_binlog_pos", "long", "binlog position (source.pos) of that event"),
+    ("_cdc_binlog_row", "int", "row index within the binlog event (source.row)"),
+    ("_cdc_source_ts", "timestamptz", "when the change was made in the source (source.ts_ms)"),
+    ("_cdc_kafka_partition", "int", "Kafka partition of that event"),
+    ("_cdc_kafka_offset", "long", "Kafka offset of that event"),
+)
+"""``(name, Iceberg type, doc)`` of the columns every CDC table carries after the source columns."""
+
+METADATA_COLUMN_NAMES = frozenset(name for name, _, _ in METADATA_COLUMNS)
+
+TABLE_PROPERTIES = {
+    "format-version": "2",
+    # Row-level changes as position deletes (merge-on-read): a merge rewrites only the rows it
+    # touches, never whole files, and never writes equality deletes.
+    "write.merge.mode": "merge-on-read",
+    "write.update.mode": "merge-on-read",
+    "write.delete.mode": "merge-on-read",
+    "write.parquet.compression-codec": "zstd",
+}
+"""Properties every CDC table is created with."""
+
+SIDE_TABLE_PROPERTIES = {"format-version": "2", "write.parquet.compression-codec": "zstd"}
+"""Properties of the side tables: small, and changed by pyiceberg too, which deletes by rewriting
+files."""
+
+
+def column_encodings(properties: Mapping[str, str]) -> dict[str, str]:
+    """The ``{column: encoding}`` map stored in a table's ``properties``."""
+    encodings: dict[str, str] = json.loads(properties.get(COLUMN_ENCODINGS_PROPERTY, "{}"))
+    return encodings
+
+
+def column_encodings_property(encodings: Mapping[str, str]) -> dict[str, str]:
+    """The table property recording ``{column: encoding}`` (every writer of the map uses this:
+    table creation and schema sync)."""
+    return {COLUMN_ENCODINGS_PROPERTY: json.dumps(dict(encodings))}
+
+
+@dataclass(frozen=True)
+class CommittedState:
+    """What the newest CDC commit of a table recorded (see :class:`SummaryKeys`).
+
+    Attributes:
+        snapshot_id: the table's current snapshot (the base a new run must commit on top of),
+            ``None`` for a table without snapshots.
+        offsets: the end offsets of the newest CDC commit, ``None`` when it never committed.
+        truncate_floor: the newest truncate applied; events at or below it are discarded.
+        binlog_basename: the binlog basename of the events applied so far.
+    """
+
+    snapshot_id: int | None
+    offsets: Offsets | None = None
+    truncate_floor: BinlogPosition | None = None
+    binlog_basename: str | None = None
+
+
+def committed_state_of(
+    current_snapshot_id: int | None, ancestry: Iterable[Mapping[str, str] | None], topic: str
+) -> CommittedState:
+    """The state recorded by the newest CDC commit of ``topic``.
+
+    Args:
+        current_snapshot_id: the table's current snapshot.
+        ancestry: the snapshot summaries (``None`` for a snapshot without one) from the current
+            snapshot back through its ancestors, newest first.
+        topic: the table's Kafka topic; commits of another topic are walked past.
+    """
+    if current_snapshot_id is None:
+        return CommittedState(None)
+    for summary in ancestry:
+        if summary is None:
+            continue
+        end = summary.get(SummaryKeys.END_OFFSETS)
+        if end is not None and summary.get(SummaryKeys.TOPIC) == topic:
+            floor = summary.get(SummaryKeys.TRUNCATE_FLOOR)
+            return CommittedState(
+                current_snapshot_id,
+                decode_offsets(end),
+                BinlogPosition.from_text(floor) if floor else None,
+                summary.get(SummaryKeys.BINLOG_BASENAME),
+            )
+    return CommittedState(current_snapshot_id)
+
+
+TOMBSTONES_SUFFIX = "__cdc_tombstones"
+QUARANTINE_SUFFIX = "__cdc_quarantine"
+
+TOMBSTONE_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("_cdc_binlog_file_seq", "long", "binlog file sequence number of the delete"),
+    ("_cdc_binlog_pos", "long", "binlog position of the delete"),
+    ("_cdc_binlog_row", "int", "row index of the delete within its binlog event"),
+    ("_cdc_source_ts", "timestamptz", "when the row was deleted in the source"),
+    ("_cdc_recorded_at", "timestamptz", "when the tombstone was written (retention counts from it)"),
+)
+"""Columns of the tombstone table after the primary-key columns: one row per deleted key, the
+newest delete's position. An upsert at or below it is discarded (``docs/architecture.md``, "The apply contract")."""
+
+QUARANTINE_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("topic", "string", "Kafka topic of the record"),
+    ("partition", "int", "Kafka partition"),
+    ("offset", "long", "Kafka offset"),
+    ("timestamp", "timestamptz", "Kafka record timestamp"),
+    ("key", "binary", "raw Kafka key bytes"),
+    ("value", "binary", "raw Kafka value bytes"),
+    ("error", "string", "why the record was not applied"),
+    ("held_back_behind", "long", "for a held-back record: offset of the bad record of its key"),
+    ("run_id", "string", "the run that quarantined it"),
+    ("quarantined_at", "timestamptz", "when"),
+    ("status", "string", "open (its key's later events are held back) or released"),
+)
+"""Columns of a table's quarantine (dead-letter) table: one row per Kafka record not applied."""
+
+
+def side_table(identifier: str, suffix: str) -> str:
+    """``namespace.table`` of a side table (tombstones, quarantine) of ``identifier``."""
+    return identifier + suffix
+
+
+RUN_BRANCH_PREFIX = "cdc-run-"
+"""Branches the apply job commits to before fast-forwarding ``main`` (dropped by the job)."""

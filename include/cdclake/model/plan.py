@@ -1,0 +1,61 @@
+"""The plan of one table run: what ``plan`` decides, ``schema_sync`` may cap, ``apply`` applies
+and ``publish`` reports.
+
+One typed, versioned model crosses every hop (Airflow XCom as JSON, the ``spark-submit`` command
+line, the Spark driver): nothing re-reads the table config or rebuilds the plan by hand. A plan
+of another :data:`PLAN_VERSION` is refused with a clear error (a task of an older deployment
+handing its XCom to a newer one, or the reverse).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from cdclake.errors import ConfigError
+from cdclake.model.config import TableConfig
+from cdclake.model.offsets import OffsetRange, Offsets
+
+PLAN_VERSION = 1
+
+
+class RunPlan(BaseModel):
+    """One run of one table.
+
+    Attributes:
+        version: :data:`PLAN_VERSION`.
+        table: the table's config, as the DAG was built with it.
+        run_id: the Airflow run id (recorded in the commit's snapshot summary).
+        range: the Kafka offset range to apply (``schema_sync`` may cap it before a barrier).
+        replay: a manual replay (start offsets given by the operator, below the committed ones).
+        committed: the table's committed offsets when the run was planned (``None``: never).
+        schema_changes_applied: descriptions of the schema changes schema sync applied.
+        capped_before: the barrier schema change the range was capped before, if any.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    version: Literal[1] = PLAN_VERSION
+    table: TableConfig
+    run_id: str
+    range: OffsetRange
+    replay: bool = False
+    committed: Offsets | None = None
+    schema_changes_applied: tuple[str, ...] = ()
+    capped_before: str | None = None
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, text: str) -> RunPlan:
+        """Parse a plan.
+
+        Raises:
+            ConfigError: not a plan of this version (names what is wrong).
+        """
+        try:
+            return cls.model_validate_json(text)
+        except ValidationError as e:
+            raise ConfigError(f"not a cdclake run plan of version {PLAN_VERSION}:\n{e}") from e

@@ -1,0 +1,321 @@
+"""Schema sync: the source table's schema changes -> its Iceberg schema (pyiceberg, Kafka; no
+Spark). The rules are in :mod:`cdclake.model.schema_diff`; this module reads the changes from the
+schema-change topic, applies what precedes the batch and commits it in one transaction with the
+progress property ``cdc.schema-change-position``, capping the batch before a barrier change.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from cdclake.errors import BadRecordError, SchemaChangeError
+from cdclake.io.catalog import (
+    committed_offsets,
+    create_cdc_table,
+    iceberg_type,
+    identifier_fields,
+    load_table_or_none,
+    source_schema,
+)
+from cdclake.io.kafka import KafkaClients, read_partition, read_topic, topic_watermarks
+from cdclake.model.config import TableConfig
+from cdclake.model.envelope import KafkaCoordinates, parse_value
+from cdclake.model.layout import SCHEMA_CHANGE_POSITION_PROPERTY, column_encodings_property
+from cdclake.model.mysql_types import column_type
+from cdclake.model.offsets import OffsetRange, plan_range
+from cdclake.model.position import BinlogPosition
+from cdclake.model.schema_changes import SchemaChange, changes_from_record
+from cdclake.model.schema_diff import ChangePlan, check_primary_key, cut_before, plan_change
+from cdclake.model.types import ColumnSpec, column_doc
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
+
+log = logging.getLogger(__name__)
+
+
+def read_schema_changes(kafka: KafkaClients, topic: str, table_id: str) -> list[SchemaChange] | None:
+    """Every change of ``table_id`` in the schema-change ``topic``, in binlog order (equal
+    positions in topic order).
+
+    Returns:
+        The changes, or ``None`` when the topic does not exist (the connector runs with
+        ``include.schema.changes=false``, or has emitted nothing yet).
+    """
+    records = read_topic(kafka, topic, group_id="cdclake-schema-sync")
+    if records is None:
+        return None
+    changes: list[SchemaChange] = []
+    for msg in records:
+        if msg.value() is not None:
+            changes.extend(changes_from_record(msg.value(), table_id, msg.partition() or 0, msg.offset() or 0))
+    return sorted(changes, key=lambda c: (c.position, c.partition, c.offset))
+
+
+def _commit_plans(table: Table, plans: list[ChangePlan], position: BinlogPosition) -> Table:
+    """Apply ``plans`` in order and record ``position``, in ONE Iceberg transaction."""
+    # nested field ids (struct<wkb,srid>) are placeholders: add_column assigns fresh ones
+    placeholder_ids = itertools.count(1_000_000)
+    with table.transaction() as txn:
+        for plan in plans:
+            if plan.renames:
+                with txn.update_schema() as update:
+                    for old, new in plan.renames:
+                        update.rename_column(old, new)
+            if plan.is_empty:
+                continue
+            with txn.update_schema() as update:
+                for spec, after in plan.adds:
+                    update.add_column(
+                        spec.name,
+                        iceberg_type(spec.iceberg_type, placeholder_ids),
+                        required=False,
+                        doc=column_doc(spec.encoding),
+                    )
+                    if after is None:
+                        update.move_first(spec.name)
+                    else:
+                        update.move_after(spec.name, after)
+                for name, new_type in plan.promotions:
+                    update.update_column(name, field_type=iceberg_type(new_type))
+                for name in plan.optional:
+                    update.make_column_optional(name)
+                if plan.identifier is not None:
+                    update.set_identifier_fields(*plan.identifier)
+                for name in plan.deletes:
+                    update.delete_column(name)
+        properties = {SCHEMA_CHANGE_POSITION_PROPERTY: position.to_text()}
+        if plans:
+            properties.update(column_encodings_property(plans[-1].encodings))
+        txn.set_properties(properties)
+    return table.refresh()
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    """What :func:`sync_for_range` did.
+
+    Attributes:
+        offset_range: the range the apply step must read: the planned one, or capped before a
+            barrier change (``capped_before`` says which).
+        applied: the changes applied (descriptions), in order.
+        capped_before: the barrier change the range was capped before, if any.
+        created: the Iceberg table was created from a ``CREATE`` change.
+    """
+
+    offset_range: OffsetRange
+    applied: tuple[str, ...] = ()
+    capped_before: str | None = None
+    created: bool = False
+
+
+def pending_changes(changes: list[SchemaChange], table: Table | None) -> list[SchemaChange]:
+    """The changes after the table's recorded schema-change position (all when none)."""
+    done = table.properties.get(SCHEMA_CHANGE_POSITION_PROPERTY) if table is not None else None
+    if done is None:
+        return list(changes)
+    floor = BinlogPosition.from_text(done)
+    return [c for c in changes if c.position > floor]
+
+
+def _stop_for_table_change(change: SchemaChange, identifier: str) -> SchemaChangeError:
+    what = "renamed" if change.kind == "RENAME" else "dropped"
+    return SchemaChangeError(
+        f"table {identifier}: the source table was {what}: {change.describe()}. Schema sync stops "
+        "here; nothing was applied and the offsets did not move. The data topic is named after "
+        "the source table, so this table cannot follow: point a new table config at the new "
+        "topic and re-snapshot it (snapshot-bootstrap DAG), then retire this table."
+    )
+
+
+def sync_changes(
+    catalog: Catalog,
+    cfg: TableConfig,
+    changes: list[SchemaChange],
+    *,
+    data_positions: list[tuple[int, int, BinlogPosition]] | None,
+    offset_range: OffsetRange,
+) -> SyncResult:
+    """Apply the pending ``changes`` that precede the batch's events, capping the batch before a
+    barrier change (module docstring, "Barrier").
+
+    Args:
+        changes: this table's changes in binlog order (:func:`read_schema_changes`).
+        data_positions: ``(partition, offset, position)`` of the batch's events (records that
+            have no position are left out: the apply step quarantines them).
+        offset_range: the planned range.
+
+    Raises:
+        SchemaChangeError: see :func:`plan_change`, and a table renamed or dropped at the source.
+        SchemaError: the primary key in the table config is not the source table's.
+    """
+    table = load_table_or_none(catalog, cfg.identifier)
+    pending = pending_changes(changes, table)
+    positions = data_positions or []
+    if not pending or not positions:
+        check_primary_key(identifier_fields(table), cfg)
+        return SyncResult(offset_range)
+    last = max(p for _, _, p in positions)
+    created = False
+    applied: list[str] = []
+    plans: list[ChangePlan] = []
+    state = source_schema(table) if table is not None else None
+    done_position: BinlogPosition | None = None
+    capped: tuple[SchemaChange, dict[int, int]] | None = None
+    changelog = cfg.write_mode == "changelog"
+    for change in pending:
+        if change.position > last:
+            break
+        if change.kind in ("DROP", "RENAME"):
+            if table is None or (change.kind == "DROP" and change.snapshot):
+                # nothing to drop yet, or the connector's snapshot rebuilding its schema history
+                applied.append(f"skipped {change.describe()}")
+                done_position = change.position
+                continue
+            raise _stop_for_table_change(change, cfg.identifier)
+        if table is None:
+            if change.kind != "CREATE":
+                raise SchemaChangeError(
+                    f"table {cfg.identifier} does not exist and the first change of its source "
+                    f"table is not a CREATE: {change.describe()}"
+                )
+            table = _create(catalog, cfg, change)
+            created = True
+            state = source_schema(table)
+            applied.append(change.describe())
+            done_position = change.position
+            continue
+        plan = plan_change(
+            state,
+            change,
+            table_id=cfg.source_table_id,
+            policy=cfg.schema_changes,
+            modes=cfg.connector,
+            changelog=changelog,
+        )
+        if plan.is_barrier:
+            cut = cut_before(positions, change.position, offset_range)
+            if cut is not None:
+                capped = (change, cut)
+                break
+        plans.append(plan)
+        state = plan.after
+        applied.append(change.describe())
+        done_position = change.position
+    if done_position is not None and table is not None:
+        if plans:
+            table = _commit_plans(table, plans, done_position)
+        elif table.properties.get(SCHEMA_CHANGE_POSITION_PROPERTY) != done_position.to_text():
+            with table.transaction() as txn:
+                txn.set_properties({SCHEMA_CHANGE_POSITION_PROPERTY: done_position.to_text()})
+            table = table.refresh()
+    check_primary_key(identifier_fields(table), cfg)
+    if capped is not None:
+        change, cut = capped
+        capped_range = OffsetRange(topic=offset_range.topic, start=offset_range.start, end=cut)
+        return SyncResult(capped_range, tuple(applied), change.describe(), created)
+    return SyncResult(offset_range, tuple(applied), None, created)
+
+
+def _create(catalog: Catalog, cfg: TableConfig, change: SchemaChange) -> Table:
+    columns = []
+    for c in change.columns:
+        iceberg_type, encoding = column_type(c, cfg.connector)
+        required = not c.get("optional", True) and cfg.write_mode != "changelog"
+        columns.append(ColumnSpec(c["name"], iceberg_type, required, encoding))
+    primary_key = cfg.primary_key if cfg.write_mode == "changelog" else change.primary_key
+    return create_cdc_table(
+        catalog,
+        cfg.identifier,
+        columns,
+        tuple(primary_key),
+        properties={SCHEMA_CHANGE_POSITION_PROPERTY: change.position.to_text()},
+    )
+
+
+def read_data_positions(
+    kafka: KafkaClients, offset_range: OffsetRange, value_format: str
+) -> list[tuple[int, int, BinlogPosition]]:
+    """``(partition, offset, position)`` of every event of the range that has one (Kafka
+    tombstones and bad records have none; the apply step skips or quarantines them)."""
+    topic = offset_range.topic
+
+    def positions() -> Iterator[tuple[int, int, BinlogPosition]]:
+        for p in sorted(offset_range.end):
+            for msg in read_partition(
+                kafka, topic, p, offset_range.start[p], offset_range.end[p], group_id="cdclake-schema-sync"
+            ):
+                offset = msg.offset() or 0
+                try:
+                    event = parse_value(msg.value(), value_format, KafkaCoordinates(topic, p, offset))
+                except BadRecordError:
+                    continue
+                if event is not None:
+                    yield p, offset, event.position
+
+    return list(positions())
+
+
+def _no_schema_topic(cfg: TableConfig) -> None:
+    log.warning(
+        "schema-change topic %r does not exist: no schema sync (the connector needs include.schema.changes=true)",
+        cfg.schema_change_topic,
+    )
+
+
+def sync_for_range(catalog: Catalog, kafka: KafkaClients, cfg: TableConfig, offset_range: OffsetRange) -> SyncResult:
+    """The ``schema_sync`` step of a table run: apply the table's schema changes up to the planned
+    batch (:func:`sync_changes`), reading the schema-change topic and, only when changes are
+    pending, the batch's event positions.
+
+    A missing schema-change topic (``include.schema.changes=false``) applies nothing; events whose
+    columns the table lacks then stop the apply step (it never drops a column silently).
+    """
+    changes = read_schema_changes(kafka, cfg.schema_change_topic, cfg.source_table_id)
+    if changes is None:
+        _no_schema_topic(cfg)
+        return SyncResult(offset_range)
+    table = load_table_or_none(catalog, cfg.identifier)
+    positions = None
+    if pending_changes(changes, table):
+        positions = read_data_positions(kafka, offset_range, cfg.value_format)
+    return sync_changes(catalog, cfg, changes, data_positions=positions, offset_range=offset_range)
+
+
+def sync_table_schema(catalog: Catalog, kafka: KafkaClients, cfg: TableConfig) -> SyncResult:
+    """Bring the Iceberg table to the source table's current schema, as the bootstrap DAG needs
+    before a snapshot: creates the table from its ``CREATE`` change if it does not exist.
+
+    When events are waiting to be applied (committed offsets -> high watermarks), this is exactly
+    the table run's schema sync for that range: a barrier change behind pending events waits for
+    the table's DAG. When none are waiting, every change up to the end of the schema-change topic
+    is applied (no event can be written under the wrong schema).
+
+    Raises:
+        SchemaChangeError, SchemaError: as :func:`sync_changes`.
+        TopicNotFoundError: the data topic does not exist.
+    """
+    changes = read_schema_changes(kafka, cfg.schema_change_topic, cfg.source_table_id)
+    if changes is None:
+        _no_schema_topic(cfg)
+        return SyncResult(OffsetRange(topic=cfg.topic, start={}, end={}))
+    table = load_table_or_none(catalog, cfg.identifier)
+    marks = topic_watermarks(kafka, cfg.topic)
+    offset_range = plan_range(cfg.topic, committed_offsets(table, cfg.topic), marks.low, marks.high, 2**62)
+    pending = pending_changes(changes, table)
+    if not pending:
+        check_primary_key(identifier_fields(table), cfg)
+        return SyncResult(offset_range)
+    positions = read_data_positions(kafka, offset_range, cfg.value_format)
+    if not positions:
+        # nothing to apply: every change may go in; a stand-in event after the last change makes
+        # sync_changes apply them all without capping anything
+        # (at the range's end offset: it is not in the range, so nothing is cut before it)
+        partition = min(offset_range.end)
+        positions = [(partition, offset_range.end[partition], max(c.position for c in pending))]
+    return sync_changes(catalog, cfg, changes, data_positions=positions, offset_range=offset_range)

@@ -1,0 +1,145 @@
+"""The commit of one run (Spark + pyiceberg): ``MERGE INTO`` a branch created at the run's base
+snapshot, the snapshot summary properties of :class:`~cdclake.model.layout.SummaryKeys` set on
+the Spark session for that commit, then ``main`` fast-forwarded to the branch. The fast-forward is
+Iceberg's optimistic check: it fails if ``main`` moved since the run read it (another run
+committed), so two runs never both commit from the same start.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from cdclake.errors import ConcurrentRunError
+from cdclake.model.layout import RUN_BRANCH_PREFIX
+from cdclake.model.position import BinlogPosition
+from cdclake.spark.context import ApplyContext
+from cdclake.spark.parse import position_literal, position_struct
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_PROPERTY_PREFIX = "spark.sql.iceberg.snapshot-property."
+"""Iceberg (1.11, Spark 4.x modules) copies Spark session settings named
+``spark.sql.iceberg.snapshot-property.<key>`` into the summary of the commits of that session."""
+
+PAUSE_ENV = "CDCLAKE_APPLY_PAUSE_AT"
+"""Debugging: ``<point>[@<marker file>]`` pauses the apply job at a commit boundary for up to an
+hour, so that the run branch can be inspected or the process killed there (the crash tests do
+both). Points: ``before_fast_forward`` (the run branch holds the data, ``main`` does not yet) and
+``after_commit`` (``main`` holds it). The job logs that it pauses and writes the marker file, if
+one is named, with the branch or snapshot id. See ``docs/operations.md``, "Debugging"."""
+
+PAUSE_POINTS = ("before_fast_forward", "after_commit")
+
+
+def debug_pause(point: str, detail: object) -> None:
+    """Pause at ``point`` when :data:`PAUSE_ENV` names it (see there)."""
+    spec = os.environ.get(PAUSE_ENV)
+    if not spec:
+        return
+    name, _, marker = spec.partition("@")
+    if name not in PAUSE_POINTS:
+        raise ValueError(f"{PAUSE_ENV}={spec!r}: the point must be one of {PAUSE_POINTS}")
+    if name != point:
+        return
+    log.warning("%s=%s: pausing the apply job at %s (%s) for up to an hour", PAUSE_ENV, spec, point, detail)
+    if marker:
+        with open(marker, "w") as out:
+            out.write(str(detail))
+    time.sleep(3600)
+
+
+def merge(
+    ctx: ApplyContext, target: str, source: DataFrame, all_cols: list[str], truncate: BinlogPosition | None
+) -> None:
+    """The ``MERGE INTO`` of a reduced batch (one row per key) into ``target``: a row is replaced
+    or deleted only by an event at a strictly greater position; a truncate in the batch deletes
+    every row below it."""
+
+    def q(name: str) -> str:
+        return f"`{name}`"
+
+    on = " AND ".join(f"t.{q(c)} = s.{q(c)}" for c in ctx.cfg.primary_key)
+    newer = f"{position_struct('s.')} > {position_struct('t.')}"
+    truncate_clause = (
+        f"WHEN NOT MATCHED BY SOURCE AND {position_struct('t.')} < {position_literal(truncate)} THEN DELETE"
+        if truncate
+        else ""
+    )
+    with ctx.temp_view(source, "cdc_batch") as view:
+        ctx.spark.sql(f"""
+            MERGE INTO {target} t
+            USING {view} s
+            ON {on}
+            WHEN MATCHED AND s._cdc_op = 'd' AND {newer} THEN DELETE
+            WHEN MATCHED AND s._cdc_op <> 'd' AND {newer} THEN
+              UPDATE SET {", ".join(f"t.{q(c)} = s.{q(c)}" for c in all_cols)}
+            WHEN NOT MATCHED AND s._cdc_op <> 'd' THEN
+              INSERT ({", ".join(q(c) for c in all_cols)}) VALUES ({", ".join(f"s.{q(c)}" for c in all_cols)})
+            {truncate_clause}
+        """)
+
+
+def commit(ctx: ApplyContext, properties: dict[str, str], write: Callable[[str], None]) -> int:
+    """Run ``write(target)`` as one commit on top of the run's base snapshot (the table's current
+    snapshot when the run started) and return its id.
+
+    The write goes to a branch created at the base snapshot; ``main`` is then fast-forwarded to it,
+    which Iceberg refuses when ``main`` moved since the base (another run committed). A write that
+    changes no row still commits (an empty append), so that its offsets are recorded.
+
+    Raises:
+        ConcurrentRunError: ``main`` is no longer at ``base_snapshot_id``.
+    """
+    spark, cfg = ctx.spark, ctx.cfg
+    base_snapshot_id = ctx.state.snapshot_id
+    target = ctx.spark_name()
+    branch = None
+    if base_snapshot_id is None:
+        debug_pause("before_fast_forward", "main")  # a table without snapshots is written directly
+    else:
+        branch = f"{RUN_BRANCH_PREFIX}{uuid.uuid4().hex[:12]}"
+        spark.sql(f"ALTER TABLE {target} CREATE BRANCH `{branch}` AS OF VERSION {base_snapshot_id}")
+    try:
+        for key, value in properties.items():
+            spark.conf.set(SNAPSHOT_PROPERTY_PREFIX + key, value)
+        try:
+            write(f"{target}.`branch_{branch}`" if branch else target)
+        finally:
+            for key in properties:
+                spark.conf.unset(SNAPSHOT_PROPERTY_PREFIX + key)
+        table = ctx.table.refresh()
+        ref = branch or "main"
+        head = table.snapshot_by_name(ref)
+        if head is None or head.snapshot_id == base_snapshot_id:
+            import pyarrow as pa
+
+            empty = pa.Table.from_pylist([], schema=table.schema().as_arrow())
+            table.append(empty, snapshot_properties=properties, branch=ref)
+        if branch:
+            debug_pause("before_fast_forward", branch)
+            try:
+                spark.sql(
+                    f"CALL {ctx.settings.catalog_name}.system.fast_forward('{cfg.identifier}', 'main', '{branch}')"
+                )
+            except Exception as e:  # noqa: BLE001 - Spark wraps Iceberg's error in several types
+                if "not an ancestor" not in str(e):
+                    raise
+                raise ConcurrentRunError(
+                    f"table {cfg.identifier}: another run committed since this run read snapshot "
+                    f"{base_snapshot_id}; this run's commit was discarded (nothing changed). The "
+                    "next run plans from the table's offsets."
+                ) from e
+        snapshot_id = table.refresh().current_snapshot().snapshot_id
+    finally:
+        if branch:
+            spark.sql(f"ALTER TABLE {target} DROP BRANCH IF EXISTS `{branch}`")
+    debug_pause("after_commit", snapshot_id)
+    return snapshot_id

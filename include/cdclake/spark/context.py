@@ -1,0 +1,138 @@
+"""The apply context: everything one apply run needs, resolved once (table config, catalog,
+Iceberg table, committed state, source columns, Kafka clients) and handed to each step."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from cdclake.errors import BadRecordError, SchemaError
+from cdclake.io.catalog import create_cdc_table, ensure_side_table, load_table_or_none, source_schema
+from cdclake.io.kafka import KafkaClients
+from cdclake.model.config import TableConfig
+from cdclake.model.envelope import KafkaCoordinates, parse_value
+from cdclake.model.layout import CommittedState, side_table
+from cdclake.model.plan import RunPlan
+from cdclake.model.types import ColumnSpec, columns_from_config, columns_from_connect
+from cdclake.settings import Settings
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
+    from pyspark.sql import DataFrame, SparkSession
+
+
+@dataclass(frozen=True)
+class ApplyContext:
+    """One apply run's resolved inputs.
+
+    Attributes:
+        spark: the run's Spark session.
+        settings: where the catalog is.
+        kafka: the Kafka clients (Spark source options come from them).
+        plan: the run plan (table config, range, run id, replay).
+        catalog: the pyiceberg catalog, loaded once.
+        table: the Iceberg table (created on first use), as loaded at the start of the run.
+        state: what the table's newest CDC commit recorded, read at the start of the run.
+        columns: the table's source columns with their encodings, in order.
+    """
+
+    spark: SparkSession
+    settings: Settings
+    kafka: KafkaClients
+    plan: RunPlan
+    catalog: Catalog
+    table: Table
+    state: CommittedState
+    columns: tuple[ColumnSpec, ...]
+
+    @property
+    def cfg(self) -> TableConfig:
+        return self.plan.table
+
+    def spark_name(self, suffix: str = "") -> str:
+        """The Spark SQL name of the table (or its side table ``suffix``): ``<catalog>.<ns>.<table><suffix>``."""
+        return f"{self.settings.catalog_name}.{side_table(self.cfg.identifier, suffix)}"
+
+    def side_table(
+        self, suffix: str, columns: list[tuple[str, str, bool]] | None = None, docs: dict[str, str] | None = None
+    ) -> Table | None:
+        """The side table ``<table><suffix>``; created with ``columns`` when given, else ``None``
+        while it does not exist."""
+        identifier = side_table(self.cfg.identifier, suffix)
+        if columns is None:
+            return load_table_or_none(self.catalog, identifier)
+        return ensure_side_table(self.catalog, identifier, columns, docs)
+
+    @contextmanager
+    def temp_view(self, df: DataFrame, prefix: str) -> Iterator[str]:
+        """``df`` as a uniquely named temporary view, dropped on exit."""
+        view = f"{prefix}_{uuid.uuid4().hex}"
+        df.createOrReplaceTempView(view)
+        try:
+            yield view
+        finally:
+            self.spark.catalog.dropTempView(view)
+
+
+def source_columns(table: Table) -> tuple[ColumnSpec, ...]:
+    """The table's source columns with their recorded encodings.
+
+    Raises:
+        SchemaError: a column has no recorded encoding (the table was not created by cdclake).
+    """
+    columns = source_schema(table).columns
+    missing = [c.name for c in columns if not c.encoding]
+    if missing:
+        raise SchemaError(f"table {table.name()}: column(s) {missing} have no recorded encoding")
+    return columns
+
+
+def resolve_table(catalog: Catalog, cfg: TableConfig, raw: DataFrame) -> Table:
+    """Load the Iceberg table, creating it on first use from the events' schema or the config.
+
+    Raises:
+        SchemaError: the table does not exist and neither the config (``columns``) nor an event
+            of the range (a Connect schema) says what its columns are.
+    """
+    from pyiceberg.exceptions import TableAlreadyExistsError
+
+    table = load_table_or_none(catalog, cfg.identifier)
+    if table is not None:
+        return table
+    if cfg.columns is not None:
+        columns = columns_from_config(cfg.columns, cfg.primary_key)
+    elif cfg.value_format == "json_with_schema":
+        columns = _columns_from_first_schema(raw, cfg)
+    else:
+        raise SchemaError(
+            f"table {cfg.identifier} does not exist and its events carry no schema "
+            "(value_format json): declare its 'columns' in the table config"
+        )
+    if cfg.write_mode == "changelog":
+        # a change log row may be a delete's before image or a truncate: no column is required
+        columns = [ColumnSpec(c.name, c.iceberg_type, False, c.encoding) for c in columns]
+    try:
+        return create_cdc_table(catalog, cfg.identifier, columns, cfg.primary_key)
+    except TableAlreadyExistsError:
+        return catalog.load_table(cfg.identifier)
+
+
+def _columns_from_first_schema(raw: DataFrame, cfg: TableConfig) -> list[ColumnSpec]:
+    rows = raw.filter("value is not null").select("partition", "offset", "value").limit(100).collect()
+    for rec in rows:
+        where = KafkaCoordinates(cfg.topic, rec["partition"], rec["offset"])
+        try:
+            event = parse_value(bytes(rec["value"]), cfg.value_format, where)
+        except BadRecordError:
+            continue
+        row_schema = event.row_schema() if event else None
+        if row_schema:
+            return columns_from_connect(row_schema)
+    raise SchemaError(
+        f"table {cfg.identifier} does not exist and no event of topic {cfg.topic!r} in this range "
+        "carries a row schema to create it from"
+    )
