@@ -4,7 +4,7 @@ CDCLAKE := .venv/bin/cdclake
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: demo test bench setup stack-start stack-stop stack-status chain-start chain-stop airflow-ui lock clean help
+.PHONY: demo test lint bench setup stack-start stack-stop stack-status chain-start chain-stop airflow-ui lock clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -12,9 +12,15 @@ help:  ## list the targets
 demo: setup  ## set up, load the real Debezium fixtures, run both table DAGs, show the Iceberg tables
 	$(CDCLAKE) demo --quiet
 
-test: setup  ## run the whole test suite: unit, integration (Kafka, Spark, Iceberg), e2e (Airflow)
+test: setup lint  ## lint, then the whole test suite: unit, integration (Kafka, Spark, Iceberg), e2e (Airflow)
 	@set +e; .venv/bin/python -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
+
+lint: setup  ## ruff (lint and format check), mypy (strict on the pure model), import-linter (the layers)
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+	.venv/bin/mypy
+	.venv/bin/lint-imports --no-cache
 
 bench: setup  ## the apply path's benchmark (not a test; long): results in bench/results/; BENCH_ARGS="--size medium"
 	.venv/bin/python bench/run.py $(BENCH_ARGS)

@@ -1,4 +1,4 @@
-"""A pure-Python reference model of the apply contract (``ARCHITECTURE.md`` section 4).
+"""A pure-Python reference model of the apply contract (``docs/architecture.md``, "The apply contract").
 
 It is written from the contract, not from the Spark job, and shares no code with it (it does not
 import ``cdclake``): a property test runs the same Kafka records through both and compares.

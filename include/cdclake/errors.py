@@ -27,9 +27,14 @@ class ConfigError(CdcLakeError, ValueError):
 class _KafkaWhere(Protocol):
     """Anything naming a Kafka record: :class:`cdclake.model.envelope.KafkaCoordinates`."""
 
-    topic: str
-    partition: int | None
-    offset: int | None
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def partition(self) -> int | None: ...
+
+    @property
+    def offset(self) -> int | None: ...
 
 
 class BadRecordError(CdcLakeError):

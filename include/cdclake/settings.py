@@ -111,19 +111,21 @@ class Settings(BaseModel):
                 f"unknown environment variable(s) {unknown}; known: {sorted(_ENV_PREFIX + k for k in _KNOWN)}"
             )
         state_dir = Path(env.get("CDCLAKE_STATE_DIR", PROJECT_ROOT / ".stack")).resolve()
-        return cls(
-            state_dir=state_dir,
-            kafka_bootstrap=env.get("CDCLAKE_KAFKA_BOOTSTRAP", "127.0.0.1:19092"),
-            catalog_name=env.get("CDCLAKE_CATALOG_NAME", "lake"),
-            catalog_uri=env.get("CDCLAKE_CATALOG_URI", f"sqlite:///{state_dir / 'iceberg' / 'catalog.db'}"),
-            warehouse=env.get("CDCLAKE_WAREHOUSE", (state_dir / "iceberg" / "warehouse").as_uri()),
-            tables_config=Path(env.get("CDCLAKE_TABLES_CONFIG", PROJECT_ROOT / "include" / "tables.yaml")),
-            spark_master=env.get("CDCLAKE_SPARK_MASTER", "local[2]"),
-            mariadb_port=int(env.get("CDCLAKE_MARIADB_PORT", "13306")),
-            connect_port=int(env.get("CDCLAKE_CONNECT_PORT", "18083")),
-            topic_prefix=env.get("CDCLAKE_TOPIC_PREFIX", "mariadb"),
-            signal_channel=env.get("CDCLAKE_SIGNAL_CHANNEL", "source"),
-            signal_table=env.get("CDCLAKE_SIGNAL_TABLE", "inventory.debezium_signal"),
+        return cls.model_validate(
+            dict(
+                state_dir=state_dir,
+                kafka_bootstrap=env.get("CDCLAKE_KAFKA_BOOTSTRAP", "127.0.0.1:19092"),
+                catalog_name=env.get("CDCLAKE_CATALOG_NAME", "lake"),
+                catalog_uri=env.get("CDCLAKE_CATALOG_URI", f"sqlite:///{state_dir / 'iceberg' / 'catalog.db'}"),
+                warehouse=env.get("CDCLAKE_WAREHOUSE", (state_dir / "iceberg" / "warehouse").as_uri()),
+                tables_config=Path(env.get("CDCLAKE_TABLES_CONFIG", PROJECT_ROOT / "include" / "tables.yaml")),
+                spark_master=env.get("CDCLAKE_SPARK_MASTER", "local[2]"),
+                mariadb_port=int(env.get("CDCLAKE_MARIADB_PORT", "13306")),
+                connect_port=int(env.get("CDCLAKE_CONNECT_PORT", "18083")),
+                topic_prefix=env.get("CDCLAKE_TOPIC_PREFIX", "mariadb"),
+                signal_channel=env.get("CDCLAKE_SIGNAL_CHANNEL", "source"),
+                signal_table=env.get("CDCLAKE_SIGNAL_TABLE", "inventory.debezium_signal"),
+            )
         )
 
     @property

@@ -255,7 +255,7 @@ def test_order_is_binlog_position_not_kafka_offset_across_file_rollover(spark, k
 
 @pytest.mark.parametrize("mode", ["copy-on-write", "merge-on-read"])
 def test_merge_records_snapshot_properties_in_both_write_modes(spark, kafka, stack_settings, mode):
-    """ARCHITECTURE.md section 9: Iceberg copies spark.sql.iceberg.snapshot-property.* into a
+    """Iceberg 1.11 (Spark 4.x modules) copies spark.sql.iceberg.snapshot-property.* into a
     MERGE commit; proven here for both write modes before the apply job relies on it."""
     name = f"{stack_settings.catalog_name}.tests.props_{mode.replace('-', '_')}"
     spark.sql(f"DROP TABLE IF EXISTS {name}")

@@ -1,4 +1,4 @@
-"""Each rule of the apply contract (ARCHITECTURE.md section 4) in isolation, on the real stack:
+"""Each rule of the apply contract (docs/architecture.md, "The apply contract") in isolation, on the real stack:
 Kafka broker, SparkSession with the Iceberg runtime, SQLite JDBC catalog."""
 
 from __future__ import annotations

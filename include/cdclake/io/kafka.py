@@ -230,7 +230,7 @@ def offsets_for_time(kafka: KafkaClients, topic: str, timestamp_ms: int) -> dict
 
 def ensure_topic(kafka: KafkaClients, topic: str, partitions: int) -> bool:
     """Create ``topic`` with ``partitions`` partitions unless it exists. Returns whether created."""
-    from confluent_kafka.admin import NewTopic
+    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]  # re-exported at run time
 
     admin = kafka.admin()
     if topic in admin.list_topics(timeout=TIMEOUT_S).topics:
@@ -305,7 +305,7 @@ def read_topic(kafka: KafkaClients, topic: str, *, group_id: str = "cdclake-read
 def produce(
     kafka: KafkaClients,
     topic: str,
-    records: Iterator[tuple[bytes | None, bytes | None, list[tuple[str, bytes]] | None]],
+    records: Iterator[tuple[bytes | None, bytes | None, list[tuple[str, str | bytes | None]] | None]],
     **producer_config: Any,
 ) -> list[tuple[int, int]]:
     """Produce ``(key, value, headers)`` records to ``topic`` and wait for every delivery.

@@ -241,10 +241,10 @@ def start_connect(
     if pid is not None:
         return f"Kafka Connect already running on 127.0.0.1:{settings.connect_port} (pid {pid})"
     base.mkdir(parents=True, exist_ok=True)
-    from cdclake.io.kafka import ensure_topic
+    from cdclake.io.kafka import KafkaClients, ensure_topic
 
     # the Kafka signal channel reads partition 0 of a one-partition topic (Debezium docs)
-    ensure_topic(settings.kafka_bootstrap, settings.signal_topic, 1)
+    ensure_topic(KafkaClients.from_bootstrap(settings.kafka_bootstrap), settings.signal_topic, 1)
     worker = base / "worker.properties"
     worker.write_text(
         _WORKER.format(

@@ -17,6 +17,7 @@ import argparse
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from cdclake.settings import PROJECT_ROOT, Settings
 
@@ -104,7 +105,7 @@ def cmd_load(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_airflow(argv: list[str], settings: Settings | None = None, **kwargs) -> subprocess.CompletedProcess:
+def run_airflow(argv: list[str], settings: Settings | None = None, **kwargs: Any) -> subprocess.CompletedProcess:
     """Run the ``airflow`` CLI of this virtual environment with the local stack's environment."""
     from cdclake.local.airflow_env import airflow_env
 
@@ -204,7 +205,7 @@ def show_table(name: str, *, limit: int, metadata_columns: bool, settings: Setti
     keys = [schema.find_field(i).name for i in schema.identifier_field_ids]
     out = [f"== {settings.catalog_name}.{cfg.identifier} ==", str(schema), f"identifier fields: {keys}", ""]
     snap = table.current_snapshot()
-    if snap is not None:
+    if snap is not None and snap.summary is not None:
         out.append(f"current snapshot {snap.snapshot_id} ({snap.summary.operation.value}); summary:")
         for key, value in sorted(snap.summary.additional_properties.items()):
             if key.startswith("cdc.") or key in ("total-records", "total-data-files", "total-delete-files"):

@@ -72,7 +72,8 @@ class ChangeEvent:
             return None
         for field in self.value_schema.get("fields", ()):
             if field.get("field") in ("after", "before") and field.get("type") == "struct":
-                return field
+                row_schema: dict[str, Any] = field
+                return row_schema
         return None
 
 

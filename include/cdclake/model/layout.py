@@ -70,36 +70,6 @@ METADATA_COLUMNS: tuple[tuple[str, str, str], ...] = (
 )
 """``(name, Iceberg type, doc)`` of the columns every CDC table carries after the source columns."""
 
-TABLE_PROPERTIES = {
-    "format-version": "2",
-    # Row-level changes as position deletes (merge-on-read): a merge rewrites only the rows it
-    # touches, never whole files, and never writes equality deletes.
-    "write.merge.mode": "merge-on-read",
-    "write.update.mode": "merge-on-read",
-    "write.delete.mode": "merge-on-read",
-    "write.parquet.compression-codec": "zstd",
-}
-
-
-COLUMN_ENCODINGS_PROPERTY = "cdc.column-encodings"
-"""Table property: JSON ``{column: encoding}`` (see :mod:`cdclake.model.types`)."""
-
-SCHEMA_CHANGE_POSITION_PROPERTY = "cdc.schema-change-position"
-"""Table property: position ``<file seq>:<pos>:<row>:<rank>`` of the last source schema change
-applied by schema sync (:mod:`cdclake.pipeline.schema_sync`), committed with the schema update."""
-
-METADATA_COLUMNS: tuple[tuple[str, str, str], ...] = (
-    ("_cdc_op", "string", "Debezium op of the event that wrote the row: c, u or r"),
-    ("_cdc_snapshot", "boolean", "true when the row was written by a snapshot read"),
-    ("_cdc_binlog_file_seq", "long", "binlog file sequence number of that event (mysql-bin.000003 -> 3)"),
-    ("_cdc_binlog_pos", "long", "binlog position (source.pos) of that event"),
-    ("_cdc_binlog_row", "int", "row index within the binlog event (source.row)"),
-    ("_cdc_source_ts", "timestamptz", "when the change was made in the source (source.ts_ms)"),
-    ("_cdc_kafka_partition", "int", "Kafka partition of that event"),
-    ("_cdc_kafka_offset", "long", "Kafka offset of that event"),
-)
-"""``(name, Iceberg type, doc)`` of the columns every CDC table carries after the source columns."""
-
 METADATA_COLUMN_NAMES = frozenset(name for name, _, _ in METADATA_COLUMNS)
 
 TABLE_PROPERTIES = {

@@ -18,6 +18,7 @@ from cdclake.model.config import TableConfig
 from cdclake.model.offsets import OffsetRange, Offsets
 
 PLAN_VERSION = 1
+"""The version of :class:`RunPlan` this code writes and reads."""
 
 
 class RunPlan(BaseModel):
@@ -36,7 +37,7 @@ class RunPlan(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    version: Literal[1] = PLAN_VERSION
+    version: Literal[1] = 1
     table: TableConfig
     run_id: str
     range: OffsetRange

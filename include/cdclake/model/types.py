@@ -320,10 +320,10 @@ def column_from_connect(field: dict[str, Any]) -> ColumnSpec:
             )
         encoding = semantic
     else:
-        iceberg = _PRIMITIVES.get(ctype)
-        if iceberg is None:
+        primitive = _PRIMITIVES.get(ctype)
+        if primitive is None:
             raise SchemaError(f"column {name!r}: Connect type {ctype!r} is not supported")
-        encoding = ctype
+        iceberg, encoding = primitive, ctype
     return ColumnSpec(name, iceberg, not field.get("optional", True), encoding)
 
 

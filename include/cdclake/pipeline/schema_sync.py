@@ -22,7 +22,7 @@ from cdclake.io.catalog import (
     source_schema,
 )
 from cdclake.io.kafka import KafkaClients, read_partition, read_topic, topic_watermarks
-from cdclake.model.config import TableConfig
+from cdclake.model.config import TableConfig, ValueFormat
 from cdclake.model.envelope import KafkaCoordinates, parse_value
 from cdclake.model.layout import SCHEMA_CHANGE_POSITION_PROPERTY, column_encodings_property
 from cdclake.model.mysql_types import column_type
@@ -52,8 +52,9 @@ def read_schema_changes(kafka: KafkaClients, topic: str, table_id: str) -> list[
         return None
     changes: list[SchemaChange] = []
     for msg in records:
-        if msg.value() is not None:
-            changes.extend(changes_from_record(msg.value(), table_id, msg.partition() or 0, msg.offset() or 0))
+        value = msg.value()
+        if value is not None:
+            changes.extend(changes_from_record(value, table_id, msg.partition() or 0, msg.offset() or 0))
     return sorted(changes, key=lambda c: (c.position, c.partition, c.offset))
 
 
@@ -190,6 +191,7 @@ def sync_changes(
             applied.append(change.describe())
             done_position = change.position
             continue
+        assert state is not None  # the table exists here, and state is its schema
         plan = plan_change(
             state,
             change,
@@ -239,7 +241,7 @@ def _create(catalog: Catalog, cfg: TableConfig, change: SchemaChange) -> Table:
 
 
 def read_data_positions(
-    kafka: KafkaClients, offset_range: OffsetRange, value_format: str
+    kafka: KafkaClients, offset_range: OffsetRange, value_format: ValueFormat
 ) -> list[tuple[int, int, BinlogPosition]]:
     """``(partition, offset, position)`` of every event of the range that has one (Kafka
     tombstones and bad records have none; the apply step skips or quarantines them)."""

@@ -137,7 +137,10 @@ def commit(ctx: ApplyContext, properties: dict[str, str], write: Callable[[str],
                     f"{base_snapshot_id}; this run's commit was discarded (nothing changed). The "
                     "next run plans from the table's offsets."
                 ) from e
-        snapshot_id = table.refresh().current_snapshot().snapshot_id
+        current = table.refresh().current_snapshot()
+        if current is None:  # the write and the empty append above both commit a snapshot
+            raise RuntimeError(f"table {cfg.identifier} has no snapshot after its commit")
+        snapshot_id = current.snapshot_id
     finally:
         if branch:
             spark.sql(f"ALTER TABLE {target} DROP BRANCH IF EXISTS `{branch}`")
