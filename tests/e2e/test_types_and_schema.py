@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from cdclake.io.catalog import committed_offsets, load_catalog
-from cdclake.io.kafka import topic_watermarks
+from cdclake.io.kafka import KafkaClients, topic_watermarks
 from cdclake.local import chain as source_chain
 from cdclake.local.cli import ensure_airflow_db, run_table_dag
 
@@ -226,7 +226,10 @@ def catch_up(settings, cfg_name: str, topic: str, capsys, max_runs: int = 6) -> 
         logs.append(capsys.readouterr().out)
         assert rc == 0, logs[-1][-6000:]
         table = load_catalog(settings).load_table("chain.alltypes")
-        if committed_offsets(table, topic) == topic_watermarks(settings.kafka_bootstrap, topic).high:
+        if (
+            committed_offsets(table, topic)
+            == topic_watermarks(KafkaClients.from_bootstrap(settings.kafka_bootstrap), topic).high
+        ):
             return logs
     raise AssertionError(f"not caught up after {max_runs} runs")
 
@@ -235,7 +238,10 @@ def wait_for(settings, topic: str, count_at_least: int, timeout_s: float = 120) 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            if sum(topic_watermarks(settings.kafka_bootstrap, topic).high.values()) >= count_at_least:
+            if (
+                sum(topic_watermarks(KafkaClients.from_bootstrap(settings.kafka_bootstrap), topic).high.values())
+                >= count_at_least
+            ):
                 return
         except LookupError:
             pass
