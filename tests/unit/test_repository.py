@@ -24,13 +24,15 @@ SKIP_DIRS = {
     "results",
     "node_modules",
 }
-# built from parts so that this file does not match itself
+# The folder beside the repository that other projects keep their captures in; its name is built
+# from parts so that this file does not match itself.
+_BESIDE = "sha" + "red"
 OUTSIDE = re.compile(
     "|".join(
         [
-            re.escape("..") + r"/" + "shared",
-            r"\"" + "shared" + r"\"\s*/",
-            "shared" + "/fixtures",
+            re.escape("..") + "/" + _BESIDE,
+            '"' + _BESIDE + r'"\s*/',
+            _BESIDE + "/fixtures",
             "ARCHITECTURE" + r"\.md",
             "PRODUCTION-" + r"PARTS\.md",
         ]
