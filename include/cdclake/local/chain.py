@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cdclake.io.source_db import SourceDatabase
-from cdclake.local.stack import java_executable, port_open
+from cdclake.local.stack import java_executable, port_open, terminate
 from cdclake.settings import PROJECT_ROOT, Settings, jars_dir
 
 if TYPE_CHECKING:
@@ -75,16 +74,7 @@ def _stop(pid_file: Path, what: str, *, hard: bool = False, timeout_s: float = 6
     pid = _running(pid_file)
     if pid is None:
         return f"{what} not running"
-    os.kill(pid, signal.SIGKILL if hard else signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.2)
-    else:
-        os.kill(pid, signal.SIGKILL)
+    terminate(pid, hard=hard, timeout_s=timeout_s)
     pid_file.unlink(missing_ok=True)
     return f"{what} {'killed (SIGKILL)' if hard else 'stopped'} (pid {pid})"
 

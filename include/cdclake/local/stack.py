@@ -189,6 +189,20 @@ def start_broker(settings: Settings, *, timeout_s: float = 60.0) -> str:
     raise RuntimeError(f"Kafka broker did not start on {settings.kafka_bootstrap}:\n{tail}")
 
 
+def terminate(pid: int, *, hard: bool = False, timeout_s: float = 30.0) -> None:
+    """Stop process ``pid``: SIGTERM (SIGKILL when ``hard``), then SIGKILL if it still runs after
+    ``timeout_s`` seconds. Returns when it is gone or the SIGKILL was sent."""
+    os.kill(pid, signal.SIGKILL if hard else signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    os.kill(pid, signal.SIGKILL)
+
+
 def stop_broker(settings: Settings, *, timeout_s: float = 30.0) -> str:
     """Stop the broker this project started (SIGTERM, then SIGKILL after ``timeout_s``).
 
@@ -198,15 +212,6 @@ def stop_broker(settings: Settings, *, timeout_s: float = 30.0) -> str:
     pid = _read_pid(settings)
     if pid is None:
         return "Kafka broker not running (no pid file of ours)"
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.2)
-    else:
-        os.kill(pid, signal.SIGKILL)
+    terminate(pid, timeout_s=timeout_s)
     _pid_file(settings).unlink(missing_ok=True)
     return f"Kafka broker stopped (pid {pid})"
