@@ -12,7 +12,8 @@ State after each run:
 
 * ``rows``: ``{id: (v, position)}``, the table and the position of the event that wrote each row;
 * ``tombstones``: ``{id: position}``, the newest applied delete of each key;
-* ``floor``: the newest truncate position, or ``None``.
+* ``floor``: the newest truncate position, or ``None``;
+* ``snapshot_floor``: the position of the newest complete full snapshot, or ``None``.
 
 A position is ``(binlog file sequence number as an int, pos, row, rank)``, rank 0 for a snapshot
 read (``op`` ``r``) and 1 for a change (``c``/``u``/``d``/``t``).
@@ -27,6 +28,13 @@ Rules of one run:
 4. An upsert (``c``/``u``/``r``) writes the row if its position is strictly greater than the row's
    and strictly greater than the key's tombstone. A delete removes the row if its position is
    strictly greater than the row's, and raises the tombstone to ``max(tombstone, position)``.
+5. A full snapshot (``r`` events marked ``first``/``first_in_data_collection``/``true``/
+   ``last_in_data_collection``/``last``, all at one position P) is in progress from its first
+   applied record; a newer P replaces an unfinished one. It is complete in the run after which its
+   end-marker record is applied and, in every other partition, a record produced after it (a
+   greater Kafka timestamp) is applied, or the partition has no such record and is applied to its
+   end. From that run on, every event below P is discarded; in that run every row and tombstone
+   below P is removed (after the run's own events below P are discarded).
 """
 
 from __future__ import annotations
@@ -44,6 +52,8 @@ _SNAPSHOT_MARKERS = frozenset(
     {"true", "first", "first_in_data_collection", "last_in_data_collection", "last", "incremental"}
 )
 UPSERT_OPS = frozenset({"c", "u", "r"})
+_FULL_MARKERS = frozenset({"first", "first_in_data_collection", "true", "last_in_data_collection", "last"})
+_END_MARKERS = frozenset({"last_in_data_collection", "last"})
 
 
 @dataclass(frozen=True)
@@ -55,6 +65,8 @@ class Record:
     key: bytes | None
     envelope: dict[str, Any] | None
     """The parsed Debezium envelope (payload only); ``None`` for a Kafka tombstone."""
+    timestamp: int = 0
+    """Kafka timestamp (production order)."""
 
 
 def position_of(envelope: dict[str, Any]) -> Position:
@@ -83,10 +95,61 @@ class ContractModel:
     rows: dict[Any, tuple[Any, Position]] = field(default_factory=dict)
     tombstones: dict[Any, Position] = field(default_factory=dict)
     floor: Position | None = None
+    snapshot_floor: Position | None = None
+    snapshot: Position | None = None
+    snapshot_end: Record | None = None
 
-    def apply_run(self, records: Iterable[Record]) -> None:
-        """Apply one run (its records in any order: the order is the positions')."""
+    def _full_snapshot_records(self, records: Iterable[Record]) -> list[tuple[Position, Record]]:
+        out = []
+        for r in records:
+            e = r.envelope
+            if e is not None and e["op"] == "r" and e["source"].get("snapshot") in _FULL_MARKERS:
+                out.append((position_of(e), r))
+        return out
+
+    def _track_snapshot(
+        self, records: list[Record], applied_end: dict[int, int], log: dict[int, Sequence[Record]]
+    ) -> Position | None:
+        """Rule 5: the snapshot completed by this run, if any."""
+        for pos, rec in sorted(self._full_snapshot_records(records), key=lambda x: x[0]):
+            if self.snapshot_floor is not None and pos <= self.snapshot_floor:
+                continue
+            if self.snapshot is None or pos > self.snapshot:
+                self.snapshot, self.snapshot_end = pos, None
+            if pos == self.snapshot and rec.envelope is not None and rec.envelope["source"]["snapshot"] in _END_MARKERS:
+                self.snapshot_end = rec
+        end = self.snapshot_end
+        if self.snapshot is None or end is None:
+            return None
+        for p, applied in applied_end.items():
+            if p == end.partition and applied > end.offset:
+                continue
+            later = [r.offset for r in log[p] if r.timestamp > end.timestamp]
+            if later and applied > later[0]:
+                continue
+            if not later and applied >= len(log[p]):
+                continue
+            return None
+        done, self.snapshot, self.snapshot_end = self.snapshot, None, None
+        return done
+
+    def apply_run(
+        self,
+        records: Iterable[Record],
+        applied_end: dict[int, int] | None = None,
+        log: dict[int, Sequence[Record]] | None = None,
+    ) -> None:
+        """Apply one run (its records in any order: the order is the positions'). ``applied_end``
+        (the run's end offsets) and ``log`` (the whole topic) are needed for rule 5."""
+        records = list(records)
+        completed = (
+            self._track_snapshot(records, applied_end, log) if log is not None and applied_end is not None else None
+        )
+        if completed is not None:
+            self.snapshot_floor = completed
         events = [r.envelope for r in records if r.envelope is not None]
+        if self.snapshot_floor is not None:
+            events = [e for e in events if e["op"] == "t" or position_of(e) >= self.snapshot_floor]
         truncates = [position_of(e) for e in events if e["op"] == "t"]
         if truncates and (self.floor is None or max(truncates) > self.floor):
             self.floor = max(truncates)
@@ -118,6 +181,9 @@ class ContractModel:
                     self.rows[k] = (e["after"][self.value_column], pos)
             else:
                 raise ValueError(f"unknown op {e['op']!r}")
+        if completed is not None:
+            self.rows = {k: row for k, row in self.rows.items() if row[1] >= completed}
+            self.tombstones = {k: t for k, t in self.tombstones.items() if t >= completed}
 
     def table(self) -> dict[Any, Any]:
         """``{id: v}``."""
@@ -147,6 +213,6 @@ def apply_runs(
     model = model if model is not None else ContractModel()
     states = []
     for start, end in runs:
-        model.apply_run(run_records(log, start, end))
+        model.apply_run(run_records(log, start, end), end, log)
         states.append(model.state())
     return states

@@ -83,7 +83,8 @@ def plan(table_json: str, **context: Any) -> str | None:
     from cdclake_airflow.connections import kafka_clients
 
     cfg = TableConfig.model_validate_json(table_json)
-    offsets, stamp = _replay_params(context.get("params") or {})
+    params = context.get("params") or {}
+    offsets, stamp = _replay_params(params)
     planned = plan_next(
         load_catalog(Settings.from_env()),
         kafka_clients(),
@@ -91,6 +92,7 @@ def plan(table_json: str, **context: Any) -> str | None:
         context["run_id"],
         replay_from_offsets=offsets,
         replay_from_timestamp_ms=stamp,
+        accept_source_change=bool(params.get("accept_source_change")),
     )
     if planned.range.is_empty:
         log.info("nothing new: skipping schema sync, apply and publish (no Spark job, no commit)")
@@ -224,6 +226,16 @@ def build_table_dag(settings: Settings, cfg: TableConfig) -> DAG:
                 description=(
                     "Manual replay/backfill: start at the first records at or after this time "
                     "(ISO 8601, UTC if no offset given), resolved with Kafka's offsets-for-times."
+                ),
+            ),
+            "accept_source_change": Param(
+                False,
+                type="boolean",
+                title="Accept a new binlog history",
+                description=(
+                    "Only when a run stopped on a binlog-history change (failover, RESET MASTER) and its "
+                    "error says so, together with the replay_from_offsets it names: the table drops the "
+                    "old history's positions and converges at the next full snapshot (docs/operations.md)."
                 ),
             ),
         },

@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -82,11 +82,18 @@ def kafka_key(k: int) -> bytes:
 
 @dataclass(frozen=True)
 class Produced:
-    """One Kafka record of the generated log (``label`` only for humans)."""
+    """One Kafka record of the generated log (``label`` only for humans; ``ts`` its production
+    order, sent as the record's Kafka timestamp after :data:`BASE_TS`)."""
 
     key: bytes | None
     value: bytes | None
     label: str
+    ts: int = 0
+
+
+BASE_TS = 1_600_000_000_000
+"""Kafka timestamp of the first produced record (epoch ms, long past: a snapshot's end record is
+settled, :data:`cdclake.model.convergence.SNAPSHOT_SETTLE_MS`)."""
 
 
 # --- the source simulation and its change stream ------------------------------------------------
@@ -111,11 +118,13 @@ class HistoryBuilder:
     emitted: list[tuple[int, Produced]] = field(default_factory=list)
     """Every original emission in binlog order, for a restart to re-emit."""
     _values: Any = field(default_factory=lambda: itertools.count(1))
+    _clock: Any = field(default_factory=lambda: itertools.count(1))
 
     def new_value(self, null: bool = False) -> str | None:
         return None if null else f"v{next(self._values)}"
 
     def _produce(self, partition: int, rec: Produced) -> None:
+        rec = replace(rec, ts=next(self._clock))
         self.log[partition].append(rec)
         self.emitted.append((partition, rec))
 
@@ -186,10 +195,32 @@ class HistoryBuilder:
     def snapshot(self, keys: list[int], values: list[str | None] | None = None) -> None:
         """Initial snapshot of ``keys``: ``op r`` reads, all at the current position (row 0)."""
         values = values if values is not None else [self.new_value() for _ in keys]
-        for i, (k, v) in enumerate(zip(keys, values, strict=False)):
+        for k, v in zip(keys, values, strict=False):
             assert k not in self.source
             self.source[k] = v
-            marker = "first" if i == 0 else "last" if i == len(keys) - 1 else "true"
+        self._snapshot_reads(keys, complete=True)
+
+    def offline(self, changes: list[tuple]) -> None:
+        """Changes made while the connector does not stream (``("c"|"u", k, v)``, ``("d", k)``):
+        the source changes, nothing is emitted, and the position moves on."""
+        for change in changes:
+            if change[0] == "d":
+                self.source.pop(change[1])
+            else:
+                self.source[change[1]] = change[2]
+        self.pos += 50
+
+    def resnapshot(self, order: list[int], complete: bool = True) -> None:
+        """A new full snapshot (offsets lost, a blocking snapshot) of the whole source, read in
+        ``order`` (a permutation of the present keys) at the current position; ``complete=False``:
+        the connector died before its last record."""
+        assert sorted(order) == sorted(self.source)
+        self._snapshot_reads(order if complete else order[: max(0, len(order) - 1)], complete=complete)
+
+    def _snapshot_reads(self, keys: list[int], complete: bool) -> None:
+        for i, k in enumerate(keys):
+            v = self.source[k]
+            marker = "last" if complete and i == len(keys) - 1 else "first" if i == 0 else "true"
             self._produce(
                 self.partition_of[k],
                 Produced(
@@ -219,7 +250,7 @@ class HistoryBuilder:
     def restart(self, k: int) -> None:
         """Connector restart: the last ``k`` emissions are produced again (to their partitions)."""
         for partition, rec in self.emitted[len(self.emitted) - k :]:
-            self.log[partition].append(Produced(rec.key, rec.value, rec.label + " [re-emitted]"))
+            self.log[partition].append(Produced(rec.key, rec.value, rec.label + " [re-emitted]", next(self._clock)))
 
     def finish(
         self,
@@ -239,9 +270,12 @@ class HistoryBuilder:
             for i, rec in enumerate(recs):
                 out.append(rec)
                 if (p, i) in duplicates:
-                    out.append(Produced(rec.key, rec.value, rec.label + " [duplicate]"))
+                    out.append(Produced(rec.key, rec.value, rec.label + " [duplicate]", rec.ts))
             k = min(suffixes.get(p, 0), len(out))
-            out.extend(Produced(r.key, r.value, r.label + " [re-emitted at end]") for r in out[len(out) - k :])
+            out.extend(
+                Produced(r.key, r.value, r.label + " [re-emitted at end]", next(self._clock))
+                for r in out[len(out) - k :]
+            )
             log[p] = out
         end = {p: len(recs) for p, recs in log.items()}
         runs: list[tuple[dict[int, int], dict[int, int]]] = []
@@ -275,7 +309,10 @@ class History:
 
     def model_log(self) -> dict[int, list[Record]]:
         return {
-            p: [Record(p, i, r.key, None if r.value is None else json.loads(r.value)) for i, r in enumerate(recs)]
+            p: [
+                Record(p, i, r.key, None if r.value is None else json.loads(r.value), BASE_TS + r.ts)
+                for i, r in enumerate(recs)
+            ]
             for p, recs in self.log.items()
         }
 
@@ -288,7 +325,7 @@ class History:
         lines = [f"History(expected={self.expected}, partition_of={self.partition_of})"]
         for p, recs in self.log.items():
             lines.append(f"  partition {p}:")
-            lines.extend(f"    {i:3d}  {r.label}" for i, r in enumerate(recs))
+            lines.extend(f"    {i:3d}  {r.label}  (ts {r.ts})" for i, r in enumerate(recs))
         for i, (s, e, replay) in enumerate(self.all_runs()):
             lines.append(f"  run {i}{' (replay)' if replay else ''}: {s} -> {e}")
         return "\n".join(lines)
@@ -331,7 +368,7 @@ def histories(draw, max_steps: int = 10) -> History:
             kinds += ["update", "delete", "update", "delete"]
         if present and absent:
             kinds += ["key_change", "key_change"]
-        kinds += ["multi", "truncate", "rotate", "rotate"]
+        kinds += ["multi", "truncate", "rotate", "rotate", "offline_resnapshot", "aborted_snapshot"]
         if b.emitted:
             kinds.append("restart")
         kind = draw(st.sampled_from(kinds))
@@ -377,6 +414,26 @@ def histories(draw, max_steps: int = 10) -> History:
                 b.event(changes, gap())
         elif kind == "truncate":
             b.truncate(draw(st.integers(0, PARTITIONS - 1)), gap())
+        elif kind == "offline_resnapshot":
+            # connector offsets lost: deletes (and other changes) while it does not stream, then
+            # a new full snapshot, which alone can tell the lake about the deletes
+            offline: list[tuple] = []
+            shadow = dict(b.source)
+            for _ in range(draw(st.integers(1, 3))):
+                if shadow and draw(st.booleans()):
+                    k = draw(st.sampled_from(sorted(shadow)))
+                    offline.append(("d", k))
+                    del shadow[k]
+                else:
+                    k = draw(st.sampled_from(KEYS))
+                    offline.append(("u" if k in shadow else "c", k, value()))
+                    shadow[k] = None
+            if not shadow:  # the snapshot of an empty table emits nothing: no rule can act on it
+                offline.append(("c", KEYS[0], value()))
+            b.offline(offline)
+            b.resnapshot(draw(st.permutations(sorted(b.source))))
+        elif kind == "aborted_snapshot":
+            b.resnapshot(draw(st.permutations(sorted(b.source))), complete=False)
         elif kind == "rotate":
             b.rotate(draw(st.integers(4, 300)))
         elif kind == "restart":
@@ -414,7 +471,7 @@ def model_states(h: History) -> list[tuple[dict, dict, Position | None]]:
     log = h.model_log()
     states = []
     for start, end, _ in h.all_runs():
-        model.apply_run(run_records(log, start, end))
+        model.apply_run(run_records(log, start, end), end, log)
         states.append(model.state())
     return states
 
@@ -432,7 +489,9 @@ def produce(kafka, topic: str, log: dict[int, list[Produced]]) -> None:
 
     for p, recs in log.items():
         for rec in recs:
-            producer.produce(topic, key=rec.key, value=rec.value, partition=p, on_delivery=on_delivery)
+            producer.produce(
+                topic, key=rec.key, value=rec.value, partition=p, timestamp=BASE_TS + rec.ts, on_delivery=on_delivery
+            )
     assert producer.flush(30) == 0, "records not delivered"
     assert not errors, errors
     for p, recs in log.items():

@@ -117,6 +117,13 @@ class TableDefaults(BaseModel):
     default is 7 days), so that no re-emitted or replayed event can outlive its tombstone."""
     schema_changes: SchemaChangePolicy = SchemaChangePolicy()
     connector: ConnectorModes = ConnectorModes()
+    authoritative_snapshots: bool = True
+    """Whether a complete full (initial or blocking) snapshot of the table deletes the rows and
+    tombstones below its position that it did not read (:mod:`cdclake.model.convergence`).
+    Set ``false`` when the connector reads the table through
+    ``snapshot.select.statement.overrides`` (its snapshot then holds only the rows the statement
+    selects, yet carries the same markers as a full one). Filtered blocking snapshots
+    (``additional-conditions``) are refused by the bootstrap DAG for tables where this is true."""
 
 
 class TableConfig(TableDefaults):

@@ -17,6 +17,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from cdclake.model.convergence import SnapshotProgress, SourceIdentity
 from cdclake.model.offsets import Offsets, decode_offsets
 from cdclake.model.position import BinlogPosition
 
@@ -49,6 +50,29 @@ class SummaryKeys:
     Events of another basename (a failover) stop the table."""
     REPLAY = "cdc.replay"
     """``true`` on the commit of a manual replay (start offsets given by the operator)."""
+    SNAPSHOT_FLOOR = "cdc.snapshot-floor"
+    """Position ``<file>:<pos>:<row>:<rank>`` of the newest complete full snapshot: rows and
+    tombstones below it were deleted when it completed, and events below it are discarded
+    (:mod:`cdclake.model.convergence`). Carried forward by every commit."""
+    SNAPSHOT_IN_PROGRESS = "cdc.snapshot-in-progress"
+    """JSON :class:`~cdclake.model.convergence.SnapshotProgress` of a full snapshot whose records
+    are being applied; absent when none. Carried forward by every commit."""
+    SNAPSHOT_COMPLETED = "cdc.snapshot-completed"
+    """On the commit that completed a full snapshot: its position and the rows it deleted."""
+    SOURCE_IDENTITY = "cdc.source-identity"
+    """JSON :class:`~cdclake.model.convergence.SourceIdentity` (server id, binlog basename, GTID
+    source) of the events applied so far. Carried forward by every commit."""
+    MAX_OFFSETS = "cdc.kafka.max-offsets"
+    """JSON ``{"<partition>": <offset>}``: the greatest end offsets ever committed (a replay moves
+    the end offsets back, not these). Carried forward."""
+    HIGH_POSITION = "cdc.high-position"
+    """Greatest position applied so far (``<file>:<pos>:<row>:<rank>``). Carried forward."""
+    SOURCE_CHANGE_ACCEPTED = "cdc.source-change-accepted"
+    """On the commit of a run that accepted a new binlog history (``accept_source_change``): the
+    identity and position the table held before."""
+    DEFAULTS_POSITION = "cdc.defaults-position"
+    """Position of the newest ``ADD COLUMN ... DEFAULT`` whose default was filled into the rows
+    that existed before it (:mod:`cdclake.model.defaults`). Carried forward."""
 
 
 COLUMN_ENCODINGS_PROPERTY = "cdc.column-encodings"
@@ -110,12 +134,24 @@ class CommittedState:
         offsets: the end offsets of the newest CDC commit, ``None`` when it never committed.
         truncate_floor: the newest truncate applied; events at or below it are discarded.
         binlog_basename: the binlog basename of the events applied so far.
+        snapshot_floor: the newest complete full snapshot; events below it are discarded.
+        snapshot: the full snapshot in progress, if any.
+        identity: the source identity of the events applied so far.
+        high_position: the greatest position applied so far.
+        defaults_position: the newest ADD COLUMN whose default was filled in.
+        max_offsets: the greatest end offsets ever committed, per partition.
     """
 
     snapshot_id: int | None
     offsets: Offsets | None = None
     truncate_floor: BinlogPosition | None = None
     binlog_basename: str | None = None
+    snapshot_floor: BinlogPosition | None = None
+    snapshot: SnapshotProgress | None = None
+    identity: SourceIdentity | None = None
+    high_position: BinlogPosition | None = None
+    defaults_position: BinlogPosition | None = None
+    max_offsets: Offsets | None = None
 
 
 def committed_state_of(
@@ -136,14 +172,26 @@ def committed_state_of(
             continue
         end = summary.get(SummaryKeys.END_OFFSETS)
         if end is not None and summary.get(SummaryKeys.TOPIC) == topic:
-            floor = summary.get(SummaryKeys.TRUNCATE_FLOOR)
+            identity = summary.get(SummaryKeys.SOURCE_IDENTITY)
+            snapshot = summary.get(SummaryKeys.SNAPSHOT_IN_PROGRESS)
             return CommittedState(
                 current_snapshot_id,
                 decode_offsets(end),
-                BinlogPosition.from_text(floor) if floor else None,
+                _position(summary, SummaryKeys.TRUNCATE_FLOOR),
                 summary.get(SummaryKeys.BINLOG_BASENAME),
+                _position(summary, SummaryKeys.SNAPSHOT_FLOOR),
+                SnapshotProgress.from_json(snapshot) if snapshot else None,
+                SourceIdentity.from_json(identity) if identity else None,
+                _position(summary, SummaryKeys.HIGH_POSITION),
+                _position(summary, SummaryKeys.DEFAULTS_POSITION),
+                decode_offsets(summary[SummaryKeys.MAX_OFFSETS]) if SummaryKeys.MAX_OFFSETS in summary else None,
             )
     return CommittedState(current_snapshot_id)
+
+
+def _position(summary: Mapping[str, str], key: str) -> BinlogPosition | None:
+    text = summary.get(key)
+    return BinlogPosition.from_text(text) if text else None
 
 
 TOMBSTONES_SUFFIX = "__cdc_tombstones"

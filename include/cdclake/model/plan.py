@@ -33,6 +33,10 @@ class RunPlan(BaseModel):
         committed: the table's committed offsets when the run was planned (``None``: never).
         schema_changes_applied: descriptions of the schema changes schema sync applied.
         capped_before: the barrier schema change the range was capped before, if any.
+        accept_source_change: the operator accepts a new binlog history (another server, a
+            ``RESET MASTER``) from the range's start: the run drops the table's source identity,
+            positions, floors and tombstones and demotes its rows below the new history
+            (``docs/operations.md``, "A new binlog history").
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -45,6 +49,7 @@ class RunPlan(BaseModel):
     committed: Offsets | None = None
     schema_changes_applied: tuple[str, ...] = ()
     capped_before: str | None = None
+    accept_source_change: bool = False
 
     def to_json(self) -> str:
         return self.model_dump_json()

@@ -26,6 +26,7 @@ def plan_next(
     *,
     replay_from_offsets: Offsets | None = None,
     replay_from_timestamp_ms: int | None = None,
+    accept_source_change: bool = False,
 ) -> RunPlan:
     """Plan the table's next run (see :func:`cdclake.model.offsets.plan_range`).
 
@@ -39,11 +40,17 @@ def plan_next(
         TopicNotFoundError: the topic does not exist.
         OffsetsOutOfRangeError: the start offsets are outside the topic's watermarks.
         ConfigError: the table cannot be applied as configured (no primary key, not changelog).
-        ValueError: both replay starts given, or a partition the topic does not have.
+        ValueError: both replay starts given, or a partition the topic does not have, or
+            ``accept_source_change`` without replay start offsets (the new history's start).
     """
     cfg.check_runnable()
     if replay_from_offsets is not None and replay_from_timestamp_ms is not None:
         raise ValueError("give replay start offsets or a replay start timestamp, not both")
+    if accept_source_change and replay_from_offsets is None:
+        raise ValueError(
+            "accept_source_change needs replay_from_offsets: the first record of the new binlog history in "
+            "each partition, as the error that stopped the table names them"
+        )
     watermarks = topic_watermarks(kafka, cfg.topic)
     committed = committed_offsets(load_table_or_none(catalog, cfg.identifier), cfg.topic)
     start = committed
@@ -67,4 +74,11 @@ def plan_next(
         offset_range.event_count,
         offset_range.to_json(),
     )
-    return RunPlan(table=cfg, run_id=run_id, range=offset_range, replay=replay, committed=committed)
+    return RunPlan(
+        table=cfg,
+        run_id=run_id,
+        range=offset_range,
+        replay=replay,
+        committed=committed,
+        accept_source_change=accept_source_change,
+    )

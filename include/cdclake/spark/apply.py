@@ -30,20 +30,40 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from cdclake.errors import ConcurrentRunError, PositionOrderError
 from cdclake.io.catalog import committed_state, load_catalog, load_table_or_none
-from cdclake.io.kafka import KafkaClients
-from cdclake.model.layout import METADATA_COLUMNS, SummaryKeys
-from cdclake.model.offsets import encode_offsets
+from cdclake.io.kafka import KafkaClients, offsets_for_time, topic_watermarks
+from cdclake.model.convergence import (
+    END_MARKERS,
+    FULL_SNAPSHOT_MARKERS,
+    START_MARKERS,
+    BatchSnapshot,
+    SnapshotEnd,
+    SnapshotProgress,
+    SourceIdentity,
+    advance_snapshot,
+    identity_changes,
+    merge_identities,
+    pending_partitions,
+)
+from cdclake.model.layout import METADATA_COLUMNS, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX, CommittedState, SummaryKeys
+from cdclake.model.offsets import Offsets, encode_offsets
 from cdclake.model.plan import RunPlan
 from cdclake.model.position import BinlogPosition
 from cdclake.settings import Settings
-from cdclake.spark.commit import commit, merge
+from cdclake.spark.commit import commit, demote_rows, merge
 from cdclake.spark.context import ApplyContext, resolve_table, source_columns
-from cdclake.spark.parse import check_no_unknown_columns, parse_records, position_literal, position_of
+from cdclake.spark.parse import (
+    check_no_unknown_columns,
+    parse_records,
+    position_literal,
+    position_of,
+    position_struct,
+)
 from cdclake.spark.quarantine import bad_batch, split_bad_and_held, write_quarantine
 from cdclake.spark.read import read_range
 from cdclake.spark.reduce import apply_tombstones, reduce_latest
@@ -138,13 +158,25 @@ def apply_range(
             raise bad_batch(ctx, parsed, stats["bad"])
         if quarantined:
             write_quarantine(ctx, raw, parsed.filter("error is not null or held_back_behind is not null"))
-        basename = _check_one_binlog(ctx, stats)
         good = parsed.filter(_GOOD)
+        state = _accepted_state(ctx) if plan.accept_source_change else ctx.state
+        identity = _check_identity(ctx, state, good)
         ops = {r["op"]: r["count"] for r in good.groupBy("op").count().collect()}
         truncate = position_of(stats["truncate"]) if stats["truncate"] is not None else None
-        floors = [p for p in (ctx.state.truncate_floor, truncate) if p is not None]
+        floors = [p for p in (state.truncate_floor, truncate) if p is not None]
         floor = max(floors) if floors else None
-        properties = _summary(plan, stats, ops, quarantined, floor, basename)
+        conv = _converge(ctx, state, good, stats) if cfg.write_mode == "upsert" else _Convergence(state.snapshot_floor)
+        high = [p for p in (state.high_position, position_of(stats["last"]) if stats["last"] else None) if p]
+        properties = _summary(
+            plan, stats, ops, quarantined, floor, identity, conv, max(high) if high else None, ctx.state.max_offsets
+        )
+        if plan.accept_source_change:
+            properties[SummaryKeys.SOURCE_CHANGE_ACCEPTED] = json.dumps(
+                {
+                    "identity": ctx.state.identity.to_json() if ctx.state.identity else None,
+                    "high_position": ctx.state.high_position.to_text() if ctx.state.high_position else None,
+                }
+            )
         meta_cols = [name for name, _, _ in METADATA_COLUMNS]
         image = [good["image"][c.name].alias(c.name) for c in ctx.columns]
         if cfg.write_mode == "changelog":
@@ -152,7 +184,9 @@ def apply_range(
             keys_changed = 0
             snapshot_id = commit(ctx, properties, lambda target: source.writeTo(target).append())
         else:
-            keys_changed, snapshot_id = _upsert(ctx, good, floor, truncate, properties, meta_cols)
+            keys_changed, snapshot_id = _upsert(ctx, good, floor, truncate, conv, properties, meta_cols)
+        if conv.completed is not None:
+            _drop_tombstones_below(ctx, conv.completed)
         result = ApplyResult(
             "committed",
             snapshot_id=snapshot_id,
@@ -187,27 +221,247 @@ def _batch_stats(parsed: DataFrame) -> Row:
     ).collect()[0]
 
 
-def _check_one_binlog(ctx: ApplyContext, stats: Row) -> str | None:
-    """The binlog basename of the batch and the table; positions of different binlogs (a
-    failover, a new server) are not comparable.
+_GTID_SOURCE = (
+    "CASE WHEN gtid LIKE '%:%' THEN trim(substring_index(gtid, ':', 1)) "
+    "WHEN gtid RLIKE '^[0-9]+-[0-9]+-[0-9]+$' THEN regexp_extract(gtid, '^([0-9]+-[0-9]+)-', 1) END"
+)
+"""SQL of the GTID's source (:func:`cdclake.model.convergence.gtid_source`)."""
+
+
+def _accepted_state(ctx: ApplyContext) -> CommittedState:
+    """The state a run that accepts a new binlog history starts from: the offsets and snapshot
+    of the table, and nothing of the old history (identity, positions, floors, tombstones).
+
+    The rows stay readable; they are demoted below every position of the new history in the run's
+    commit (:func:`cdclake.spark.commit.demote_rows`) and replaced or deleted when a full snapshot
+    of the new history completes."""
+    old = ctx.state
+    log.warning(
+        "table %s: ACCEPTING A NEW BINLOG HISTORY (accept_source_change): the table's identity %s and "
+        "highest position %s are dropped, its rows are demoted below the new history and its delete "
+        "tombstones are removed; it equals its source again once a full snapshot of the new history "
+        "completes",
+        ctx.cfg.identifier,
+        old.identity.to_json() if old.identity else None,
+        old.high_position.to_text() if old.high_position else None,
+    )
+    tombstones = ctx.side_table(TOMBSTONES_SUFFIX)
+    if tombstones is not None:
+        ctx.spark.sql(f"DELETE FROM {ctx.spark_name(TOMBSTONES_SUFFIX)}")
+    return CommittedState(old.snapshot_id, old.offsets, defaults_position=old.defaults_position)
+
+
+def _check_identity(ctx: ApplyContext, state: CommittedState, good: DataFrame) -> SourceIdentity | None:
+    """The table's source identity after this batch; positions of different binlog histories are
+    not comparable.
 
     Raises:
-        PositionOrderError: more than one basename or server id (names them and the remedy).
+        PositionOrderError: the batch's events come from another server, binlog basename or GTID
+            source than the table's (or from several): names what changed, where the first such
+            record of each partition is, and the remedy.
     """
-    basenames = sorted(stats["basenames"])
-    known = [ctx.state.binlog_basename] if ctx.state.binlog_basename else []
-    if len(set(basenames + known)) > 1 or len(stats["servers"]) > 1:
-        raise PositionOrderError(
-            f"topic {ctx.cfg.topic!r}: events from binlog basename(s) {basenames} and server id(s) "
-            f"{sorted(stats['servers'])} (the table so far: {known or 'none'}); positions of "
-            "different binlogs are not comparable (a failover?). Nothing was committed: "
-            "re-snapshot the table (snapshot-bootstrap DAG) after a failover."
+    from pyspark.sql import functions as F
+
+    rows = (
+        good.select(
+            F.when(F.col("server_id") != 0, F.col("server_id")).alias("server_id"),
+            F.col("file_base").alias("basename"),
+            F.expr(_GTID_SOURCE).alias("gtid_source"),
         )
-    return (basenames or known or [None])[0]
+        .distinct()
+        .collect()
+    )
+    seen = [SourceIdentity(r["server_id"], r["basename"] or None, r["gtid_source"]) for r in rows]
+    changes = identity_changes(state.identity, seen)
+    if changes:
+        known = state.identity
+        first = _first_offsets_outside(good, known) if known is not None else {}
+        raise PositionOrderError(
+            f"topic {ctx.cfg.topic!r}: the events come from another binlog history than the table's "
+            f"({'; '.join(changes)}): a failover to another server, or a new binlog. Positions of "
+            "different binlog histories are not comparable, so nothing was committed. " + _accept_remedy(ctx, first)
+        )
+    return merge_identities(state.identity, seen)
+
+
+def _first_offsets_outside(good: DataFrame, known: SourceIdentity) -> dict[int, int]:
+    """Per partition, the first offset of an event whose identity differs from ``known``."""
+    from pyspark.sql import functions as F
+
+    differs = F.lit(False)
+    if known.server_id is not None:
+        differs = differs | ((F.col("server_id") != 0) & (F.col("server_id") != known.server_id))
+    if known.basename is not None:
+        differs = differs | (F.col("file_base") != known.basename)
+    if known.gtid_source is not None:
+        differs = differs | F.coalesce(F.expr(_GTID_SOURCE) != known.gtid_source, F.lit(False))
+    rows = good.filter(differs).groupBy("partition").agg(F.min("offset").alias("o")).collect()
+    return {int(r["partition"]): int(r["o"]) for r in rows}
+
+
+def _accept_remedy(ctx: ApplyContext, first: dict[int, int]) -> str:
+    """The operator's way out of a binlog-history change (docs/operations.md, "A new binlog history")."""
+    offsets = {str(p): o for p, o in sorted({**ctx.plan.range.end, **first}.items())}
+    return (
+        "To go on with the new history, trigger this table's DAG with "
+        f'{{"accept_source_change": true, "replay_from_offsets": {json.dumps(offsets)}}} (the first record '
+        "of the new history in each partition; the old history's rows stay readable until a full snapshot "
+        "of the new history completes), then, unless the connector took a new snapshot itself, re-snapshot "
+        "the table with the cdc_snapshot_bootstrap DAG (snapshot_type blocking)."
+    )
+
+
+@dataclass(frozen=True)
+class _Convergence:
+    """The full-snapshot rule's outcome for one batch (:mod:`cdclake.model.convergence`).
+
+    Attributes:
+        snapshot_floor: events below it are discarded (the newest complete full snapshot).
+        completed: the position of the snapshot this commit completes (rows and tombstones below
+            it are deleted), else ``None``.
+        progress: the snapshot still in progress after this commit.
+    """
+
+    snapshot_floor: BinlogPosition | None
+    completed: BinlogPosition | None = None
+    progress: SnapshotProgress | None = None
+
+
+def _snapshot_groups(good: DataFrame, max_offsets: Offsets | None) -> list[BatchSnapshot]:
+    """The batch's full-snapshot records, one group per snapshot position."""
+    from pyspark.sql import functions as F
+
+    unseen = F.lit(True)
+    if max_offsets:
+        unseen = F.lit(True)
+        for p, o in max_offsets.items():
+            unseen = F.when(F.col("partition") == p, F.col("offset") >= o).otherwise(unseen)
+    marker = F.col("snapshot_marker")
+    full = good.filter((F.col("op") == "r") & marker.isin(*FULL_SNAPSHOT_MARKERS))
+    per_partition = full.groupBy("position", "partition").agg(
+        F.count(F.lit(1)).alias("n"),
+        F.min("offset").alias("first_offset"),
+        F.max(marker.isin(*START_MARKERS).cast("int")).alias("started"),
+        F.max(unseen.cast("int")).alias("unseen"),
+        F.max(F.when(marker.isin(*END_MARKERS), F.struct("offset", F.unix_millis("timestamp").alias("ts")))).alias(
+            "end"
+        ),
+    )
+    groups: dict[BinlogPosition, dict] = {}
+    for r in per_partition.collect():
+        g = groups.setdefault(
+            position_of(r["position"]), {"n": 0, "started": False, "end": None, "first": {}, "unseen": False}
+        )
+        g["n"] += r["n"]
+        g["unseen"] = g["unseen"] or bool(r["unseen"])
+        g["started"] = g["started"] or bool(r["started"])
+        g["first"][int(r["partition"])] = int(r["first_offset"])
+        if r["end"] is not None:
+            g["end"] = SnapshotEnd(int(r["partition"]), int(r["end"]["offset"]), int(r["end"]["ts"]))
+    return [BatchSnapshot(p, g["n"], g["started"], g["end"], g["first"], g["unseen"]) for p, g in groups.items()]
+
+
+def _converge(ctx: ApplyContext, state: CommittedState, good: DataFrame, stats: Row) -> _Convergence:
+    """Apply the full-snapshot rule to this batch (:mod:`cdclake.model.convergence`).
+
+    Raises:
+        PositionOrderError: a forward run meets a full snapshot below the table's highest applied
+            position: the source's binlog positions started over (``RESET MASTER``, another server).
+    """
+    groups = _snapshot_groups(good, state.max_offsets)
+    cfg, plan = ctx.cfg, ctx.plan
+    if not plan.replay and state.high_position is not None:
+        in_progress = state.snapshot.position if state.snapshot else None
+        for g in groups:
+            above_floor = state.snapshot_floor is None or g.position > state.snapshot_floor
+            if g.unseen and above_floor and g.position != in_progress and g.position < state.high_position:
+                raise PositionOrderError(
+                    f"topic {cfg.topic!r}: a full snapshot at binlog position {g.position.to_event_text()} "
+                    f"(partition/offset of its first records: {dict(sorted(g.first_offsets.items()))}) is below "
+                    f"the table's highest applied position {state.high_position.to_event_text()}: the source's "
+                    "binlog positions started over (RESET MASTER, or another server). Nothing was committed. "
+                    + _accept_remedy(ctx, dict(g.first_offsets))
+                )
+    step = advance_snapshot(state.snapshot, groups, state.snapshot_floor)
+    for note in step.notes:
+        log.info("table %s: %s", cfg.identifier, note)
+    progress = step.progress
+    if not cfg.authoritative_snapshots:
+        if progress is not None and progress.end is not None:
+            log.info(
+                "table %s: %s ended; authoritative_snapshots is false: it deletes no row it did not read",
+                cfg.identifier,
+                progress.describe(),
+            )
+            progress = None
+        return _Convergence(state.snapshot_floor, None, progress)
+    if progress is None or progress.end is None:
+        if progress is not None:
+            log.info("table %s: %s in progress", cfg.identifier, progress.describe())
+        return _Convergence(state.snapshot_floor, None, progress)
+    now_ms = int(time.time() * 1000)
+    marks = topic_watermarks(ctx.kafka, cfg.topic)
+    after = offsets_for_time(ctx.kafka, cfg.topic, progress.end.timestamp_ms + 1)
+    first_after = {p: (o if o < marks.high.get(p, 0) else None) for p, o in after.items()}
+    pending = pending_partitions(progress.end, plan.range.end, first_after, marks.high, now_ms)
+    if pending:
+        log.info(
+            "table %s: %s: its end record is applied; waiting for partition(s) %s, which may still hold "
+            "records Debezium sent before it (complete once a later record of theirs is applied, or "
+            "once they were read to their end a minute after it)",
+            cfg.identifier,
+            progress.describe(),
+            pending,
+        )
+        return _Convergence(state.snapshot_floor, None, progress)
+    open_quarantine = _open_quarantine(ctx)
+    if open_quarantine:
+        log.warning(
+            "table %s: %s is complete, but %d record(s) of the table are open in the quarantine: rows "
+            "are deleted by it only once they are released",
+            cfg.identifier,
+            progress.describe(),
+            open_quarantine,
+        )
+        return _Convergence(state.snapshot_floor, None, progress)
+    log.info(
+        "table %s: %s COMPLETE: rows and tombstones below %s that it did not read are deleted in this commit",
+        cfg.identifier,
+        progress.describe(),
+        progress.position.to_event_text(),
+    )
+    return _Convergence(progress.position, progress.position, None)
+
+
+def _open_quarantine(ctx: ApplyContext) -> int:
+    """Records of the table open in the quarantine."""
+    table = ctx.side_table(QUARANTINE_SUFFIX)
+    if table is None:
+        return 0
+    return len(table.scan(row_filter="status = 'open'", selected_fields=("offset",)).to_arrow())
+
+
+def _drop_tombstones_below(ctx: ApplyContext, position: BinlogPosition) -> None:
+    """Delete the delete tombstones below a completed full snapshot: events below it are
+    discarded from now on, so they protect nothing."""
+    if ctx.side_table(TOMBSTONES_SUFFIX) is None:
+        return
+    ctx.spark.sql(
+        f"DELETE FROM {ctx.spark_name(TOMBSTONES_SUFFIX)} "
+        f"WHERE {position_struct(change=True)} < {position_literal(position)}"
+    )
 
 
 def _summary(
-    plan: RunPlan, stats: Row, ops: dict[str, int], quarantined: int, floor: BinlogPosition | None, basename: str | None
+    plan: RunPlan,
+    stats: Row,
+    ops: dict[str, int],
+    quarantined: int,
+    floor: BinlogPosition | None,
+    identity: SourceIdentity | None,
+    conv: _Convergence,
+    high: BinlogPosition | None,
+    max_offsets: Offsets | None,
 ) -> dict[str, str]:
     """The snapshot summary properties of the commit (:class:`~cdclake.model.layout.SummaryKeys`)."""
     properties = {
@@ -225,8 +479,20 @@ def _summary(
         properties[SummaryKeys.REPLAY] = "true"
     if floor is not None:
         properties[SummaryKeys.TRUNCATE_FLOOR] = floor.to_text()
-    if basename is not None:
-        properties[SummaryKeys.BINLOG_BASENAME] = basename
+    if identity is not None:
+        properties[SummaryKeys.SOURCE_IDENTITY] = identity.to_json()
+        if identity.basename is not None:
+            properties[SummaryKeys.BINLOG_BASENAME] = identity.basename
+    if high is not None:
+        properties[SummaryKeys.HIGH_POSITION] = high.to_text()
+    if conv.snapshot_floor is not None:
+        properties[SummaryKeys.SNAPSHOT_FLOOR] = conv.snapshot_floor.to_text()
+    if conv.progress is not None:
+        properties[SummaryKeys.SNAPSHOT_IN_PROGRESS] = conv.progress.to_json()
+    most = dict(max_offsets or {})
+    for p, o in plan.range.end.items():
+        most[p] = max(o, most.get(p, 0))
+    properties[SummaryKeys.MAX_OFFSETS] = encode_offsets(most)
     if stats["first"] is not None:
         properties[SummaryKeys.FIRST_POSITION] = position_of(stats["first"]).to_event_text()
         properties[SummaryKeys.LAST_POSITION] = position_of(stats["last"]).to_event_text()
@@ -238,23 +504,51 @@ def _upsert(
     good: DataFrame,
     floor: BinlogPosition | None,
     truncate: BinlogPosition | None,
+    conv: _Convergence,
     properties: dict[str, str],
     meta_cols: list[str],
 ) -> tuple[int, int]:
-    """Reduce the batch, apply the tombstones and merge; returns ``(keys changed, snapshot id)``."""
+    """Reduce the batch, apply the tombstones and merge; returns ``(keys changed, snapshot id)``.
+
+    Events at or below the truncate floor, and below the snapshot floor, are discarded first; a
+    completed full snapshot deletes the rows below its position that the batch does not rewrite."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     rows = good.filter("op <> 't'")
     if floor is not None:
         rows = rows.filter(F.col("position") > F.expr(position_literal(floor)))
+    if conv.snapshot_floor is not None:
+        rows = rows.filter(F.col("position") >= F.expr(position_literal(conv.snapshot_floor)))
     survivors = apply_tombstones(ctx, reduce_latest(rows, ctx.cfg.primary_key))
     source = survivors.select(*[F.col("image")[c.name].alias(c.name) for c in ctx.columns], *meta_cols)
     source = source.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         keys_changed = source.count()
+        if conv.completed is not None:
+            properties[SummaryKeys.SNAPSHOT_COMPLETED] = json.dumps(
+                {"position": conv.completed.to_text(), "rows_deleted": _rows_below(ctx, source, conv.completed)}
+            )
         all_cols = [c.name for c in ctx.columns] + meta_cols
-        snapshot_id = commit(ctx, properties, lambda target: merge(ctx, target, source, all_cols, truncate))
+
+        def write(target: str) -> None:
+            if ctx.plan.accept_source_change:
+                demote_rows(ctx, target)
+            merge(ctx, target, source, all_cols, truncate, conv.completed)
+
+        snapshot_id = commit(ctx, properties, write)
     finally:
         source.unpersist()
     return keys_changed, snapshot_id
+
+
+def _rows_below(ctx: ApplyContext, source: DataFrame, position: BinlogPosition) -> int:
+    """Rows of the table below ``position`` whose key the merge source does not hold: the rows a
+    completed full snapshot deletes."""
+    from pyspark.sql import functions as F
+
+    keys = list(ctx.cfg.primary_key)
+    below = ctx.spark.table(ctx.spark_name()).filter(F.expr(position_struct()) < F.expr(position_literal(position)))
+    if ctx.plan.accept_source_change:
+        below = ctx.spark.table(ctx.spark_name())
+    return below.select(*keys).join(source.select(*keys), keys, "left_anti").count()

@@ -57,20 +57,27 @@ def debug_pause(point: str, detail: object) -> None:
 
 
 def merge(
-    ctx: ApplyContext, target: str, source: DataFrame, all_cols: list[str], truncate: BinlogPosition | None
+    ctx: ApplyContext,
+    target: str,
+    source: DataFrame,
+    all_cols: list[str],
+    truncate: BinlogPosition | None,
+    completed_snapshot: BinlogPosition | None = None,
 ) -> None:
     """The ``MERGE INTO`` of a reduced batch (one row per key) into ``target``: a row is replaced
     or deleted only by an event at a strictly greater position; a truncate in the batch deletes
-    every row below it."""
+    every row below it, and a full snapshot completed by the batch every row below its position
+    that the batch does not rewrite (:mod:`cdclake.model.convergence`)."""
 
     def q(name: str) -> str:
         return f"`{name}`"
 
     on = " AND ".join(f"t.{q(c)} = s.{q(c)}" for c in ctx.cfg.primary_key)
     newer = f"{position_struct('s.')} > {position_struct('t.')}"
+    below = [p for p in (truncate, completed_snapshot) if p is not None]
     truncate_clause = (
-        f"WHEN NOT MATCHED BY SOURCE AND {position_struct('t.')} < {position_literal(truncate)} THEN DELETE"
-        if truncate
+        f"WHEN NOT MATCHED BY SOURCE AND {position_struct('t.')} < {position_literal(max(below))} THEN DELETE"
+        if below
         else ""
     )
     with ctx.temp_view(source, "cdc_batch") as view:
@@ -85,6 +92,13 @@ def merge(
               INSERT ({", ".join(q(c) for c in all_cols)}) VALUES ({", ".join(f"s.{q(c)}" for c in all_cols)})
             {truncate_clause}
         """)
+
+
+def demote_rows(ctx: ApplyContext, target: str) -> None:
+    """Move every row of ``target`` below all positions of any binlog history (file sequence -1),
+    keeping its values: the rows of an abandoned binlog history, which events of the new history
+    replace and the new history's next complete full snapshot deletes (``accept_source_change``)."""
+    ctx.spark.sql(f"UPDATE {target} SET _cdc_binlog_file_seq = -1")
 
 
 def commit(ctx: ApplyContext, properties: dict[str, str], write: Callable[[str], None]) -> int:

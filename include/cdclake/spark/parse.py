@@ -66,7 +66,8 @@ def parse_records(
     """Parse Kafka records into one row per record with its op, position, image and error.
 
     Output columns: ``topic``, ``partition``, ``offset``, ``timestamp``, ``key``, ``value``,
-    ``is_tombstone``, ``op``, ``file_base``, ``server_id`` and the metadata columns of
+    ``is_tombstone``, ``op``, ``file_base``, ``server_id``, ``snapshot_marker`` (``source.snapshot``),
+    ``gtid`` (``source.gtid``) and the metadata columns of
     :data:`cdclake.model.layout.METADATA_COLUMNS` (``_cdc_op``, ``_cdc_snapshot``, ``_cdc_binlog_*``,
     ``_cdc_source_ts``, ``_cdc_kafka_*``), ``position`` (struct, see :func:`position_struct`),
     ``image`` (struct of the source columns, decoded), ``error`` (null when the record can be
@@ -162,6 +163,8 @@ def parse_records(
         op.alias("op"),
         F.regexp_extract(file, BINLOG_FILE_PATTERN, 1).alias("file_base"),
         F.col(f"{src}.server_id").alias("server_id"),
+        F.col(f"{src}.snapshot").alias("snapshot_marker"),
+        F.col(f"{src}.gtid").alias("gtid"),
         op.alias("_cdc_op"),
         F.coalesce(snapshot, F.lit(False)).alias("_cdc_snapshot"),
         F.regexp_extract(file, BINLOG_FILE_PATTERN, 2).try_cast("bigint").alias("_cdc_binlog_file_seq"),

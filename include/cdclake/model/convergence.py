@@ -1,0 +1,281 @@
+"""Convergence rules (pure): an authoritative full snapshot, and the source's identity.
+
+**A complete full snapshot is authoritative** (``docs/architecture.md``, "The apply contract").
+Debezium's initial and blocking snapshots emit every row of a table as an ``op: r`` event at the
+snapshot's single binlog position P, framed by ``source.snapshot`` markers (Debezium MySQL/MariaDB
+connector docs, "Snapshots" and "source metadata"; the values are those of Debezium's
+``SnapshotRecord``)::
+
+    first | first_in_data_collection   the table's first record (first: of the whole snapshot)
+    true                               a record in between
+    last_in_data_collection | last     the table's last record (last: of the whole snapshot)
+    incremental                        an incremental-snapshot chunk: never authoritative
+
+(A table of one row gets only the end marker; Debezium 1.x wrote ``true`` everywhere except
+``last`` on the very last record of the whole snapshot.) Once every record of a table's snapshot
+at P has been applied, however many runs it spans, a row or a delete tombstone below P that the
+snapshot did not rewrite no longer existed at P: it is deleted, in the commit that completes the
+snapshot, and every later event below P is discarded (P becomes the table's *snapshot floor*).
+
+"Every record applied": the end-marker record is applied and, for each other partition of the
+topic, the table has applied everything Debezium produced before it. Debezium's producer sends
+records in emission order, each stamped (Kafka ``CreateTime``) when sent, so a partition is done
+when the table applied a record of it stamped after the end record, or applied the whole
+partition as it stood at least :data:`SNAPSHOT_SETTLE_MS` after the end record was stamped (time
+for the producer's in-flight batches to land). Until then the snapshot is *in progress*: state
+kept in the table's snapshot summary (:class:`SnapshotProgress`), so a crash or a stop mid-snapshot
+deletes nothing, and a newer snapshot (a restarted one) replaces an unfinished one.
+
+**Source identity.** Binlog positions compare only within one binlog history: the server id of
+the change events, the binlog basename and the GTID source (MariaDB ``domain-server``, MySQL
+server UUID) are kept with the table (:class:`SourceIdentity`), and events of another identity, or
+a full snapshot below the table's highest applied position (``RESET MASTER``: positions start
+over), stop the table (:class:`~cdclake.errors.PositionOrderError`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from cdclake.model.offsets import Offsets
+from cdclake.model.position import BinlogPosition
+
+FULL_SNAPSHOT_MARKERS = ("first", "first_in_data_collection", "true", "last_in_data_collection", "last")
+"""``source.snapshot`` values of an initial or blocking snapshot's records."""
+START_MARKERS = ("first", "first_in_data_collection")
+END_MARKERS = ("last_in_data_collection", "last")
+INCREMENTAL_MARKER = "incremental"
+
+SNAPSHOT_SETTLE_MS = 60_000
+"""How long after the snapshot's end record was stamped a partition without later records counts
+as complete when the table has applied all of it (ms). Kafka Connect's producer lands a batch in
+milliseconds; a minute leaves room for its retries."""
+
+
+@dataclass(frozen=True)
+class SnapshotEnd:
+    """Where the table's end-marker record of a snapshot sits in Kafka."""
+
+    partition: int
+    offset: int
+    timestamp_ms: int
+
+
+@dataclass(frozen=True)
+class SnapshotProgress:
+    """A full snapshot of the table that has not completed yet (kept in the snapshot summary).
+
+    Attributes:
+        position: the snapshot's binlog position P (every record of it carries P).
+        records: its records applied so far (all runs).
+        started: its start-marker record was applied (informational: a one-row table has none).
+        end: its end-marker record, once applied.
+    """
+
+    position: BinlogPosition
+    records: int
+    started: bool
+    end: SnapshotEnd | None = None
+
+    def to_json(self) -> str:
+        doc: dict[str, Any] = {"position": self.position.to_text(), "records": self.records, "started": self.started}
+        if self.end is not None:
+            doc["end"] = {
+                "partition": self.end.partition,
+                "offset": self.end.offset,
+                "timestamp": self.end.timestamp_ms,
+            }
+        return json.dumps(doc, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> SnapshotProgress:
+        doc = json.loads(text)
+        end = doc.get("end")
+        return cls(
+            BinlogPosition.from_text(doc["position"]),
+            int(doc["records"]),
+            bool(doc["started"]),
+            SnapshotEnd(int(end["partition"]), int(end["offset"]), int(end["timestamp"])) if end else None,
+        )
+
+    def describe(self) -> str:
+        end = f", end record at partition {self.end.partition} offset {self.end.offset}" if self.end else ""
+        return f"full snapshot at {self.position.to_event_text()} ({self.records} record(s) applied{end})"
+
+
+@dataclass(frozen=True)
+class BatchSnapshot:
+    """The records of one full snapshot (one position) in a run's batch.
+
+    Attributes:
+        position: the snapshot's position P.
+        records: how many.
+        started: a start-marker record is among them.
+        end: the end-marker record among them, if any.
+        first_offsets: per partition, the lowest offset of these records.
+        unseen: some of these records sit at offsets the table never committed before (not a
+            re-read after a replay).
+    """
+
+    position: BinlogPosition
+    records: int
+    started: bool
+    end: SnapshotEnd | None
+    first_offsets: Mapping[int, int]
+    unseen: bool = True
+
+
+@dataclass(frozen=True)
+class SnapshotStep:
+    """What a batch does to the table's snapshot in progress (:func:`advance_snapshot`).
+
+    Attributes:
+        progress: the snapshot in progress after the batch (``None``: none).
+        notes: what happened, for the run log (abandoned and ignored snapshots).
+    """
+
+    progress: SnapshotProgress | None
+    notes: tuple[str, ...]
+
+
+def advance_snapshot(
+    progress: SnapshotProgress | None, batch: Sequence[BatchSnapshot], floor: BinlogPosition | None
+) -> SnapshotStep:
+    """Fold a batch's full-snapshot records into the snapshot in progress.
+
+    A snapshot at a greater position than the one in progress replaces it (the connector restarted
+    its snapshot: the older one never reaches its end and deletes nothing). Records at a smaller
+    position, or at or below the snapshot floor (a completed snapshot read again by a replay), are
+    applied as ordinary upserts and do not count.
+    """
+    notes: list[str] = []
+    for b in sorted(batch, key=lambda b: b.position):
+        if floor is not None and b.position <= floor:
+            notes.append(
+                f"{b.records} record(s) of the completed full snapshot at {b.position.to_event_text()}: upserts"
+            )
+            continue
+        if progress is None or b.position > progress.position:
+            if progress is not None:
+                notes.append(
+                    f"{progress.describe()} was replaced by a newer snapshot at {b.position.to_event_text()} "
+                    "before it ended: it deletes nothing"
+                )
+            progress = SnapshotProgress(b.position, b.records, b.started, b.end)
+        elif b.position == progress.position:
+            progress = replace(
+                progress,
+                records=progress.records + b.records,
+                started=progress.started or b.started,
+                end=progress.end or b.end,
+            )
+        else:
+            notes.append(
+                f"{b.records} record(s) of an older full snapshot at {b.position.to_event_text()} "
+                f"(in progress: {progress.position.to_event_text()}): upserts"
+            )
+    return SnapshotStep(progress, tuple(notes))
+
+
+def pending_partitions(
+    end: SnapshotEnd,
+    applied_end: Offsets,
+    after_end: Mapping[int, int | None],
+    high: Offsets,
+    now_ms: int,
+    settle_ms: int = SNAPSHOT_SETTLE_MS,
+) -> list[int]:
+    """The partitions that may still hold unapplied records of a snapshot whose end record the
+    table has applied (see the module docstring); empty when the snapshot is complete.
+
+    Args:
+        end: the end-marker record.
+        applied_end: per partition, the table's next offset to apply once this run commits.
+        after_end: per partition, the first offset of a record stamped after ``end`` (``None``:
+            no such record yet).
+        high: per partition, the high watermark read at ``now_ms``.
+        now_ms: when ``high`` was read (epoch ms).
+        settle_ms: :data:`SNAPSHOT_SETTLE_MS`.
+    """
+    pending = []
+    for p, applied in sorted(applied_end.items()):
+        if p == end.partition and applied > end.offset:
+            continue
+        first_after = after_end.get(p)
+        if first_after is not None and applied > first_after:
+            continue
+        if first_after is None and applied >= high.get(p, 0) and now_ms - end.timestamp_ms >= settle_ms:
+            continue
+        pending.append(p)
+    return pending
+
+
+@dataclass(frozen=True)
+class SourceIdentity:
+    """The binlog history the table's positions belong to.
+
+    Attributes:
+        server_id: ``source.server_id`` of the change events (snapshot reads carry 0).
+        basename: the binlog file basename (``mysql-bin``).
+        gtid_source: the GTID's source: MariaDB ``<domain>-<server>``, MySQL the server UUID.
+    """
+
+    server_id: int | None = None
+    basename: str | None = None
+    gtid_source: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"server_id": self.server_id, "basename": self.basename, "gtid_source": self.gtid_source}, sort_keys=True
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> SourceIdentity:
+        doc = json.loads(text)
+        return cls(doc.get("server_id"), doc.get("basename"), doc.get("gtid_source"))
+
+    def merged(self, other: SourceIdentity) -> SourceIdentity:
+        """This identity with the fields ``other`` knows and this one does not."""
+        return SourceIdentity(
+            self.server_id if self.server_id is not None else other.server_id,
+            self.basename if self.basename is not None else other.basename,
+            self.gtid_source if self.gtid_source is not None else other.gtid_source,
+        )
+
+
+def gtid_source(gtid: str | None) -> str | None:
+    """The source part of a GTID: MariaDB ``0-1-123`` -> ``0-1``; MySQL ``<uuid>:123`` (or an
+    interval set) -> ``<uuid>``; ``None`` when there is none."""
+    if not gtid:
+        return None
+    if ":" in gtid:
+        return gtid.split(":", 1)[0].strip()
+    parts = gtid.split("-")
+    return "-".join(parts[:2]) if len(parts) == 3 else gtid
+
+
+def identity_changes(known: SourceIdentity | None, seen: Iterable[SourceIdentity]) -> list[str]:
+    """What differs between the table's identity and the identities of a batch's events.
+
+    Returns human-readable differences (empty: one identity throughout). Fields a side does not
+    know (``None``) are not compared.
+    """
+    idents = list(seen) + ([known] if known is not None else [])
+    changes = []
+    for field, label in (("server_id", "server id"), ("basename", "binlog basename"), ("gtid_source", "GTID source")):
+        values = sorted({str(getattr(i, field)) for i in idents if getattr(i, field) is not None})
+        if len(values) > 1:
+            was = getattr(known, field) if known is not None else None
+            changes.append(f"{label}: {values}" + (f" (the table's: {was})" if was is not None else ""))
+    return changes
+
+
+def merge_identities(known: SourceIdentity | None, seen: Iterable[SourceIdentity]) -> SourceIdentity | None:
+    """The table's identity after a batch whose identities agree with it."""
+    out = known
+    for i in seen:
+        out = i if out is None else out.merged(i)
+    return out

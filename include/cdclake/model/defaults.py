@@ -1,0 +1,752 @@
+"""The value a column added by ``ALTER TABLE ... ADD COLUMN`` takes in the rows that existed before (pure).
+
+MariaDB and MySQL fill the rows a table already holds with the new column's default, and write no
+row event for them: the lake learns of the column from the schema-change topic only. This module
+turns the column's ``tableChanges`` entry (:mod:`cdclake.model.schema_changes`) into a Spark SQL
+expression of that value, typed to the column's Iceberg type, so that the apply job can backfill
+those rows.
+
+Sources of the rules: MySQL 8.0 Reference Manual, "Data Type Default Values" (explicit and
+implicit defaults), "Date and Time Literals", "The TIME Type", "The YEAR Type", "Bit-Value
+Literals", "Fractional Seconds in Time Values" (rounding), "The ENUM Type", "The SET Type", "The
+BINARY and VARBINARY Types" (0x00 padding), "The CHAR and VARCHAR Types" (trailing spaces);
+MariaDB Knowledge Base, "ALTER TABLE" (``ADD COLUMN``), "CREATE TABLE" (``DEFAULT``, including
+``DEFAULT (expression)`` since 10.2) and "explicit_defaults_for_timestamp". What Debezium writes in
+``defaultValueExpression`` is its DDL parser's (``DefaultValueParserListener`` of the MySQL and
+MariaDB connectors): string literals unquoted, ``b'101'`` as ``101``, ``TRUE``/``FALSE`` as written,
+``DEFAULT NULL`` as no default, ``DEFAULT CURRENT_TIMESTAMP`` / ``NOW()`` as
+``1970-01-01 00:00:00``, ``LOCALTIMESTAMP`` and the like as written, and ``DEFAULT (expression)``
+as ``hasDefaultValue: true`` with no expression (older versions send no ``hasDefaultValue``: such
+a default then reads as no default).
+
+The Spark type of each Iceberg type: ``int`` INT, ``long`` BIGINT, ``float`` FLOAT, ``double``
+DOUBLE, ``decimal(P,S)`` DECIMAL(P,S), ``string`` STRING, ``boolean`` BOOLEAN, ``date`` DATE,
+``timestamp`` TIMESTAMP_NTZ, ``timestamptz`` TIMESTAMP, ``binary`` BINARY.
+
+================================================  ==================================================  =====
+the added column                                  value of the existing rows (``sql``)                exact
+================================================  ==================================================  =====
+no default, nullable                              NULL (``None``)                                     yes
+``DEFAULT NULL``                                  NULL (``None``)                                     yes
+``DEFAULT`` literal                               the literal, converted as the source stores it in   yes
+                                                  the column (below)
+``DEFAULT`` literal of a TIMESTAMP column         the literal read as UTC: the source read it in the  no
+                                                  time zone of the ALTER's session
+``DEFAULT CURRENT_TIMESTAMP``, ``NOW()``,         ``None``: the time of the ALTER                     no
+``LOCALTIMESTAMP``, ``CURDATE()``, ... (any
+precision), and Debezium's
+``1970-01-01 00:00:00`` which stands for them
+``DEFAULT (expression)``, a literal this          ``None``                                            no
+version does not convert
+AUTO_INCREMENT, generated (``AS (...)``)          ``None``: numbered / computed by the source         no
+no default, NOT NULL: numbers                     ``0`` (decimal: ``0`` with the scale)               yes
+no default, NOT NULL: CHAR, VARCHAR, TEXT, SET    ``''``                                              yes
+no default, NOT NULL: ENUM                        the first value of the enumeration                  yes
+no default, NOT NULL: BIT(1) (``boolean``)        FALSE                                               yes
+no default, NOT NULL: BIT(n)                      ceil(n/8) zero bytes                                yes
+no default, NOT NULL: BINARY(n); VARBINARY, BLOB  n zero bytes; empty                                 yes
+no default, NOT NULL: TIME                        ``0`` (``00:00:00`` in microseconds)                yes
+no default, NOT NULL: DATE, DATETIME, TIMESTAMP   the zero date, which Debezium cannot represent:     no
+                                                  the epoch, as Debezium emits it in a NOT NULL
+                                                  column (:mod:`cdclake.model.types`); a first
+                                                  TIMESTAMP column with
+                                                  ``explicit_defaults_for_timestamp=OFF`` gets the
+                                                  ALTER time instead
+no default, NOT NULL: YEAR                        ``None``: the zero year ``0000``                    no
+no default, NOT NULL: JSON, spatial               ``None``                                            no
+================================================  ==================================================  =====
+
+Literals, by the column's encoding (:mod:`cdclake.model.types`); surrounding quotes (``'..'``,
+``".."``) are removed first, with MySQL's escapes (``''``, ``\\'``, ``\\\\``, ``\\n``, ...):
+
+* integers (``int``, ``long``, YEAR): decimal text rounded half away from zero, ``TRUE`` 1,
+  ``FALSE`` 0, ``0x41`` / ``X'41'`` / ``b'101'`` as unsigned numbers; YEAR ``1``-``99`` as
+  2001-2069 / 1970-1999, ``0`` and ``00`` (zero year or 2000: not known) are not exact.
+* ``float``, ``double``: the number (FLOAT(M,D), DOUBLE(M,D) and a DECIMAL read as double rounded
+  to D digits first).
+* decimals: rounded half away from zero to the scale; ``decimal(P,S)`` ``CAST('1.50' AS
+  DECIMAL(P,S))``; a decimal stored as ``string`` (wider than 38 digits, or
+  ``decimal.handling.mode=string``) the exact text with S fraction digits.
+* ``boolean`` (BIT(1)): ``1``/``0``, ``TRUE``/``FALSE``, ``b'1'``.
+* strings: the text (CHAR without its trailing spaces, as MySQL reads it back); ENUM the value as
+  the enumeration spells it; SET the members in the enumeration's order; JSON the text.
+* DATE ``YYYY-MM-DD`` (a time part is dropped); DATETIME ``YYYY-MM-DD[ HH:MM:SS[.f]]`` rounded to
+  the column's fractional digits (``length``), then truncated to milliseconds for the
+  millisecond encodings; TIME ``[-][D ]HH:MM[:SS[.f]]`` or ``HHMMSS[.f]`` -> microseconds.
+* TIMESTAMP (``timestamptz``): the source reads the literal in the time zone of the session that
+  ran the ALTER, which the lake does not know: ``sql`` reads it as UTC, not exact.
+* zero dates (``0000-00-00``): the epoch in a NOT NULL column, NULL in a nullable one (what
+  Debezium emits for them), not exact.
+* BIT(n): Debezium's digits are binary (``b'101'`` arrives as ``101``), or ``0x..``; big-endian
+  ceil(n/8) bytes. BINARY, VARBINARY, BLOB: ``0x..``, ``X'..'``, ``b'..'`` or the text's UTF-8
+  bytes, BINARY(n) padded with zero bytes to n. Binary columns stored as ``string``
+  (``binary.handling.mode`` base64 or hex) are not exact unless the value is empty.
+* ``NULL`` in a string column is the four letters (Debezium writes ``DEFAULT NULL`` as no
+  default, so it can only be ``DEFAULT 'NULL'``): not exact; in any other column it is NULL.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from typing import Any
+
+from cdclake.model.types import (
+    DECIMAL,
+    SPATIAL_ENCODINGS,
+    TIME_ENCODINGS,
+    ColumnSpec,
+    parse_decimal_encoding,
+    parse_decimal_type,
+)
+
+
+@dataclass(frozen=True)
+class ColumnDefault:
+    """What the rows that existed before an ``ADD COLUMN`` read in the added column.
+
+    Attributes:
+        column: the column name.
+        sql: Spark SQL expression of the value, typed to the column's Iceberg type
+            (``CAST('abc' AS STRING)``, ``CAST('1.50' AS DECIMAL(5,2))``, ``TRUE``, ``X'05'``);
+            ``None`` is SQL NULL. When ``exact`` is false it is the lake's best reading of the
+            value (stated in ``reason``), or ``None`` when there is none.
+        exact: the value is the one the source filled in; false when the lake cannot know it
+            (``CURRENT_TIMESTAMP``, expressions, zero dates, the time zone of a TIMESTAMP
+            literal, values this version does not convert).
+        reason: where the value comes from, for logs and operators (``DEFAULT 'abc'``,
+            ``implicit default of a NOT NULL INT column: 0``).
+    """
+
+    column: str
+    sql: str | None
+    exact: bool
+    reason: str
+
+
+class _Inexact(Exception):
+    """The value is not known exactly: ``sql`` is the best reading (or ``None``)."""
+
+    def __init__(self, why: str, sql: str | None = None) -> None:
+        super().__init__(why)
+        self.why = why
+        self.sql = sql
+
+
+_SPARK_TYPES = {
+    "int": "INT",
+    "long": "BIGINT",
+    "float": "FLOAT",
+    "double": "DOUBLE",
+    "string": "STRING",
+    "boolean": "BOOLEAN",
+    "date": "DATE",
+    "timestamp": "TIMESTAMP_NTZ",
+    "timestamptz": "TIMESTAMP",
+    "binary": "BINARY",
+}
+_INT_RANGES = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
+_FLOAT_MAX = 3.4028234663852886e38
+
+_DATE_ENCODINGS = frozenset({"io.debezium.time.Date", "org.apache.kafka.connect.data.Date"})
+_TIMESTAMP_ENCODINGS = frozenset(
+    {
+        "io.debezium.time.Timestamp",
+        "io.debezium.time.MicroTimestamp",
+        "io.debezium.time.NanoTimestamp",
+        "org.apache.kafka.connect.data.Timestamp",
+    }
+)
+_MILLIS_ENCODINGS = frozenset(
+    {
+        "io.debezium.time.Time",
+        "org.apache.kafka.connect.data.Time",
+        "io.debezium.time.Timestamp",
+        "org.apache.kafka.connect.data.Timestamp",
+    }
+)
+"""Encodings that carry milliseconds: the source value is truncated to them."""
+_ZONED_TIMESTAMP = "io.debezium.time.ZonedTimestamp"
+_YEAR = "io.debezium.time.Year"
+_ENUM = "io.debezium.data.Enum"
+_ENUM_SET = "io.debezium.data.EnumSet"
+_JSON = "io.debezium.data.Json"
+_BITS = "io.debezium.data.Bits"
+_INTEGER_ENCODINGS = frozenset({"int8", "int16", "int32", "int64"})
+_FLOAT_ENCODINGS = frozenset({"float", "float32", "double", "float64"})
+_BINARY_TYPES = frozenset({"BINARY", "VARBINARY", "TINYBLOB", "BLOB", "MEDIUMBLOB", "LONGBLOB"})
+_DECIMAL_TYPES = frozenset({"DECIMAL", "NUMERIC", "DEC", "FIXED"})
+
+_CURRENT_TIME = re.compile(
+    r"^(current_timestamp|current_date|current_time|localtimestamp|localtime|now|curdate|curtime|sysdate"
+    r"|utc_timestamp|utc_date|utc_time|unix_timestamp)\s*(\(\s*\d*\s*\))?$",
+    re.IGNORECASE,
+)
+_DEBEZIUM_CURRENT_TIMESTAMP = "1970-01-01 00:00:00"
+"""What Debezium's DDL parser writes for ``DEFAULT CURRENT_TIMESTAMP`` and ``DEFAULT NOW()``."""
+_NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+_HEX = re.compile(r"^(?:0x([0-9a-fA-F]*)|[xX]'([0-9a-fA-F]*)')$")
+_BITSTR = re.compile(r"^(?:0b([01]*)|[bB]'([01]*)')$")
+_INTRODUCER = re.compile(r"^_[A-Za-z0-9]+(?=['\"])")
+_QUOTED = re.compile(r"""^(?:'(?:[^'\\]|''|\\.)*'|"(?:[^"\\]|""|\\.)*")$""", re.DOTALL)
+_MYSQL_ESCAPES = {"0": "\0", "b": "\b", "n": "\n", "r": "\r", "t": "\t", "Z": "\x1a"}
+_DATE = re.compile(r"^(\d{4})-(\d{1,2})-(\d{1,2})$|^(\d{4})(\d{2})(\d{2})$")
+_DATETIME = re.compile(r"^(\d{4})-(\d{1,2})-(\d{1,2})(?:[ T](\d{1,2}):(\d{1,2})(?::(\d{1,2})(?:\.(\d*))?)?)?$")
+_TIME = re.compile(r"^([+-])?(?:(\d+) )?(\d+):(\d{1,2})(?::(\d{1,2})(?:\.(\d*))?)?$")
+_TIME_DIGITS = re.compile(r"^([+-])?(\d{1,7})(?:\.(\d*))?$")
+_MAX_TIME_US = (838 * 3600 + 59 * 60 + 59) * 1_000_000
+_EPOCH = dt.datetime(1970, 1, 1)
+
+
+def spark_string_literal(text: str) -> str:
+    """``text`` as a Spark SQL string literal: in single quotes, with ``\\`` and ``'`` escaped by a
+    backslash (Spark's default ``spark.sql.parser.escapedStringLiterals=false`` reads them)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def spark_type(iceberg_type: str) -> str:
+    """The Spark SQL type name of an Iceberg primitive type (``decimal(10,2)`` -> ``DECIMAL(10,2)``).
+
+    Raises:
+        ValueError: a type that is not an Iceberg primitive.
+    """
+    dec = parse_decimal_type(iceberg_type)
+    if dec is not None:
+        return f"DECIMAL({dec[0]},{dec[1]})"
+    if iceberg_type in _SPARK_TYPES:
+        return _SPARK_TYPES[iceberg_type]
+    raise ValueError(f"not an Iceberg primitive type: {iceberg_type!r}")
+
+
+def _cast(text: str, iceberg_type: str) -> str:
+    try:
+        return f"CAST({spark_string_literal(text)} AS {spark_type(iceberg_type)})"
+    except ValueError as e:
+        raise _Inexact(f"{e}: no value is written") from e
+
+
+def _hex_sql(data: bytes) -> str:
+    return f"X'{data.hex().upper()}'"
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _base_type(column: dict[str, Any]) -> str:
+    words = str(column.get("typeName") or "").upper().split()
+    return words[0] if words else ""
+
+
+def _type_label(column: dict[str, Any]) -> str:
+    return str(column.get("typeExpression") or column.get("typeName") or "?").upper()
+
+
+# --- literal text --------------------------------------------------------------------------------
+
+
+def _unquote(text: str) -> str:
+    """A complete MySQL string literal (``'it''s'``, ``"a\\nb"``, ``_utf8mb4'x'``) -> its value;
+    any other text as it is."""
+    text = _INTRODUCER.sub("", text, count=1)
+    if not _QUOTED.match(text):
+        return text
+    quote, body = text[0], text[1:-1]
+    out: list[str] = []
+    i = 0
+    while i < len(body):
+        ch = body[i]
+        if ch == "\\" and i + 1 < len(body):
+            nxt = body[i + 1]
+            out.append(_MYSQL_ESCAPES.get(nxt, nxt))
+            i += 2
+        elif ch == quote and i + 1 < len(body) and body[i + 1] == quote:
+            out.append(quote)
+            i += 2
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+def _show(expression: str) -> str:
+    """The default as a DDL would write it, for ``reason``."""
+    if _QUOTED.match(expression) or _NUMBER.match(expression) or _HEX.match(expression) or _BITSTR.match(expression):
+        return expression
+    if expression.upper() in ("TRUE", "FALSE", "NULL") or expression.startswith("("):
+        return expression
+    return "'" + expression.replace("'", "''") + "'"
+
+
+def _bits_value(text: str) -> int | None:
+    """``0x41``, ``X'41'``, ``b'101'``, ``0b101`` -> the unsigned number; else ``None``."""
+    m = _HEX.match(text)
+    if m is not None:
+        digits = m.group(1) if m.group(1) is not None else m.group(2)
+        return int(digits, 16) if digits else 0
+    m = _BITSTR.match(text)
+    if m is not None:
+        digits = m.group(1) if m.group(1) is not None else m.group(2)
+        return int(digits, 2) if digits else 0
+    return None
+
+
+def _number(text: str) -> Decimal:
+    """A numeric default -> its exact value (``TRUE`` 1, ``FALSE`` 0, hex and bit values unsigned)."""
+    upper = text.strip().upper()
+    if upper in ("TRUE", "FALSE"):
+        return Decimal(1 if upper == "TRUE" else 0)
+    bits = _bits_value(text.strip())
+    if bits is not None:
+        return Decimal(bits)
+    value = _unquote(text).strip()
+    if not _NUMBER.match(value):
+        raise _Inexact(f"{_show(text)} is not a number this version converts")
+    return Decimal(value)
+
+
+def _round(value: Decimal, scale: int) -> Decimal:
+    try:
+        return value.quantize(Decimal(1).scaleb(-scale), rounding=ROUND_HALF_UP)
+    except InvalidOperation as e:  # more digits than the context holds
+        raise _Inexact(f"{value} does not fit the column") from e
+
+
+def _plain(value: Decimal) -> str:
+    text = format(value, "f")
+    return text[1:] if text.startswith("-") and value == 0 else text
+
+
+# --- literal conversions, by encoding ------------------------------------------------------------
+
+
+def _integer_sql(value: Decimal, spec: ColumnSpec) -> str:
+    number = int(_round(value, 0))
+    low, high = _INT_RANGES.get(spec.iceberg_type, _INT_RANGES["long"])
+    if not low <= number <= high:
+        raise _Inexact(f"{number} is out of the range of an Iceberg {spec.iceberg_type}")
+    return _cast(str(number), spec.iceberg_type)
+
+
+def _decimal_text(value: Decimal, precision: int | None, scale: int) -> str:
+    rounded = _round(value, scale)
+    if precision is not None and len(rounded.as_tuple().digits) > precision and rounded != 0:
+        raise _Inexact(f"{_plain(rounded)} has more digits than DECIMAL({precision},{scale})")
+    return _plain(rounded)
+
+
+def _decimal_sql(text: str, encoding: str, spec: ColumnSpec) -> str:
+    dec = parse_decimal_encoding(encoding)
+    assert dec is not None
+    precision, scale = dec
+    target = parse_decimal_type(spec.iceberg_type)
+    if target is not None:
+        precision = target[0] if precision is None else min(precision, target[0])
+    return _cast(_decimal_text(_number(text), precision, scale), spec.iceberg_type)
+
+
+def _float_sql(text: str, column: dict[str, Any], spec: ColumnSpec) -> str:
+    value = _number(text)
+    scale = _int_or_none(column.get("scale"))
+    if scale is not None:  # FLOAT(M,D), DOUBLE(M,D), a DECIMAL read as double: rounded to D digits
+        value = _round(value, scale)
+    as_float = float(value)
+    limit = _FLOAT_MAX if spec.iceberg_type == "float" else math.inf
+    if not math.isfinite(as_float) or abs(as_float) > limit:
+        raise _Inexact(f"{value} is out of the range of an Iceberg {spec.iceberg_type}")
+    return _cast(repr(as_float), spec.iceberg_type)
+
+
+def _boolean_sql(text: str) -> str:
+    value = _number(text)
+    return "TRUE" if value != 0 else "FALSE"
+
+
+def _year_sql(text: str, spec: ColumnSpec) -> str:
+    value = _unquote(text).strip()
+    number = int(_round(_number(text), 0))
+    if number == 0:
+        raise _Inexact(f"YEAR {_show(text)} is the zero year 0000 (or 2000 when written as a string)")
+    if 1 <= number <= 69:
+        number += 2000
+    elif 70 <= number <= 99:
+        number += 1900
+    elif not 1901 <= number <= 2155:
+        raise _Inexact(f"YEAR {value} is out of MySQL's range 1901..2155")
+    return _cast(str(number), spec.iceberg_type)
+
+
+def _enum_values(column: dict[str, Any]) -> list[str] | None:
+    values = column.get("enumValues")
+    if not isinstance(values, list) or not values:
+        return None
+    return [_unquote(str(v)) for v in values]
+
+
+def _enum_member(value: str, members: list[str]) -> str | None:
+    if value in members:
+        return value
+    folded = [m for m in members if m.casefold() == value.casefold()]
+    return folded[0] if folded else None
+
+
+def _enum_sql(text: str, column: dict[str, Any], spec: ColumnSpec) -> str:
+    value = _unquote(text)
+    members = _enum_values(column)
+    if members is not None:
+        member = _enum_member(value, members)
+        if member is None:
+            raise _Inexact(f"{_show(text)} is not one of the ENUM values {members}")
+        value = member
+    return _cast(value, spec.iceberg_type)
+
+
+def _set_sql(text: str, column: dict[str, Any], spec: ColumnSpec) -> str:
+    value = _unquote(text)
+    members = _enum_values(column)
+    if members is None or value == "":
+        return _cast(value, spec.iceberg_type)
+    chosen: set[str] = set()
+    for item in value.split(","):
+        member = _enum_member(item, members)
+        if member is None:
+            raise _Inexact(f"{item!r} of {_show(text)} is not one of the SET members {members}")
+        chosen.add(member)
+    return _cast(",".join(m for m in members if m in chosen), spec.iceberg_type)
+
+
+def _zero_date(spec: ColumnSpec, column: dict[str, Any], what: str) -> _Inexact:
+    if _optional(column, spec):
+        return _Inexact(f"{what} is a zero date, which Debezium emits as NULL in a nullable column", None)
+    epoch = {"date": "1970-01-01", "timestamp": "1970-01-01 00:00:00", "timestamptz": "1970-01-01 00:00:00+00:00"}
+    sql = _cast(epoch[spec.iceberg_type], spec.iceberg_type) if spec.iceberg_type in epoch else None
+    return _Inexact(f"{what} is a zero date, not representable; Debezium emits the epoch in a NOT NULL column", sql)
+
+
+def _date_sql(text: str, column: dict[str, Any], spec: ColumnSpec) -> str:
+    value = _unquote(text).strip().split(" ")[0].split("T")[0]
+    m = _DATE.match(value)
+    if m is None:
+        raise _Inexact(f"DATE {_show(text)} is not a YYYY-MM-DD literal this version converts")
+    year, month, day = (int(g) for g in (m.groups()[:3] if m.group(1) else m.groups()[3:]))
+    if month == 0 or day == 0:
+        if year == month == day == 0:
+            raise _zero_date(spec, column, f"DATE {_show(text)}")
+        raise _Inexact(f"DATE {_show(text)} has a zero month or day, not representable")
+    try:
+        return _cast(dt.date(year, month, day).isoformat(), spec.iceberg_type)
+    except ValueError as e:
+        raise _Inexact(f"DATE {_show(text)} is not a valid date: {e}") from e
+
+
+def _fraction_us(digits: str | None, fsp: int) -> int:
+    """Fractional-second digits rounded half up to ``fsp`` digits, in microseconds (may be 10^6)."""
+    if not digits:
+        return 0
+    rounded = _round(Decimal("0." + digits), fsp)
+    return int(rounded * 1_000_000)
+
+
+def _fsp(column: dict[str, Any]) -> int:
+    length = _int_or_none(column.get("length"))
+    return min(length, 6) if length is not None else 0
+
+
+def _datetime(text: str, column: dict[str, Any], spec: ColumnSpec, encoding: str) -> dt.datetime:
+    value = _unquote(text).strip()
+    m = _DATETIME.match(value)
+    if m is None:
+        raise _Inexact(f"{_show(text)} is not a YYYY-MM-DD HH:MM:SS literal this version converts")
+    year, month, day, hour, minute, second = (int(g or 0) for g in m.groups()[:6])
+    if month == 0 or day == 0:
+        if year == month == day == hour == minute == second == 0 and not (m.group(7) or "").strip("0"):
+            raise _zero_date(spec, column, _show(text))
+        raise _Inexact(f"{_show(text)} has a zero month or day, not representable")
+    try:
+        moment = dt.datetime(year, month, day, hour, minute, second)
+    except ValueError as e:
+        raise _Inexact(f"{_show(text)} is not a valid date and time: {e}") from e
+    moment += dt.timedelta(microseconds=_fraction_us(m.group(7), _fsp(column)))
+    if encoding in _MILLIS_ENCODINGS:
+        moment = moment.replace(microsecond=moment.microsecond // 1000 * 1000)
+    return moment
+
+
+def _timestamp_sql(text: str, column: dict[str, Any], spec: ColumnSpec, encoding: str) -> str:
+    return _cast(_datetime(text, column, spec, encoding).isoformat(sep=" "), spec.iceberg_type)
+
+
+def _zoned_timestamp_sql(text: str, column: dict[str, Any], spec: ColumnSpec, encoding: str) -> str:
+    moment = _datetime(text, column, spec, encoding)
+    sql = _cast(moment.isoformat(sep=" ") + "+00:00", spec.iceberg_type)
+    raise _Inexact(
+        f"TIMESTAMP {_show(text)} is read in the time zone of the session that ran the ALTER, "
+        "not known to the lake; sql reads it as UTC",
+        sql,
+    )
+
+
+def _time_us(text: str, column: dict[str, Any], encoding: str) -> int:
+    value = _unquote(text).strip()
+    fsp = _fsp(column)
+    m = _TIME.match(value)
+    if m is not None:
+        sign, days, hours, minutes, seconds, fraction = m.groups()
+        if int(minutes) > 59 or int(seconds or 0) > 59:
+            raise _Inexact(f"TIME {_show(text)} has minutes or seconds above 59")
+        total = (int(days or 0) * 24 + int(hours)) * 3600 + int(minutes) * 60 + int(seconds or 0)
+    else:
+        m = _TIME_DIGITS.match(value)
+        if m is None:
+            raise _Inexact(f"TIME {_show(text)} is not a [-][D ]HH:MM:SS literal this version converts")
+        sign, digits, fraction = m.groups()
+        digits = digits.zfill(6)
+        hours, minutes, seconds = int(digits[:-4]), int(digits[-4:-2]), int(digits[-2:])
+        if minutes > 59 or seconds > 59:
+            raise _Inexact(f"TIME {_show(text)} has minutes or seconds above 59")
+        total = hours * 3600 + minutes * 60 + seconds
+    micros = total * 1_000_000 + _fraction_us(fraction, fsp)
+    if encoding in _MILLIS_ENCODINGS:
+        micros = micros // 1000 * 1000
+    if micros > _MAX_TIME_US:
+        raise _Inexact(f"TIME {_show(text)} is out of MySQL's range -838:59:59..838:59:59")
+    return -micros if sign == "-" else micros
+
+
+def _binary_bytes(text: str, column: dict[str, Any]) -> bytes:
+    """A BINARY/VARBINARY/BLOB default -> the bytes the source stores (BINARY(n) padded)."""
+    stripped = text.strip()
+    number = _bits_value(stripped)
+    if number is not None:
+        m = _HEX.match(stripped)
+        digits = (m.group(1) if m.group(1) is not None else m.group(2)) if m else None
+        if digits is not None:
+            data = bytes.fromhex(digits if len(digits) % 2 == 0 else "0" + digits)
+        else:
+            data = number.to_bytes((number.bit_length() + 7) // 8, "big") if number else b""
+    else:
+        data = _unquote(text).encode("utf-8")
+    length = _int_or_none(column.get("length"))
+    if _base_type(column) == "BINARY" and length is not None:
+        if len(data) > length:
+            raise _Inexact(f"{_show(text)} is longer than BINARY({length})")
+        data = data.ljust(length, b"\0")
+    return data
+
+
+def _bits_sql(text: str, column: dict[str, Any]) -> str:
+    stripped = _unquote(text).strip()
+    number = _bits_value(stripped)
+    if number is None:
+        if re.fullmatch(r"[01]+", stripped):  # Debezium writes b'101' as 101
+            number = int(stripped, 2)
+        elif re.fullmatch(r"\d+", stripped):
+            number = int(stripped)
+        else:
+            raise _Inexact(f"BIT {_show(text)} is not a bit value this version converts")
+    width = _int_or_none(column.get("length"))
+    if width is None:
+        raise _Inexact(f"BIT {_show(text)}: the column's length (n of BIT(n)) is not known")
+    if number >= 2**width:
+        raise _Inexact(f"BIT {_show(text)} does not fit BIT({width})")
+    return _hex_sql(number.to_bytes((width + 7) // 8, "big"))
+
+
+def _string_sql(text: str, column: dict[str, Any], spec: ColumnSpec) -> str:
+    base = _base_type(column)
+    if base in _DECIMAL_TYPES:  # decimal.handling.mode=string: the decimal text with the scale's digits
+        scale = _int_or_none(column.get("scale")) or 0
+        return _cast(_decimal_text(_number(text), _int_or_none(column.get("length")), scale), spec.iceberg_type)
+    if base in _BINARY_TYPES:  # binary.handling.mode base64 or hex: its text form of the bytes
+        if _binary_bytes(text, column):
+            raise _Inexact(
+                f"{_show(text)} of a {base} column stored as text (binary.handling.mode base64 or hex): "
+                "the mode is not known here"
+            )
+        return _cast("", spec.iceberg_type)
+    value = _unquote(text)
+    if base in ("CHAR", "NCHAR", "CHARACTER", "NATIONAL"):
+        value = value.rstrip(" ")  # MySQL strips a CHAR's trailing spaces when it reads it
+    return _cast(value, spec.iceberg_type)
+
+
+def _literal_sql(text: str, column: dict[str, Any], spec: ColumnSpec) -> str | None:
+    """A literal default -> the Spark SQL of the value the source stores; ``None`` for NULL.
+
+    Raises:
+        _Inexact: the value is not known exactly.
+    """
+    encoding = spec.encoding
+    stripped = text.strip()
+    if stripped.startswith("("):
+        raise _Inexact(
+            f"DEFAULT {stripped}: an expression, computed by the source at ALTER time; not known to the lake"
+        )
+    if _CURRENT_TIME.match(stripped) or stripped == _DEBEZIUM_CURRENT_TIMESTAMP:
+        raise _Inexact(
+            f"DEFAULT {stripped}: Debezium's text of DEFAULT CURRENT_TIMESTAMP / NOW() (or a function of the "
+            "current time): filled by the source at ALTER time; not known to the lake"
+            if stripped == _DEBEZIUM_CURRENT_TIMESTAMP
+            else f"DEFAULT {stripped}: filled by the source at ALTER time; not known to the lake"
+        )
+    stringy = spec.iceberg_type == "string"
+    if stripped.upper() == "NULL":
+        if not stringy:
+            return None
+        raise _Inexact(
+            "DEFAULT NULL arrives as no default from Debezium, so this is DEFAULT 'NULL' (the text), "
+            "or NULL from another producer",
+            _cast("NULL", spec.iceberg_type),
+        )
+    if encoding in SPATIAL_ENCODINGS or spec.iceberg_type.startswith("struct"):
+        raise _Inexact(f"DEFAULT {_show(text)} of a spatial column is not converted")
+    if encoding.startswith(DECIMAL + "("):
+        return _decimal_sql(text, encoding, spec)
+    if encoding == _YEAR:
+        return _year_sql(text, spec)
+    if encoding in _INTEGER_ENCODINGS:
+        return _integer_sql(_number(text), spec)
+    if encoding in _FLOAT_ENCODINGS:
+        return _float_sql(text, column, spec)
+    if encoding == "boolean":
+        return _boolean_sql(text)
+    if encoding in _DATE_ENCODINGS:
+        return _date_sql(text, column, spec)
+    if encoding in _TIMESTAMP_ENCODINGS:
+        return _timestamp_sql(text, column, spec, encoding)
+    if encoding == _ZONED_TIMESTAMP:
+        return _zoned_timestamp_sql(text, column, spec, encoding)
+    if encoding in TIME_ENCODINGS:
+        return _cast(str(_time_us(text, column, encoding)), spec.iceberg_type)
+    if encoding == _ENUM:
+        return _enum_sql(text, column, spec)
+    if encoding == _ENUM_SET:
+        return _set_sql(text, column, spec)
+    if encoding == _JSON:
+        return _cast(_unquote(text), spec.iceberg_type)
+    if encoding == _BITS:
+        return _bits_sql(text, column)
+    if encoding == "bytes":
+        return _hex_sql(_binary_bytes(text, column))
+    if encoding == "string":
+        return _string_sql(text, column, spec)
+    raise _Inexact(f"DEFAULT {_show(text)} of a column encoded {encoding}: not converted by this version")
+
+
+# --- implicit defaults ---------------------------------------------------------------------------
+
+
+def _implicit_sql(column: dict[str, Any], spec: ColumnSpec) -> tuple[str, str]:
+    """The implicit default of a NOT NULL column without DEFAULT: ``(sql, the value as text)``.
+
+    Raises:
+        _Inexact: the value is not known exactly.
+    """
+    encoding = spec.encoding
+    base = _base_type(column)
+    if encoding in SPATIAL_ENCODINGS or spec.iceberg_type.startswith("struct"):
+        raise _Inexact("a NOT NULL spatial column has no implicit default the lake can write")
+    if encoding == _JSON:
+        raise _Inexact("the implicit default of a NOT NULL JSON column differs between MySQL and MariaDB")
+    if encoding == _YEAR:
+        raise _Inexact("the implicit default of a NOT NULL YEAR column is the zero year 0000")
+    if encoding in _DATE_ENCODINGS | _TIMESTAMP_ENCODINGS | {_ZONED_TIMESTAMP}:
+        what = "the zero date '0000-00-00'"
+        if encoding == _ZONED_TIMESTAMP:
+            what += " (or the ALTER time, for a first TIMESTAMP column with explicit_defaults_for_timestamp=OFF)"
+        error = _zero_date(spec, column, what)
+        raise _Inexact(error.why, error.sql)
+    if encoding.startswith(DECIMAL + "("):
+        dec = parse_decimal_encoding(encoding)
+        scale = dec[1] if dec is not None else 0
+        zero = _plain(_round(Decimal(0), max(scale, 0)))
+        return _cast(zero, spec.iceberg_type), zero
+    if encoding in _INTEGER_ENCODINGS or encoding in TIME_ENCODINGS:
+        return _cast("0", spec.iceberg_type), "0" if encoding in _INTEGER_ENCODINGS else "'00:00:00' (0 microseconds)"
+    if encoding in _FLOAT_ENCODINGS:
+        return _cast("0.0", spec.iceberg_type), "0"
+    if encoding == "boolean":
+        return "FALSE", "FALSE (0)"
+    if encoding == _ENUM:
+        members = _enum_values(column)
+        if members is None:
+            raise _Inexact("the implicit default of a NOT NULL ENUM is its first value; enumValues is missing")
+        return _cast(members[0], spec.iceberg_type), f"the first ENUM value {members[0]!r}"
+    if encoding == _ENUM_SET:
+        return _cast("", spec.iceberg_type), "''"
+    if encoding == _BITS:
+        width = _int_or_none(column.get("length"))
+        if width is None:
+            raise _Inexact("the column's length (n of BIT(n)) is not known")
+        return _hex_sql(bytes((width + 7) // 8)), f"b'{'0' * width}'"
+    if encoding == "bytes":
+        data = _binary_bytes("", column)
+        return _hex_sql(data), f"{len(data)} zero bytes" if data else "empty"
+    if encoding == "string":
+        if base in _DECIMAL_TYPES:
+            scale = _int_or_none(column.get("scale")) or 0
+            zero = _plain(_round(Decimal(0), scale))
+            return _cast(zero, spec.iceberg_type), zero
+        if base in _BINARY_TYPES and _binary_bytes("", column):
+            raise _Inexact(
+                f"the implicit default of a NOT NULL {base} column is zero bytes, stored as text "
+                "(binary.handling.mode base64 or hex): the mode is not known here"
+            )
+        return _cast("", spec.iceberg_type), "''"
+    raise _Inexact(f"the implicit default of a column encoded {encoding} is not known to this version")
+
+
+# --- the entry point -----------------------------------------------------------------------------
+
+
+def _optional(column: dict[str, Any], spec: ColumnSpec) -> bool:
+    optional = column.get("optional")
+    return bool(optional) if optional is not None else not spec.required
+
+
+def added_column_default(column: dict[str, Any], spec: ColumnSpec) -> ColumnDefault:
+    """What rows that existed before the ADD COLUMN read in ``column`` at the source.
+
+    Args:
+        column: the column's ``tableChanges[].table.columns`` entry: ``{"name", "typeName",
+            "typeExpression", "length", "scale", "optional", "autoIncremented", "generated",
+            "hasDefaultValue"?, "defaultValueExpression", "enumValues", ...}``.
+        spec: the column as the Iceberg table holds it (:func:`cdclake.model.mysql_types.column_type`
+            gives its type and encoding).
+
+    Returns:
+        The value as Spark SQL typed to ``spec.iceberg_type`` (``None``: NULL), whether it is
+        exactly the source's, and why (see the module table). Never raises for a value it cannot
+        convert: that is ``exact=False``.
+    """
+    name = spec.name
+    label = _type_label(column)
+    expression = column.get("defaultValueExpression")
+    has_default = column.get("hasDefaultValue")
+    if column.get("generated"):
+        return ColumnDefault(
+            name, None, False, f"generated {label} column: computed by the source; not known to the lake"
+        )
+    if column.get("autoIncremented"):
+        return ColumnDefault(
+            name, None, False, f"AUTO_INCREMENT {label} column: the source numbers the rows; not known to the lake"
+        )
+    try:
+        if expression is not None:
+            text = str(expression)
+            sql = _literal_sql(text, column, spec)
+            return ColumnDefault(name, sql, True, f"DEFAULT {_show(text.strip())}")
+        if has_default:
+            raise _Inexact(
+                "DEFAULT (expression): Debezium sends no text for it; computed by the source at ALTER time; "
+                "not known to the lake"
+            )
+        if _optional(column, spec):
+            return ColumnDefault(name, None, True, f"no default, nullable {label} column: NULL")
+        sql, value = _implicit_sql(column, spec)
+        return ColumnDefault(name, sql, True, f"implicit default of a NOT NULL {label} column: {value}")
+    except _Inexact as e:
+        return ColumnDefault(name, e.sql, False, e.why)

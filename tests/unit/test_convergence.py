@@ -1,0 +1,103 @@
+"""The convergence rules' pure parts: snapshot progress, completion, source identity."""
+
+from __future__ import annotations
+
+from cdclake.model.convergence import (
+    BatchSnapshot,
+    SnapshotEnd,
+    SnapshotProgress,
+    SourceIdentity,
+    advance_snapshot,
+    gtid_source,
+    identity_changes,
+    merge_identities,
+    pending_partitions,
+)
+from cdclake.model.layout import SummaryKeys, committed_state_of
+from cdclake.model.position import BinlogPosition
+
+P1 = BinlogPosition(3, 400, 0, 0)
+P2 = BinlogPosition(3, 900, 0, 0)
+END = SnapshotEnd(partition=1, offset=40, timestamp_ms=1_000_000)
+
+
+def batch(position, records=3, started=False, end=None):
+    return BatchSnapshot(position, records, started, end, {0: 0})
+
+
+def test_a_snapshot_spanning_runs_accumulates_until_its_end_record():
+    step = advance_snapshot(None, [batch(P1, 2, started=True)], None)
+    assert step.progress == SnapshotProgress(P1, 2, True, None)
+    step = advance_snapshot(step.progress, [batch(P1, 5)], None)
+    assert step.progress == SnapshotProgress(P1, 7, True, None)
+    step = advance_snapshot(step.progress, [batch(P1, 1, end=END)], None)
+    assert step.progress == SnapshotProgress(P1, 8, True, END)
+
+
+def test_a_newer_snapshot_replaces_an_unfinished_one_which_deletes_nothing():
+    step = advance_snapshot(SnapshotProgress(P1, 4, True), [batch(P2, 2, started=True)], None)
+    assert step.progress == SnapshotProgress(P2, 2, True, None)
+    assert any("replaced" in n and "deletes nothing" in n for n in step.notes)
+
+
+def test_older_and_completed_snapshots_do_not_count():
+    step = advance_snapshot(SnapshotProgress(P2, 4, True), [batch(P1, 2, end=END)], None)
+    assert step.progress == SnapshotProgress(P2, 4, True, None)
+    step = advance_snapshot(None, [batch(P1, 2, end=END)], floor=P1)
+    assert step.progress is None and step.notes
+
+
+def test_progress_round_trips_through_the_summary():
+    progress = SnapshotProgress(P1, 8, False, END)
+    assert SnapshotProgress.from_json(progress.to_json()) == progress
+    summary = {
+        SummaryKeys.TOPIC: "t",
+        SummaryKeys.END_OFFSETS: '{"0":5}',
+        SummaryKeys.SNAPSHOT_IN_PROGRESS: progress.to_json(),
+        SummaryKeys.SNAPSHOT_FLOOR: P1.to_text(),
+        SummaryKeys.SOURCE_IDENTITY: SourceIdentity(1, "mysql-bin", "0-1").to_json(),
+        SummaryKeys.HIGH_POSITION: P2.to_text(),
+        SummaryKeys.MAX_OFFSETS: '{"0":9}',
+    }
+    state = committed_state_of(7, [summary], "t")
+    assert state.snapshot == progress
+    assert state.snapshot_floor == P1
+    assert state.identity == SourceIdentity(1, "mysql-bin", "0-1")
+    assert state.high_position == P2
+    assert state.max_offsets == {0: 9}
+
+
+def test_the_end_records_partition_is_done_once_the_end_record_is_applied():
+    assert pending_partitions(END, {1: 41}, {1: None}, {1: 41}, now_ms=END.timestamp_ms) == []
+    assert pending_partitions(END, {1: 40}, {1: None}, {1: 41}, now_ms=END.timestamp_ms + 10**6) == [1]
+
+
+def test_a_partition_is_done_once_a_record_produced_after_the_end_is_applied():
+    # partition 0: the first record stamped after the end record sits at offset 12
+    assert pending_partitions(END, {0: 13, 1: 41}, {0: 12}, {0: 20, 1: 41}, now_ms=END.timestamp_ms) == []
+    assert pending_partitions(END, {0: 12, 1: 41}, {0: 12}, {0: 20, 1: 41}, now_ms=END.timestamp_ms) == [0]
+
+
+def test_an_idle_partition_is_done_when_read_to_its_end_after_the_settle_time():
+    args = ({0: 7, 1: 41}, {0: None}, {0: 7, 1: 41})
+    assert pending_partitions(END, *args, now_ms=END.timestamp_ms + 1_000) == [0]
+    assert pending_partitions(END, *args, now_ms=END.timestamp_ms + 60_000) == []
+    # not read to its end: pending whatever the time
+    assert pending_partitions(END, {0: 6, 1: 41}, {0: None}, {0: 7, 1: 41}, now_ms=END.timestamp_ms + 10**7) == [0]
+
+
+def test_gtid_source_of_mariadb_and_mysql_gtids():
+    assert gtid_source("0-184054-1234") == "0-184054"
+    assert gtid_source("3e11fa47-71ca-11e1-9e33-c80aa9429562:23") == "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+    assert gtid_source(None) is None and gtid_source("") is None
+
+
+def test_identity_changes_name_what_changed():
+    known = SourceIdentity(1, "mysql-bin", "0-1")
+    assert identity_changes(known, [SourceIdentity(1, "mysql-bin", "0-1"), SourceIdentity(None, "mysql-bin")]) == []
+    changes = identity_changes(known, [SourceIdentity(2, "mysql-bin", "0-2")])
+    assert changes == ["server id: ['1', '2'] (the table's: 1)", "GTID source: ['0-1', '0-2'] (the table's: 0-1)"]
+    assert identity_changes(None, [SourceIdentity(1, "a"), SourceIdentity(1, "b")]) == ["binlog basename: ['a', 'b']"]
+    assert merge_identities(SourceIdentity(None, "mysql-bin"), [SourceIdentity(5, None, "0-5")]) == SourceIdentity(
+        5, "mysql-bin", "0-5"
+    )
