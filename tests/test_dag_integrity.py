@@ -125,3 +125,29 @@ def test_spark_default_resolves_to_local_mode_not_yarn():
         """
     )
     assert result["master"].startswith("local")
+
+
+def test_bootstrap_refuses_a_filtered_blocking_snapshot_of_an_authoritative_table():
+    """A blocking snapshot carries a full snapshot's markers even with additional-conditions: the
+    table would take it as complete and delete the rows the filter left out."""
+    import json
+
+    from cdclake.errors import ConfigError
+    from cdclake.model.config import TableConfig
+    from cdclake_airflow.bootstrap_dag import prepare
+
+    cfg = TableConfig(name="orders", topic="p.inventory.orders", namespace="n", table="orders", primary_key=("id",))
+    tables = json.dumps([cfg.model_dump(mode="json")])
+    params = {
+        "tables": ["orders"],
+        "snapshot_type": "blocking",
+        "additional_conditions": {"orders": "id > 10"},
+        "action": "execute",
+    }
+    with pytest.raises(ConfigError, match="would look complete"):
+        prepare(tables, params=params, run_id="manual__1")
+    assert prepare(tables, params={**params, "snapshot_type": "incremental"}, run_id="manual__1")["tables"] == [
+        "orders"
+    ]
+    relaxed = json.dumps([cfg.model_copy(update={"authoritative_snapshots": False}).model_dump(mode="json")])
+    assert prepare(relaxed, params=params, run_id="manual__1")["snapshot_type"] == "blocking"

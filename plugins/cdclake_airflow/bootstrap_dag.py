@@ -86,6 +86,15 @@ def prepare(tables_json: str, **context: Any) -> dict[str, Any]:
     unknown = sorted(set(conditions) - set(names))
     if unknown:
         raise ConfigError(f"additional_conditions names table(s) not chosen: {unknown}; chosen: {names}")
+    filtered = sorted(n for n, f in conditions.items() if f and configured[n].authoritative_snapshots)
+    if params["snapshot_type"] == "blocking" and filtered:
+        # a blocking snapshot carries the markers of a full one, filter or not: applied as
+        # authoritative it would delete every row the filter left out (model/convergence.py)
+        raise ConfigError(
+            f"a blocking snapshot with additional_conditions for {filtered} would look complete to the "
+            "table and delete the rows the filter leaves out: use snapshot_type incremental for a filtered "
+            "snapshot (or set authoritative_snapshots: false for the table)"
+        )
     action = params["action"]
     sid = signal_id(context["run_id"], action)
     signal = build_signal(

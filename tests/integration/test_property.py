@@ -96,6 +96,11 @@ BASE_TS = 1_600_000_000_000
 settled, :data:`cdclake.model.convergence.SNAPSHOT_SETTLE_MS`)."""
 
 
+def is_read(rec: Produced) -> bool:
+    """A snapshot read (``op r``)."""
+    return rec.value is not None and json.loads(rec.value)["op"] == "r"
+
+
 # --- the source simulation and its change stream ------------------------------------------------
 
 
@@ -248,8 +253,14 @@ class HistoryBuilder:
         self.pos = pos
 
     def restart(self, k: int) -> None:
-        """Connector restart: the last ``k`` emissions are produced again (to their partitions)."""
+        """Connector restart: the last ``k`` emissions are produced again (to their partitions).
+
+        Snapshot reads are not re-emitted: a connector restarted before its snapshot's offsets
+        were flushed takes a new snapshot at a new position (seen on the real chain), never the old
+        one again."""
         for partition, rec in self.emitted[len(self.emitted) - k :]:
+            if is_read(rec):
+                continue
             self.log[partition].append(Produced(rec.key, rec.value, rec.label + " [re-emitted]", next(self._clock)))
 
     def finish(
@@ -275,6 +286,7 @@ class HistoryBuilder:
             out.extend(
                 Produced(r.key, r.value, r.label + " [re-emitted at end]", next(self._clock))
                 for r in out[len(out) - k :]
+                if not is_read(r)
             )
             log[p] = out
         end = {p: len(recs) for p, recs in log.items()}

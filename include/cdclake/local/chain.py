@@ -205,7 +205,7 @@ bootstrap.servers={bootstrap}
 listeners=http://127.0.0.1:{port}
 plugin.path={plugins}
 offset.storage.file.filename={offsets}
-offset.flush.interval.ms=60000
+offset.flush.interval.ms={flush_ms}
 key.converter=org.apache.kafka.connect.json.JsonConverter
 value.converter=org.apache.kafka.connect.json.JsonConverter
 config.providers=env
@@ -214,9 +214,17 @@ config.providers.env.class=org.apache.kafka.common.config.provider.EnvVarConfigP
 
 
 def start_connect(
-    settings: Settings, *, schemas_enable: bool = True, snapshot_mode: str = "initial", timeout_s: float = 120.0
+    settings: Settings,
+    *,
+    schemas_enable: bool = True,
+    snapshot_mode: str = "initial",
+    timeout_s: float = 120.0,
+    offset_flush_interval_ms: int = 60_000,
 ) -> str:
     """Start Kafka Connect standalone with the Debezium MariaDB connector unless it runs.
+
+    ``offset_flush_interval_ms`` is the worker's ``offset.flush.interval.ms`` (how often it saves
+    the connector's offsets to ``<state>/connect/offsets``).
 
     Raises:
         FileNotFoundError: the connector plugin was not fetched (``make setup-chain``).
@@ -242,6 +250,7 @@ def start_connect(
             port=settings.connect_port,
             plugins=plugins,
             offsets=base / "offsets",
+            flush_ms=offset_flush_interval_ms,
         )
     )
     log = base / "connect.log"
@@ -289,6 +298,12 @@ def connector_status(settings: Settings) -> dict:
         f"http://127.0.0.1:{settings.connect_port}/connectors/{name}/status", timeout=10
     ) as resp:
         return json.loads(resp.read())
+
+
+def connect_offsets_file(settings: Settings) -> Path:
+    """The Connect worker's offsets file (deleting it while Connect is stopped makes the connector
+    start over: a new initial snapshot)."""
+    return _connect_dir(settings) / "offsets"
 
 
 def stop_connect(settings: Settings, *, hard: bool = False) -> str:

@@ -29,8 +29,8 @@ deletes nothing, and a newer snapshot (a restarted one) replaces an unfinished o
 **Source identity.** Binlog positions compare only within one binlog history: the server id of
 the change events, the binlog basename and the GTID source (MariaDB ``domain-server``, MySQL
 server UUID) are kept with the table (:class:`SourceIdentity`), and events of another identity, or
-a full snapshot below the table's highest applied position (``RESET MASTER``: positions start
-over), stop the table (:class:`~cdclake.errors.PositionOrderError`).
+a full snapshot below the table's highest applied position whose record was produced before the
+snapshot (``RESET MASTER``: positions start over), stop the table (:class:`~cdclake.errors.PositionOrderError`).
 """
 
 from __future__ import annotations
@@ -118,6 +118,7 @@ class BatchSnapshot:
         first_offsets: per partition, the lowest offset of these records.
         unseen: some of these records sit at offsets the table never committed before (not a
             re-read after a replay).
+        first_timestamp_ms: the earliest Kafka timestamp of these records.
     """
 
     position: BinlogPosition
@@ -126,6 +127,7 @@ class BatchSnapshot:
     end: SnapshotEnd | None
     first_offsets: Mapping[int, int]
     unseen: bool = True
+    first_timestamp_ms: int = 0
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,9 @@ class SummaryKeys:
     the end offsets back, not these). Carried forward."""
     HIGH_POSITION = "cdc.high-position"
     """Greatest position applied so far (``<file>:<pos>:<row>:<rank>``). Carried forward."""
+    HIGH_POSITION_TIMESTAMP = "cdc.high-position-timestamp"
+    """Kafka timestamp (epoch ms) of the record that carried :attr:`HIGH_POSITION`: a full snapshot
+    produced after it at a lower position means the positions started over. Carried forward."""
     SOURCE_CHANGE_ACCEPTED = "cdc.source-change-accepted"
     """On the commit of a run that accepted a new binlog history (``accept_source_change``): the
     identity and position the table held before."""
@@ -81,6 +84,12 @@ COLUMN_ENCODINGS_PROPERTY = "cdc.column-encodings"
 SCHEMA_CHANGE_POSITION_PROPERTY = "cdc.schema-change-position"
 """Table property: position ``<file seq>:<pos>:<row>:<rank>`` of the last source schema change
 applied by schema sync (:mod:`cdclake.pipeline.schema_sync`), committed with the schema update."""
+
+COLUMN_DEFAULTS_PROPERTY = "cdc.column-defaults"
+"""Table property: JSON ``{column: {"position", "sql", "exact", "reason"}}``: the value the rows
+that existed before ``ALTER TABLE ... ADD COLUMN`` (at ``position``) read at the source
+(:mod:`cdclake.model.defaults`); written by schema sync with the schema update. The apply job
+fills ``sql`` into events below the position and, once, into the table's rows below it."""
 
 METADATA_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("_cdc_op", "string", "Debezium op of the event that wrote the row: c, u or r"),
@@ -140,6 +149,7 @@ class CommittedState:
         high_position: the greatest position applied so far.
         defaults_position: the newest ADD COLUMN whose default was filled in.
         max_offsets: the greatest end offsets ever committed, per partition.
+        high_position_ts: the Kafka timestamp of the record that carried ``high_position``.
     """
 
     snapshot_id: int | None
@@ -152,6 +162,7 @@ class CommittedState:
     high_position: BinlogPosition | None = None
     defaults_position: BinlogPosition | None = None
     max_offsets: Offsets | None = None
+    high_position_ts: int | None = None
 
 
 def committed_state_of(
@@ -185,6 +196,9 @@ def committed_state_of(
                 _position(summary, SummaryKeys.HIGH_POSITION),
                 _position(summary, SummaryKeys.DEFAULTS_POSITION),
                 decode_offsets(summary[SummaryKeys.MAX_OFFSETS]) if SummaryKeys.MAX_OFFSETS in summary else None,
+                int(summary[SummaryKeys.HIGH_POSITION_TIMESTAMP])
+                if SummaryKeys.HIGH_POSITION_TIMESTAMP in summary
+                else None,
             )
     return CommittedState(current_snapshot_id)
 

@@ -7,6 +7,7 @@ progress property ``cdc.schema-change-position``, capping the batch before a bar
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,8 +24,9 @@ from cdclake.io.catalog import (
 )
 from cdclake.io.kafka import KafkaClients, read_partition, read_topic, topic_watermarks
 from cdclake.model.config import TableConfig, ValueFormat
+from cdclake.model.defaults import added_column_default
 from cdclake.model.envelope import KafkaCoordinates, parse_value
-from cdclake.model.layout import SCHEMA_CHANGE_POSITION_PROPERTY, column_encodings_property
+from cdclake.model.layout import COLUMN_DEFAULTS_PROPERTY, SCHEMA_CHANGE_POSITION_PROPERTY, column_encodings_property
 from cdclake.model.mysql_types import column_type
 from cdclake.model.offsets import OffsetRange, plan_range
 from cdclake.model.position import BinlogPosition
@@ -93,8 +95,55 @@ def _commit_plans(table: Table, plans: list[ChangePlan], position: BinlogPositio
         properties = {SCHEMA_CHANGE_POSITION_PROPERTY: position.to_text()}
         if plans:
             properties.update(column_encodings_property(plans[-1].encodings))
+        defaults = _added_defaults(table, plans)
+        if defaults is not None:
+            properties[COLUMN_DEFAULTS_PROPERTY] = defaults
         txn.set_properties(properties)
     return table.refresh()
+
+
+def _added_defaults(table: Table, plans: list[ChangePlan]) -> str | None:
+    """The table's ``cdc.column-defaults`` after ``plans`` (``None``: unchanged): for each column
+    an ``ALTER`` adds, the value its rows from before the ALTER read at the source
+    (:func:`cdclake.model.defaults.added_column_default`). Defaults the lake cannot know exactly
+    (``CURRENT_TIMESTAMP``, expressions) are recorded as such and logged; they are never filled."""
+    entries = json.loads(table.properties.get(COLUMN_DEFAULTS_PROPERTY, "{}"))
+    changed = False
+    for plan in plans:
+        if plan.change.kind != "ALTER":
+            continue
+        aside = {new for _, new in plan.renames}
+        raw = {c.get("name"): c for c in plan.change.columns}
+        for spec, _ in plan.adds:
+            if spec.name in aside or spec.name not in raw:
+                continue
+            default = added_column_default(raw[spec.name], spec)
+            entries[spec.name] = {
+                "position": plan.change.position.to_text(),
+                "sql": default.sql if default.exact else None,
+                "exact": default.exact,
+                "reason": default.reason,
+            }
+            changed = True
+            if not default.exact:
+                log.warning(
+                    "table %s: column %r added by %s: the rows that existed before it read a value the lake "
+                    "cannot know (%s); they read NULL in the lake until a re-snapshot or a reconcile repair",
+                    table.name(),
+                    spec.name,
+                    plan.change.describe(),
+                    default.reason,
+                )
+            elif default.sql is not None:
+                log.info(
+                    "table %s: column %r added by %s: rows from before it read %s (%s); the next apply fills it in",
+                    table.name(),
+                    spec.name,
+                    plan.change.describe(),
+                    default.sql,
+                    default.reason,
+                )
+    return json.dumps(entries, sort_keys=True) if changed else None
 
 
 @dataclass(frozen=True)

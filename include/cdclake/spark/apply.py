@@ -50,7 +50,14 @@ from cdclake.model.convergence import (
     merge_identities,
     pending_partitions,
 )
-from cdclake.model.layout import METADATA_COLUMNS, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX, CommittedState, SummaryKeys
+from cdclake.model.layout import (
+    COLUMN_DEFAULTS_PROPERTY,
+    METADATA_COLUMNS,
+    QUARANTINE_SUFFIX,
+    TOMBSTONES_SUFFIX,
+    CommittedState,
+    SummaryKeys,
+)
 from cdclake.model.offsets import Offsets, encode_offsets
 from cdclake.model.plan import RunPlan
 from cdclake.model.position import BinlogPosition
@@ -158,18 +165,23 @@ def apply_range(
             raise bad_batch(ctx, parsed, stats["bad"])
         if quarantined:
             write_quarantine(ctx, raw, parsed.filter("error is not null or held_back_behind is not null"))
-        good = parsed.filter(_GOOD)
         state = _accepted_state(ctx) if plan.accept_source_change else ctx.state
+        defaults = _column_defaults(ctx)
+        good = _fill_defaults(parsed.filter(_GOOD), defaults)
         identity = _check_identity(ctx, state, good)
         ops = {r["op"]: r["count"] for r in good.groupBy("op").count().collect()}
         truncate = position_of(stats["truncate"]) if stats["truncate"] is not None else None
         floors = [p for p in (state.truncate_floor, truncate) if p is not None]
         floor = max(floors) if floors else None
         conv = _converge(ctx, state, good, stats) if cfg.write_mode == "upsert" else _Convergence(state.snapshot_floor)
-        high = [p for p in (state.high_position, position_of(stats["last"]) if stats["last"] else None) if p]
-        properties = _summary(
-            plan, stats, ops, quarantined, floor, identity, conv, max(high) if high else None, ctx.state.max_offsets
-        )
+        high = _high(state, stats)
+        properties = _summary(plan, stats, ops, quarantined, floor, identity, conv, high, ctx.state.max_offsets)
+        backfill = {
+            c: d for c, d in defaults.items() if state.defaults_position is None or d[0] > state.defaults_position
+        }
+        done = [p for p in [state.defaults_position, *(d[0] for d in backfill.values())] if p is not None]
+        if done:
+            properties[SummaryKeys.DEFAULTS_POSITION] = max(done).to_text()
         if plan.accept_source_change:
             properties[SummaryKeys.SOURCE_CHANGE_ACCEPTED] = json.dumps(
                 {
@@ -184,7 +196,7 @@ def apply_range(
             keys_changed = 0
             snapshot_id = commit(ctx, properties, lambda target: source.writeTo(target).append())
         else:
-            keys_changed, snapshot_id = _upsert(ctx, good, floor, truncate, conv, properties, meta_cols)
+            keys_changed, snapshot_id = _upsert(ctx, good, floor, truncate, conv, properties, meta_cols, backfill)
         if conv.completed is not None:
             _drop_tombstones_below(ctx, conv.completed)
         result = ApplyResult(
@@ -202,6 +214,17 @@ def apply_range(
         base.unpersist()
 
 
+def _high(state: CommittedState, stats: Row) -> tuple[BinlogPosition, int] | None:
+    """The greatest position applied after this batch, with its record's Kafka timestamp."""
+    known = (state.high_position, state.high_position_ts or 0) if state.high_position is not None else None
+    if stats["high"] is None:
+        return known
+    batch = (position_of(stats["high"]["position"]), -int(stats["high"]["neg_ts"]))
+    if known is None or batch[0] > known[0]:
+        return batch
+    return known
+
+
 def _batch_stats(parsed: DataFrame) -> Row:
     """One pass over the parsed batch: counts, first/last/truncate positions, basenames, servers."""
     from pyspark.sql import functions as F
@@ -214,6 +237,8 @@ def _batch_stats(parsed: DataFrame) -> Row:
         F.sum(F.col("held_back_behind").isNotNull().cast("int")).alias("held"),
         F.min(F.when(good, F.col("position"))).alias("first"),
         F.max(F.when(good, F.col("position"))).alias("last"),
+        # the greatest position with the earliest Kafka timestamp that carried it
+        F.max(F.when(good, F.struct(F.col("position"), (-F.unix_millis("timestamp")).alias("neg_ts")))).alias("high"),
         F.max(F.when(good & (F.col("op") == "t"), F.col("position"))).alias("truncate"),
         F.collect_set(F.when(good, F.col("file_base"))).alias("basenames"),
         # snapshot reads carry server_id 0: only changes name the server that wrote them
@@ -311,6 +336,32 @@ def _accept_remedy(ctx: ApplyContext, first: dict[int, int]) -> str:
     )
 
 
+def _column_defaults(ctx: ApplyContext) -> dict[str, tuple[BinlogPosition, str]]:
+    """``{column: (ALTER position, default SQL)}`` of the columns added with a default the lake
+    knows exactly (``cdc.column-defaults``, written by schema sync)."""
+    entries = json.loads(ctx.table.properties.get(COLUMN_DEFAULTS_PROPERTY, "{}"))
+    names = {c.name for c in ctx.columns}
+    return {
+        c: (BinlogPosition.from_text(e["position"]), e["sql"])
+        for c, e in entries.items()
+        if e.get("sql") and e.get("exact") and c in names
+    }
+
+
+def _fill_defaults(good: DataFrame, defaults: dict[str, tuple[BinlogPosition, str]]) -> DataFrame:
+    """Events below the ALTER that added a column with a default were written before the column
+    existed: their rows read the default at the source, not NULL."""
+    from pyspark.sql import functions as F
+
+    image = F.col("image")
+    for column, (position, sql) in defaults.items():
+        image = image.withField(
+            column,
+            F.when(F.col("position") < F.expr(position_literal(position)), F.expr(sql)).otherwise(image[column]),
+        )
+    return good.withColumn("image", image) if defaults else good
+
+
 @dataclass(frozen=True)
 class _Convergence:
     """The full-snapshot rule's outcome for one batch (:mod:`cdclake.model.convergence`).
@@ -343,6 +394,7 @@ def _snapshot_groups(good: DataFrame, max_offsets: Offsets | None) -> list[Batch
         F.min("offset").alias("first_offset"),
         F.max(marker.isin(*START_MARKERS).cast("int")).alias("started"),
         F.max(unseen.cast("int")).alias("unseen"),
+        F.min(F.unix_millis("timestamp")).alias("first_ts"),
         F.max(F.when(marker.isin(*END_MARKERS), F.struct("offset", F.unix_millis("timestamp").alias("ts")))).alias(
             "end"
         ),
@@ -350,15 +402,20 @@ def _snapshot_groups(good: DataFrame, max_offsets: Offsets | None) -> list[Batch
     groups: dict[BinlogPosition, dict] = {}
     for r in per_partition.collect():
         g = groups.setdefault(
-            position_of(r["position"]), {"n": 0, "started": False, "end": None, "first": {}, "unseen": False}
+            position_of(r["position"]),
+            {"n": 0, "started": False, "end": None, "first": {}, "unseen": False, "ts": r["first_ts"]},
         )
+        g["ts"] = min(g["ts"], r["first_ts"])
         g["n"] += r["n"]
         g["unseen"] = g["unseen"] or bool(r["unseen"])
         g["started"] = g["started"] or bool(r["started"])
         g["first"][int(r["partition"])] = int(r["first_offset"])
         if r["end"] is not None:
             g["end"] = SnapshotEnd(int(r["partition"]), int(r["end"]["offset"]), int(r["end"]["ts"]))
-    return [BatchSnapshot(p, g["n"], g["started"], g["end"], g["first"], g["unseen"]) for p, g in groups.items()]
+    return [
+        BatchSnapshot(p, g["n"], g["started"], g["end"], g["first"], g["unseen"], int(g["ts"]))
+        for p, g in groups.items()
+    ]
 
 
 def _converge(ctx: ApplyContext, state: CommittedState, good: DataFrame, stats: Row) -> _Convergence:
@@ -374,7 +431,14 @@ def _converge(ctx: ApplyContext, state: CommittedState, good: DataFrame, stats: 
         in_progress = state.snapshot.position if state.snapshot else None
         for g in groups:
             above_floor = state.snapshot_floor is None or g.position > state.snapshot_floor
-            if g.unseen and above_floor and g.position != in_progress and g.position < state.high_position:
+            produced_after_high = g.first_timestamp_ms > (state.high_position_ts or 0)
+            if (
+                g.unseen
+                and produced_after_high
+                and above_floor
+                and g.position != in_progress
+                and g.position < state.high_position
+            ):
                 raise PositionOrderError(
                     f"topic {cfg.topic!r}: a full snapshot at binlog position {g.position.to_event_text()} "
                     f"(partition/offset of its first records: {dict(sorted(g.first_offsets.items()))}) is below "
@@ -460,7 +524,7 @@ def _summary(
     floor: BinlogPosition | None,
     identity: SourceIdentity | None,
     conv: _Convergence,
-    high: BinlogPosition | None,
+    high: tuple[BinlogPosition, int] | None,
     max_offsets: Offsets | None,
 ) -> dict[str, str]:
     """The snapshot summary properties of the commit (:class:`~cdclake.model.layout.SummaryKeys`)."""
@@ -484,7 +548,8 @@ def _summary(
         if identity.basename is not None:
             properties[SummaryKeys.BINLOG_BASENAME] = identity.basename
     if high is not None:
-        properties[SummaryKeys.HIGH_POSITION] = high.to_text()
+        properties[SummaryKeys.HIGH_POSITION] = high[0].to_text()
+        properties[SummaryKeys.HIGH_POSITION_TIMESTAMP] = str(high[1])
     if conv.snapshot_floor is not None:
         properties[SummaryKeys.SNAPSHOT_FLOOR] = conv.snapshot_floor.to_text()
     if conv.progress is not None:
@@ -507,8 +572,12 @@ def _upsert(
     conv: _Convergence,
     properties: dict[str, str],
     meta_cols: list[str],
+    backfill: dict[str, tuple[BinlogPosition, str]],
 ) -> tuple[int, int]:
     """Reduce the batch, apply the tombstones and merge; returns ``(keys changed, snapshot id)``.
+
+    Columns in ``backfill`` (added with a default since the last run) are then set to their
+    default in the rows below the ALTER's position, in the same commit.
 
     Events at or below the truncate floor, and below the snapshot floor, are discarded first; a
     completed full snapshot deletes the rows below its position that the batch does not rewrite."""
@@ -535,6 +604,18 @@ def _upsert(
             if ctx.plan.accept_source_change:
                 demote_rows(ctx, target)
             merge(ctx, target, source, all_cols, truncate, conv.completed)
+            for column, (position, sql) in backfill.items():
+                log.info(
+                    "table %s: filling column %r with its default %s in the rows below the ALTER at %s",
+                    ctx.cfg.identifier,
+                    column,
+                    sql,
+                    position.to_event_text(),
+                )
+                ctx.spark.sql(
+                    f"UPDATE {target} SET `{column}` = {sql} "
+                    f"WHERE {position_struct()} < {position_literal(position)} AND NOT (`{column}` <=> {sql})"
+                )
 
         snapshot_id = commit(ctx, properties, write)
     finally:

@@ -1,0 +1,251 @@
+"""Convergence on the real chain (MariaDB -> Debezium -> Kafka -> the table DAG -> Iceberg): the lake
+equals the source after re-snapshots (connector killed before its first offset flush, offsets
+deleted), after ``ADD COLUMN ... DEFAULT`` on a populated table, and across ``RESET MASTER``
+(``include/cdclake/model/convergence.py``, ``include/cdclake/model/defaults.py``)."""
+
+from __future__ import annotations
+
+import decimal
+import json
+import re
+import time
+
+import pytest
+import yaml
+
+from cdclake.io.catalog import load_catalog
+from cdclake.local import chain as source_chain
+from cdclake.local.cli import ensure_airflow_db, run_table_dag
+from cdclake.model.convergence import SNAPSHOT_SETTLE_MS
+from cdclake.model.layout import SummaryKeys
+from tests.e2e.test_chain import wait_for_note
+
+pytestmark = pytest.mark.e2e
+
+DDL = "CREATE TABLE {name} (id INT NOT NULL PRIMARY KEY, v VARCHAR(40) NOT NULL, note VARCHAR(40) NULL)"
+
+
+def with_table(stack_settings, tmp_path, name: str):
+    """Settings whose table config holds the one table ``conv_<name>`` (source ``inventory.<name>``)."""
+    settings = stack_settings.model_copy(update={"tables_config": tmp_path / "tables.yaml"})
+    topic = f"{settings.topic_prefix}.inventory.{name}"
+    settings.tables_config.write_text(
+        yaml.safe_dump(
+            {
+                "defaults": {"schedule": None, "retries": 0},
+                "tables": [{"name": name, "topic": topic, "namespace": "conv", "table": name, "primary_key": ["id"]}],
+            }
+        )
+    )
+    ensure_airflow_db(settings)
+    return settings, topic
+
+
+def source_rows(db, name: str, columns: str = "id, v, note") -> list[tuple]:
+    with db.cursor() as cur:
+        cur.execute(f"SELECT {columns} FROM {name} ORDER BY id")
+        return [tuple(r) for r in cur.fetchall()]
+
+
+def lake_rows(settings, name: str, columns: tuple[str, ...] = ("id", "v", "note")) -> list[tuple]:
+    arrow = load_catalog(settings).load_table(f"conv.{name}").scan().to_arrow()
+    return sorted(tuple(r[c] for c in columns) for r in arrow.to_pylist())
+
+
+def summary(settings, name: str) -> dict[str, str]:
+    snap = load_catalog(settings).load_table(f"conv.{name}").current_snapshot()
+    return dict(snap.summary.additional_properties) if snap is not None else {}
+
+
+def catch_up(settings, name: str, db, max_runs: int = 3) -> dict[str, str]:
+    """Run the table DAG until no full snapshot is in progress; returns the last commit's summary.
+
+    A partition without records after the snapshot's end counts as done once read to its end a
+    minute after it: between runs the test waits that long and changes a row (a run with nothing
+    new stops at ``plan``)."""
+    topic = f"{settings.topic_prefix}.inventory.{name}"
+    for i in range(max_runs):
+        assert run_table_dag(name, settings) == 0
+        props = summary(settings, name)
+        progress = props.get(SummaryKeys.SNAPSHOT_IN_PROGRESS)
+        if progress is None:
+            return props
+        end = json.loads(progress).get("end")
+        if end is not None:
+            time.sleep(max(0.0, (end["timestamp"] + SNAPSHOT_SETTLE_MS) / 1000 - time.time()) + 1)
+        with db.cursor() as cur:
+            cur.execute(f"SELECT min(id) FROM {name}")
+            cur.execute(f"UPDATE {name} SET note = %s WHERE id = %s", (f"nudge-{i}", cur.fetchone()[0]))
+        wait_for_note(settings, topic, f"nudge-{i}")
+    raise AssertionError(f"a full snapshot is still in progress after {max_runs} runs: {progress}")
+
+
+def completed_snapshots(settings, name: str) -> list[dict]:
+    """``cdc.snapshot-completed`` of every commit of the table, oldest first."""
+    table = load_catalog(settings).load_table(f"conv.{name}")
+    out = []
+    for snap in table.snapshots():
+        props = snap.summary.additional_properties if snap.summary else {}
+        if SummaryKeys.SNAPSHOT_COMPLETED in props:
+            out.append(json.loads(props[SummaryKeys.SNAPSHOT_COMPLETED]))
+    return out
+
+
+def restart_without_offsets(settings, **kwargs) -> None:
+    """Stop Connect, delete its offsets and start it again: the connector takes a new initial
+    snapshot (of every table of ``inventory``)."""
+    source_chain.stop_connect(settings)
+    source_chain.connect_offsets_file(settings).unlink(missing_ok=True)
+    source_chain.start_connect(settings, **kwargs)
+
+
+def test_connect_killed_before_its_first_offset_flush_converges(chain, stack_settings, tmp_path):
+    settings, topic = with_table(stack_settings, tmp_path, "crash")
+    db = source_chain.mariadb_connect(settings, database="inventory")
+    with db.cursor() as cur:
+        cur.execute("DROP TABLE IF EXISTS crash")
+        cur.execute(DDL.format(name="crash"))
+        cur.executemany("INSERT INTO crash VALUES (%s, %s, NULL)", [(i, f"v{i}") for i in range(1, 61)])
+    # a connector that never saved its offsets (flush every 10 minutes) streams DML ...
+    restart_without_offsets(settings, offset_flush_interval_ms=600_000)
+    with db.cursor() as cur:
+        cur.execute("UPDATE crash SET v = 'streamed' WHERE id <= 10")
+        cur.execute("DELETE FROM crash WHERE id BETWEEN 11 AND 15")
+        cur.execute("INSERT INTO crash VALUES (100, 'new', NULL)")
+        cur.execute("UPDATE crash SET note = 'barrier-1' WHERE id = 1")
+    wait_for_note(settings, topic, "barrier-1")
+    assert run_table_dag("crash", settings) == 0
+    assert lake_rows(settings, "crash") == source_rows(db, "crash")
+    # ... and is killed before its first flush
+    assert not source_chain.connect_offsets_file(settings).exists()
+    source_chain.stop_connect(settings, hard=True)
+    with db.cursor() as cur:  # never streamed: only a new snapshot tells the lake
+        cur.execute("DELETE FROM crash WHERE id BETWEEN 20 AND 39")
+        cur.execute("DELETE FROM crash WHERE id = 100")
+        cur.execute("UPDATE crash SET v = 'offline' WHERE id BETWEEN 40 AND 45")
+        cur.execute("INSERT INTO crash VALUES (200, 'offline-insert', NULL)")
+    source_chain.start_connect(settings)  # no offsets: a new initial snapshot
+    with db.cursor() as cur:
+        cur.executemany("INSERT INTO crash VALUES (%s, 'after', NULL)", [(i,) for i in range(300, 330)])
+        cur.execute("UPDATE crash SET note = 'barrier-2' WHERE id = 1")
+    wait_for_note(settings, topic, "barrier-2", timeout_s=240)
+    props = catch_up(settings, "crash", db)
+    assert lake_rows(settings, "crash") == source_rows(db, "crash")
+    done = completed_snapshots(settings, "crash")
+    assert done and done[-1]["rows_deleted"] >= 21, done  # ids 20..39 and 100
+    assert SummaryKeys.SNAPSHOT_FLOOR in props
+    print(f"\nsnapshots completed: {done}")
+
+
+def test_offsets_deleted_after_deletes_and_a_truncate_converges(chain, stack_settings, tmp_path):
+    settings, topic = with_table(stack_settings, tmp_path, "lost")
+    db = source_chain.mariadb_connect(settings, database="inventory")
+    with db.cursor() as cur:
+        cur.execute("DROP TABLE IF EXISTS lost")
+        cur.execute(DDL.format(name="lost"))
+        cur.executemany("INSERT INTO lost VALUES (%s, %s, NULL)", [(i, f"v{i}") for i in range(1, 41)])
+        cur.execute("UPDATE lost SET note = 'barrier-1' WHERE id = 1")
+    wait_for_note(settings, topic, "barrier-1")
+    assert run_table_dag("lost", settings) == 0
+    assert lake_rows(settings, "lost") == source_rows(db, "lost")
+    source_chain.stop_connect(settings)
+    source_chain.connect_offsets_file(settings).unlink()
+    with db.cursor() as cur:
+        cur.execute("DELETE FROM lost WHERE id > 30")
+        cur.execute("TRUNCATE TABLE lost")
+        cur.executemany("INSERT INTO lost VALUES (%s, 'after-truncate', NULL)", [(i,) for i in range(5, 16)])
+    source_chain.start_connect(settings)
+    with db.cursor() as cur:
+        cur.executemany("INSERT INTO lost VALUES (%s, 'after', NULL)", [(i,) for i in range(500, 530)])
+        cur.execute("UPDATE lost SET note = 'barrier-2' WHERE id = 5")
+    wait_for_note(settings, topic, "barrier-2", timeout_s=240)
+    catch_up(settings, "lost", db)
+    assert lake_rows(settings, "lost") == source_rows(db, "lost")
+    assert len(source_rows(db, "lost")) == 41
+
+
+def test_add_column_with_default_on_a_populated_table(chain, stack_settings, tmp_path, spark):
+    settings, topic = with_table(stack_settings, tmp_path, "dflt")
+    db = source_chain.mariadb_connect(settings, database="inventory")
+    with db.cursor() as cur:
+        cur.execute("DROP TABLE IF EXISTS dflt")
+        cur.execute(DDL.format(name="dflt"))
+        cur.executemany("INSERT INTO dflt VALUES (%s, %s, NULL)", [(i, f"v{i}") for i in range(1, 31)])
+        cur.execute("UPDATE dflt SET note = 'barrier-1' WHERE id = 1")
+    wait_for_note(settings, topic, "barrier-1")
+    assert run_table_dag("dflt", settings) == 0
+    with db.cursor() as cur:
+        cur.execute("UPDATE dflt SET v = 'before-alter' WHERE id <= 5")  # same batch, below the ALTERs
+        cur.execute("ALTER TABLE dflt ADD COLUMN tag CHAR(3) NULL DEFAULT 'abc'")
+        cur.execute("ALTER TABLE dflt ADD COLUMN n INT NOT NULL")  # implicit default 0
+        cur.execute("ALTER TABLE dflt ADD COLUMN d DECIMAL(5,2) NOT NULL DEFAULT 1.50")
+        cur.execute("ALTER TABLE dflt ADD COLUMN s VARCHAR(10) NOT NULL")  # implicit default ''
+        cur.execute("UPDATE dflt SET tag = 'xyz', n = 7 WHERE id = 2")
+        cur.execute("INSERT INTO dflt (id, v, tag, n, d, s) VALUES (99, 'new', NULL, 3, 2.25, 'x')")
+        cur.execute("UPDATE dflt SET note = 'barrier-2' WHERE id = 1")
+    wait_for_note(settings, topic, "barrier-2")
+    assert run_table_dag("dflt", settings) == 0
+    columns = ("id", "v", "note", "tag", "n", "d", "s")
+    expected = source_rows(db, "dflt", ", ".join(columns))
+    assert [r for r in expected if r[0] == 3] == [(3, "v3", None, "abc", 0, decimal.Decimal("1.50"), "")]
+    assert lake_rows(settings, "dflt", columns) == expected  # pyiceberg
+    through_spark = spark.sql(f"SELECT {', '.join(columns)} FROM {settings.catalog_name}.conv.dflt ORDER BY id")
+    assert [tuple(r) for r in through_spark.collect()] == expected
+    props = load_catalog(settings).load_table("conv.dflt").properties
+    defaults = json.loads(props["cdc.column-defaults"])
+    assert {c: (d["sql"], d["exact"]) for c, d in defaults.items()} == {
+        "tag": ("CAST('abc' AS STRING)", True),
+        "n": ("CAST('0' AS INT)", True),
+        "d": ("CAST('1.50' AS DECIMAL(5,2))", True),
+        "s": ("CAST('' AS STRING)", True),
+    }
+
+
+def test_reset_master_stops_the_table_until_the_new_history_is_accepted(chain, stack_settings, tmp_path, capsys):
+    """RESET MASTER: binlog positions (and MariaDB GTIDs) start over. Debezium cannot follow; restarted
+    with ``snapshot.mode=when_needed`` it takes a new snapshot at a position below everything the
+    table applied. The table stops naming the change; accepting the new history from the offsets the
+    error names lets that snapshot converge the table. Runs last: the chain streams the new history
+    afterwards."""
+    settings, topic = with_table(stack_settings, tmp_path, "rst")
+    db = source_chain.mariadb_connect(settings, database="inventory")
+    with db.cursor() as cur:
+        cur.execute("DROP TABLE IF EXISTS rst")
+        cur.execute(DDL.format(name="rst"))
+        cur.executemany("INSERT INTO rst VALUES (%s, %s, NULL)", [(i, f"v{i}") for i in range(1, 41)])
+        cur.execute("UPDATE rst SET note = 'barrier-1' WHERE id = 1")
+    wait_for_note(settings, topic, "barrier-1")
+    assert run_table_dag("rst", settings) == 0
+    assert lake_rows(settings, "rst") == source_rows(db, "rst")
+
+    source_chain.stop_connect(settings)
+    with source_chain.mariadb_connect(settings).cursor() as cur:
+        cur.execute("RESET MASTER")
+    with db.cursor() as cur:
+        cur.execute("DELETE FROM rst WHERE id > 30")
+        cur.execute("UPDATE rst SET v = 'after-reset' WHERE id <= 5")
+        cur.execute("INSERT INTO rst VALUES (77, 'after-reset', NULL)")
+    source_chain.start_connect(settings, snapshot_mode="when_needed")
+    with db.cursor() as cur:
+        cur.executemany("INSERT INTO rst VALUES (%s, 'after', NULL)", [(i,) for i in range(600, 630)])
+        cur.execute("UPDATE rst SET note = 'barrier-2' WHERE id = 2")
+    wait_for_note(settings, topic, "barrier-2", timeout_s=240)
+
+    capsys.readouterr()
+    assert run_table_dag("rst", settings) != 0
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert "binlog positions started over" in text, text[-5000:]
+    match = re.search(r'(\{"accept_source_change": true, "replay_from_offsets": \{[^}]*\}\})', text)
+    assert match, text[-5000:]
+    assert lake_rows(settings, "rst") != source_rows(db, "rst")  # nothing was committed
+
+    assert run_table_dag("rst", settings, conf=json.loads(match.group(1))) == 0
+    props = catch_up(settings, "rst", db)
+    assert lake_rows(settings, "rst") == source_rows(db, "rst")
+    assert SummaryKeys.SOURCE_CHANGE_ACCEPTED in {
+        k
+        for s in load_catalog(settings).load_table("conv.rst").snapshots()
+        for k in (s.summary.additional_properties if s.summary else {})
+    }
+    assert json.loads(props[SummaryKeys.SOURCE_IDENTITY])["basename"] == "mysql-bin"
