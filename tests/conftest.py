@@ -138,9 +138,21 @@ def plan_offsets(settings: Settings, cfg: TableConfig, run_id: str = "test-run",
     )
 
 
-def apply_offsets(spark, settings: Settings, cfg: TableConfig, offset_range, run_id: str, *, replay: bool = False):
+def apply_offsets(
+    spark,
+    settings: Settings,
+    cfg: TableConfig,
+    offset_range,
+    run_id: str,
+    *,
+    replay: bool = False,
+    accept_source_change: bool = False,
+):
     """Apply ``offset_range`` of ``cfg``'s topic in one run (the plan the ``apply`` task gets)."""
     from cdclake.model.plan import RunPlan
     from cdclake.spark.apply import apply_range
 
-    return apply_range(spark, settings, RunPlan(table=cfg, run_id=run_id, range=offset_range, replay=replay))
+    plan = RunPlan(
+        table=cfg, run_id=run_id, range=offset_range, replay=replay, accept_source_change=accept_source_change
+    )
+    return apply_range(spark, settings, plan)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import pytest
 
@@ -230,6 +231,48 @@ def test_binlog_basename_change_stops_the_table(spark, kafka, stack_settings, ta
     with pytest.raises(PositionOrderError, match="other-host-bin"):
         run_once(spark, stack_settings, table)
     assert rows(stack_settings, table) == {1: "a"}
+
+
+def test_a_new_server_in_a_later_run_stops_the_table_until_the_operator_accepts_it(spark, kafka, stack_settings, table):
+    """Source identity across runs: the server id recorded by an earlier commit is compared with a
+    later batch's; accepting the new history demotes the old rows, and the next full snapshot of
+    the new history deletes those it did not read."""
+    send(kafka, table, [(key(1), ev("c", 1, "a", 900)), (key(2), ev("c", 2, "b", 910))])
+    run_once(spark, stack_settings, table)
+    # failover: the new primary's binlog positions are lower, its server id differs
+    send(kafka, table, [(key(1), ev("u", 1, "new-a", 50, server_id=7))])
+    with pytest.raises(PositionOrderError, match=r"server id: \['1', '7'\] \(the table's: 1\)") as err:
+        run_once(spark, stack_settings, table)
+    assert rows(stack_settings, table) == {1: "a", 2: "b"}
+    conf = json.loads(str(err.value).split("trigger this table's DAG with ", 1)[1].split(" (the first record", 1)[0])
+    assert conf == {"accept_source_change": True, "replay_from_offsets": {"0": 2, "1": 0}}
+
+    offsets = {int(p): o for p, o in conf["replay_from_offsets"].items()}
+    planned = plan_offsets(stack_settings, table, replay_from_offsets=offsets, accept_source_change=True)
+    assert planned.accept_source_change
+    apply_offsets(spark, stack_settings, table, planned.range, "accept", replay=True, accept_source_change=True)
+    assert rows(stack_settings, table) == {1: "new-a", 2: "b"}  # the old rows stay readable
+    lake = load_catalog(stack_settings).load_table(table.identifier)
+    summary = lake.current_snapshot().summary
+    assert json.loads(summary[SummaryKeys.SOURCE_IDENTITY])["server_id"] == 7
+    assert SummaryKeys.SOURCE_CHANGE_ACCEPTED in summary.additional_properties
+    demoted = {r["id"]: r["_cdc_binlog_file_seq"] for r in lake.scan().to_arrow().to_pylist()}
+    assert demoted == {1: 7, 2: -1}
+
+    # a full snapshot of the new server (key 2 is gone there) completes: key 2 is deleted. Its end
+    # record was sent two minutes ago: partition 1, read to its end, cannot hold a record sent
+    # before it that has not landed yet (SNAPSHOT_SETTLE_MS)
+    producer = kafka.producer()
+    producer.produce(
+        table.topic,
+        key=key(1),
+        value=ev("r", 1, "new-a", 60, snapshot="last", server_id=0),
+        partition=0,
+        timestamp=int(time.time() * 1000) - 120_000,
+    )
+    producer.flush(30)
+    run_once(spark, stack_settings, table)
+    assert rows(stack_settings, table) == {1: "new-a"}
 
 
 def test_two_runs_from_the_same_start_cannot_both_commit(spark, kafka, stack_settings, table):

@@ -493,3 +493,39 @@ def test_every_expression_is_valid_spark_sql_of_the_column_type() -> None:
         assert (escapes["a"], escapes["b"]) == ("\\ '", "it's")
     finally:
         session.stop()
+
+
+def test_defaults_of_alters_recorded_on_the_real_chain():
+    """``tests/data/chain/alter-defaults.jsonl``: the schema-change records Debezium's MariaDB
+    connector 3.5 emitted for these ALTERs on a populated table; ``expected`` is what ``SELECT``
+    returned for the rows from before each ALTER (None: a value the lake cannot know)."""
+    import json as _json
+    from pathlib import Path
+
+    from cdclake.model.config import ConnectorModes
+    from cdclake.model.mysql_types import column_type
+    from cdclake.model.schema_changes import changes_from_record
+    from cdclake.model.types import ColumnSpec
+
+    expected = {
+        "tag": "CAST('abc' AS STRING)",
+        "n": "CAST('0' AS INT)",
+        "s": "CAST('' AS STRING)",
+        "d": "CAST('1.50' AS DECIMAL(5,2))",
+        "e": "CAST('x' AS STRING)",
+        "dt": None,  # 0000-00-00 00:00:00
+        "ts": None,  # CURRENT_TIMESTAMP at the ALTER
+        "bo": "TRUE",
+        "dd": "CAST('2020-01-02' AS DATE)",
+        "f": "CAST('2.5' AS DOUBLE)",
+        "bi": "X'05'",
+    }
+    path = Path(__file__).resolve().parents[1] / "data" / "chain" / "alter-defaults.jsonl"
+    got = {}
+    for line in path.read_text().splitlines():
+        change = changes_from_record(_json.loads(line), '"inventory"."a"')[0]
+        column = change.columns[-1]
+        iceberg_type, encoding = column_type(column, ConnectorModes())
+        default = added_column_default(column, ColumnSpec(column["name"], iceberg_type, False, encoding))
+        got[column["name"]] = default.sql if default.exact else None
+    assert got == expected

@@ -166,7 +166,7 @@ def apply_range(
         if quarantined:
             write_quarantine(ctx, raw, parsed.filter("error is not null or held_back_behind is not null"))
         state = _accepted_state(ctx) if plan.accept_source_change else ctx.state
-        defaults = _column_defaults(ctx)
+        defaults = {} if plan.accept_source_change else _column_defaults(ctx)
         good = _fill_defaults(parsed.filter(_GOOD), defaults)
         identity = _check_identity(ctx, state, good)
         ops = {r["op"]: r["count"] for r in good.groupBy("op").count().collect()}
@@ -273,7 +273,11 @@ def _accepted_state(ctx: ApplyContext) -> CommittedState:
     tombstones = ctx.side_table(TOMBSTONES_SUFFIX)
     if tombstones is not None:
         ctx.spark.sql(f"DELETE FROM {ctx.spark_name(TOMBSTONES_SUFFIX)}")
-    return CommittedState(old.snapshot_id, old.offsets, defaults_position=old.defaults_position)
+    if COLUMN_DEFAULTS_PROPERTY in ctx.table.properties:
+        # their ALTER positions belong to the old history: filling by them would overwrite values
+        with ctx.table.transaction() as txn:
+            txn.remove_properties(COLUMN_DEFAULTS_PROPERTY)
+    return CommittedState(old.snapshot_id, old.offsets)
 
 
 def _check_identity(ctx: ApplyContext, state: CommittedState, good: DataFrame) -> SourceIdentity | None:
