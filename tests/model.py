@@ -110,17 +110,28 @@ class ContractModel:
     def _track_snapshot(
         self, records: list[Record], applied_end: dict[int, int], log: dict[int, Sequence[Record]]
     ) -> Position | None:
-        """Rule 5: the snapshot completed by this run, if any."""
+        """Rule 5: the snapshot completed by this run, if any (the newest complete one, also when a
+        newer snapshot replaced it in this run)."""
+        ended: list[tuple[Position, Record]] = []
         for pos, rec in sorted(self._full_snapshot_records(records), key=lambda x: x[0]):
             if self.snapshot_floor is not None and pos <= self.snapshot_floor:
                 continue
             if self.snapshot is None or pos > self.snapshot:
+                if self.snapshot is not None and self.snapshot_end is not None:
+                    ended.append((self.snapshot, self.snapshot_end))
                 self.snapshot, self.snapshot_end = pos, None
             if pos == self.snapshot and rec.envelope is not None and rec.envelope["source"]["snapshot"] in _END_MARKERS:
                 self.snapshot_end = rec
-        end = self.snapshot_end
-        if self.snapshot is None or end is None:
-            return None
+        candidates = ended + ([(self.snapshot, self.snapshot_end)] if self.snapshot_end is not None else [])
+        for position, end in reversed(candidates):
+            if self._complete(end, applied_end, log):
+                if position == self.snapshot:
+                    self.snapshot, self.snapshot_end = None, None
+                return position
+        return None
+
+    @staticmethod
+    def _complete(end: Record, applied_end: dict[int, int], log: dict[int, Sequence[Record]]) -> bool:
         for p, applied in applied_end.items():
             if p == end.partition and applied > end.offset:
                 continue
@@ -129,9 +140,8 @@ class ContractModel:
                 continue
             if not later and applied >= len(log[p]):
                 continue
-            return None
-        done, self.snapshot, self.snapshot_end = self.snapshot, None, None
-        return done
+            return False
+        return True
 
     def apply_run(
         self,

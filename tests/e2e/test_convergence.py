@@ -187,7 +187,7 @@ def test_add_column_with_default_on_a_populated_table(chain, stack_settings, tmp
     assert run_table_dag("dflt", settings) == 0
     columns = ("id", "v", "note", "tag", "n", "d", "s")
     expected = source_rows(db, "dflt", ", ".join(columns))
-    assert [r for r in expected if r[0] == 3] == [(3, "v3", None, "abc", 0, decimal.Decimal("1.50"), "")]
+    assert [r for r in expected if r[0] == 8] == [(8, "v8", None, "abc", 0, decimal.Decimal("1.50"), "")]
     assert lake_rows(settings, "dflt", columns) == expected  # pyiceberg
     through_spark = spark.sql(f"SELECT {', '.join(columns)} FROM {settings.catalog_name}.conv.dflt ORDER BY id")
     assert [tuple(r) for r in through_spark.collect()] == expected

@@ -101,3 +101,11 @@ def test_identity_changes_name_what_changed():
     assert merge_identities(SourceIdentity(None, "mysql-bin"), [SourceIdentity(5, None, "0-5")]) == SourceIdentity(
         5, "mysql-bin", "0-5"
     )
+
+
+def test_an_ended_snapshot_replaced_in_the_same_batch_is_still_a_candidate():
+    """A batch holding a whole snapshot and the start of a newer one (the connector re-snapshotted
+    and died again): the ended one may still complete."""
+    step = advance_snapshot(None, [batch(P1, 3, started=True, end=END), batch(P2, 1, started=True)], None)
+    assert step.progress == SnapshotProgress(P2, 1, True, None)
+    assert step.ended == (SnapshotProgress(P1, 3, True, END),)

@@ -137,10 +137,14 @@ class SnapshotStep:
     Attributes:
         progress: the snapshot in progress after the batch (``None``: none).
         notes: what happened, for the run log (abandoned and ignored snapshots).
+        ended: snapshots whose end record is in the batch or the state but that a newer snapshot
+            of the batch replaced (oldest first): complete if their partitions are
+            (:func:`pending_partitions`), though no longer in progress.
     """
 
     progress: SnapshotProgress | None
     notes: tuple[str, ...]
+    ended: tuple[SnapshotProgress, ...] = ()
 
 
 def advance_snapshot(
@@ -154,6 +158,7 @@ def advance_snapshot(
     applied as ordinary upserts and do not count.
     """
     notes: list[str] = []
+    ended: list[SnapshotProgress] = []
     for b in sorted(batch, key=lambda b: b.position):
         if floor is not None and b.position <= floor:
             notes.append(
@@ -161,7 +166,9 @@ def advance_snapshot(
             )
             continue
         if progress is None or b.position > progress.position:
-            if progress is not None:
+            if progress is not None and progress.end is not None:
+                ended.append(progress)
+            elif progress is not None:
                 notes.append(
                     f"{progress.describe()} was replaced by a newer snapshot at {b.position.to_event_text()} "
                     "before it ended: it deletes nothing"
@@ -179,7 +186,7 @@ def advance_snapshot(
                 f"{b.records} record(s) of an older full snapshot at {b.position.to_event_text()} "
                 f"(in progress: {progress.position.to_event_text()}): upserts"
             )
-    return SnapshotStep(progress, tuple(notes))
+    return SnapshotStep(progress, tuple(notes), tuple(ended))
 
 
 def pending_partitions(

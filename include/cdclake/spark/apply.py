@@ -463,42 +463,47 @@ def _converge(ctx: ApplyContext, state: CommittedState, good: DataFrame, stats: 
             )
             progress = None
         return _Convergence(state.snapshot_floor, None, progress)
-    if progress is None or progress.end is None:
+    candidates = [p for p in (*step.ended, progress) if p is not None and p.end is not None]
+    if not candidates:
         if progress is not None:
             log.info("table %s: %s in progress", cfg.identifier, progress.describe())
         return _Convergence(state.snapshot_floor, None, progress)
     now_ms = int(time.time() * 1000)
     marks = topic_watermarks(ctx.kafka, cfg.topic)
-    after = offsets_for_time(ctx.kafka, cfg.topic, progress.end.timestamp_ms + 1)
-    first_after = {p: (o if o < marks.high.get(p, 0) else None) for p, o in after.items()}
-    pending = pending_partitions(progress.end, plan.range.end, first_after, marks.high, now_ms)
-    if pending:
+    open_quarantine = None
+    for candidate in reversed(candidates):  # the newest complete one wins
+        assert candidate.end is not None
+        after = offsets_for_time(ctx.kafka, cfg.topic, candidate.end.timestamp_ms + 1)
+        first_after = {p: (o if o < marks.high.get(p, 0) else None) for p, o in after.items()}
+        pending = pending_partitions(candidate.end, plan.range.end, first_after, marks.high, now_ms)
+        if pending:
+            log.info(
+                "table %s: %s: its end record is applied; waiting for partition(s) %s, which may still hold "
+                "records Debezium sent before it (complete once a later record of theirs is applied, or "
+                "once they were read to their end a minute after it)",
+                cfg.identifier,
+                candidate.describe(),
+                pending,
+            )
+            continue
+        open_quarantine = _open_quarantine(ctx) if open_quarantine is None else open_quarantine
+        if open_quarantine:
+            log.warning(
+                "table %s: %s is complete, but %d record(s) of the table are open in the quarantine: rows "
+                "are deleted by it only once they are released",
+                cfg.identifier,
+                candidate.describe(),
+                open_quarantine,
+            )
+            break
         log.info(
-            "table %s: %s: its end record is applied; waiting for partition(s) %s, which may still hold "
-            "records Debezium sent before it (complete once a later record of theirs is applied, or "
-            "once they were read to their end a minute after it)",
+            "table %s: %s COMPLETE: rows and tombstones below %s that it did not read are deleted in this commit",
             cfg.identifier,
-            progress.describe(),
-            pending,
+            candidate.describe(),
+            candidate.position.to_event_text(),
         )
-        return _Convergence(state.snapshot_floor, None, progress)
-    open_quarantine = _open_quarantine(ctx)
-    if open_quarantine:
-        log.warning(
-            "table %s: %s is complete, but %d record(s) of the table are open in the quarantine: rows "
-            "are deleted by it only once they are released",
-            cfg.identifier,
-            progress.describe(),
-            open_quarantine,
-        )
-        return _Convergence(state.snapshot_floor, None, progress)
-    log.info(
-        "table %s: %s COMPLETE: rows and tombstones below %s that it did not read are deleted in this commit",
-        cfg.identifier,
-        progress.describe(),
-        progress.position.to_event_text(),
-    )
-    return _Convergence(progress.position, progress.position, None)
+        return _Convergence(candidate.position, candidate.position, None if candidate is progress else progress)
+    return _Convergence(state.snapshot_floor, None, progress)
 
 
 def _open_quarantine(ctx: ApplyContext) -> int:
