@@ -156,3 +156,8 @@ def apply_offsets(
         table=cfg, run_id=run_id, range=offset_range, replay=replay, accept_source_change=accept_source_change
     )
     return apply_range(spark, settings, plan)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``runs_last`` (they change the shared chain for good) run after all others."""
+    items.sort(key=lambda item: item.get_closest_marker("runs_last") is not None)

@@ -201,12 +201,13 @@ def test_add_column_with_default_on_a_populated_table(chain, stack_settings, tmp
     }
 
 
+@pytest.mark.runs_last
 def test_reset_master_stops_the_table_until_the_new_history_is_accepted(chain, stack_settings, tmp_path, capsys):
     """RESET MASTER: binlog positions (and MariaDB GTIDs) start over. Debezium cannot follow; restarted
     with ``snapshot.mode=when_needed`` it takes a new snapshot at a position below everything the
     table applied. The table stops naming the change; accepting the new history from the offsets the
-    error names lets that snapshot converge the table. Runs last: the chain streams the new history
-    afterwards."""
+    error names lets that snapshot converge the table. Runs last (``runs_last``): the chain streams
+    the new history afterwards."""
     settings, topic = with_table(stack_settings, tmp_path, "rst")
     db = source_chain.mariadb_connect(settings, database="inventory")
     with db.cursor() as cur:
