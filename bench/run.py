@@ -412,6 +412,7 @@ def expected_rows(loaded: Loaded, ids: list[int], decimal: bool, columns: list[s
                 "_cdc_binlog_file_seq": f,
                 "_cdc_binlog_pos": pos,
                 "_cdc_binlog_row": r,
+                "_cdc_gtid_seq": f * 10_000_000 + pos,  # the GTID sequence the workload writes
                 "_cdc_source_ts": _EPOCH + timedelta(milliseconds=ts_ms),
                 "_cdc_kafka_partition": part,
                 "_cdc_kafka_offset": offset,

@@ -256,6 +256,7 @@ def base_rows_arrow(start: int, stop: int, arrow_schema: Any, decimal: bool) -> 
         "_cdc_binlog_file_seq": pa.array(np.full(n, SNAPSHOT_POSITION[0], dtype=np.int64)),
         "_cdc_binlog_pos": pa.array(np.full(n, SNAPSHOT_POSITION[1], dtype=np.int64)),
         "_cdc_binlog_row": pa.array(np.full(n, SNAPSHOT_POSITION[2], dtype=np.int32)),
+        "_cdc_gtid_seq": pa.nulls(n, pa.int64()),
         "_cdc_source_ts": pa.array(np.full(n, BASE_MS * 1000, dtype=np.int64), pa.timestamp("us", tz="UTC")),
         "_cdc_kafka_partition": pa.nulls(n, pa.int32()),
         "_cdc_kafka_offset": pa.nulls(n, pa.int64()),

@@ -18,6 +18,7 @@ from cdclake.local import chain as source_chain
 from cdclake.local.cli import ensure_airflow_db, run_table_dag
 from cdclake.model.convergence import SNAPSHOT_SETTLE_MS
 from cdclake.model.layout import SummaryKeys
+from cdclake.model.snapshot import build_signal
 from tests.e2e.test_chain import wait_for_note
 
 pytestmark = pytest.mark.e2e
@@ -25,18 +26,12 @@ pytestmark = pytest.mark.e2e
 DDL = "CREATE TABLE {name} (id INT NOT NULL PRIMARY KEY, v VARCHAR(40) NOT NULL, note VARCHAR(40) NULL)"
 
 
-def with_table(stack_settings, tmp_path, name: str):
+def with_table(stack_settings, tmp_path, name: str, **table_keys):
     """Settings whose table config holds the one table ``conv_<name>`` (source ``inventory.<name>``)."""
     settings = stack_settings.model_copy(update={"tables_config": tmp_path / "tables.yaml"})
     topic = f"{settings.topic_prefix}.inventory.{name}"
-    settings.tables_config.write_text(
-        yaml.safe_dump(
-            {
-                "defaults": {"schedule": None, "retries": 0},
-                "tables": [{"name": name, "topic": topic, "namespace": "conv", "table": name, "primary_key": ["id"]}],
-            }
-        )
-    )
+    table = {"name": name, "topic": topic, "namespace": "conv", "table": name, "primary_key": ["id"], **table_keys}
+    settings.tables_config.write_text(yaml.safe_dump({"defaults": {"schedule": None, "retries": 0}, "tables": [table]}))
     ensure_airflow_db(settings)
     return settings, topic
 
@@ -198,6 +193,55 @@ def test_add_column_with_default_on_a_populated_table(chain, stack_settings, tmp
         "n": ("CAST('0' AS INT)", True),
         "d": ("CAST('1.50' AS DECIMAL(5,2))", True),
         "s": ("CAST('' AS STRING)", True),
+    }
+
+
+def test_gtid_ordered_table_with_offline_changes_and_a_blocking_snapshot(chain, stack_settings, tmp_path):
+    """``ordering: gtid`` on the real chain: MariaDB's GTIDs order the streamed events, and a blocking
+    snapshot (whose rows Debezium stamps with the signal's GTID) deletes the rows removed behind
+    Debezium's back (``sql_log_bin=0``) once it completes."""
+    settings, topic = with_table(stack_settings, tmp_path, "gtd", ordering="gtid")
+    db = source_chain.mariadb_connect(settings, database="inventory")
+    with db.cursor() as cur:
+        cur.execute("DROP TABLE IF EXISTS gtd")
+        cur.execute(DDL.format(name="gtd"))
+        cur.executemany("INSERT INTO gtd VALUES (%s, %s, NULL)", [(i, f"v{i}") for i in range(1, 41)])
+        cur.execute("UPDATE gtd SET v = 'multi' WHERE id BETWEEN 5 AND 9")
+        cur.execute("DELETE FROM gtd WHERE id = 3")
+        cur.execute("UPDATE gtd SET note = 'barrier-1' WHERE id = 1")
+    wait_for_note(settings, topic, "barrier-1")
+    assert run_table_dag("gtd", settings) == 0
+    assert lake_rows(settings, "gtd") == source_rows(db, "gtd")
+    table = load_catalog(settings).load_table("conv.gtd")
+    assert table.properties["cdc.ordering"] == "gtid"
+    assert all(r["_cdc_gtid_seq"] > 0 for r in table.scan().to_arrow().to_pylist())
+
+    with db.cursor() as cur:  # behind Debezium's back
+        cur.execute("SET SESSION sql_log_bin = 0")
+        cur.execute("DELETE FROM gtd WHERE id > 30")
+        cur.execute("UPDATE gtd SET v = 'offline' WHERE id <= 2")
+        cur.execute("SET SESSION sql_log_bin = 1")
+    signal = build_signal(f"gtd-{time.time_ns()}", "execute", ["inventory.gtd"], "blocking")
+    with db.cursor() as cur:
+        cur.execute(
+            "INSERT INTO debezium_signal (id, type, data) VALUES (%s, %s, %s)",
+            (signal.id, signal.type, json.dumps(signal.data)),
+        )
+    with db.cursor() as cur:
+        cur.execute("INSERT INTO gtd VALUES (50, 'after', NULL)")
+        cur.execute("UPDATE gtd SET note = 'barrier-2' WHERE id = 4")
+    wait_for_note(settings, topic, "barrier-2", timeout_s=240)
+    props = catch_up(settings, "gtd", db)
+    assert lake_rows(settings, "gtd") == source_rows(db, "gtd")
+    done = completed_snapshots(settings, "gtd")
+    assert done and done[-1]["rows_deleted"] == 10, done  # ids 31..40
+    snapshot_seq = int(done[-1]["position"].split(":")[0])
+    assert snapshot_seq > 0, done  # the blocking snapshot's rows carry a GTID
+    assert json.loads(props[SummaryKeys.SOURCE_IDENTITY]) == {
+        "basename": None,
+        "gtid_domain": 0,
+        "gtid_source": None,
+        "server_id": None,
     }
 
 

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 
-from cdclake.model.position import BINLOG_FILE_PATTERN, BinlogPosition, is_snapshot_read, split_binlog_file
+from cdclake.model.position import (
+    BINLOG_FILE_PATTERN,
+    DEMOTED,
+    NO_GTID,
+    BinlogPosition,
+    is_snapshot_read,
+    parse_mariadb_gtid,
+    split_binlog_file,
+)
 
 
 def src(file: str = "mysql-bin.000003", pos: int = 154, row: int | None = 0, snapshot=None) -> dict:
@@ -155,3 +164,63 @@ def test_binlog_position_is_immutable():
     p = BinlogPosition(3, 154, 0, 1)
     with pytest.raises(AttributeError):
         p.pos = 1  # type: ignore[misc]
+
+
+# GTID ordering (cdclake.model.position, "GTID ordering")
+
+
+def _source(gtid, file="mysql-bin.000009", pos=9000, row=0, snapshot="false"):
+    return {"file": file, "pos": pos, "row": row, "snapshot": snapshot, "gtid": gtid}
+
+
+def test_gtid_ordering_ranks_by_the_gtid_sequence_across_binlogs():
+    old_primary = BinlogPosition.from_source(_source("0-1-103", "mysql-bin.000009", 9000), "u", "gtid")
+    new_primary = BinlogPosition.from_source(_source("0-2-104", "mysql-bin.000001", 400), "u", "gtid")
+    assert old_primary == BinlogPosition(103, 9000, 0, 1)
+    assert new_primary > old_primary
+    # the same two in binlog ordering: the new primary's lower coordinates rank first
+    assert BinlogPosition.from_source(_source("0-2-104", "mysql-bin.000001", 400), "u") < BinlogPosition.from_source(
+        _source("0-1-103"), "u"
+    )
+
+
+def test_gtid_ordering_within_a_transaction_is_by_pos_and_row():
+    first = BinlogPosition.from_source(_source("0-1-7", pos=500, row=3), "u", "gtid")
+    second = BinlogPosition.from_source(_source("0-1-7", pos=800, row=0), "d", "gtid")
+    assert first < second
+
+
+def test_gtid_ordering_puts_events_without_a_gtid_below_every_gtid():
+    snapshot_read = BinlogPosition.from_source(_source(None, pos=99_999, snapshot="true"), "r", "gtid")
+    assert snapshot_read.file_seq == NO_GTID
+    assert snapshot_read < BinlogPosition.from_source(_source("0-1-1", pos=4), "c", "gtid")
+    assert BinlogPosition(DEMOTED, 0, 0, 1) < snapshot_read
+
+
+def test_gtid_ordering_refuses_mysql_gtids():
+    with pytest.raises(ValueError, match="not a MariaDB GTID"):
+        BinlogPosition.from_source(_source("3E11FA47-71CA-11E1-9E33-C80AA9429562:23"), "c", "gtid")
+
+
+def test_parse_mariadb_gtid():
+    assert parse_mariadb_gtid("0-223344-164") == (0, 223344, 164)
+    assert parse_mariadb_gtid(" 1-2-3 ") == (1, 2, 3)
+    assert parse_mariadb_gtid("3E11FA47-71CA-11E1-9E33-C80AA9429562:23") is None
+    assert parse_mariadb_gtid("0-1") is None
+
+
+def test_schema_changes_of_the_recorded_chain_in_gtid_ordering():
+    """The recorded chain's schema-change records (MariaDB 0-223344-<n>): the snapshot's carry no
+    GTID and rank first, the later ALTERs by their GTID."""
+    from pathlib import Path
+
+    from cdclake.model.schema_changes import changes_from_record
+
+    path = Path(__file__).parents[1] / "data" / "chain" / "schema-changes.jsonl"
+    positions = []
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        for table_id in ('"inventory"."orders"', '"inventory"."debezium_signal"'):
+            positions += [c.position for c in changes_from_record(record["value"], table_id, 0, 0, "gtid")]
+    seqs = sorted({p.file_seq for p in positions})
+    assert seqs[0] == NO_GTID and seqs[1:] and all(s > 0 for s in seqs[1:])

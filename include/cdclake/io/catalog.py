@@ -8,15 +8,17 @@ catalog name (:meth:`cdclake.settings.Settings.spark_catalog_conf`), so both see
 from __future__ import annotations
 
 import itertools
+import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cdclake.errors import SchemaError
+from cdclake.errors import ConfigError, SchemaError
 from cdclake.model.layout import (
     METADATA_COLUMN_NAMES,
     METADATA_COLUMNS,
+    ORDERING_PROPERTY,
     SIDE_TABLE_PROPERTIES,
     TABLE_PROPERTIES,
     CommittedState,
@@ -33,6 +35,8 @@ if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
     from pyiceberg.types import IcebergType
+
+log = logging.getLogger(__name__)
 
 
 def load_catalog(settings: Settings) -> Catalog:
@@ -107,10 +111,10 @@ def ensure_side_table(
     from pyiceberg.schema import Schema
     from pyiceberg.types import NestedField
 
+    docs = docs or {}
     existing = load_table_or_none(catalog, identifier)
     if existing is not None:
-        return existing
-    docs = docs or {}
+        return ensure_columns(existing, [(n, t, docs.get(n, "")) for n, t, req in columns if not req])
     fields = [
         NestedField(i, name, iceberg_type(typ), required=req, doc=docs.get(name))
         for i, (name, typ, req) in enumerate(columns, start=1)
@@ -122,6 +126,42 @@ def ensure_side_table(
         return catalog.load_table(identifier)
 
 
+def ensure_columns(table: Table, columns: Iterable[tuple[str, str, str]]) -> Table:
+    """Add the optional ``(name, Iceberg type, doc)`` columns ``table`` lacks (metadata columns
+    added by a later version, such as ``_cdc_gtid_seq``); their value in existing rows is null.
+    Returns the table, refreshed when it changed."""
+    names = {f.name for f in table.schema().fields}
+    missing = [(n, t, d) for n, t, d in columns if n not in names]
+    if not missing:
+        return table
+    with table.update_schema() as update:
+        for name, typ, doc in missing:
+            update.add_column(name, iceberg_type(typ), doc=doc or None)
+    log.info("table %s: added column(s) %s", ".".join(table.name()), [n for n, _, _ in missing])
+    return table.refresh()
+
+
+def check_ordering(table: Table, ordering: str, has_commits: bool) -> None:
+    """Record ``ordering`` on a table that has no CDC commit yet; refuse a table whose positions
+    are in another ordering (:data:`~cdclake.model.layout.ORDERING_PROPERTY`).
+
+    Raises:
+        ConfigError: the table holds positions of another ordering.
+    """
+    recorded = table.properties.get(ORDERING_PROPERTY)
+    if recorded == ordering or (recorded is None and ordering == "binlog" and has_commits):
+        return
+    if has_commits:
+        raise ConfigError(
+            f"table {'.'.join(table.name())}: the table config says ordering {ordering!r}, but the table's "
+            f"positions are in ordering {recorded or 'binlog'!r}; positions of the two are not comparable. "
+            "The ordering is fixed when a table is first applied: set it back, or apply into a new table "
+            "(another 'table' name) and bootstrap it."
+        )
+    with table.transaction() as tx:
+        tx.set_properties({ORDERING_PROPERTY: ordering})
+
+
 def create_cdc_table(
     catalog: Catalog,
     identifier: str,
@@ -129,10 +169,12 @@ def create_cdc_table(
     primary_key: tuple[str, ...],
     *,
     properties: dict[str, str] | None = None,
+    ordering: str = "binlog",
 ) -> Table:
     """Create a CDC table: source columns, then metadata columns; primary key = identifier fields.
 
-    ``properties`` are added to the table's (schema sync records its progress there).
+    ``properties`` are added to the table's (schema sync records its progress there);
+    ``ordering`` is recorded as :data:`~cdclake.model.layout.ORDERING_PROPERTY`.
 
     Raises:
         SchemaError: a primary-key column is missing from ``columns``.
@@ -163,7 +205,7 @@ def create_cdc_table(
     schema = Schema(*fields, identifier_field_ids=ids)
     namespace = identifier.rsplit(".", 1)[0]
     catalog.create_namespace_if_not_exists(namespace)
-    table_properties = {**TABLE_PROPERTIES, **(properties or {})}
+    table_properties = {**TABLE_PROPERTIES, ORDERING_PROPERTY: ordering, **(properties or {})}
     table_properties.update(column_encodings_property({c.name: c.encoding for c in columns}))
     return catalog.create_table(identifier, schema=schema, properties=table_properties)
 

@@ -124,6 +124,12 @@ class TableDefaults(BaseModel):
     ``snapshot.select.statement.overrides`` (its snapshot then holds only the rows the statement
     selects, yet carries the same markers as a full one). Filtered blocking snapshots
     (``additional-conditions``) are refused by the bootstrap DAG for tables where this is true."""
+    ordering: Literal["binlog", "gtid"] = "binlog"
+    """How events are ordered (:mod:`cdclake.model.position`): ``binlog`` by binlog coordinates
+    (file, pos, row); a change of server or binlog stops the table. ``gtid`` by the MariaDB GTID's
+    sequence number (needs ``gtid_strict_mode`` sources, one GTID domain): a failover to another
+    server of the same domain is followed without a stop. Changing it on a table with data needs
+    ``accept_source_change`` (docs/operations.md, "GTID ordering")."""
 
 
 class TableConfig(TableDefaults):

@@ -230,21 +230,29 @@ class SourceIdentity:
         server_id: ``source.server_id`` of the change events (snapshot reads carry 0).
         basename: the binlog file basename (``mysql-bin``).
         gtid_source: the GTID's source: MariaDB ``<domain>-<server>``, MySQL the server UUID.
+        gtid_domain: under GTID ordering, the MariaDB GTID domain; then the other fields are not
+            kept (a failover changes them, and the GTID sequence orders across it).
     """
 
     server_id: int | None = None
     basename: str | None = None
     gtid_source: str | None = None
+    gtid_domain: int | None = None
 
     def to_json(self) -> str:
-        return json.dumps(
-            {"server_id": self.server_id, "basename": self.basename, "gtid_source": self.gtid_source}, sort_keys=True
-        )
+        doc: dict[str, object] = {
+            "server_id": self.server_id,
+            "basename": self.basename,
+            "gtid_source": self.gtid_source,
+        }
+        if self.gtid_domain is not None:
+            doc["gtid_domain"] = self.gtid_domain
+        return json.dumps(doc, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> SourceIdentity:
         doc = json.loads(text)
-        return cls(doc.get("server_id"), doc.get("basename"), doc.get("gtid_source"))
+        return cls(doc.get("server_id"), doc.get("basename"), doc.get("gtid_source"), doc.get("gtid_domain"))
 
     def merged(self, other: SourceIdentity) -> SourceIdentity:
         """This identity with the fields ``other`` knows and this one does not."""
@@ -252,6 +260,7 @@ class SourceIdentity:
             self.server_id if self.server_id is not None else other.server_id,
             self.basename if self.basename is not None else other.basename,
             self.gtid_source if self.gtid_source is not None else other.gtid_source,
+            self.gtid_domain if self.gtid_domain is not None else other.gtid_domain,
         )
 
 
@@ -274,7 +283,13 @@ def identity_changes(known: SourceIdentity | None, seen: Iterable[SourceIdentity
     """
     idents = list(seen) + ([known] if known is not None else [])
     changes = []
-    for field, label in (("server_id", "server id"), ("basename", "binlog basename"), ("gtid_source", "GTID source")):
+    labels = (
+        ("server_id", "server id"),
+        ("basename", "binlog basename"),
+        ("gtid_source", "GTID source"),
+        ("gtid_domain", "GTID domain"),
+    )
+    for field, label in labels:
         values = sorted({str(getattr(i, field)) for i in idents if getattr(i, field) is not None})
         if len(values) > 1:
             was = getattr(known, field) if known is not None else None

@@ -77,7 +77,9 @@ class ChangeEvent:
         return None
 
 
-def parse_value(value: bytes | str | None, value_format: ValueFormat, where: KafkaCoordinates) -> ChangeEvent | None:
+def parse_value(
+    value: bytes | str | None, value_format: ValueFormat, where: KafkaCoordinates, ordering: str = "binlog"
+) -> ChangeEvent | None:
     """Parse one Kafka record value into a :class:`ChangeEvent`.
 
     Args:
@@ -117,7 +119,7 @@ def parse_value(value: bytes | str | None, value_format: ValueFormat, where: Kaf
     if not isinstance(source, dict):
         raise BadRecordError(where, "envelope has no 'source' block")
     try:
-        position = BinlogPosition.from_source(source, op)
+        position = BinlogPosition.from_source(source, op, ordering)
     except ValueError as e:
         raise BadRecordError(where, str(e)) from e
     before, after = doc.get("before"), doc.get("after")

@@ -85,6 +85,11 @@ SCHEMA_CHANGE_POSITION_PROPERTY = "cdc.schema-change-position"
 """Table property: position ``<file seq>:<pos>:<row>:<rank>`` of the last source schema change
 applied by schema sync (:mod:`cdclake.pipeline.schema_sync`), committed with the schema update."""
 
+ORDERING_PROPERTY = "cdc.ordering"
+"""Table property: the event ordering the table's positions are in (``binlog`` or ``gtid``,
+:mod:`cdclake.model.position`); set when the table is created, absent on tables created before
+GTID ordering existed (``binlog``)."""
+
 COLUMN_DEFAULTS_PROPERTY = "cdc.column-defaults"
 """Table property: JSON ``{column: {"position", "sql", "exact", "reason"}}``: the value the rows
 that existed before ``ALTER TABLE ... ADD COLUMN`` (at ``position``) read at the source
@@ -97,6 +102,7 @@ METADATA_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("_cdc_binlog_file_seq", "long", "binlog file sequence number of that event (mysql-bin.000003 -> 3)"),
     ("_cdc_binlog_pos", "long", "binlog position (source.pos) of that event"),
     ("_cdc_binlog_row", "int", "row index within the binlog event (source.row)"),
+    ("_cdc_gtid_seq", "long", "sequence number of that event's MariaDB GTID (source.gtid); null without one"),
     ("_cdc_source_ts", "timestamptz", "when the change was made in the source (source.ts_ms)"),
     ("_cdc_kafka_partition", "int", "Kafka partition of that event"),
     ("_cdc_kafka_offset", "long", "Kafka offset of that event"),
@@ -215,6 +221,7 @@ TOMBSTONE_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("_cdc_binlog_file_seq", "long", "binlog file sequence number of the delete"),
     ("_cdc_binlog_pos", "long", "binlog position of the delete"),
     ("_cdc_binlog_row", "int", "row index of the delete within its binlog event"),
+    ("_cdc_gtid_seq", "long", "sequence number of the delete's MariaDB GTID; null without one"),
     ("_cdc_source_ts", "timestamptz", "when the row was deleted in the source"),
     ("_cdc_recorded_at", "timestamptz", "when the tombstone was written (retention counts from it)"),
 )

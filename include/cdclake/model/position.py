@@ -10,6 +10,17 @@ the read.
 
 The Kafka offset is never part of the order: after a connector restart Debezium re-emits events
 at higher offsets with their original (older) positions.
+
+**GTID ordering** (table config ``ordering: gtid``): binlog coordinates are those of one server, so
+after a failover to another server they are no longer comparable with the ones already applied.
+A MariaDB GTID ``<domain>-<server>-<sequence>`` is: the sequence number keeps growing within its
+domain on whichever server is the primary (MariaDB KB, "Global Transaction ID"). Under GTID
+ordering the first component of the position is the GTID's sequence number instead of the binlog
+file's; ``pos`` and ``row`` then order the events within one transaction (a transaction never
+spans binlog files). An event without a GTID (Debezium leaves ``source.gtid`` null in the rows of
+an initial snapshot) ranks at sequence :data:`NO_GTID`, below every GTID. MySQL GTIDs
+(``<server uuid>:<n>``) number transactions per server, so they have no order across servers and
+cannot be used.
 """
 
 from __future__ import annotations
@@ -23,6 +34,21 @@ BINLOG_FILE_PATTERN = r"^(.+)\.([0-9]+)$"
 Shared with the Spark job (``regexp_extract``) so that both sides split names the same way."""
 
 _BINLOG_FILE = re.compile(BINLOG_FILE_PATTERN)
+
+ORDERINGS = ("binlog", "gtid")
+"""How events are ordered: by binlog coordinates (the default) or by MariaDB GTID sequence."""
+
+MARIADB_GTID_PATTERN = r"^([0-9]+)-([0-9]+)-([0-9]+)$"
+"""A MariaDB GTID ``<domain>-<server>-<sequence>``; groups 1-3. Shared with the Spark job."""
+
+_MARIADB_GTID = re.compile(MARIADB_GTID_PATTERN)
+
+NO_GTID = -1
+"""GTID sequence of an event without a GTID under GTID ordering (the rows of an initial snapshot)."""
+
+DEMOTED = -2
+"""First position component of rows moved below every position of any history
+(``accept_source_change``): below :data:`NO_GTID` too."""
 
 SNAPSHOT_MARKERS = ("true", "first", "first_in_data_collection", "last_in_data_collection", "last", "incremental")
 """Values of ``source.snapshot`` that mark an event as a snapshot read (Debezium 1.x emitted
@@ -44,6 +70,16 @@ def split_binlog_file(name: str) -> tuple[str, int]:
     return m.group(1), int(m.group(2))
 
 
+def parse_mariadb_gtid(gtid: str) -> tuple[int, int, int] | None:
+    """``(domain, server, sequence)`` of a MariaDB GTID, ``None`` for anything else (a MySQL GTID).
+
+    >>> parse_mariadb_gtid("0-223344-164")
+    (0, 223344, 164)
+    """
+    m = _MARIADB_GTID.match(gtid.strip())
+    return None if m is None else (int(m.group(1)), int(m.group(2)), int(m.group(3)))
+
+
 def is_snapshot_read(op: str, snapshot: Any) -> bool:
     """Whether an event is a snapshot read: ``op`` ``r``, or a 1.x ``c`` flagged ``snapshot``."""
     if op == "r":
@@ -58,7 +94,8 @@ class BinlogPosition:
     """A comparable event position. Field order is the sort order.
 
     Attributes:
-        file_seq: binlog file sequence number (``mysql-bin.000003`` -> 3).
+        file_seq: binlog file sequence number (``mysql-bin.000003`` -> 3); under GTID ordering the
+            GTID's sequence number (:data:`NO_GTID` without one).
         pos: byte offset of the event in the binlog file (``source.pos``).
         row: index of the row within a multi-row binlog event (``source.row``).
         change_rank: 0 for a snapshot read, 1 for a change (``c``/``u``/``d``/``t``).
@@ -70,17 +107,24 @@ class BinlogPosition:
     change_rank: int
 
     @classmethod
-    def from_source(cls, source: dict[str, Any], op: str) -> BinlogPosition:
+    def from_source(cls, source: dict[str, Any], op: str, ordering: str = "binlog") -> BinlogPosition:
         """Build the position from an envelope's ``source`` block and ``op``.
 
         Raises:
-            ValueError: ``file`` or ``pos`` is missing or malformed.
+            ValueError: ``file`` or ``pos`` is missing or malformed; under GTID ordering, a
+                ``gtid`` that is not a MariaDB GTID.
         """
         file = source.get("file")
         pos = source.get("pos")
         if not isinstance(file, str) or not isinstance(pos, int):
             raise ValueError(f"source has no binlog position (file={file!r}, pos={pos!r})")
         _, seq = split_binlog_file(file)
+        if ordering == "gtid":
+            gtid = source.get("gtid")
+            parsed = parse_mariadb_gtid(gtid) if isinstance(gtid, str) else None
+            if gtid and parsed is None:
+                raise ValueError(f"source.gtid {gtid!r} is not a MariaDB GTID <domain>-<server>-<sequence>")
+            seq = parsed[2] if parsed else NO_GTID
         row = source.get("row") or 0
         rank = 0 if is_snapshot_read(op, source.get("snapshot")) else 1
         return cls(seq, pos, int(row), rank)

@@ -59,9 +59,10 @@ class SchemaChange:
 
 
 def changes_from_record(
-    value: bytes | str | dict[str, Any], table_id: str, partition: int = 0, offset: int = 0
+    value: bytes | str | dict[str, Any], table_id: str, partition: int = 0, offset: int = 0, ordering: str = "binlog"
 ) -> list[SchemaChange]:
-    """The changes of table ``table_id`` (``"db"."table"``) in one schema-change record value.
+    """The changes of table ``table_id`` (``"db"."table"``) in one schema-change record value,
+    positioned by ``ordering`` (:mod:`cdclake.model.position`).
 
     Raises:
         SchemaChangeError: the value is not a schema-change event (names partition and offset).
@@ -75,7 +76,7 @@ def changes_from_record(
     source = doc["source"]
     snapshot = source.get("snapshot") not in (None, False, "false")
     try:
-        position = BinlogPosition.from_source(source, "r" if snapshot else "c")
+        position = BinlogPosition.from_source(source, "r" if snapshot else "c", ordering)
     except ValueError as e:
         raise SchemaChangeError(f"{where}: {e}") from e
     ddl = doc.get("ddl") or ""

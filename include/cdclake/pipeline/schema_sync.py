@@ -41,9 +41,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def read_schema_changes(kafka: KafkaClients, topic: str, table_id: str) -> list[SchemaChange] | None:
-    """Every change of ``table_id`` in the schema-change ``topic``, in binlog order (equal
-    positions in topic order).
+def read_schema_changes(
+    kafka: KafkaClients, topic: str, table_id: str, ordering: str = "binlog"
+) -> list[SchemaChange] | None:
+    """Every change of ``table_id`` in the schema-change ``topic``, in the table's ``ordering``
+    (:mod:`cdclake.model.position`; equal positions in topic order).
 
     Returns:
         The changes, or ``None`` when the topic does not exist (the connector runs with
@@ -56,7 +58,7 @@ def read_schema_changes(kafka: KafkaClients, topic: str, table_id: str) -> list[
     for msg in records:
         value = msg.value()
         if value is not None:
-            changes.extend(changes_from_record(value, table_id, msg.partition() or 0, msg.offset() or 0))
+            changes.extend(changes_from_record(value, table_id, msg.partition() or 0, msg.offset() or 0, ordering))
     return sorted(changes, key=lambda c: (c.position, c.partition, c.offset))
 
 
@@ -286,11 +288,12 @@ def _create(catalog: Catalog, cfg: TableConfig, change: SchemaChange) -> Table:
         columns,
         tuple(primary_key),
         properties={SCHEMA_CHANGE_POSITION_PROPERTY: change.position.to_text()},
+        ordering=cfg.ordering,
     )
 
 
 def read_data_positions(
-    kafka: KafkaClients, offset_range: OffsetRange, value_format: ValueFormat
+    kafka: KafkaClients, offset_range: OffsetRange, value_format: ValueFormat, ordering: str = "binlog"
 ) -> list[tuple[int, int, BinlogPosition]]:
     """``(partition, offset, position)`` of every event of the range that has one (Kafka
     tombstones and bad records have none; the apply step skips or quarantines them)."""
@@ -303,7 +306,7 @@ def read_data_positions(
             ):
                 offset = msg.offset() or 0
                 try:
-                    event = parse_value(msg.value(), value_format, KafkaCoordinates(topic, p, offset))
+                    event = parse_value(msg.value(), value_format, KafkaCoordinates(topic, p, offset), ordering)
                 except BadRecordError:
                     continue
                 if event is not None:
@@ -327,14 +330,14 @@ def sync_for_range(catalog: Catalog, kafka: KafkaClients, cfg: TableConfig, offs
     A missing schema-change topic (``include.schema.changes=false``) applies nothing; events whose
     columns the table lacks then stop the apply step (it never drops a column silently).
     """
-    changes = read_schema_changes(kafka, cfg.schema_change_topic, cfg.source_table_id)
+    changes = read_schema_changes(kafka, cfg.schema_change_topic, cfg.source_table_id, cfg.ordering)
     if changes is None:
         _no_schema_topic(cfg)
         return SyncResult(offset_range)
     table = load_table_or_none(catalog, cfg.identifier)
     positions = None
     if pending_changes(changes, table):
-        positions = read_data_positions(kafka, offset_range, cfg.value_format)
+        positions = read_data_positions(kafka, offset_range, cfg.value_format, cfg.ordering)
     return sync_changes(catalog, cfg, changes, data_positions=positions, offset_range=offset_range)
 
 
@@ -351,7 +354,7 @@ def sync_table_schema(catalog: Catalog, kafka: KafkaClients, cfg: TableConfig) -
         SchemaChangeError, SchemaError: as :func:`sync_changes`.
         TopicNotFoundError: the data topic does not exist.
     """
-    changes = read_schema_changes(kafka, cfg.schema_change_topic, cfg.source_table_id)
+    changes = read_schema_changes(kafka, cfg.schema_change_topic, cfg.source_table_id, cfg.ordering)
     if changes is None:
         _no_schema_topic(cfg)
         return SyncResult(OffsetRange(topic=cfg.topic, start={}, end={}))
@@ -362,7 +365,7 @@ def sync_table_schema(catalog: Catalog, kafka: KafkaClients, cfg: TableConfig) -
     if not pending:
         check_primary_key(identifier_fields(table), cfg)
         return SyncResult(offset_range)
-    positions = read_data_positions(kafka, offset_range, cfg.value_format)
+    positions = read_data_positions(kafka, offset_range, cfg.value_format, cfg.ordering)
     if not positions:
         # nothing to apply: every change may go in; a stand-in event after the last change makes
         # sync_changes apply them all without capping anything

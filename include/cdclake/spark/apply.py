@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from cdclake.errors import ConcurrentRunError, PositionOrderError
-from cdclake.io.catalog import committed_state, load_catalog, load_table_or_none
+from cdclake.io.catalog import check_ordering, committed_state, ensure_columns, load_catalog, load_table_or_none
 from cdclake.io.kafka import KafkaClients, offsets_for_time, topic_watermarks
 from cdclake.model.convergence import (
     END_MARKERS,
@@ -60,7 +60,7 @@ from cdclake.model.layout import (
 )
 from cdclake.model.offsets import Offsets, encode_offsets
 from cdclake.model.plan import RunPlan
-from cdclake.model.position import BinlogPosition
+from cdclake.model.position import MARIADB_GTID_PATTERN, BinlogPosition
 from cdclake.settings import Settings
 from cdclake.spark.commit import commit, demote_rows, merge
 from cdclake.spark.context import ApplyContext, resolve_table, source_columns
@@ -76,7 +76,7 @@ from cdclake.spark.read import read_range
 from cdclake.spark.reduce import apply_tombstones, reduce_latest
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, Row, SparkSession
+    from pyspark.sql import Column, DataFrame, Row, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -150,11 +150,12 @@ def apply_range(
     # Not cached: a 1,000,000-event batch is 4.4 GiB of values. The records are parsed once into a
     # cache without the raw value; the rare bad and held-back records are read again from Kafka.
     raw = read_range(spark, kafka, offset_range)
-    table = existing or resolve_table(catalog, cfg, raw)
+    table = ensure_columns(existing or resolve_table(catalog, cfg, raw), METADATA_COLUMNS)
+    check_ordering(table, cfg.ordering, has_commits=state is not None and state.offsets is not None)
     ctx = ApplyContext(
         spark, settings, kafka, plan, catalog, table, state or committed_state(table, cfg.topic), source_columns(table)
     )
-    base = parse_records(raw, cfg.value_format, list(ctx.columns), cfg.primary_key).drop("value")
+    base = parse_records(raw, cfg.value_format, list(ctx.columns), cfg.primary_key, cfg.ordering).drop("value")
     base = base.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         check_no_unknown_columns(base, cfg, table)
@@ -253,6 +254,12 @@ _GTID_SOURCE = (
 """SQL of the GTID's source (:func:`cdclake.model.convergence.gtid_source`)."""
 
 
+def _gtid_domain() -> Column:
+    from pyspark.sql import functions as F
+
+    return F.regexp_extract(F.trim(F.col("gtid")), MARIADB_GTID_PATTERN, 1).try_cast("bigint")
+
+
 def _accepted_state(ctx: ApplyContext) -> CommittedState:
     """The state a run that accepts a new binlog history starts from: the offsets and snapshot
     of the table, and nothing of the old history (identity, positions, floors, tombstones).
@@ -291,16 +298,21 @@ def _check_identity(ctx: ApplyContext, state: CommittedState, good: DataFrame) -
     """
     from pyspark.sql import functions as F
 
-    rows = (
-        good.select(
-            F.when(F.col("server_id") != 0, F.col("server_id")).alias("server_id"),
-            F.col("file_base").alias("basename"),
-            F.expr(_GTID_SOURCE).alias("gtid_source"),
+    if ctx.cfg.ordering == "gtid":
+        _check_gtids(ctx, good)
+        rows = good.select(_gtid_domain().alias("gtid_domain")).filter("gtid_domain is not null").distinct().collect()
+        seen = [SourceIdentity(gtid_domain=int(r["gtid_domain"])) for r in rows]
+    else:
+        rows = (
+            good.select(
+                F.when(F.col("server_id") != 0, F.col("server_id")).alias("server_id"),
+                F.col("file_base").alias("basename"),
+                F.expr(_GTID_SOURCE).alias("gtid_source"),
+            )
+            .distinct()
+            .collect()
         )
-        .distinct()
-        .collect()
-    )
-    seen = [SourceIdentity(r["server_id"], r["basename"] or None, r["gtid_source"]) for r in rows]
+        seen = [SourceIdentity(r["server_id"], r["basename"] or None, r["gtid_source"]) for r in rows]
     changes = identity_changes(state.identity, seen)
     if changes:
         known = state.identity
@@ -311,6 +323,27 @@ def _check_identity(ctx: ApplyContext, state: CommittedState, good: DataFrame) -
             "different binlog histories are not comparable, so nothing was committed. " + _accept_remedy(ctx, first)
         )
     return merge_identities(state.identity, seen)
+
+
+def _check_gtids(ctx: ApplyContext, good: DataFrame) -> None:
+    """Under GTID ordering every change event needs a MariaDB GTID (only the rows of an initial
+    snapshot may lack one).
+
+    Raises:
+        PositionOrderError: names the first such record (topic, partition, offset) and its GTID.
+    """
+    from pyspark.sql import functions as F
+
+    missing = good.filter(F.col("_cdc_gtid_seq").isNull() & (F.col("gtid").isNotNull() | ~F.col("_cdc_snapshot")))
+    first = missing.orderBy("partition", "offset").select("partition", "offset", "op", "gtid").limit(1).collect()
+    if first:
+        row = first[0]
+        raise PositionOrderError(
+            f"topic {ctx.cfg.topic!r} partition {row['partition']} offset {row['offset']}: the table is ordered "
+            f"by GTID (ordering: gtid), but this op {row['op']!r} event's source.gtid is {row['gtid']!r}, not a "
+            "MariaDB GTID <domain>-<server>-<sequence>. GTID ordering needs a MariaDB source with GTIDs (MySQL "
+            "GTIDs have no order across servers); set ordering: binlog for this source. Nothing was committed."
+        )
 
 
 def _first_offsets_outside(good: DataFrame, known: SourceIdentity) -> dict[int, int]:
@@ -324,6 +357,8 @@ def _first_offsets_outside(good: DataFrame, known: SourceIdentity) -> dict[int, 
         differs = differs | (F.col("file_base") != known.basename)
     if known.gtid_source is not None:
         differs = differs | F.coalesce(F.expr(_GTID_SOURCE) != known.gtid_source, F.lit(False))
+    if known.gtid_domain is not None:
+        differs = differs | F.coalesce(_gtid_domain() != known.gtid_domain, F.lit(False))
     rows = good.filter(differs).groupBy("partition").agg(F.min("offset").alias("o")).collect()
     return {int(r["partition"]): int(r["o"]) for r in rows}
 
@@ -521,7 +556,7 @@ def _drop_tombstones_below(ctx: ApplyContext, position: BinlogPosition) -> None:
         return
     ctx.spark.sql(
         f"DELETE FROM {ctx.spark_name(TOMBSTONES_SUFFIX)} "
-        f"WHERE {position_struct(change=True)} < {position_literal(position)}"
+        f"WHERE {position_struct(change=True, ordering=ctx.cfg.ordering)} < {position_literal(position)}"
     )
 
 
@@ -623,7 +658,7 @@ def _upsert(
                 )
                 ctx.spark.sql(
                     f"UPDATE {target} SET `{column}` = {sql} "
-                    f"WHERE {position_struct()} < {position_literal(position)} AND NOT (`{column}` <=> {sql})"
+                    f"WHERE {position_struct(ordering=ctx.cfg.ordering)} < {position_literal(position)} AND NOT (`{column}` <=> {sql})"
                 )
 
         snapshot_id = commit(ctx, properties, write)
@@ -638,7 +673,9 @@ def _rows_below(ctx: ApplyContext, source: DataFrame, position: BinlogPosition) 
     from pyspark.sql import functions as F
 
     keys = list(ctx.cfg.primary_key)
-    below = ctx.spark.table(ctx.spark_name()).filter(F.expr(position_struct()) < F.expr(position_literal(position)))
+    below = ctx.spark.table(ctx.spark_name()).filter(
+        F.expr(position_struct(ordering=ctx.cfg.ordering)) < F.expr(position_literal(position))
+    )
     if ctx.plan.accept_source_change:
         below = ctx.spark.table(ctx.spark_name())
     return below.select(*keys).join(source.select(*keys), keys, "left_anti").count()

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from cdclake.errors import ConcurrentRunError
 from cdclake.model.layout import RUN_BRANCH_PREFIX
-from cdclake.model.position import BinlogPosition
+from cdclake.model.position import DEMOTED, BinlogPosition
 from cdclake.spark.context import ApplyContext
 from cdclake.spark.parse import position_literal, position_struct
 
@@ -73,10 +73,10 @@ def merge(
         return f"`{name}`"
 
     on = " AND ".join(f"t.{q(c)} = s.{q(c)}" for c in ctx.cfg.primary_key)
-    newer = f"{position_struct('s.')} > {position_struct('t.')}"
+    newer = f"{position_struct('s.', ordering=ctx.cfg.ordering)} > {position_struct('t.', ordering=ctx.cfg.ordering)}"
     below = [p for p in (truncate, completed_snapshot) if p is not None]
     truncate_clause = (
-        f"WHEN NOT MATCHED BY SOURCE AND {position_struct('t.')} < {position_literal(max(below))} THEN DELETE"
+        f"WHEN NOT MATCHED BY SOURCE AND {position_struct('t.', ordering=ctx.cfg.ordering)} < {position_literal(max(below))} THEN DELETE"
         if below
         else ""
     )
@@ -95,10 +95,11 @@ def merge(
 
 
 def demote_rows(ctx: ApplyContext, target: str) -> None:
-    """Move every row of ``target`` below all positions of any binlog history (file sequence -1),
-    keeping its values: the rows of an abandoned binlog history, which events of the new history
-    replace and the new history's next complete full snapshot deletes (``accept_source_change``)."""
-    ctx.spark.sql(f"UPDATE {target} SET _cdc_binlog_file_seq = -1")
+    """Move every row of ``target`` below all positions of any binlog history (file sequence -1;
+    GTID sequence :data:`~cdclake.model.position.DEMOTED`, below events without a GTID), keeping
+    its values: the rows of an abandoned binlog history, which events of the new history replace
+    and the new history's next complete full snapshot deletes (``accept_source_change``)."""
+    ctx.spark.sql(f"UPDATE {target} SET _cdc_binlog_file_seq = -1, _cdc_gtid_seq = {DEMOTED}")
 
 
 def commit(ctx: ApplyContext, properties: dict[str, str], write: Callable[[str], None]) -> int:

@@ -116,7 +116,7 @@ def resolve_table(catalog: Catalog, cfg: TableConfig, raw: DataFrame) -> Table:
         # a change log row may be a delete's before image or a truncate: no column is required
         columns = [ColumnSpec(c.name, c.iceberg_type, False, c.encoding) for c in columns]
     try:
-        return create_cdc_table(catalog, cfg.identifier, columns, cfg.primary_key)
+        return create_cdc_table(catalog, cfg.identifier, columns, cfg.primary_key, ordering=cfg.ordering)
     except TableAlreadyExistsError:
         return catalog.load_table(cfg.identifier)
 

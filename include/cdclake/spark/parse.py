@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from cdclake.errors import SchemaError
 from cdclake.model.config import TableConfig
 from cdclake.model.layout import SCHEMA_CHANGE_POSITION_PROPERTY
-from cdclake.model.position import BINLOG_FILE_PATTERN, SNAPSHOT_MARKERS, BinlogPosition
+from cdclake.model.position import BINLOG_FILE_PATTERN, MARIADB_GTID_PATTERN, NO_GTID, SNAPSHOT_MARKERS, BinlogPosition
 from cdclake.model.types import ColumnSpec
 from cdclake.spark.decode import decode, is_fallible, is_json_null, json_read_type
 
@@ -34,16 +34,18 @@ def _envelope_ddl(columns: list[tuple[str, str]], value_format: str) -> str:
     return envelope[:-1] + ",_corrupt_record:string>"
 
 
-def position_struct(prefix: str = "", *, change: bool = False) -> str:
+def position_struct(prefix: str = "", *, change: bool = False, ordering: str = "binlog") -> str:
     """SQL of an event's comparable position ``named_struct(f, p, r, k)`` from its columns.
 
     ``prefix`` qualifies the metadata columns (``t.``); ``k`` is the change rank (0 for a snapshot
     read, 1 for a change), so that struct comparison is the order of :mod:`cdclake.model.position`.
-    ``change=True`` fixes ``k`` at 1 (tombstones: a delete is always a change).
+    ``change=True`` fixes ``k`` at 1 (tombstones: a delete is always a change). ``f`` is the binlog
+    file's sequence number, or under ``ordering`` ``gtid`` the GTID's (``NO_GTID`` without one).
     """
     rank = "1" if change else f"CASE WHEN {prefix}_cdc_snapshot THEN 0 ELSE 1 END"
+    first = f"{prefix}_cdc_gtid_seq" if ordering == "gtid" else f"{prefix}_cdc_binlog_file_seq"
     return (
-        f"named_struct('f', coalesce({prefix}_cdc_binlog_file_seq, -1), "
+        f"named_struct('f', coalesce({first}, {NO_GTID}), "
         f"'p', coalesce({prefix}_cdc_binlog_pos, -1), 'r', coalesce({prefix}_cdc_binlog_row, -1), "
         f"'k', {rank})"
     )
@@ -61,7 +63,11 @@ def position_of(row: Any) -> BinlogPosition:
 
 
 def parse_records(
-    raw: DataFrame, value_format: str, columns: list[ColumnSpec], primary_key: tuple[str, ...]
+    raw: DataFrame,
+    value_format: str,
+    columns: list[ColumnSpec],
+    primary_key: tuple[str, ...],
+    ordering: str = "binlog",
 ) -> DataFrame:
     """Parse Kafka records into one row per record with its op, position, image and error.
 
@@ -69,7 +75,8 @@ def parse_records(
     ``is_tombstone``, ``op``, ``file_base``, ``server_id``, ``snapshot_marker`` (``source.snapshot``),
     ``gtid`` (``source.gtid``) and the metadata columns of
     :data:`cdclake.model.layout.METADATA_COLUMNS` (``_cdc_op``, ``_cdc_snapshot``, ``_cdc_binlog_*``,
-    ``_cdc_source_ts``, ``_cdc_kafka_*``), ``position`` (struct, see :func:`position_struct`),
+    ``_cdc_gtid_seq``, ``_cdc_source_ts``, ``_cdc_kafka_*``), ``position`` (struct in
+    ``ordering``, see :func:`position_struct`),
     ``image`` (struct of the source columns, decoded), ``error`` (null when the record can be
     applied, else the reason), ``unknown_column`` (the first name in the applied image, ``after``
     or for a delete ``before``, that is not one of ``columns``; else null).
@@ -170,6 +177,9 @@ def parse_records(
         F.regexp_extract(file, BINLOG_FILE_PATTERN, 2).try_cast("bigint").alias("_cdc_binlog_file_seq"),
         F.col(f"{src}.pos").alias("_cdc_binlog_pos"),
         F.coalesce(F.col(f"{src}.row"), F.lit(0)).alias("_cdc_binlog_row"),
+        F.regexp_extract(F.trim(F.col(f"{src}.gtid")), MARIADB_GTID_PATTERN, 3)
+        .try_cast("bigint")
+        .alias("_cdc_gtid_seq"),
         # Debezium 1.x snapshot reads carry ts_ms 0: unknown, not 1970
         F.when(ts_ms > 0, F.timestamp_millis(ts_ms)).alias("_cdc_source_ts"),
         F.col("partition").alias("_cdc_kafka_partition"),
@@ -178,7 +188,7 @@ def parse_records(
         error.alias("error"),
         F.when(F.col(env).isNotNull(), F.try_element_at(unknown, F.lit(1))).alias("unknown_column"),
     )
-    return out.withColumn("position", F.expr(position_struct()))
+    return out.withColumn("position", F.expr(position_struct(ordering=ordering)))
 
 
 def check_no_unknown_columns(parsed: DataFrame, cfg: TableConfig, table: Table) -> None:
@@ -199,14 +209,9 @@ def check_no_unknown_columns(parsed: DataFrame, cfg: TableConfig, table: Table) 
     floor = table.properties.get(SCHEMA_CHANGE_POSITION_PROPERTY)
     if floor is not None:
         done = BinlogPosition.from_text(floor)
-        f, p, r = done.file_seq, done.pos, done.row
-        here = F.struct(
-            F.col("_cdc_binlog_file_seq").alias("f"),
-            F.col("_cdc_binlog_pos").alias("p"),
-            F.col("_cdc_binlog_row").alias("r"),
-        )
-        at_floor = F.struct(F.lit(f).cast("bigint").alias("f"), F.lit(p).cast("bigint").alias("p"), F.lit(r).alias("r"))
-        found = found.filter(F.coalesce(here >= at_floor, F.lit(True)))
+        # at or above the change's event position, whatever the rank
+        at_floor = BinlogPosition(done.file_seq, done.pos, done.row, 0)
+        found = found.filter(F.col("position") >= F.expr(position_literal(at_floor)))
     first = found.orderBy("partition", "offset").select("partition", "offset", "unknown_column").limit(1).collect()
     if first:
         row = first[0]

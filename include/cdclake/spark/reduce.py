@@ -45,7 +45,7 @@ def apply_tombstones(ctx: ApplyContext, reduced: DataFrame) -> DataFrame:
     name = ctx.spark_name(TOMBSTONES_SUFFIX)
     tomb = ctx.spark.table(name).select(
         *[F.col(c).alias(f"_tomb_{c}") for c in cfg.primary_key],
-        F.expr(position_struct(change=True)).alias("_tomb_position"),
+        F.expr(position_struct(change=True, ordering=ctx.cfg.ordering)).alias("_tomb_position"),
     )
     cond = None
     for c in cfg.primary_key:
@@ -61,6 +61,7 @@ def apply_tombstones(ctx: ApplyContext, reduced: DataFrame) -> DataFrame:
         "_cdc_binlog_file_seq",
         "_cdc_binlog_pos",
         "_cdc_binlog_row",
+        "_cdc_gtid_seq",
         "_cdc_source_ts",
         F.current_timestamp().alias("_cdc_recorded_at"),
     )
@@ -68,7 +69,7 @@ def apply_tombstones(ctx: ApplyContext, reduced: DataFrame) -> DataFrame:
     with ctx.temp_view(deletes, "cdc_tombstones") as view:
         ctx.spark.sql(
             f"MERGE INTO {name} t USING {view} s ON {on} "
-            f"WHEN MATCHED AND {position_struct('s.', change=True)} > {position_struct('t.', change=True)} "
+            f"WHEN MATCHED AND {position_struct('s.', change=True, ordering=ctx.cfg.ordering)} > {position_struct('t.', change=True, ordering=ctx.cfg.ordering)} "
             "THEN UPDATE SET * "
             "WHEN NOT MATCHED THEN INSERT *"
         )
