@@ -463,3 +463,22 @@ def test_unreadable_ddl_that_cannot_hide_a_rename_is_applied_from_table_changes(
     )
     sync_changes(catalog, t, parse(CREATE, add, more), data_positions=positions(2500, 4500), offset_range=RANGE)
     assert catalog.load_table(t.identifier).schema().find_field("tag").field_type == IntegerType()
+
+
+def test_a_blocking_snapshots_drop_and_create_at_one_position_restate_the_schema(catalog):
+    """A blocking snapshot emits ``DROP TABLE IF EXISTS`` and the table's ``CREATE TABLE`` at the
+    signal's position with ``snapshot`` false (seen on the real chain, tests/e2e/test_convergence.py):
+    the pair restates the schema; it is no drop. A DROP alone at that position still stops."""
+    t = cfg()
+    create_orders(catalog, t)
+    drop = event("DROP TABLE IF EXISTS `inventory`.`orders`", 3000, None, kind="DROP")
+    restated = event("CREATE TABLE `orders` (...)", 3000, columns_with(), kind="CREATE")
+    result = sync_changes(catalog, t, parse(CREATE, drop, restated), data_positions=positions(3500), offset_range=RANGE)
+    assert result.capped_before is None
+    table = catalog.load_table(t.identifier)
+    assert table.properties["cdc.schema-change-position"].split(":")[1] == "3000"
+    late_drop = event("DROP TABLE orders", 3400, None, kind="DROP")
+    with pytest.raises(SchemaChangeError, match="dropped"):
+        sync_changes(
+            catalog, t, parse(CREATE, drop, restated, late_drop), data_positions=positions(3500), offset_range=RANGE
+        )

@@ -175,6 +175,14 @@ def pending_changes(changes: list[SchemaChange], table: Table | None) -> list[Sc
     return [c for c in changes if c.position > floor]
 
 
+def _restated(changes: list[SchemaChange], i: int) -> bool:
+    """Whether the DROP ``changes[i]`` is followed by a CREATE of the table at the same position: a
+    blocking snapshot restating the table's schema (Debezium emits ``DROP TABLE IF EXISTS`` and the
+    table's ``CREATE TABLE`` at the signal's position, with ``snapshot`` false), not a drop."""
+    after = changes[i + 1] if i + 1 < len(changes) else None
+    return after is not None and after.kind == "CREATE" and after.position == changes[i].position
+
+
 def _stop_for_table_change(change: SchemaChange, identifier: str) -> SchemaChangeError:
     what = "renamed" if change.kind == "RENAME" else "dropped"
     return SchemaChangeError(
@@ -220,11 +228,11 @@ def sync_changes(
     done_position: BinlogPosition | None = None
     capped: tuple[SchemaChange, dict[int, int]] | None = None
     changelog = cfg.write_mode == "changelog"
-    for change in pending:
+    for i, change in enumerate(pending):
         if change.position > last:
             break
         if change.kind in ("DROP", "RENAME"):
-            if table is None or (change.kind == "DROP" and change.snapshot):
+            if table is None or (change.kind == "DROP" and (change.snapshot or _restated(pending, i))):
                 # nothing to drop yet, or the connector's snapshot rebuilding its schema history
                 applied.append(f"skipped {change.describe()}")
                 done_position = change.position
