@@ -41,7 +41,7 @@ def run_python(code: str, tables_config=None) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("dag_file", ["cdc_tables", "cdc_snapshot_bootstrap"])
+@pytest.mark.parametrize("dag_file", ["cdc_tables", "cdc_snapshot_bootstrap", "cdc_reconcile"])
 def test_dag_file_parses_without_heavy_imports(dag_file):
     result = run_python(
         f"""
@@ -73,7 +73,10 @@ def test_dagbag_has_one_dag_per_configured_table_and_no_import_errors():
     )
     assert result["errors"] == {}
     expected = {t.dag_id for t in load_tables(PROJECT_ROOT / "include" / "tables.yaml").tables}
-    assert set(result["dags"]) == expected | {"cdc_snapshot_bootstrap"}
+    assert set(result["dags"]) == expected | {"cdc_snapshot_bootstrap", "cdc_reconcile"}
+    reconcile = result["dags"].pop("cdc_reconcile")
+    assert reconcile["tasks"] == ["reconcile", "select_tables"]
+    assert reconcile["max_active_runs"] == 1 and "reconcile" in reconcile["tags"]
     bootstrap = result["dags"].pop("cdc_snapshot_bootstrap")
     assert bootstrap["tasks"] == [
         "check_snapshot",
@@ -112,7 +115,7 @@ def test_dag_count_follows_the_table_config(tmp_path):
         """,
         tables_config=config,
     )
-    assert result == ["cdc_snapshot_bootstrap", "cdc_t0", "cdc_t1", "cdc_t2"]
+    assert result == ["cdc_reconcile", "cdc_snapshot_bootstrap", "cdc_t0", "cdc_t1", "cdc_t2"]
 
 
 def test_spark_default_resolves_to_local_mode_not_yarn():
@@ -151,3 +154,13 @@ def test_bootstrap_refuses_a_filtered_blocking_snapshot_of_an_authoritative_tabl
     ]
     relaxed = json.dumps([cfg.model_copy(update={"authoritative_snapshots": False}).model_dump(mode="json")])
     assert prepare(relaxed, params=params, run_id="manual__1")["snapshot_type"] == "blocking"
+
+
+def test_reconcile_selects_configured_tables_only():
+    from cdclake.errors import ConfigError
+    from cdclake_airflow.reconcile_dag import select_tables
+
+    assert select_tables([], ["a", "b"]) == ["a", "b"]
+    assert select_tables(["b"], ["a", "b"]) == ["b"]
+    with pytest.raises(ConfigError, match=r"\['c'\]"):
+        select_tables(["c"], ["a", "b"])

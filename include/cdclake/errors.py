@@ -101,3 +101,12 @@ class PositionOrderError(CdcLakeError):
 
 class SnapshotError(CdcLakeError):
     """A snapshot signal failed or was refused; the message names the table and the reason."""
+
+
+class ReconcileError(CdcLakeError):
+    """Reconcile cannot reach a verdict: the table is missing, the connector does not stream, or
+    the lake does not catch up with the source (docs/operations.md, "Reconcile and repair")."""
+
+
+class DriftError(CdcLakeError):
+    """Reconcile found keys where the Iceberg table differs from its source table."""

@@ -1,18 +1,33 @@
 """The source database (MySQL/MariaDB): the one place a connection to it is opened.
 
-Used for Debezium's signal table (snapshot signals). Credentials come from the caller (the
+Used for Debezium's signal table (snapshot signals) and for reconcile's reads of the source
+table (:mod:`cdclake.model.reconcile`). Credentials come from the caller (the
 Airflow connection ``cdc_source_db``, resolved when the task runs), never from settings.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pymysql.connections import Connection
 
+from cdclake.model.reconcile import (
+    Chunk,
+    CompareColumn,
+    Digest,
+    KeyTuple,
+    SourceColumn,
+    canonical_sql,
+    key_order_sql,
+    quote,
+    range_sql,
+    row_hash_sql,
+)
 from cdclake.model.snapshot import Signal
 
 log = logging.getLogger(__name__)
@@ -75,3 +90,168 @@ def send_source_signal(db: SourceDatabase, signal_table: str, signal: Signal) ->
         "inserted" if inserted else "already there (a retry): not sent again",
     )
     return bool(inserted)
+
+
+# --- reconcile: the source side (cdclake.model.reconcile) -----------------------------------------
+
+
+@dataclass(frozen=True)
+class SourceRead:
+    """What one consistent read of the source saw.
+
+    Attributes:
+        binlog_file_seq, binlog_pos: the read's binlog coordinates (``Binlog_snapshot_file`` and
+            ``Binlog_snapshot_position``: the position of its consistent snapshot).
+        gtid_pos: ``BINLOG_GTID_POS`` of those coordinates (MariaDB), ``""`` when unknown.
+    """
+
+    binlog_file_seq: int
+    binlog_pos: int
+    gtid_pos: str
+
+
+def source_columns(db: SourceDatabase, database: str, table: str) -> list[SourceColumn]:
+    """The table's columns from ``information_schema.COLUMNS``, in table order.
+
+    Raises:
+        ValueError: the table does not exist.
+    """
+    with db.connect() as connection, connection.cursor() as cur:
+        cur.execute(
+            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE FROM information_schema.COLUMNS "
+            "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+            (database, table),
+        )
+        rows = cur.fetchall()
+    if not rows:
+        raise ValueError(f"source table {database}.{table} does not exist")
+    return [SourceColumn(str(r[0]), str(r[1]).lower(), str(r[2]).lower()) for r in rows]
+
+
+@contextmanager
+def consistent_read(db: SourceDatabase) -> Iterator[tuple[Any, SourceRead]]:
+    """A cursor inside ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` (session time zone UTC), with
+    the snapshot's binlog position; the transaction ends on exit."""
+    from cdclake.model.position import split_binlog_file
+
+    with db.connect() as connection, connection.cursor() as cur:
+        cur.execute("SET SESSION time_zone = '+00:00'")
+        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+        try:
+            cur.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
+            status = {str(k).lower(): str(v) for k, v in cur.fetchall()}
+            file, pos = status.get("binlog_snapshot_file", ""), int(status.get("binlog_snapshot_position", "0") or 0)
+            gtid_pos = ""
+            if file:
+                cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (file, pos))
+                gtid_pos = str((cur.fetchone() or ("",))[0] or "")
+            _, seq = split_binlog_file(file) if file else ("", 0)
+            yield cur, SourceRead(seq, pos, gtid_pos)
+        finally:
+            cur.execute("COMMIT")
+
+
+def chunk_bounds(
+    db: SourceDatabase,
+    database: str,
+    table: str,
+    key: Sequence[CompareColumn],
+    chunk_rows: int,
+    where: tuple[str, list[Any]] = ("1=1", []),
+) -> list[Chunk]:
+    """Cut the table's primary-key order every ``chunk_rows`` keys (keyset pagination: each step
+    reads ``chunk_rows`` index entries). ``where`` limits the keys (a key range)."""
+    order = ", ".join(key_order_sql(key))
+    names = ", ".join(quote(c.name) for c in key)
+    target = f"{quote(database)}.{quote(table)}"
+    chunks: list[Chunk] = []
+    lower: KeyTuple | None = None
+    with db.connect() as connection, connection.cursor() as cur:
+        cur.execute("SET SESSION time_zone = '+00:00'")
+        while True:
+            clause, params = range_sql(key, lower, None)
+            cur.execute(
+                f"SELECT {names} FROM {target} WHERE {clause} AND ({where[0]}) ORDER BY {order} "
+                f"LIMIT 1 OFFSET {int(chunk_rows) - 1}",
+                [*params, *where[1]],
+            )
+            row = cur.fetchone()
+            if row is None:
+                chunks.append(Chunk(len(chunks), lower, None))
+                return chunks
+            upper = tuple(row)
+            chunks.append(Chunk(len(chunks), lower, upper))
+            lower = upper
+
+
+def chunk_digests(
+    db: SourceDatabase,
+    database: str,
+    table: str,
+    key: Sequence[CompareColumn],
+    columns: Sequence[CompareColumn],
+    chunks: Sequence[Chunk],
+    where: tuple[str, list[Any]] = ("1=1", []),
+) -> list[tuple[Digest, SourceRead]]:
+    """Each chunk's digest, each in a consistent read of its own (the rows of one chunk are locked
+    by nothing and read at one position)."""
+    target = f"{quote(database)}.{quote(table)}"
+    out = []
+    for chunk in chunks:
+        clause, params = range_sql(key, chunk.lower, chunk.upper)
+        with consistent_read(db) as (cur, read):
+            cur.execute(
+                f"SELECT COUNT(*), COALESCE(BIT_XOR({_escaped(row_hash_sql(columns))}), 0) FROM {target} "
+                f"WHERE {clause} AND ({where[0]})",
+                [*params, *where[1]],
+            )
+            count, xor = cur.fetchone()
+        out.append((Digest(int(count), int(xor)), read))
+    return out
+
+
+def chunk_rows(
+    db: SourceDatabase,
+    database: str,
+    table: str,
+    key: Sequence[CompareColumn],
+    columns: Sequence[CompareColumn],
+    chunks: Sequence[Chunk],
+    where: tuple[str, list[Any]] = ("1=1", []),
+) -> tuple[dict[KeyTuple, tuple[list[str | None], list[Any]]], SourceRead]:
+    """The rows of ``chunks`` in one consistent read: ``{key: (canonical texts, raw values)}`` (raw
+    values for the floating-point comparison) and the read's position."""
+    target = f"{quote(database)}.{quote(table)}"
+    texts = _escaped(", ".join(canonical_sql(c) for c in columns))
+    raws = ", ".join(quote(c.name) for c in columns)
+    keys = ", ".join(quote(c.name) for c in key)
+    rows: dict[KeyTuple, tuple[list[str | None], list[Any]]] = {}
+    n = len(columns)
+    with consistent_read(db) as (cur, read):
+        for chunk in chunks:
+            clause, params = range_sql(key, chunk.lower, chunk.upper)
+            cur.execute(
+                f"SELECT {keys}, {texts}, {raws} FROM {target} WHERE {clause} AND ({where[0]})", [*params, *where[1]]
+            )
+            for r in cur.fetchall():
+                k = tuple(r[: len(key)])
+                vals = list(r[len(key) :])
+                rows[k] = ([None if v is None else _text(v) for v in vals[:n]], vals[n:])
+    return rows, read
+
+
+def _escaped(sql: str) -> str:
+    """``sql`` inside a query with parameters: PyMySQL formats with ``%``, so a literal ``%``
+    (``DATE_FORMAT``'s) is doubled."""
+    return sql.replace("%", "%%")
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def send_marker(db: SourceDatabase, signal_table: str, marker_id: str) -> None:
+    """Insert a Debezium ``log`` signal (the connector only logs its message) into the signal
+    table: its change event on the signal table's topic shows that the connector has read the
+    binlog past everything committed before it."""
+    send_source_signal(db, signal_table, Signal(marker_id, "log", {"message": f"cdclake reconcile marker {marker_id}"}))

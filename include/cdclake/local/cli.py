@@ -156,6 +156,39 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run_table_dag(args.table, conf=conf or None)
 
 
+def cmd_reconcile(args: argparse.Namespace) -> int:
+    """Reconcile a table of the local stack with the local MariaDB (the DAG ``cdc_reconcile`` does
+    the same in Airflow); the table's DAG is run to catch the lake up."""
+    from cdclake.io.catalog import committed_offsets, load_catalog, load_table_or_none
+    from cdclake.io.kafka import KafkaClients
+    from cdclake.local.chain import local_source
+    from cdclake.model.config import load_tables
+    from cdclake.model.snapshot import caught_up
+    from cdclake.pipeline.reconcile import ReconcileParams, reconcile_table
+
+    settings = _settings()
+    cfg = load_tables(settings.tables_config).get(args.table)
+    catalog = load_catalog(settings)
+
+    def catch_up(end: dict[int, int]) -> None:
+        for _ in range(20):
+            if caught_up(committed_offsets(load_table_or_none(catalog, cfg.identifier), cfg.topic), end):
+                return
+            if run_table_dag(args.table, settings) != 0:
+                raise SystemExit(f"the run of {cfg.dag_id} failed: the lake cannot catch up")
+
+    params = ReconcileParams(mode=args.mode, chunk_rows=args.chunk_rows, ignored_columns=cfg.reconcile.ignored_columns)
+    result = reconcile_table(
+        settings, KafkaClients.from_bootstrap(settings.kafka_bootstrap), cfg, local_source(settings), params, catch_up
+    )
+    print(result.summary())
+    for which in ("only_in_source", "only_in_lake", "differing"):
+        keys = sorted(result.keys(which), key=repr)
+        if keys:
+            print(f"  {which}: {keys[:50]}{' ...' if len(keys) > 50 else ''}")
+    return 1 if result.differences else 0
+
+
 def cmd_quarantine(args: argparse.Namespace) -> int:
     from cdclake.io.catalog import load_catalog, load_table_or_none
     from cdclake.io.maintenance import release_quarantined
@@ -321,6 +354,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--replay-from-timestamp", metavar="ISO", help="manual replay from the first records at or after this time"
     )
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("reconcile", help="compare a table with its source table (local stack); repair it")
+    p.add_argument("table", help="table name in the table config")
+    p.add_argument("--mode", choices=["report", "repair"], default="report", help="report (default) or repair")
+    p.add_argument("--chunk-rows", type=int, default=10_000, help="rows per chunk (10000)")
+    p.set_defaults(func=cmd_reconcile)
 
     p = sub.add_parser("quarantine", help="list or release the records a table could not apply")
     p.add_argument("action", choices=["list", "release"])

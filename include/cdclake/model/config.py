@@ -94,6 +94,18 @@ class ConnectorModes(BaseModel):
     binary_handling_mode: Literal["bytes", "base64", "base64-url-safe", "hex"] = "bytes"
 
 
+class ReconcilePolicy(BaseModel):
+    """How the ``cdc_reconcile`` DAG treats a table (docs/operations.md, "Reconcile and repair")."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ignored_columns: tuple[str, ...] = ()
+    """Source columns never compared (``_cdc_*`` columns never are)."""
+    on_difference: Literal["fail", "warn"] = "fail"
+    """What a reconcile run does when differences remain: fail its task (Airflow's alerting
+    fires), or log a warning and succeed."""
+
+
 class TableDefaults(BaseModel):
     """Per-table settings that may be given once under ``defaults``."""
 
@@ -124,6 +136,7 @@ class TableDefaults(BaseModel):
     ``snapshot.select.statement.overrides`` (its snapshot then holds only the rows the statement
     selects, yet carries the same markers as a full one). Filtered blocking snapshots
     (``additional-conditions``) are refused by the bootstrap DAG for tables where this is true."""
+    reconcile: ReconcilePolicy = ReconcilePolicy()
     ordering: Literal["binlog", "gtid"] = "binlog"
     """How events are ordered (:mod:`cdclake.model.position`): ``binlog`` by binlog coordinates
     (file, pos, row); a change of server or binlog stops the table. ``gtid`` by the MariaDB GTID's

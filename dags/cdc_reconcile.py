@@ -1,0 +1,11 @@
+"""The reconcile DAG ``cdc_reconcile`` over the tables of the table config (daily, and manual with
+Params; see :mod:`cdclake_airflow.reconcile_dag`). Parsing imports only the config and the factory."""
+
+from __future__ import annotations
+
+from cdclake.model.config import load_tables
+from cdclake.settings import Settings
+from cdclake_airflow.reconcile_dag import DAG_ID, build_reconcile_dag
+
+_settings = Settings.from_env()
+globals()[DAG_ID] = build_reconcile_dag(_settings, list(load_tables(_settings.tables_config).tables))

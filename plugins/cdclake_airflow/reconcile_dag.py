@@ -1,0 +1,140 @@
+"""The reconcile DAG ``cdc_reconcile``: prove that each Iceberg table equals its source table, and
+mend it when it does not (docs/operations.md, "Reconcile and repair"; the pipeline is
+:mod:`cdclake.pipeline.reconcile`).
+
+Daily, and manual with Params: the tables, a primary-key range, the mode (``report`` or
+``repair``) and the chunk size. One mapped task instance per table:
+
+1. **reconcile** reads each chunk's digest from the source (connection ``cdc_source_db``) and the
+   lake, compares the differing chunks row by row once the lake has applied past the source reads
+   (it waits for the table's own DAG runs to commit), and appends the outcome to the Iceberg table
+   ``cdc_ops.reconcile``. In ``repair`` mode it then deletes the lake rows the source lacks, has
+   Debezium re-read exactly the missing and differing keys (incremental snapshot with
+   ``additional-conditions``), and compares those chunks again.
+2. The task fails when differences remain (``reconcile.on_difference: fail``, the default), so
+   Airflow's alerting fires; with ``warn`` it logs them and succeeds.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from cdclake.settings import Settings
+
+if TYPE_CHECKING:
+    from airflow.sdk import DAG
+
+    from cdclake.model.config import TableConfig
+
+log = logging.getLogger(__name__)
+
+DAG_ID = "cdc_reconcile"
+
+
+def select_tables(names: list[str] | None, configured: list[str]) -> list[str]:
+    """The tables a run reconciles: the ``tables`` Param, or every configured table.
+
+    Raises:
+        ConfigError: a name that is not in the table config.
+    """
+    from cdclake.errors import ConfigError
+
+    chosen = list(names or configured)
+    unknown = sorted(set(chosen) - set(configured))
+    if unknown:
+        raise ConfigError(f"tables {unknown} are not in the table config; configured: {configured}")
+    return chosen
+
+
+def reconcile(name: str, **context: Any) -> dict[str, Any]:
+    """Reconcile (or repair) table ``name`` with the run's Params.
+
+    Raises:
+        DriftError: differences remain and the table's ``reconcile.on_difference`` is ``fail``.
+    """
+    from cdclake.errors import DriftError
+    from cdclake.io.catalog import load_catalog
+    from cdclake.model.config import load_tables
+    from cdclake.pipeline.reconcile import ReconcileParams, poll_catch_up, reconcile_table
+    from cdclake_airflow.connections import kafka_clients, source_database
+
+    params = context["params"]
+    settings = Settings.from_env()
+    cfg = load_tables(settings.tables_config).get(name)
+    key_range = params.get("key_range")
+    run = ReconcileParams(
+        mode=params["mode"],
+        chunk_rows=int(params["chunk_rows"]),
+        key_range=(tuple(key_range["from"]), tuple(key_range["to"])) if key_range else None,
+        ignored_columns=cfg.reconcile.ignored_columns,
+        run_id=str(context["run_id"]),
+    )
+    catch_up = poll_catch_up(load_catalog(settings), cfg, timeout_s=60.0 * float(params["catch_up_timeout_minutes"]))
+    result = reconcile_table(settings, kafka_clients(), cfg, source_database(), run, catch_up)
+    outcome = {
+        "table": cfg.identifier,
+        "differences": result.differences,
+        "unsettled": result.unsettled,
+        "repaired": result.repaired,
+        "summary": result.summary(),
+    }
+    if result.differences:
+        message = f"{result.summary()} (details: table cdc_ops.reconcile, run_id {run.run_id})"
+        if cfg.reconcile.on_difference == "fail":
+            raise DriftError(message)
+        log.warning("%s", message)
+    return outcome
+
+
+def build_reconcile_dag(settings: Settings, tables: list[TableConfig], schedule: str | None = "@daily") -> DAG:
+    """The DAG ``cdc_reconcile`` over the configured ``tables``."""
+    from airflow.sdk import DAG, Param, task
+
+    names = [t.name for t in tables]
+    with DAG(
+        dag_id=DAG_ID,
+        description="Compare each Iceberg table with its source table; repair the differences (report or repair)",
+        schedule=schedule,
+        start_date=datetime(2026, 1, 1),
+        catchup=False,
+        max_active_runs=1,
+        default_args={"owner": "data-platform", "retries": 0, "execution_timeout": timedelta(hours=6)},
+        tags=["cdc", "reconcile"],
+        doc_md=__doc__,
+        params={
+            "tables": Param(
+                [],
+                type="array",
+                items={"type": "string", "enum": names} if names else {"type": "string"},
+                title="Tables",
+                description="Tables of the table config to reconcile; empty: all.",
+                examples=names,
+            ),
+            "mode": Param(
+                "report",
+                type="string",
+                enum=["report", "repair"],
+                title="Mode",
+                description="report: find the differences; repair: then mend exactly the differing keys.",
+            ),
+            "key_range": Param(
+                None,
+                type=["null", "object"],
+                title="Primary-key range",
+                description='Only keys in this inclusive range, e.g. {"from": [1000], "to": [2000]}; empty: all.',
+            ),
+            "chunk_rows": Param(10_000, type="integer", minimum=100, title="Rows per chunk"),
+            "catch_up_timeout_minutes": Param(
+                60,
+                type="integer",
+                minimum=1,
+                title="Catch-up timeout (minutes)",
+                description="How long to wait for the table's DAG runs to apply past the source reads.",
+            ),
+        },
+    ) as dag:
+        chosen = task(task_id="select_tables")(lambda **ctx: select_tables(ctx["params"]["tables"], names))()
+        task(task_id="reconcile", map_index_template="{{ task.op_kwargs['name'] }}")(reconcile).expand(name=chosen)
+    return dag
