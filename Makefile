@@ -4,10 +4,10 @@ CDCLAKE := .venv/bin/cdclake
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: demo test lint bench setup stack-start stack-stop stack-status chain-start chain-stop airflow-ui lock clean help
+.PHONY: demo test lint bench bench-reconcile setup stack-start stack-stop stack-status chain-start chain-stop airflow-ui lock clean help
 
 help:  ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
 
 demo: setup  ## set up, load the real Debezium fixtures, run both table DAGs, show the Iceberg tables
 	$(CDCLAKE) demo --quiet
@@ -24,6 +24,9 @@ lint: setup  ## ruff (lint and format check), mypy (strict on the pure model), i
 
 bench: setup  ## the apply path's benchmark (not a test; long): results in bench/results/; BENCH_ARGS="--size medium"
 	.venv/bin/python bench/run.py $(BENCH_ARGS)
+
+bench-reconcile: setup  ## reconcile's benchmark: 1M rows, 10 differing, vs a full export; BENCH_ARGS="--rows 20000"
+	.venv/bin/python bench/reconcile_bench.py $(BENCH_ARGS)
 
 setup:  ## install the virtual environment, the jars and the Airflow DB (quick when done)
 	@bash include/scripts/setup.sh
