@@ -136,5 +136,5 @@ def build_reconcile_dag(settings: Settings, tables: list[TableConfig], schedule:
         },
     ) as dag:
         chosen = task(task_id="select_tables")(lambda **ctx: select_tables(ctx["params"]["tables"], names))()
-        task(task_id="reconcile", map_index_template="{{ task.op_kwargs['name'] }}")(reconcile).expand(name=chosen)
+        task(task_id="reconcile")(reconcile).expand(name=chosen)
     return dag

@@ -18,7 +18,7 @@ import yaml
 from cdclake.io.catalog import committed_offsets, load_catalog, load_table_or_none
 from cdclake.io.kafka import KafkaClients
 from cdclake.local import chain as source_chain
-from cdclake.local.cli import ensure_airflow_db, run_table_dag
+from cdclake.local.cli import ensure_airflow_db, run_airflow, run_table_dag
 from cdclake.model.config import load_tables
 from cdclake.model.snapshot import caught_up
 from cdclake.pipeline.reconcile import RECONCILE_TABLE, ReconcileParams, reconcile_table
@@ -173,3 +173,22 @@ def test_reconcile_reports_exactly_the_drift_and_repair_mends_it(chain, stack_se
     repairs = [s for s in table.snapshots() if s.summary and "cdc.reconcile-repair" in s.summary.additional_properties]
     assert len(repairs) == 1
     print(json.dumps({"report": report.summary(), "after_repair": again.summary()}))
+
+    # the same through the DAG (airflow dags test cdc_reconcile, connection cdc_source_db): clean,
+    # then one value drifted in the lake fails the run with DriftError
+    def dag_run() -> str:
+        conf = json.dumps({"tables": ["recon"], "chunk_rows": 500})
+        proc = run_airflow(["dags", "test", "cdc_reconcile", "--conf", conf], settings, capture_output=True, text=True)
+        return proc.stdout + proc.stderr
+
+    out = dag_run()
+    assert "state=success" in out.replace(" ", ""), out[-6000:]
+    _edit_lake(settings, {7: {"v": "drift-again"}})
+    out = dag_run()
+    assert "DriftError" in out and "1 differing" in out, out[-6000:]
+    dag_rows = [
+        r
+        for r in catalog.load_table(RECONCILE_TABLE).scan().to_arrow().to_pylist()
+        if r["run_id"].startswith("manual__") and r["chunk"] == -1
+    ]
+    assert sorted((r["differing"], r["only_in_source"], r["only_in_lake"]) for r in dag_rows) == [(0, 0, 0), (1, 0, 0)]

@@ -48,6 +48,7 @@ def spec(name: str, iceberg_type: str) -> ColumnSpec:
         ("tinyint", "int", Kind.INT),
         ("year", "int", Kind.INT),
         ("bit", "boolean", Kind.BOOL),
+        ("tinyint", "boolean", Kind.BOOL),
         ("bit", "binary", Kind.BITS),
         ("decimal", "decimal(10,2)", Kind.DECIMAL),
         ("decimal", "string", Kind.DECIMAL),

@@ -105,8 +105,10 @@ def column_kind(source: SourceColumn, lake: ColumnSpec) -> Kind | None:
     st, it = source.data_type.lower(), lake.iceberg_type
     if st in _SPATIAL:
         return Kind.SPATIAL if it.startswith("struct<") else None
+    if it == "boolean" and st in ("bit", "tinyint", "boolean", "bool"):
+        return Kind.BOOL  # BIT(1), and BOOLEAN (TINYINT(1)) as the connector maps it
     if st == "bit":
-        return Kind.BOOL if it == "boolean" else Kind.BITS if it == "binary" else None
+        return Kind.BITS if it == "binary" else None
     if st == "time":
         return Kind.TIME if it == "long" else None
     if it in ("int", "long"):
@@ -172,7 +174,7 @@ def canonical_sql(column: CompareColumn) -> str:
     c = quote(column.name)
     return {
         Kind.INT: f"CAST({c} AS CHAR)",
-        Kind.BOOL: f"CAST({c} + 0 AS CHAR)",
+        Kind.BOOL: f"CAST(({c} + 0 <> 0) AS CHAR)",
         Kind.BITS: f"HEX({c} + 0)",
         Kind.DECIMAL: f"CAST({c} AS CHAR)",
         Kind.FLOAT: f"CAST(CAST({c} AS DECIMAL(65,{FLOAT_DIGEST_PLACES})) AS CHAR)",

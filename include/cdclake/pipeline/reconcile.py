@@ -230,9 +230,28 @@ def _lake_version(cfg: TableConfig, row: dict[str, Any], *, tombstone: bool = Fa
     )
 
 
-def _scan(lake: Table, fields: Sequence[str]) -> Any:
-    """The table's rows as pyarrow record batches (the current snapshot)."""
-    return lake.refresh().scan(selected_fields=tuple(fields)).to_arrow_batch_reader()
+def _scan(lake: Table, fields: Sequence[str], row_filter: str | None = None) -> Any:
+    """The table's rows as pyarrow record batches (the current snapshot); ``row_filter`` lets
+    pyiceberg skip data files by their column statistics."""
+    scan = lake.refresh().scan(selected_fields=tuple(fields), row_filter=row_filter or "True")
+    return scan.to_arrow_batch_reader()
+
+
+def _chunks_filter(setup: _Setup, chunks: Sequence[Chunk], wanted: set[int]) -> str | None:
+    """pyiceberg filter of the key ranges of the ``wanted`` chunks (single-column keys only)."""
+    if len(setup.key) != 1 or setup.key[0].kind not in (Kind.INT, Kind.DECIMAL, Kind.DATE):
+        return None
+    name = setup.key[0].name
+    terms = []
+    for c in chunks:
+        if c.index in wanted:
+            parts = []
+            if c.lower is not None:
+                parts.append(f'"{name}" > {_literal(c.lower[0])}')
+            if c.upper is not None:
+                parts.append(f'"{name}" <= {_literal(c.upper[0])}')
+            terms.append("(" + (" AND ".join(parts) or "True") + ")")
+    return " OR ".join(terms) if terms else None
 
 
 def lake_digests(lake: Table, setup: _Setup, params: ReconcileParams, chunks: Sequence[Chunk]) -> list[Digest]:
@@ -265,7 +284,7 @@ def _lake_rows(
     ]
     present = {f.name for f in lake.schema().fields}
     out = {}
-    for batch in _scan(lake, [n for n in names if n in present]):
+    for batch in _scan(lake, [n for n in names if n in present], _chunks_filter(setup, chunks, wanted)):
         for row in batch.to_pylist():
             key = tuple(row[c.name] for c in setup.key)
             if _in_range(setup, params, key) and chunk_of(bounds, key) in wanted:
