@@ -44,7 +44,10 @@ def select_tables(names: list[str] | None, configured: list[str]) -> list[str]:
     chosen = list(names or configured)
     unknown = sorted(set(chosen) - set(configured))
     if unknown:
-        raise ConfigError(f"tables {unknown} are not in the table config; configured: {configured}")
+        raise ConfigError(
+            f"tables {unknown} are not upsert tables of the table config (changelog tables do not mirror their "
+            f"source, so reconcile does not compare them); reconcilable: {configured}"
+        )
     return chosen
 
 
@@ -92,7 +95,7 @@ def build_reconcile_dag(settings: Settings, tables: list[TableConfig], schedule:
     """The DAG ``cdc_reconcile`` over the configured ``tables``."""
     from airflow.sdk import DAG, Param, task
 
-    names = [t.name for t in tables]
+    names = [t.name for t in tables if t.write_mode == "upsert"]
     with DAG(
         dag_id=DAG_ID,
         description="Compare each Iceberg table with its source table; repair the differences (report or repair)",

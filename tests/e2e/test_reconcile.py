@@ -127,6 +127,8 @@ def test_reconcile_reports_exactly_the_drift_and_repair_mends_it(chain, stack_se
 
     # drift in the lake ...
     _edit_lake(settings, {10: None, 20: {"v": "tampered"}, 30: {"note": None}}, added={"id": 99_999, "v": "ghost"})
+    table = catalog.load_table("rec.recon")  # and key 60 twice, as a broken merge would leave it
+    table.append(table.scan(row_filter="id = 60").to_arrow())
     # ... and in the source, behind Debezium's back
     with db.cursor() as cur:
         cur.execute("SET SESSION sql_log_bin = 0")
@@ -150,7 +152,7 @@ def test_reconcile_reports_exactly_the_drift_and_repair_mends_it(chain, stack_se
     assert report.keys("only_in_source") == {(10,), (5000,)}
     assert report.keys("only_in_lake") == {(99_999,), (50,)}
     differing = {k: cols for o in report.outcomes for k, cols in o.differing.items()}
-    assert differing == {(20,): ["v"], (30,): ["note"], (40,): ["v"]}
+    assert differing == {(20,): ["v"], (30,): ["note"], (40,): ["v"], (60,): ["<duplicate rows>"]}
     assert report.chunks == 7 and report.source_rows == ROWS
     summary = [
         r
@@ -158,7 +160,7 @@ def test_reconcile_reports_exactly_the_drift_and_repair_mends_it(chain, stack_se
         if r["chunk"] == -1 and r["table_name"] == "recon"
     ]
     assert [(r["only_in_source"], r["only_in_lake"], r["differing"], r["mode"]) for r in summary] == [
-        (2, 2, 3, "report")
+        (2, 2, 4, "report")
     ]
 
     repaired = reconcile_table(settings, kafka, cfg, source, ReconcileParams(mode="repair", chunk_rows=500), catch_up)
@@ -171,7 +173,7 @@ def test_reconcile_reports_exactly_the_drift_and_repair_mends_it(chain, stack_se
     assert {r["id"] for r in tombstones} >= {50, 99_999}
     table = catalog.load_table(cfg.identifier)
     repairs = [s for s in table.snapshots() if s.summary and "cdc.reconcile-repair" in s.summary.additional_properties]
-    assert len(repairs) == 1
+    assert len(repairs) == 2  # the rows the source lacks; the copies of key 60
     print(json.dumps({"report": report.summary(), "after_repair": again.summary()}))
 
     # the same through the DAG (airflow dags test cdc_reconcile, connection cdc_source_db): clean,

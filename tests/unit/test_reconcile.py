@@ -23,6 +23,7 @@ from cdclake.model.reconcile import (
     chunk_of,
     column_kind,
     compare_columns,
+    parse_key_value,
     range_sql,
     read_position,
     repair_condition,
@@ -109,6 +110,7 @@ def test_compare_columns_names_what_it_leaves_out():
             dt.datetime(2024, 1, 2, 5, 4, 5, 500000, tzinfo=dt.timezone(dt.timedelta(hours=2))),
             "2024-01-02 03:04:05.500000",
         ),
+        (Kind.DATETIME, dt.datetime(99, 1, 2), "0099-01-02 00:00:00.000000"),
         (Kind.TIME, -3723500000, "-3723500000"),
         (Kind.STRING, "héllo", "héllo"),
         (Kind.BYTES, b"xyz", "78797A"),
@@ -151,7 +153,7 @@ def test_chunks_in_key_order():
     assert [chunk_of(bounds, (k,)) for k in (1, 10, 11, 20, 21, 10**9)] == [0, 0, 1, 1, 2, 2]
     key = [CompareColumn("a", Kind.INT), CompareColumn("b", Kind.STRING)]
     assert range_sql(key, (1, "x"), (2, "y")) == (
-        "(`a`, BINARY `b`) > (%s, %s) AND (`a`, BINARY `b`) <= (%s, %s)",
+        "(`a`, BINARY CONVERT(`b` USING utf8mb4)) > (%s, %s) AND (`a`, BINARY CONVERT(`b` USING utf8mb4)) <= (%s, %s)",
         [1, "x", 2, "y"],
     )
     assert range_sql(key, None, None) == ("1=1", [])
@@ -177,5 +179,23 @@ def test_repair_condition_selects_exactly_the_keys():
     key = [CompareColumn("id", Kind.INT), CompareColumn("name", Kind.STRING)]
     assert repair_condition(key, [(2, "b'x"), (1, "a")]) == "(`id`, `name`) IN ((1, 'a'), (2, 'b''x'))"
     assert repair_condition(key, []) == "1=0"
-    assert sql_literal(dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)) == "'2024-01-02 03:04:05'"
+    # a TIMESTAMP key is an instant: compared in whatever time zone the snapshot's session reads
+    assert sql_literal(dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)) == "FROM_UNIXTIME(1704164645.000000)"
+    assert sql_literal(dt.datetime(2024, 1, 2, 3, 4, 5)) == "'2024-01-02 03:04:05'"
     assert sql_literal(b"\x01") == "X'01'"
+
+
+def test_key_range_values_are_parsed_by_the_key_kind():
+    assert parse_key_value(Kind.INT, "12") == 12
+    assert parse_key_value(Kind.DECIMAL, 1.5) == Decimal("1.5")
+    assert parse_key_value(Kind.DATE, "2024-01-02") == dt.date(2024, 1, 2)
+    assert parse_key_value(Kind.TIMESTAMP, "2024-01-02T05:00:00+02:00") == dt.datetime(2024, 1, 2, 3, 0)
+    assert parse_key_value(Kind.BYTES, "0a0b") == b"\x0a\x0b"
+    with pytest.raises(ValueError):
+        parse_key_value(Kind.INT, "x")
+
+
+def test_names_with_a_percent_sign_survive_pymysql_formatting():
+    key = [CompareColumn("pct%", Kind.INT)]
+    clause, params = range_sql(key, (1,), None)
+    assert clause % tuple(params) == "(`pct%`) > (1)"

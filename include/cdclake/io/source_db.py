@@ -24,6 +24,7 @@ from cdclake.model.reconcile import (
     SourceColumn,
     canonical_sql,
     key_order_sql,
+    pyformat,
     quote,
     range_sql,
     row_hash_sql,
@@ -162,8 +163,8 @@ def chunk_bounds(
     """Cut the table's primary-key order every ``chunk_rows`` keys (keyset pagination: each step
     reads ``chunk_rows`` index entries). ``where`` limits the keys (a key range)."""
     order = ", ".join(key_order_sql(key))
-    names = ", ".join(quote(c.name) for c in key)
-    target = f"{quote(database)}.{quote(table)}"
+    names = pyformat(", ".join(quote(c.name) for c in key))
+    target = pyformat(f"{quote(database)}.{quote(table)}")
     chunks: list[Chunk] = []
     lower: KeyTuple | None = None
     with db.connect() as connection, connection.cursor() as cur:
@@ -195,13 +196,13 @@ def chunk_digests(
 ) -> list[tuple[Digest, SourceRead]]:
     """Each chunk's digest, each in a consistent read of its own (the rows of one chunk are locked
     by nothing and read at one position)."""
-    target = f"{quote(database)}.{quote(table)}"
+    target = pyformat(f"{quote(database)}.{quote(table)}")
     out = []
     for chunk in chunks:
         clause, params = range_sql(key, chunk.lower, chunk.upper)
         with consistent_read(db) as (cur, read):
             cur.execute(
-                f"SELECT COUNT(*), COALESCE(BIT_XOR({_escaped(row_hash_sql(columns))}), 0) FROM {target} "
+                f"SELECT COUNT(*), COALESCE(BIT_XOR({pyformat(row_hash_sql(columns))}), 0) FROM {target} "
                 f"WHERE {clause} AND ({where[0]})",
                 [*params, *where[1]],
             )
@@ -221,10 +222,10 @@ def chunk_rows(
 ) -> tuple[dict[KeyTuple, tuple[list[str | None], list[Any]]], SourceRead]:
     """The rows of ``chunks`` in one consistent read: ``{key: (canonical texts, raw values)}`` (raw
     values for the floating-point comparison) and the read's position."""
-    target = f"{quote(database)}.{quote(table)}"
-    texts = _escaped(", ".join(canonical_sql(c) for c in columns))
-    raws = ", ".join(quote(c.name) for c in columns)
-    keys = ", ".join(quote(c.name) for c in key)
+    target = pyformat(f"{quote(database)}.{quote(table)}")
+    texts = pyformat(", ".join(canonical_sql(c) for c in columns))
+    raws = pyformat(", ".join(quote(c.name) for c in columns))
+    keys = pyformat(", ".join(quote(c.name) for c in key))
     rows: dict[KeyTuple, tuple[list[str | None], list[Any]]] = {}
     n = len(columns)
     with consistent_read(db) as (cur, read):
@@ -238,12 +239,6 @@ def chunk_rows(
                 vals = list(r[len(key) :])
                 rows[k] = ([None if v is None else _text(v) for v in vals[:n]], vals[n:])
     return rows, read
-
-
-def _escaped(sql: str) -> str:
-    """``sql`` inside a query with parameters: PyMySQL formats with ``%``, so a literal ``%``
-    (``DATE_FORMAT``'s) is doubled."""
-    return sql.replace("%", "%%")
 
 
 def _text(value: Any) -> str:

@@ -168,6 +168,12 @@ def quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+def pyformat(sql: str) -> str:
+    """``sql`` inside a query with ``%s`` parameters (PyMySQL's paramstyle): a literal ``%`` (in a
+    name, or ``DATE_FORMAT``'s) doubled."""
+    return sql.replace("%", "%%")
+
+
 def canonical_sql(column: CompareColumn) -> str:
     """MariaDB SQL of the column's canonical text (NULL for NULL). The session's ``time_zone``
     must be ``+00:00`` (TIMESTAMP values in UTC)."""
@@ -230,8 +236,8 @@ def canonical_text(kind: Kind, value: Any) -> str | None:
         return str(value.isoformat())
     if kind in (Kind.DATETIME, Kind.TIMESTAMP):
         if value.tzinfo is not None:
-            value = value.astimezone(dt.timezone.utc)
-        return str(value.strftime("%Y-%m-%d %H:%M:%S.%f"))
+            value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        return str(value.isoformat(sep=" ", timespec="microseconds"))  # years below 1000 zero-padded
     if kind is Kind.TIME:
         return str(int(value))
     if kind is Kind.STRING:
@@ -284,6 +290,31 @@ def key_to_lake(kinds: Sequence[Kind], key: Sequence[Any]) -> KeyTuple:
     return tuple(out)
 
 
+def parse_key_value(kind: Kind, value: Any) -> Any:
+    """A primary-key value from JSON (a Param) -> as the source driver returns it.
+
+    Raises:
+        ValueError: the value does not fit the key column's kind.
+    """
+    if value is None:
+        raise ValueError("a key value cannot be null")
+    if kind is Kind.INT:
+        return int(value)
+    if kind is Kind.DECIMAL:
+        return Decimal(str(value))
+    if kind is Kind.DATE:
+        return dt.date.fromisoformat(str(value))
+    if kind is Kind.DATETIME:
+        return dt.datetime.fromisoformat(str(value)).replace(tzinfo=None)
+    if kind is Kind.TIMESTAMP:
+        parsed = dt.datetime.fromisoformat(str(value))
+        aware = parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=dt.timezone.utc)
+        return aware.astimezone(dt.timezone.utc).replace(tzinfo=None)  # the session reads in UTC
+    if kind is Kind.BYTES:
+        return bytes.fromhex(str(value))
+    return str(value)
+
+
 KEY_KINDS = {Kind.INT, Kind.DECIMAL, Kind.DATE, Kind.DATETIME, Kind.TIMESTAMP, Kind.STRING, Kind.BYTES}
 """Kinds a primary-key column may have: ordered the same in MariaDB (``BINARY`` for strings) and
 in Python."""
@@ -298,8 +329,13 @@ def check_key_kinds(table: str, key: Sequence[CompareColumn]) -> None:
 
 
 def key_order_sql(key: Sequence[CompareColumn]) -> list[str]:
-    """SQL of each key column as the source orders it: strings by their bytes."""
-    return [f"BINARY {quote(c.name)}" if c.kind is Kind.STRING else quote(c.name) for c in key]
+    """SQL of each key column as the source orders it (for queries with parameters: ``%``
+    escaped): strings by their UTF-8 bytes, which is Python's order of ``str`` whatever the
+    column's character set."""
+    return [
+        f"BINARY CONVERT({pyformat(quote(c.name))} USING utf8mb4)" if c.kind is Kind.STRING else pyformat(quote(c.name))
+        for c in key
+    ]
 
 
 def range_sql(key: Sequence[CompareColumn], lower: KeyTuple | None, upper: KeyTuple | None) -> tuple[str, list[Any]]:
@@ -435,7 +471,7 @@ def repair_condition(key: Sequence[CompareColumn], keys: Iterable[KeyTuple]) -> 
         ValueError: a key value of a type that cannot be written as a literal.
     """
     cols = ", ".join(quote(c.name) for c in key)
-    rows = []
+    rows: list[str] = []
     for k in sorted(set(keys)):
         rows.append("(" + ", ".join(sql_literal(v) for v in k) + ")")
     if not rows:
@@ -453,9 +489,10 @@ def sql_literal(v: Any) -> str:
         return str(v)
     if isinstance(v, bytes):
         return "X'" + v.hex() + "'"
+    if isinstance(v, dt.datetime) and v.tzinfo is not None:
+        # a TIMESTAMP: an instant, compared in the reading session's time zone whatever it is
+        return f"FROM_UNIXTIME({v.timestamp():.6f})"
     if isinstance(v, (dt.datetime, dt.date)):
-        if isinstance(v, dt.datetime) and v.tzinfo is not None:
-            v = v.astimezone(dt.timezone.utc).replace(tzinfo=None)
         return "'" + v.isoformat(sep=" ") + "'" if isinstance(v, dt.datetime) else "'" + v.isoformat() + "'"
     if isinstance(v, str):
         return "'" + v.replace("\\", "\\\\").replace("'", "''") + "'"

@@ -105,6 +105,8 @@ RECONCILE_COLUMNS: tuple[tuple[str, str, str], ...] = (
 )
 
 SAMPLE_KEYS = 20
+DUPLICATE = "<duplicate rows>"
+"""The "column" a key differs in when the lake holds it more than once."""
 CatchUp = Callable[[dict[int, int]], None]
 """Makes the table's committed offsets reach the given end offsets (runs its DAG, or waits)."""
 
@@ -116,7 +118,8 @@ class ReconcileParams:
     Attributes:
         mode: ``report`` or ``repair``.
         chunk_rows: rows per chunk.
-        rounds: row-level rounds before a still-changing key is reported as unsettled.
+        rounds: row-level rounds before a still-changing key is reported as unsettled (a
+            difference is confirmed by two rounds in a row).
         key_range: ``(from, to)`` inclusive primary-key tuples limiting the run; ``None``: all.
         ignored_columns: columns never compared.
         snapshot_timeout_s: how long a repair waits for Debezium's incremental snapshot.
@@ -124,7 +127,7 @@ class ReconcileParams:
 
     mode: str = "report"
     chunk_rows: int = 10_000
-    rounds: int = 3
+    rounds: int = 4
     key_range: tuple[KeyTuple, KeyTuple] | None = None
     ignored_columns: tuple[str, ...] = ()
     snapshot_timeout_s: float = 600.0
@@ -176,9 +179,15 @@ class _Setup:
     columns: list[CompareColumn]
     skipped: dict[str, str]
     where: tuple[str, list[Any]]
+    key_range: tuple[KeyTuple, KeyTuple] | None = None
 
 
 def _setup(db: SourceDatabase, cfg: TableConfig, lake: Table, params: ReconcileParams) -> _Setup:
+    if cfg.write_mode != "upsert":
+        raise ReconcileError(
+            f"table {cfg.identifier} is a {cfg.write_mode} table (every event a row): it does not mirror its "
+            "source table, so reconcile does not compare it"
+        )
     _prefix, database, table = cfg.topic.rsplit(".", 2)
     src = source_columns(db, database, table)
     schema = source_schema(lake)
@@ -190,21 +199,28 @@ def _setup(db: SourceDatabase, cfg: TableConfig, lake: Table, params: ReconcileP
     key = [by_name[k] for k in cfg.primary_key]
     check_key_kinds(cfg.identifier, key)
     where: tuple[str, list[Any]] = ("1=1", [])
+    key_range = None
     if params.key_range is not None:
-        from cdclake.model.reconcile import key_order_sql
+        from cdclake.model.reconcile import key_order_sql, parse_key_value
 
+        try:
+            lo, hi = (tuple(parse_key_value(c.kind, v) for c, v in zip(key, b, strict=True)) for b in params.key_range)
+        except ValueError as e:
+            raise ReconcileError(
+                f"table {cfg.identifier}: key_range {params.key_range} does not fit key {cfg.primary_key}: {e}"
+            ) from e
         cols = "(" + ", ".join(key_order_sql(key)) + ")"
         marks = "(" + ", ".join("%s" for _ in key) + ")"
-        where = (f"{cols} >= {marks} AND {cols} <= {marks}", [*params.key_range[0], *params.key_range[1]])
-    return _Setup(cfg, database, table, key, columns, skipped, where)
+        where = (f"{cols} >= {marks} AND {cols} <= {marks}", [*lo, *hi])
+        kinds = [c.kind for c in key]
+        key_range = (key_to_lake(kinds, lo), key_to_lake(kinds, hi))
+    return _Setup(cfg, database, table, key, columns, skipped, where, key_range)
 
 
 def _in_range(setup: _Setup, params: ReconcileParams, key: KeyTuple) -> bool:
-    if params.key_range is None:
+    if setup.key_range is None:
         return True
-    kinds = [c.kind for c in setup.key]
-    lo, hi = key_to_lake(kinds, params.key_range[0]), key_to_lake(kinds, params.key_range[1])
-    return bool(lo <= key <= hi)
+    return bool(setup.key_range[0] <= key <= setup.key_range[1])
 
 
 def _read_pos(cfg: TableConfig, identity: SourceIdentity | None, read: SourceRead) -> BinlogPosition:
@@ -230,28 +246,29 @@ def _lake_version(cfg: TableConfig, row: dict[str, Any], *, tombstone: bool = Fa
     )
 
 
-def _scan(lake: Table, fields: Sequence[str], row_filter: str | None = None) -> Any:
-    """The table's rows as pyarrow record batches (the current snapshot); ``row_filter`` lets
-    pyiceberg skip data files by their column statistics."""
-    scan = lake.refresh().scan(selected_fields=tuple(fields), row_filter=row_filter or "True")
+def _scan(lake: Table, fields: Sequence[str], row_filter: Any = None) -> Any:
+    """The table's rows as pyarrow record batches (the current snapshot); ``row_filter`` (a
+    pyiceberg expression) lets pyiceberg skip data files by their column statistics."""
+    scan = lake.refresh().scan(selected_fields=tuple(fields), row_filter=row_filter or _ex().AlwaysTrue())
     return scan.to_arrow_batch_reader()
 
 
-def _chunks_filter(setup: _Setup, chunks: Sequence[Chunk], wanted: set[int]) -> str | None:
-    """pyiceberg filter of the key ranges of the ``wanted`` chunks (single-column keys only)."""
+def _chunks_filter(setup: _Setup, chunks: Sequence[Chunk], wanted: set[int]) -> Any:
+    """pyiceberg filter of the key ranges of the ``wanted`` chunks (single-column keys; ``None``
+    for others)."""
     if len(setup.key) != 1 or setup.key[0].kind not in (Kind.INT, Kind.DECIMAL, Kind.DATE):
         return None
-    name = setup.key[0].name
+    e, name = _ex(), setup.key[0].name
     terms = []
     for c in chunks:
         if c.index in wanted:
             parts = []
             if c.lower is not None:
-                parts.append(f'"{name}" > {_literal(c.lower[0])}')
+                parts.append(e.GreaterThan(name, c.lower[0]))
             if c.upper is not None:
-                parts.append(f'"{name}" <= {_literal(c.upper[0])}')
-            terms.append("(" + (" AND ".join(parts) or "True") + ")")
-    return " OR ".join(terms) if terms else None
+                parts.append(e.LessThanOrEqual(name, c.upper[0]))
+            terms.append(e.AlwaysTrue() if not parts else parts[0] if len(parts) == 1 else e.And(*parts))
+    return _balanced_or(terms) if terms else None
 
 
 def lake_digests(lake: Table, setup: _Setup, params: ReconcileParams, chunks: Sequence[Chunk]) -> list[Digest]:
@@ -272,7 +289,8 @@ def lake_digests(lake: Table, setup: _Setup, params: ReconcileParams, chunks: Se
 
 def _lake_rows(
     lake: Table, setup: _Setup, params: ReconcileParams, chunks: Sequence[Chunk], wanted: set[int]
-) -> dict[KeyTuple, dict[str, Any]]:
+) -> tuple[dict[KeyTuple, dict[str, Any]], set[KeyTuple]]:
+    """The lake's rows of the ``wanted`` chunks by key, and the keys the lake holds more than once."""
     kinds = [c.kind for c in setup.key]
     bounds = uppers(chunks, kinds)
     names = [c.name for c in setup.columns] + [
@@ -283,13 +301,18 @@ def _lake_rows(
         "_cdc_gtid_seq",
     ]
     present = {f.name for f in lake.schema().fields}
-    out = {}
+    out: dict[KeyTuple, dict[str, Any]] = {}
+    duplicates: set[KeyTuple] = set()
     for batch in _scan(lake, [n for n in names if n in present], _chunks_filter(setup, chunks, wanted)):
         for row in batch.to_pylist():
             key = tuple(row[c.name] for c in setup.key)
             if _in_range(setup, params, key) and chunk_of(bounds, key) in wanted:
+                if key in out:
+                    duplicates.add(key)
+                    if _lake_version(setup.cfg, row) < _lake_version(setup.cfg, out[key]):
+                        continue  # the newest copy's position decides the verdict
                 out[key] = row
-    return out
+    return out, duplicates
 
 
 def _tombstones(catalog: Catalog, cfg: TableConfig, keys: set[KeyTuple]) -> dict[KeyTuple, dict[str, Any]]:
@@ -325,19 +348,21 @@ def _compare_rows(
     bounds = uppers(chunks, kinds)
     pending_keys: set[KeyTuple] | None = None
     read_text = ""
+    sighted: set[KeyTuple] = set()  # keys that differed in the previous round
     for round_no in range(1, params.rounds + 1):
         todo = [c for c in targets if c.index in pending]
         source, read = chunk_rows(db, setup.database, setup.table, setup.key, setup.columns, todo, setup.where)
         read_text = f"{read.binlog_file_seq}:{read.binlog_pos}" + (f" ({read.gtid_pos})" if read.gtid_pos else "")
         catch_up()
         position = _read_pos(cfg, identity, read)
-        lake_rows = _lake_rows(lake, setup, params, chunks, pending)
+        lake_rows, duplicates = _lake_rows(lake, setup, params, chunks, pending)
         source_by_lake_key = {key_to_lake(kinds, k): v for k, v in source.items()}
         keys = set(source_by_lake_key) | set(lake_rows)
         if pending_keys is not None:
             keys &= pending_keys
         tombs = _tombstones(catalog, cfg, {k for k in keys if k not in lake_rows})
         still: set[KeyTuple] = set()
+        now_sighted: set[KeyTuple] = set()
         for oc in outcomes.values():
             if oc.chunk.index in pending:
                 oc.unsettled = []
@@ -347,7 +372,7 @@ def _compare_rows(
             if round_no == 1:
                 oc.source_rows += src is not None
                 oc.lake_rows += row is not None
-            bad_columns = []
+            bad_columns = [DUPLICATE] if k in duplicates else []
             if src is not None and row is not None:
                 texts, raws = src
                 for i, col in enumerate(setup.columns):
@@ -362,6 +387,11 @@ def _compare_rows(
                 else None
             )
             v = verdict(src is not None, row is not None, not bad_columns, version, position)
+            if v is not Verdict.EQUAL and v is not Verdict.UNSETTLED and k not in sighted:
+                # a difference counts when two reads in a row show it (the second after another
+                # catch-up): a record still in flight to another partition cannot fake it
+                now_sighted.add(k)
+                v = Verdict.UNSETTLED
             if v is Verdict.UNSETTLED:
                 still.add(k)
                 oc.unsettled.append(k)
@@ -383,6 +413,7 @@ def _compare_rows(
             break
         pending = {chunk_of(bounds, k) for k in still}
         pending_keys = still
+        sighted = now_sighted
     return outcomes, read_text
 
 
@@ -535,6 +566,11 @@ def reconcile_table(
     return result
 
 
+SIGNAL_DATA_LIMIT = 1800
+"""Characters of a signal's ``data`` JSON per repair signal (the signal table's ``data`` column
+is ``VARCHAR(2048)`` in Debezium's docs): larger key lists are split into several signals."""
+
+
 def _repair(
     settings: Settings,
     kafka: KafkaClients,
@@ -547,26 +583,40 @@ def _repair(
     identity: SourceIdentity | None,
 ) -> None:
     """Delete the lake rows the source lacks (with tombstones at the read position) and re-read
-    the missing and differing keys through an incremental snapshot of exactly those keys."""
+    the missing and differing keys through incremental snapshots of exactly those keys (a key the
+    lake holds twice loses its copies first)."""
     extra = sorted(result.keys("only_in_lake"), key=repr)
-    reread = sorted(result.keys("only_in_source") | result.keys("differing"), key=repr)
+    differing = {k: cols for o in result.outcomes for k, cols in o.differing.items()}
+    duplicated = sorted((k for k, cols in differing.items() if DUPLICATE in cols), key=repr)
+    reread = sorted(result.keys("only_in_source") | set(differing), key=repr)
     if extra:
-        _delete_lake_rows(catalog, cfg, setup, extra, db, identity, params)
-    if reread:
-        collection = f"{setup.database}.{setup.table}"
-        kinds = [c.kind for c in setup.key]
-        source_keys = [_source_key(kinds, k) for k in reread]
+        _delete_lake_rows(catalog, cfg, setup, extra, db, identity, params, absent=True)
+    if duplicated:
+        _delete_lake_rows(catalog, cfg, setup, duplicated, db, identity, params, absent=False)
+    collection = f"{setup.database}.{setup.table}"
+    batch: list[KeyTuple] = []
+    batches: list[list[KeyTuple]] = []
+    for k in reread:
+        if batch and len(repair_condition(setup.key, [*batch, k])) > SIGNAL_DATA_LIMIT:
+            batches.append(batch)
+            batch = []
+        batch.append(k)
+    if batch:
+        batches.append(batch)
+    for keys in batches:
+        # unique per table and attempt: the mapped tasks of one DAG run share its run id
         signal = build_signal(
-            f"cdclake-repair-{params.run_id}"[:64],
+            f"cdclake-repair-{uuid.uuid4().hex}",
             "execute",
             [collection],
             "incremental",
-            {collection: repair_condition(setup.key, source_keys)},
+            {collection: repair_condition(setup.key, keys)},
         )
         since = int(time.time() * 1000)
-        send_source_signal(db, settings.signal_table, signal)
+        if not send_source_signal(db, settings.signal_table, signal):
+            raise ReconcileError(f"repair signal {signal.id} was not inserted into {settings.signal_table}")
         _wait_snapshot(kafka, settings.notification_topic, signal.id, since, params.snapshot_timeout_s)
-        log.info("table %s: re-read %d key(s) through incremental snapshot %s", cfg.identifier, len(reread), signal.id)
+        log.info("table %s: re-read %d key(s) through incremental snapshot %s", cfg.identifier, len(keys), signal.id)
 
 
 def _source_key(kinds: Sequence[Kind], key: KeyTuple) -> KeyTuple:
@@ -610,93 +660,111 @@ def _delete_lake_rows(
     db: SourceDatabase,
     identity: SourceIdentity | None,
     params: ReconcileParams,
+    *,
+    absent: bool,
 ) -> None:
-    """Delete ``keys`` from the lake in one commit and record tombstones at the position of a
-    source read that confirms they are still absent."""
+    """Delete ``keys``' lake rows written before a fresh source read, in one commit.
+
+    ``absent``: the keys the source does not have; a read confirms it (a key that came back is
+    left alone) and each gets a tombstone at the read's position first, so that neither a crash
+    between the two commits nor a re-emitted older event brings the row back. Otherwise (keys the
+    lake holds twice) the copies go and the repair's snapshot writes the key again.
+    """
     import pyarrow as pa
 
     from cdclake.io.source_db import consistent_read
-    from cdclake.model.reconcile import quote
+    from cdclake.model.reconcile import pyformat, quote
 
     kinds = [c.kind for c in setup.key]
     with consistent_read(db) as (cur, read):
-        target = f"{quote(setup.database)}.{quote(setup.table)}"
-        still_absent = []
+        target = pyformat(f"{quote(setup.database)}.{quote(setup.table)}")
+        chosen = []
         for k in keys:
-            names = " AND ".join(f"{quote(c.name)} = %s" for c in setup.key)
+            names = " AND ".join(f"{pyformat(quote(c.name))} = %s" for c in setup.key)
             cur.execute(f"SELECT COUNT(*) FROM {target} WHERE {names}", list(_source_key(kinds, k)))
-            if int(cur.fetchone()[0]) == 0:
-                still_absent.append(k)
-    if not still_absent:
+            if (int(cur.fetchone()[0]) == 0) == absent:
+                chosen.append(k)
+    if not chosen:
         return
     position = _read_pos(cfg, identity, read)
     lake = catalog.load_table(cfg.identifier)
-    predicate = _keys_predicate(cfg, still_absent)
+    if absent:
+        by_name = {c.name: c for c in source_schema(lake).columns}
+        pk_fields = [(c, by_name[c].iceberg_type, True) for c in cfg.primary_key]
+        tombs = ensure_side_table(
+            catalog,
+            side_table(cfg.identifier, TOMBSTONES_SUFFIX),
+            pk_fields + [(n, t, False) for n, t, _ in TOMBSTONE_COLUMNS],
+            {n: d for n, _, d in TOMBSTONE_COLUMNS},
+        )
+        gtid = cfg.ordering == "gtid"
+        now = datetime.now(timezone.utc)
+        new = {
+            "_cdc_binlog_file_seq": read.binlog_file_seq,
+            "_cdc_binlog_pos": 2**62 if gtid else position.pos,
+            "_cdc_binlog_row": 0 if gtid else -1,
+            "_cdc_gtid_seq": position.file_seq - 1 if gtid else None,
+            "_cdc_source_ts": now,
+            "_cdc_recorded_at": now,
+        }
+        at = _lake_version(cfg, new, tombstone=True)
+        existing = _tombstones(catalog, cfg, set(chosen))
+        older = [k for k, row in existing.items() if _lake_version(cfg, row, tombstone=True) < at]
+        fresh = [k for k in chosen if k not in existing or k in older]  # a newer tombstone stays
+        if older:
+            tombs.delete(_keys_predicate(cfg, older))
+        if fresh:
+            rows = [{**dict(zip(cfg.primary_key, k, strict=True)), **new} for k in fresh]
+            tombs.append(pa.Table.from_pylist(rows, schema=tombs.schema().as_arrow()))
     # only rows written before the read: a row a later event wrote (the key came back) stays
     lake.delete(
-        f"{predicate} AND {_written_before(cfg, position)}", snapshot_properties={"cdc.reconcile-repair": params.run_id}
+        _ex().And(_keys_predicate(cfg, chosen), _written_before(cfg, position)),
+        snapshot_properties={"cdc.reconcile-repair": params.run_id},
     )
-    by_name = {c.name: c for c in source_schema(lake).columns}
-    pk_fields = [(c, by_name[c].iceberg_type, True) for c in cfg.primary_key]
-    tombs = ensure_side_table(
-        catalog,
-        side_table(cfg.identifier, TOMBSTONES_SUFFIX),
-        pk_fields + [(n, t, False) for n, t, _ in TOMBSTONE_COLUMNS],
-        {n: d for n, _, d in TOMBSTONE_COLUMNS},
-    )
-    gtid = cfg.ordering == "gtid"
-    now = datetime.now(timezone.utc)
-    rows = []
-    for k in still_absent:
-        row = dict(zip(cfg.primary_key, k, strict=True))
-        row.update(
-            {
-                "_cdc_binlog_file_seq": read.binlog_file_seq,
-                "_cdc_binlog_pos": 2**62 if gtid else position.pos,
-                "_cdc_binlog_row": 0 if gtid else -1,
-                "_cdc_gtid_seq": position.file_seq - 1 if gtid else None,
-                "_cdc_source_ts": now,
-                "_cdc_recorded_at": now,
-            }
-        )
-        rows.append(row)
-    existing = _tombstones(catalog, cfg, set(still_absent))
-    if existing:
-        tombs.delete(_keys_predicate(cfg, list(existing)))
-    tombs.append(pa.Table.from_pylist(rows, schema=tombs.schema().as_arrow()))
     log.info(
-        "table %s: deleted %d row(s) the source does not have, with tombstones at %s",
+        "table %s: deleted the lake rows of %d key(s) %s written before %s",
         cfg.identifier,
-        len(still_absent),
+        len(chosen),
+        "the source does not have (tombstones at that position)" if absent else "held more than once",
         position.to_text(),
     )
 
 
-def _literal(v: Any) -> str:
-    """A literal of pyiceberg's filter syntax (strings, dates and timestamps quoted)."""
-    if isinstance(v, bool) or isinstance(v, (int, float)) or v.__class__.__name__ == "Decimal":
-        return str(v)
-    if isinstance(v, datetime) and v.tzinfo is not None:
-        return "'" + v.isoformat() + "'"
-    text = v.isoformat() if hasattr(v, "isoformat") else str(v)
-    return "'" + text.replace("'", "''") + "'"
+def _ex() -> Any:
+    """pyiceberg's expressions module (its constructors typed loosely here)."""
+    from pyiceberg import expressions
+
+    return expressions
 
 
-def _written_before(cfg: TableConfig, position: BinlogPosition) -> str:
+def _written_before(cfg: TableConfig, position: BinlogPosition) -> Any:
     """pyiceberg filter: rows written by an event before ``position`` (a read position)."""
+    e = _ex()
     if cfg.ordering == "gtid":
-        return f"(_cdc_gtid_seq IS NULL OR _cdc_gtid_seq < {position.file_seq})"
+        return e.Or(e.IsNull("_cdc_gtid_seq"), e.LessThan("_cdc_gtid_seq", position.file_seq))
     f, p = position.file_seq, position.pos
-    return f"(_cdc_binlog_file_seq < {f} OR (_cdc_binlog_file_seq = {f} AND _cdc_binlog_pos < {p}))"
+    return e.Or(
+        e.LessThan("_cdc_binlog_file_seq", f),
+        e.And(e.EqualTo("_cdc_binlog_file_seq", f), e.LessThan("_cdc_binlog_pos", p)),
+    )
 
 
-def _keys_predicate(cfg: TableConfig, keys: list[KeyTuple]) -> str:
-    """pyiceberg filter selecting exactly ``keys``."""
-    terms = [
-        "(" + " AND ".join(f'"{c}" = {_literal(v)}' for c, v in zip(cfg.primary_key, k, strict=True)) + ")"
-        for k in keys
-    ]
-    return "(" + " OR ".join(terms) + ")"
+def _keys_predicate(cfg: TableConfig, keys: list[KeyTuple]) -> Any:
+    """pyiceberg filter selecting exactly ``keys`` (values bound by pyiceberg: binary keys too)."""
+    e = _ex()
+    if len(cfg.primary_key) == 1:
+        return e.In(cfg.primary_key[0], {k[0] for k in keys})
+    terms = [e.And(*[e.EqualTo(c, v) for c, v in zip(cfg.primary_key, k, strict=True)]) for k in keys]
+    return _balanced_or(terms)
+
+
+def _balanced_or(terms: list[Any]) -> Any:
+    """``Or`` of ``terms`` as a balanced tree (a chain thousands deep would overflow the
+    recursion of pyiceberg's expression visitors)."""
+    if len(terms) == 1:
+        return terms[0]
+    middle = len(terms) // 2
+    return _ex().Or(_balanced_or(terms[:middle]), _balanced_or(terms[middle:]))
 
 
 def _sample(keys: Sequence[KeyTuple]) -> list[list[str]]:
