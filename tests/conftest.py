@@ -61,9 +61,13 @@ def fixtures_dir() -> DebeziumFiles:
 
 
 @pytest.fixture(scope="session")
-def stack_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+def stack_settings(tmp_path_factory: pytest.TempPathFactory):
+    """The tests' stack settings; the Spark Connect server that DAG runs start on demand
+    (:func:`cdclake.local.cli.run_table_dag`) is stopped at the end of the session."""
+    from cdclake.local import engine
+
     state = tmp_path_factory.mktemp("stack")
-    return Settings.from_env(
+    settings = Settings.from_env(
         {
             "CDCLAKE_STATE_DIR": str(state),
             # ports of their own, so that test sessions never share (or stop) each other's servers
@@ -72,8 +76,12 @@ def stack_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
             "CDCLAKE_MARIADB_PORT": str(_free_port()),
             "CDCLAKE_CONNECT_PORT": str(_free_port()),
             "CDCLAKE_TOPIC_PREFIX": "chain",
+            "CDCLAKE_SPARK_CONNECT_PORT": str(_free_port()),
+            "CDCLAKE_ENGINE_MEMORY": "2g",
         }
     )
+    yield settings
+    engine.stop_engine(settings)
 
 
 @pytest.fixture(scope="session")
@@ -99,6 +107,16 @@ def chain(stack_settings: Settings, kafka):
     yield stack_settings
     source_chain.stop_connect(stack_settings)
     source_chain.stop_mariadb(stack_settings)
+
+
+@pytest.fixture(scope="session")
+def engine(stack_settings: Settings) -> str:
+    """The shared Spark Connect server of the tests' stack (stopped with ``stack_settings``);
+    yields its URL with the token, for :func:`cdclake.spark.session.connect_session`."""
+    from cdclake.local import engine as local_engine
+
+    local_engine.start_engine(stack_settings)
+    return f"{local_engine.engine_url(stack_settings)}/;token={local_engine.engine_token(stack_settings)}"
 
 
 @pytest.fixture(scope="session")

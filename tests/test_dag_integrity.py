@@ -66,12 +66,17 @@ def test_dagbag_has_one_dag_per_configured_table_and_no_import_errors():
                     "tags": sorted(dag.tags), "owner": dag.default_args.get("owner"),
                     "retries": dag.default_args.get("retries"),
                     "backoff": dag.default_args.get("retry_exponential_backoff"),
-                    "upstream": {t: sorted(dag.get_task(t).upstream_task_ids) for t in ("schema_sync", "apply") if dag.has_task(t)}}
+                    "upstream": {t: sorted(dag.get_task(t).upstream_task_ids) for t in ("schema_sync", "apply") if dag.has_task(t)},
+                    "no_timeout": sorted(t.task_id for t in dag.tasks if t.execution_timeout is None),
+                    "apply": {"pool": dag.get_task("apply").pool, "type": type(dag.get_task("apply")).__name__}
+                    if dag.has_task("apply") else None}
                 for d, dag in bag.dags.items()}
         print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "dags": dags}))
         """
     )
     assert result["errors"] == {}
+    # every task has an execution_timeout: a hung task fails and is retried instead of holding a slot
+    assert {d: v["no_timeout"] for d, v in result["dags"].items() if v["no_timeout"]} == {}
     expected = {t.dag_id for t in load_tables(PROJECT_ROOT / "include" / "tables.yaml").tables}
     assert set(result["dags"]) == expected | {"cdc_snapshot_bootstrap", "cdc_reconcile"}
     reconcile = result["dags"].pop("cdc_reconcile")
@@ -96,6 +101,22 @@ def test_dagbag_has_one_dag_per_configured_table_and_no_import_errors():
         assert "cdc" in dag["tags"]
         assert dag["owner"] == "data-platform"
         assert dag["retries"] >= 1 and dag["backoff"] is True
+        # the default engine: a session of the shared Spark Connect server, in the apply pool
+        assert dag["apply"] == {"pool": "cdc_apply", "type": "_PythonDecoratedOperator"}
+
+
+def test_the_submit_engine_applies_through_spark_submit_in_the_same_pool(monkeypatch):
+    monkeypatch.setenv("CDCLAKE_ENGINE", "submit")
+    result = run_python(
+        """
+        import json
+        from airflow.dag_processing.dagbag import DagBag
+        bag = DagBag(dag_folder="dags")
+        apply = bag.dags["cdc_inventory_products"].get_task("apply")
+        print(json.dumps({"type": type(apply).__name__, "pool": apply.pool, "conn_id": apply._conn_id}))
+        """
+    )
+    assert result == {"type": "SparkSubmitOperator", "pool": "cdc_apply", "conn_id": "spark_default"}
 
 
 def test_dag_count_follows_the_table_config(tmp_path):

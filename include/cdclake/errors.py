@@ -110,3 +110,9 @@ class ReconcileError(CdcLakeError):
 
 class DriftError(CdcLakeError):
     """Reconcile found keys where the Iceberg table differs from its source table."""
+
+
+class EngineUnavailableError(CdcLakeError, ConnectionError):
+    """The Spark Connect server of the ``connect`` engine does not accept connections (it is not
+    started, or restarting). Nothing was applied; the task's retry runs the same plan. The
+    message names the server (never its token) and the Airflow connection."""

@@ -21,6 +21,10 @@ variable                       meaning                                          
 ``CDCLAKE_TOPIC_PREFIX``       Debezium ``topic.prefix`` of the local chain     ``mariadb``
 ``CDCLAKE_SIGNAL_CHANNEL``     bootstrap signals: ``source`` table or ``kafka``  ``source``
 ``CDCLAKE_SIGNAL_TABLE``       the connector's ``signal.data.collection``       ``inventory.debezium_signal``
+``CDCLAKE_ENGINE``             the apply engine: ``connect`` or ``submit``       ``connect``
+``CDCLAKE_SPARK_CONNECT_PORT`` loopback port of the local Spark Connect server  ``15002``
+``CDCLAKE_ENGINE_MEMORY``      the local Spark Connect server's heap            ``4g``
+``CDCLAKE_APPLY_POOL_SLOTS``   applies at once (Airflow pool ``cdc_apply``)      ``2``
 ``CDCLAKE_APPLY_PAUSE_AT``     debugging: pause the apply job at a commit point  unset
 =============================  ===============================================  =========================
 
@@ -53,6 +57,10 @@ _KNOWN = {
     "TOPIC_PREFIX",
     "SIGNAL_CHANNEL",
     "SIGNAL_TABLE",
+    "ENGINE",
+    "SPARK_CONNECT_PORT",
+    "ENGINE_MEMORY",
+    "APPLY_POOL_SLOTS",
     "APPLY_PAUSE_AT",  # read by the apply job: cdclake.spark.commit.PAUSE_ENV (debugging)
 }
 
@@ -62,13 +70,23 @@ class ConnectionIds:
     :mod:`cdclake.local.airflow_env`; a deployment creates them in Airflow)."""
 
     SPARK = "spark_default"
-    """type ``spark``: the Spark master (without it the provider falls back to ``--master yarn``)."""
+    """type ``spark``: the Spark master of the ``submit`` engine (without it the provider falls
+    back to ``--master yarn``)."""
+    SPARK_CONNECT = "spark_connect_default"
+    """type ``spark_connect``: the Spark Connect server of the ``connect`` engine (host, port,
+    token as the password, ``use_ssl`` in the extra), as the Spark provider's
+    ``SparkConnectHook`` reads it."""
     KAFKA = "kafka_default"
     """type ``kafka``: the librdkafka client config of the cluster holding the Debezium topics."""
     KAFKA_NOTIFICATIONS = "kafka_notifications"
     """type ``kafka``: the same cluster, for the deferrable wait on Debezium's notification topic."""
     SOURCE_DB = "cdc_source_db"
     """type ``mysql``: the source database, where snapshot signals are inserted."""
+
+
+APPLY_POOL = "cdc_apply"
+"""The Airflow pool of every table's ``apply`` task: its slots are the applies the engine runs at
+once (``CDCLAKE_APPLY_POOL_SLOTS`` on the local stack; a deployment sizes it to its engine)."""
 
 
 class Settings(BaseModel):
@@ -88,6 +106,14 @@ class Settings(BaseModel):
     topic_prefix: str = "mariadb"
     signal_channel: Literal["source", "kafka"] = "source"
     signal_table: str = "inventory.debezium_signal"
+    engine: Literal["connect", "submit"] = "connect"
+    """How the table DAGs' ``apply`` task runs Spark: ``connect``, a session of the long-running
+    Spark Connect server (connection :attr:`ConnectionIds.SPARK_CONNECT`); ``submit``,
+    ``spark-submit`` of ``spark_jobs/apply_cdc.py`` (connection :attr:`ConnectionIds.SPARK`; YARN,
+    Kubernetes, a standalone cluster)."""
+    spark_connect_port: int = 15002
+    engine_memory: str = "4g"
+    apply_pool_slots: int = 2
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
@@ -125,6 +151,10 @@ class Settings(BaseModel):
                 topic_prefix=env.get("CDCLAKE_TOPIC_PREFIX", "mariadb"),
                 signal_channel=env.get("CDCLAKE_SIGNAL_CHANNEL", "source"),
                 signal_table=env.get("CDCLAKE_SIGNAL_TABLE", "inventory.debezium_signal"),
+                engine=env.get("CDCLAKE_ENGINE", "connect"),
+                spark_connect_port=int(env.get("CDCLAKE_SPARK_CONNECT_PORT", "15002")),
+                engine_memory=env.get("CDCLAKE_ENGINE_MEMORY", "4g"),
+                apply_pool_slots=int(env.get("CDCLAKE_APPLY_POOL_SLOTS", "2")),
             )
         )
 
@@ -189,6 +219,11 @@ class Settings(BaseModel):
     @property
     def airflow_home(self) -> Path:
         return self.state_dir / "airflow"
+
+    @property
+    def engine_dir(self) -> Path:
+        """The local Spark Connect server's files (pid, log, settings, token)."""
+        return self.state_dir / "engine"
 
 
 def jars_dir(profile: str) -> Path:

@@ -279,7 +279,12 @@ def build_bootstrap_dag(settings: Settings, tables: list[TableConfig]) -> DAG:
         start_date=datetime(2026, 1, 1),
         catchup=False,
         max_active_runs=1,
-        default_args={"owner": "data-platform", "retries": 2, "retry_delay": timedelta(seconds=30)},
+        default_args={
+            "owner": "data-platform",
+            "retries": 2,
+            "retry_delay": timedelta(seconds=30),
+            "execution_timeout": timedelta(minutes=30),
+        },
         tags=["cdc", "bootstrap"],
         doc_md=__doc__,
         # the sensor's apply_function takes lists and numbers from XCom, not their str()
@@ -336,6 +341,7 @@ def build_bootstrap_dag(settings: Settings, tables: list[TableConfig]) -> DAG:
                 "data_collections": "{{ ti.xcom_pull(task_ids='prepare')['collections'].values() | list }}",
             },
             timeout=timedelta(hours=12),
+            execution_timeout=timedelta(hours=12, minutes=30),
             retries=0,
         )
         executing >> wait

@@ -9,8 +9,11 @@
   (rename, deleted column, primary key, ...) is a barrier: if the batch holds events before it,
   the batch is capped before it and the change waits for the next run, so that every row is
   written under the schema it was produced with. Its output is the plan ``apply`` runs.
-* **apply** runs ``spark_jobs/apply_cdc.py`` with ``SparkSubmitOperator`` (connection
-  ``spark_default``): one Iceberg commit holding the rows, the end offsets and the run id.
+* **apply** makes one Iceberg commit holding the rows, the end offsets and the run id. With the
+  ``connect`` engine (the default) it is a session of the shared Spark Connect server (connection
+  ``spark_connect_default``); with ``submit``, ``spark_jobs/apply_cdc.py`` through
+  ``SparkSubmitOperator`` (connection ``spark_default``). Either way it runs in the Airflow pool
+  ``cdc_apply``, which caps the applies running at once to what the engine holds.
 * **publish** emits the Iceberg table as an Airflow asset event (snapshot id, events by op), so
   that downstream DAGs can be scheduled on the table.
 
@@ -26,7 +29,7 @@ import sys
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from cdclake.settings import PROJECT_ROOT, ConnectionIds, Settings, jars_dir
+from cdclake.settings import APPLY_POOL, PROJECT_ROOT, ConnectionIds, Settings, jars_dir
 
 if TYPE_CHECKING:
     from airflow.sdk import DAG
@@ -134,6 +137,36 @@ def schema_sync(**context: Any) -> str:
     ).to_json()
 
 
+def apply(**context: Any) -> dict[str, Any]:
+    """The ``apply`` task of the ``connect`` engine: the plan from ``schema_sync`` applied in a
+    new session of the Spark Connect server (connection ``spark_connect_default``, resolved now).
+
+    Returns:
+        The :class:`~cdclake.spark.apply.ApplyResult` as a dict (the XCom).
+
+    Raises:
+        EngineUnavailableError: the server does not accept connections (the retry runs the same
+            plan; a commit the killed try's server finished is found by ``plan``).
+        ConcurrentRunError, BadBatchError, PositionOrderError: see :func:`cdclake.spark.apply.apply_range`.
+    """
+    from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+    from cdclake.model.plan import RunPlan
+    from cdclake.spark.apply import apply_range
+    from cdclake.spark.session import connect_session
+    from cdclake_airflow.connections import kafka_clients
+
+    planned = RunPlan.from_json(context["ti"].xcom_pull(task_ids="schema_sync"))
+    url = SparkConnectHook(ConnectionIds.SPARK_CONNECT).get_connection_url()
+    spark = connect_session(url, conn_id=ConnectionIds.SPARK_CONNECT)
+    try:
+        result = apply_range(spark, Settings.from_env(), planned, kafka=kafka_clients())
+    finally:
+        spark.stop()
+    out: dict[str, Any] = json.loads(result.to_json())
+    return out
+
+
 def maintenance(table_json: str) -> dict[str, Any]:
     """The ``maintenance`` task (pyiceberg; no Spark): drop delete tombstones older than the
     table's ``tombstone_retention_hours``, and run branches left by killed apply jobs."""
@@ -183,12 +216,41 @@ def publish(asset: Any, **context: Any) -> dict[str, Any]:
     return extra
 
 
-def build_table_dag(settings: Settings, cfg: TableConfig) -> DAG:
-    """The DAG ``cdc_<name>`` of one configured table."""
+def _submit_task(settings: Settings, cfg: TableConfig) -> Any:
+    """The ``apply`` task of the ``submit`` engine: ``spark-submit spark_jobs/apply_cdc.py``."""
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-    from airflow.sdk import DAG, Asset, Param, task
 
     from cdclake.spark.session import spark_conf
+
+    venv_bin = os.path.dirname(sys.executable)
+    return SparkSubmitOperator(
+        task_id="apply",
+        pool=APPLY_POOL,
+        conn_id=ConnectionIds.SPARK,
+        application=str(APPLY_JOB),
+        name=f"cdc-apply-{cfg.name}",
+        jars=",".join(str(p) for p in sorted(jars_dir("spark").glob("*.jar"))),
+        conf=spark_conf(settings),
+        driver_memory="2g",
+        application_args=[
+            "--plan",
+            "{{ ti.xcom_pull(task_ids='schema_sync') }}",
+            "--bootstrap-servers",
+            "{{ conn." + ConnectionIds.KAFKA + ".extra_dejson['bootstrap.servers'] }}",
+        ],
+        # spark-submit of the pip package finds its Spark home through the python3 on PATH
+        env_vars={
+            "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+        },
+    )
+
+
+def build_table_dag(settings: Settings, cfg: TableConfig) -> DAG:
+    """The DAG ``cdc_<name>`` of one configured table (its ``apply`` task as ``settings.engine``
+    says)."""
+    from airflow.sdk import DAG, Asset, Param, task
 
     asset = Asset(name=f"{settings.catalog_name}.{cfg.identifier}", uri=table_asset_uri(settings, cfg))
     default_args = {
@@ -197,6 +259,7 @@ def build_table_dag(settings: Settings, cfg: TableConfig) -> DAG:
         "retry_delay": timedelta(seconds=cfg.retry_delay_s),
         "retry_exponential_backoff": True,
         "max_retry_delay": timedelta(hours=1),
+        "execution_timeout": timedelta(minutes=cfg.task_timeout_minutes),
     }
     with DAG(
         dag_id=cfg.dag_id,
@@ -242,29 +305,10 @@ def build_table_dag(settings: Settings, cfg: TableConfig) -> DAG:
     ) as dag:
         table_json = cfg.model_dump_json()
         plan_task = task.short_circuit(task_id="plan")(plan)(table_json)
-        jars = ",".join(str(p) for p in sorted(jars_dir("spark").glob("*.jar")))
-        venv_bin = os.path.dirname(sys.executable)
-        apply_task = SparkSubmitOperator(
-            task_id="apply",
-            conn_id=ConnectionIds.SPARK,
-            application=str(APPLY_JOB),
-            name=f"cdc-apply-{cfg.name}",
-            jars=jars,
-            conf=spark_conf(settings),
-            driver_memory="2g",
-            application_args=[
-                "--plan",
-                "{{ ti.xcom_pull(task_ids='schema_sync') }}",
-                "--bootstrap-servers",
-                "{{ conn." + ConnectionIds.KAFKA + ".extra_dejson['bootstrap.servers'] }}",
-            ],
-            # spark-submit of the pip package finds its Spark home through the python3 on PATH
-            env_vars={
-                "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
-                "PYSPARK_PYTHON": sys.executable,
-                "PYSPARK_DRIVER_PYTHON": sys.executable,
-            },
-        )
+        if settings.engine == "connect":
+            apply_task = task(task_id="apply", pool=APPLY_POOL)(apply)()
+        else:
+            apply_task = _submit_task(settings, cfg)
         sync_task = task(task_id="schema_sync")(schema_sync)()
         publish_task = task(task_id="publish", outlets=[asset])(publish)(asset)
         plan_task >> sync_task >> apply_task >> publish_task

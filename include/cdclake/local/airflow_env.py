@@ -4,8 +4,11 @@ Airflow is configured entirely by environment variables derived from :class:`Set
 and SQLite metadata DB under the state dir, the project's ``dags/`` and ``plugins/`` folders, and
 the two connections the table DAGs use:
 
-* ``spark_default`` (type ``spark``): the Spark master. Without it the Spark provider falls back
-  to ``--master yarn``; the local stack sets ``local[2]`` (``CDCLAKE_SPARK_MASTER``).
+* ``spark_connect_default`` (type ``spark_connect``): the local Spark Connect server of the
+  ``connect`` engine (:mod:`cdclake.local.engine`), its token as the password.
+* ``spark_default`` (type ``spark``): the Spark master of the ``submit`` engine. Without it the
+  Spark provider falls back to ``--master yarn``; the local stack sets ``local[2]``
+  (``CDCLAKE_SPARK_MASTER``).
 * ``kafka_default`` (type ``kafka``): ``extra.bootstrap.servers`` of the broker holding the
   Debezium topics (the Apache Kafka provider's connection shape).
 * ``kafka_notifications`` (type ``kafka``): the same broker, for the bootstrap DAG's deferrable
@@ -20,6 +23,7 @@ import json
 import os
 import sys
 
+from cdclake.local.engine import engine_token
 from cdclake.settings import PROJECT_ROOT, ConnectionIds, Settings
 
 
@@ -38,6 +42,15 @@ def airflow_env(settings: Settings, base: dict[str, str] | None = None) -> dict[
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
             f"AIRFLOW_CONN_{ConnectionIds.SPARK.upper()}": json.dumps(
                 {"conn_type": "spark", "host": settings.spark_master}
+            ),
+            # the Connect server's token reaches the task as the connection's password only
+            f"AIRFLOW_CONN_{ConnectionIds.SPARK_CONNECT.upper()}": json.dumps(
+                {
+                    "conn_type": "spark_connect",
+                    "host": "localhost",
+                    "port": settings.spark_connect_port,
+                    "password": engine_token(settings),
+                }
             ),
             f"AIRFLOW_CONN_{ConnectionIds.KAFKA.upper()}": json.dumps(
                 {"conn_type": "kafka", "extra": {"bootstrap.servers": settings.kafka_bootstrap}}
@@ -79,6 +92,10 @@ def airflow_env(settings: Settings, base: dict[str, str] | None = None) -> dict[
             "CDCLAKE_TOPIC_PREFIX": settings.topic_prefix,
             "CDCLAKE_SIGNAL_CHANNEL": settings.signal_channel,
             "CDCLAKE_SIGNAL_TABLE": settings.signal_table,
+            "CDCLAKE_ENGINE": settings.engine,
+            "CDCLAKE_SPARK_CONNECT_PORT": str(settings.spark_connect_port),
+            "CDCLAKE_ENGINE_MEMORY": settings.engine_memory,
+            "CDCLAKE_APPLY_POOL_SLOTS": str(settings.apply_pool_slots),
             # spark-submit of the pip package finds its Spark home through python3 on PATH
             "PATH": venv_bin + os.pathsep + env.get("PATH", ""),
             "PYTHONPATH": os.pathsep.join(

@@ -1,6 +1,7 @@
 """``cdclake``: what a data engineer does by hand on the local stack.
 
-cdclake stack start|stop|status     the local Kafka broker (KRaft)
+cdclake stack start|stop|status     the local stack: Kafka broker (KRaft) and Spark Connect engine
+cdclake engine start|stop|status    the shared Spark Connect server the apply tasks use
 cdclake chain start|stop|status     the real source chain: Kafka + MariaDB + Kafka Connect/Debezium
 cdclake load FILE --table NAME      put a captured Debezium event file into the table's topic
 cdclake run NAME                    run the table's DAG once (airflow dags test)
@@ -19,7 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cdclake.settings import PROJECT_ROOT, Settings
+from cdclake.local import engine
+from cdclake.settings import APPLY_POOL, PROJECT_ROOT, Settings
 
 DEMO_FILES = {
     "inventory_products": Path("flink/debezium-data-schema-include.txt"),
@@ -39,18 +41,44 @@ def cmd_stack(args: argparse.Namespace) -> int:
     from cdclake.local import stack
 
     settings = _settings()
+    with_engine = settings.engine == "connect"
     if args.action == "start":
         print(stack.start_broker(settings))
+        if with_engine:
+            print(engine.start_engine(settings))
     elif args.action == "stop":
+        if with_engine:
+            print(engine.stop_engine(settings))
         print(stack.stop_broker(settings))
     else:
         status = stack.broker_status(settings)
         state = "running" if status.running else "not running"
         print(f"Kafka broker on {status.bootstrap}: {state} (pid {status.pid})")
+        running = status.running
+        if with_engine:
+            running = _print_engine_status(settings) and running
         print(f"Iceberg catalog: {settings.catalog_name} at {settings.catalog_uri}")
         print(f"Warehouse: {settings.warehouse}")
         print(f"Airflow home: {settings.airflow_home}")
-        return 0 if status.running else 3
+        return 0 if running else 3
+    return 0
+
+
+def _print_engine_status(settings: Settings) -> bool:
+    status = engine.engine_status(settings)
+    state = "running" if status.running else "not running"
+    print(f"Spark Connect server on {status.url}: {state} (pid {status.pid}, log {settings.engine_dir / 'server.log'})")
+    return status.running
+
+
+def cmd_engine(args: argparse.Namespace) -> int:
+    settings = _settings()
+    if args.action == "start":
+        print(engine.start_engine(settings))
+    elif args.action == "stop":
+        print(engine.stop_engine(settings))
+    else:
+        return 0 if _print_engine_status(settings) else 3
     return 0
 
 
@@ -115,13 +143,27 @@ def run_airflow(argv: list[str], settings: Settings | None = None, **kwargs: Any
     return subprocess.run([airflow, *argv], env=airflow_env(settings), **kwargs)
 
 
+APPLY_POOL_DESCRIPTION = "table DAGs' apply tasks: how many run at once on the engine"
+
+
 def ensure_airflow_db(settings: Settings) -> None:
-    """Create or upgrade the local Airflow metadata DB (idempotent; quick when current)."""
+    """Create or upgrade the local Airflow metadata DB and its pool ``cdc_apply`` of
+    ``CDCLAKE_APPLY_POOL_SLOTS`` slots (idempotent; quick when current)."""
     marker = settings.airflow_home / ".migrated"
-    if marker.exists():
-        return
-    run_airflow(["db", "migrate"], settings, check=True, stdout=subprocess.DEVNULL)
-    marker.touch()
+    if not marker.exists():
+        run_airflow(["db", "migrate"], settings, check=True, stdout=subprocess.DEVNULL)
+        marker.touch()
+    pool_marker = settings.airflow_home / f".pool-{settings.apply_pool_slots}"
+    if not pool_marker.exists():
+        run_airflow(
+            ["pools", "set", APPLY_POOL, str(settings.apply_pool_slots), APPLY_POOL_DESCRIPTION],
+            settings,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        for old in settings.airflow_home.glob(".pool-*"):
+            old.unlink()
+        pool_marker.touch()
 
 
 def run_table_dag(name: str, settings: Settings | None = None, conf: dict | None = None) -> int:
@@ -134,6 +176,8 @@ def run_table_dag(name: str, settings: Settings | None = None, conf: dict | None
     settings = settings or _settings()
     cfg = load_tables(settings.tables_config).get(name)
     ensure_airflow_db(settings)
+    if settings.engine == "connect":
+        engine.start_engine(settings)  # quick when it runs
     argv = ["dags", "test", cfg.dag_id] + (["--conf", json.dumps(conf)] if conf else [])
     proc = run_airflow(argv, settings, capture_output=True, text=True)
     sys.stdout.write(proc.stdout[-20000:])
@@ -329,9 +373,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("stack", help="start, stop or check the local Kafka broker")
+    p = sub.add_parser("stack", help="start, stop or check the local stack (Kafka broker, Spark Connect engine)")
     p.add_argument("action", choices=["start", "stop", "status"])
     p.set_defaults(func=cmd_stack)
+
+    p = sub.add_parser("engine", help="start, stop or check the shared Spark Connect server (the apply engine)")
+    p.add_argument("action", choices=["start", "stop", "status"])
+    p.set_defaults(func=cmd_engine)
 
     p = sub.add_parser("chain", help="start, stop or check the real source chain (Kafka, MariaDB, Debezium)")
     p.add_argument("action", choices=["start", "stop", "status"])

@@ -120,6 +120,9 @@ class TableDefaults(BaseModel):
     retries: Annotated[int, Field(ge=0)] = 3
     retry_delay_s: Annotated[int, Field(gt=0)] = 60
     """First retry delay in seconds; doubles on each retry (exponential backoff)."""
+    task_timeout_minutes: Annotated[int, Field(gt=0)] = 60
+    """Airflow ``execution_timeout`` of every task of the table's DAG: a task running longer is
+    failed (and retried); a killed apply never half-commits (docs/architecture.md)."""
     tags: tuple[str, ...] = ()
     bad_records: Literal["quarantine", "fail"] = "quarantine"
     """What a run does with a record it cannot apply: ``quarantine`` writes it to the table's

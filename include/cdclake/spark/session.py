@@ -1,13 +1,19 @@
-"""The Spark session of the apply: the one place its settings are decided.
+"""The Spark sessions of the apply: the one place their settings are decided and sessions built.
 
-``spark-submit`` runs (the table DAG's ``apply`` task) get :func:`spark_conf` on the command
-line; tests, the CLI and benchmarks build a local session with :func:`build_session`.
+* ``connect`` engine (the default): the table DAG's ``apply`` task opens a session of the
+  long-running Spark Connect server with :func:`connect_session`; the server was started with
+  :func:`spark_conf` (:mod:`cdclake.local.engine`).
+* ``submit`` engine: ``spark-submit`` runs get :func:`spark_conf` on the command line.
+* Tests, the CLI and benchmarks build an in-process local session with :func:`build_session`.
 """
 
 from __future__ import annotations
 
+import socket
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
+from cdclake.errors import EngineUnavailableError
 from cdclake.settings import Settings, spark_jars
 
 if TYPE_CHECKING:
@@ -48,3 +54,37 @@ def build_session(settings: Settings, app_name: str = "cdclake") -> SparkSession
     for key, value in spark_conf(settings).items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+def _public_url(url: str) -> str:
+    """``url`` without its parameters (``token=`` is a credential)."""
+    return url.split("/;", 1)[0]
+
+
+def connect_session(url: str, *, conn_id: str | None = None, timeout_s: float = 5.0) -> SparkSession:
+    """A new session of the Spark Connect server at ``url`` (``sc://host:port/;token=...``, as
+    the Spark provider's ``SparkConnectHook.get_connection_url`` builds it); the caller stops it.
+
+    Every call makes a new server-side session (``create``, never a cached one), so settings set
+    on it (the snapshot summary properties of :mod:`cdclake.spark.commit`) are never seen by
+    another run's session.
+
+    Raises:
+        EngineUnavailableError: nothing accepts connections at the server's host and port within
+            ``timeout_s`` seconds (named without the token, with ``conn_id``).
+    """
+    from pyspark.sql import SparkSession
+
+    parts = urlsplit(url.replace("sc://", "http://", 1))
+    host, port = parts.hostname or "localhost", parts.port or 15002
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            pass
+    except OSError as e:
+        via = f" (Airflow connection {conn_id!r})" if conn_id else ""
+        raise EngineUnavailableError(
+            f"the Spark Connect server {_public_url(url)}{via} does not accept connections: {e}. Nothing was "
+            "applied. Start it (`cdclake engine start` on the local stack) or point the connection at a "
+            "running one; the task's retry runs the same plan."
+        ) from e
+    return SparkSession.builder.remote(url).create()
