@@ -4,7 +4,7 @@ CDCLAKE := .venv/bin/cdclake
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: demo test lint bench bench-reconcile setup stack-start stack-stop stack-status chain-start chain-stop airflow-ui lock clean help
+.PHONY: demo test lint bench bench-reconcile bench-engine setup stack-start stack-stop stack-status engine-start engine-stop engine-status chain-start chain-stop airflow-ui lock clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -28,17 +28,29 @@ bench: setup  ## the apply path's benchmark (not a test; long): results in bench
 bench-reconcile: setup  ## reconcile's benchmark: 1M rows, 10 differing, vs a full export; BENCH_ARGS="--rows 20000"
 	.venv/bin/python bench/reconcile_bench.py $(BENCH_ARGS)
 
+bench-engine: setup  ## the shared engine under the real scheduler (100 tables, Connect vs submit, memory); BENCH_ARGS="--tables 5 --events-per-table 20 --big-events 20000"
+	.venv/bin/python bench/engine_bench.py $(BENCH_ARGS)
+
 setup:  ## install the virtual environment, the jars and the Airflow DB (quick when done)
 	@bash include/scripts/setup.sh
 
-stack-start: setup  ## start the local Kafka broker (KRaft)
+stack-start: setup  ## start the local stack: Kafka broker (KRaft) and the Spark Connect engine
 	$(CDCLAKE) stack start
 
-stack-stop:  ## stop the local Kafka broker
+stack-stop:  ## stop the local Kafka broker and the Spark Connect engine
 	$(CDCLAKE) stack stop
 
-stack-status:  ## is the local Kafka broker running?
+stack-status:  ## are the local Kafka broker and the Spark Connect engine running?
 	$(CDCLAKE) stack status
+
+engine-start: setup  ## start the shared Spark Connect server (the apply engine) on 127.0.0.1:15002
+	$(CDCLAKE) engine start
+
+engine-stop:  ## stop the shared Spark Connect server
+	$(CDCLAKE) engine stop
+
+engine-status:  ## is the shared Spark Connect server running?
+	$(CDCLAKE) engine status
 
 chain-start: setup  ## start the real source chain: Kafka, MariaDB, Kafka Connect + Debezium MariaDB connector
 	$(CDCLAKE) chain start
@@ -54,4 +66,5 @@ lock:  ## re-pin requirements.txt from requirements.in
 
 clean:  ## stop everything and delete the local stack's data (keeps .venv and .jars)
 	-$(CDCLAKE) chain stop
+	-$(CDCLAKE) engine stop
 	rm -rf .stack

@@ -27,6 +27,7 @@ def test_every_component_of_the_production_shape_is_a_service():
         "minio",
         "spark-master",
         "spark-worker",
+        "spark-connect",
         "airflow-api-server",
         "airflow-scheduler",
         "airflow-dag-processor",
@@ -71,3 +72,18 @@ def test_airflow_services_define_the_dags_connections_and_valid_settings():
         assert settings.jdbc_catalog_uri.startswith("jdbc:postgresql://")
         assert settings.warehouse.startswith("s3://")
         assert "/opt/cdclake" in " ".join(services()[name]["volumes"])
+
+
+def test_the_apply_engine_is_the_connect_server_with_the_token_it_is_started_with():
+    from cdclake.local.engine import SERVER_CLASS
+
+    connect = services()["spark-connect"]
+    assert SERVER_CLASS in connect["command"]
+    airflow_env = services()["airflow-scheduler"]["environment"]
+    conn = json.loads(airflow_env["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"])
+    assert conn["conn_type"] == "spark_connect" and conn["host"] == "spark-connect"
+    assert f"spark.connect.grpc.binding.port={conn['port']}" in connect["command"]
+    assert conn["password"] == connect["environment"]["SPARK_CONNECT_AUTHENTICATE_TOKEN"]
+    assert (
+        Settings.from_env({k: str(v) for k, v in airflow_env.items() if k.startswith("CDCLAKE_")}).engine == "connect"
+    )

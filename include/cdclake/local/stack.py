@@ -195,12 +195,25 @@ def terminate(pid: int, *, hard: bool = False, timeout_s: float = 30.0) -> None:
     os.kill(pid, signal.SIGKILL if hard else signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if _gone(pid):
             return
         time.sleep(0.2)
     os.kill(pid, signal.SIGKILL)
+    _gone(pid)
+
+
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` has exited (a child of this process is reaped, not left a zombie)."""
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return True
+    except ChildProcessError:
+        pass  # not a child of this process
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
 
 
 def stop_broker(settings: Settings, *, timeout_s: float = 30.0) -> str:

@@ -61,6 +61,11 @@ def _public_url(url: str) -> str:
     return url.split("/;", 1)[0]
 
 
+CONNECT_RETRIES = 6
+"""Retries of a Spark Connect call that found no server (backoff 50 ms x4 each, at most 10 s: about
+25 s in all) before the task fails."""
+
+
 def connect_session(url: str, *, conn_id: str | None = None, timeout_s: float = 5.0) -> SparkSession:
     """A new session of the Spark Connect server at ``url`` (``sc://host:port/;token=...``, as
     the Spark provider's ``SparkConnectHook.get_connection_url`` builds it); the caller stops it.
@@ -87,4 +92,10 @@ def connect_session(url: str, *, conn_id: str | None = None, timeout_s: float = 
             "applied. Start it (`cdclake engine start` on the local stack) or point the connection at a "
             "running one; the task's retry runs the same plan."
         ) from e
-    return SparkSession.builder.remote(url).create()
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    session = SparkSession.builder.remote(url).create()
+    # Spark's default retries a lost server for at least 10 minutes; a task should fail within
+    # about half a minute instead (its Airflow retry runs the same plan on a restarted server)
+    session.client.set_retry_policies([DefaultPolicy(max_retries=CONNECT_RETRIES, max_backoff=10_000)])
+    return session

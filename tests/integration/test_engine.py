@@ -1,0 +1,255 @@
+"""The apply contract over the shared engine: a real Spark Connect server (the tests' own, started
+by :mod:`cdclake.local.engine` with the Iceberg runtime and the tests' SQLite catalog), real Kafka.
+
+Each run is a session of its own, as in the table DAG's ``apply`` task. The failure cases are
+real: a ``kill -9`` of the client process (the Airflow task) or of the server while the server
+executes the ``MERGE``, and a server that is not there. The kill moment is found by watching the
+table's refs in the catalog: the run branch appears right before the ``MERGE`` is sent."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from cdclake.errors import EngineUnavailableError
+from cdclake.io.catalog import committed_offsets, load_catalog
+from cdclake.io.kafka import ensure_topic, produce
+from cdclake.io.maintenance import remove_stale_run_branches
+from cdclake.local import engine as local_engine
+from cdclake.model.layout import RUN_BRANCH_PREFIX, SummaryKeys
+from cdclake.model.plan import RunPlan
+from cdclake.spark.apply import apply_range
+from cdclake.spark.session import connect_session
+from tests.conftest import _free_port, make_table, plan_offsets
+from tests.integration.test_apply import produce_raw
+from tests.integration.test_contract import COLUMNS, ev, key
+
+pytestmark = pytest.mark.integration
+
+_CLIENT = """
+import json, logging, sys
+logging.basicConfig(level=logging.INFO)
+from cdclake.model.plan import RunPlan
+from cdclake.settings import Settings
+from cdclake.spark.apply import apply_range
+from cdclake.spark.session import connect_session
+spark = connect_session(sys.argv[1])
+result = apply_range(spark, Settings.from_env(), RunPlan.from_json(sys.argv[2]))
+spark.stop()
+print("CLIENT_DONE", result.to_json(), flush=True)
+"""
+
+
+def _client_env(settings) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CDCLAKE_")}
+    env.update(
+        {
+            "CDCLAKE_STATE_DIR": str(settings.state_dir),
+            "CDCLAKE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+            "CDCLAKE_CATALOG_URI": settings.catalog_uri,
+            "CDCLAKE_WAREHOUSE": settings.warehouse,
+        }
+    )
+    return env
+
+
+def _rows(settings, cfg, ref: str = "main") -> dict:
+    table = load_catalog(settings).load_table(cfg.identifier)
+    snap = table.snapshot_by_name(ref)
+    arrow = table.scan(snapshot_id=snap.snapshot_id if snap else None).to_arrow()
+    return {r["id"]: r["v"] for r in arrow.to_pylist()}
+
+
+def _apply(url: str, settings, plan: RunPlan):
+    spark = connect_session(url)
+    try:
+        return apply_range(spark, settings, plan)
+    finally:
+        spark.stop()
+
+
+def _load(kafka, cfg, keys: range, pos0: int, v: str) -> None:
+    produce(kafka, cfg.topic, ((key(k), ev("c", k, f"{v}{k}", pos0 + k), None) for k in keys))
+
+
+def _run_branches(settings, cfg) -> dict[str, int]:
+    table = load_catalog(settings).load_table(cfg.identifier)
+    return {n: r.snapshot_id for n, r in table.refs().items() if n.startswith(RUN_BRANCH_PREFIX)}
+
+
+def _wait_for(predicate, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+@pytest.fixture
+def big_table(kafka, stack_settings, engine):
+    """A table with a first commit (so that the next run commits through a run branch) and a
+    second batch large enough that the server's MERGE of it takes seconds."""
+    cfg = make_table(value_format="json", columns=COLUMNS)
+    ensure_topic(kafka, cfg.topic, 1)
+    _load(kafka, cfg, range(0, 10), 1000, "first")
+    _apply(engine, stack_settings, plan_offsets(stack_settings, cfg, "scheduled__first"))
+    _load(kafka, cfg, range(10, 150_010), 1_000_000, "second")
+    return cfg
+
+
+def test_runs_over_connect_apply_the_contract_and_record_offsets(kafka, stack_settings, engine):
+    cfg = make_table(value_format="json", columns=COLUMNS)
+    ensure_topic(kafka, cfg.topic, 2)
+    produce_raw(kafka, cfg.topic, [(key(1), ev("c", 1, "a", 100)), (key(2), ev("c", 2, "b", 110))], partition=0)
+    produce_raw(kafka, cfg.topic, [(key(1), ev("u", 1, "a2", 120)), (key(2), ev("d", 2, "b", 130))], partition=1)
+    result = _apply(engine, stack_settings, plan_offsets(stack_settings, cfg, "scheduled__1"))
+    assert result.events == 4
+    assert _rows(stack_settings, cfg) == {1: "a2"}
+    table = load_catalog(stack_settings).load_table(cfg.identifier)
+    assert committed_offsets(table, cfg.topic) == {0: 2, 1: 2}
+    summary = table.current_snapshot().summary
+    assert summary[SummaryKeys.RUN_ID] == "scheduled__1"
+    # an older replayed upsert of the deleted key stays out (its tombstone, over Connect too)
+    produce_raw(kafka, cfg.topic, [(key(2), ev("c", 2, "stale", 105))], partition=0)
+    _apply(engine, stack_settings, plan_offsets(stack_settings, cfg, "scheduled__2"))
+    assert _rows(stack_settings, cfg) == {1: "a2"}
+
+
+def test_tables_applying_at_once_share_no_session_state(kafka, stack_settings, engine):
+    """Four tables apply at once in one server, each in its own session: each commit carries its
+    own run id and offsets in its snapshot summary, never another session's."""
+    tables = []
+    for i in range(4):
+        cfg = make_table(value_format="json", columns=COLUMNS)
+        ensure_topic(kafka, cfg.topic, 1)
+        _load(kafka, cfg, range(0, 200 * (i + 1)), 10, f"t{i}-")
+        tables.append(cfg)
+    errors: list[BaseException] = []
+
+    def run(i: int, cfg) -> None:
+        try:
+            _apply(engine, stack_settings, plan_offsets(stack_settings, cfg, f"scheduled__parallel-{i}"))
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i, cfg)) for i, cfg in enumerate(tables)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    assert errors == []
+    catalog = load_catalog(stack_settings)
+    for i, cfg in enumerate(tables):
+        table = catalog.load_table(cfg.identifier)
+        summary = table.current_snapshot().summary
+        assert summary[SummaryKeys.RUN_ID] == f"scheduled__parallel-{i}"
+        assert json.loads(summary[SummaryKeys.END_OFFSETS]) == {"0": 200 * (i + 1)}
+        assert len(_rows(stack_settings, cfg)) == 200 * (i + 1)
+
+
+def test_a_task_killed_mid_merge_leaves_main_alone_and_its_retry_converges(kafka, stack_settings, engine, big_table):
+    """The Airflow task (the Connect client) is killed with SIGKILL while the server executes its
+    MERGE: the server still finishes the MERGE into the run branch, but main, the only ref readers
+    and offsets see, stays at the base; the retry applies the same range, and the table equals the
+    uninterrupted run's."""
+    cfg = big_table
+    plan = plan_offsets(stack_settings, cfg, "scheduled__killed")
+    base = load_catalog(stack_settings).load_table(cfg.identifier).current_snapshot().snapshot_id
+    client = subprocess.Popen(
+        [sys.executable, "-c", _CLIENT, engine, plan.to_json()],
+        env=_client_env(stack_settings),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    branch = _wait_for(lambda: _run_branches(stack_settings, cfg), 300, "the run branch (the MERGE is next)")
+    time.sleep(0.5)
+    os.killpg(client.pid, signal.SIGKILL)
+    out = client.communicate(timeout=60)[0].decode(errors="replace")
+    assert "CLIENT_DONE" not in out, "the client finished before it was killed: the batch is too small"
+    (name, at) = next(iter(branch.items()))
+    assert at == base
+    # the server goes on with the MERGE of the dead client: the branch moves, main does not
+    _wait_for(lambda: _run_branches(stack_settings, cfg).get(name, base) != base, 300, "the server's MERGE")
+    table = load_catalog(stack_settings).load_table(cfg.identifier)
+    assert table.current_snapshot().snapshot_id == base
+    assert committed_offsets(table, cfg.topic) == {0: 10}
+    # the retry (a new try of the task: a new session) plans the same range and converges
+    retry = plan_offsets(stack_settings, cfg, "scheduled__killed")
+    assert retry.range == plan.range
+    _apply(engine, stack_settings, retry)
+    rows = _rows(stack_settings, cfg)
+    assert len(rows) == 150_010 and rows[150_009] == "second150009"
+    assert committed_offsets(load_catalog(stack_settings).load_table(cfg.identifier), cfg.topic) == {0: 150_010}
+    removed = remove_stale_run_branches(load_catalog(stack_settings), cfg.identifier, older_than_ms=0)
+    assert name in removed
+
+
+def test_a_task_killed_after_its_commit_is_found_committed_by_the_retry(kafka, stack_settings, engine, tmp_path):
+    cfg = make_table(value_format="json", columns=COLUMNS)
+    ensure_topic(kafka, cfg.topic, 1)
+    _load(kafka, cfg, range(0, 5), 100, "a")
+    _apply(engine, stack_settings, plan_offsets(stack_settings, cfg, "scheduled__0"))
+    _load(kafka, cfg, range(5, 20), 200, "b")
+    plan = plan_offsets(stack_settings, cfg, "scheduled__paused")
+    marker = tmp_path / "paused"
+    env = _client_env(stack_settings) | {"CDCLAKE_APPLY_PAUSE_AT": f"after_commit@{marker}"}
+    client = subprocess.Popen([sys.executable, "-c", _CLIENT, engine, plan.to_json()], env=env, start_new_session=True)
+    try:
+        _wait_for(marker.exists, 300, "the client's pause after its commit")
+    finally:
+        os.killpg(client.pid, signal.SIGKILL)
+        client.wait(60)
+    retry = plan_offsets(stack_settings, cfg, "scheduled__paused")
+    assert retry.range.is_empty, "the retry must find the killed try's commit"
+    assert len(_rows(stack_settings, cfg)) == 20
+
+
+def test_the_server_killed_mid_merge_then_restarted_converges(kafka, stack_settings, engine, big_table):
+    """kill -9 of the Spark Connect server during the MERGE: the task fails, nothing reaches main;
+    after a restart the retry applies the same range and converges."""
+    cfg = big_table
+    plan = plan_offsets(stack_settings, cfg, "scheduled__server-killed")
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            _apply(engine, stack_settings, plan)
+        except BaseException as e:  # noqa: BLE001 - asserted below
+            errors.append(e)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    _wait_for(lambda: _run_branches(stack_settings, cfg), 300, "the run branch (the MERGE is next)")
+    time.sleep(0.5)
+    local_engine.stop_engine(stack_settings, hard=True)
+    worker.join(600)
+    try:
+        assert errors, "the apply must fail when its server dies"
+        table = load_catalog(stack_settings).load_table(cfg.identifier)
+        assert committed_offsets(table, cfg.topic) == {0: 10}
+    finally:
+        local_engine.start_engine(stack_settings)
+    retry = plan_offsets(stack_settings, cfg, "scheduled__server-killed")
+    assert retry.range == plan.range
+    _apply(engine, stack_settings, retry)
+    assert len(_rows(stack_settings, cfg)) == 150_010
+    assert committed_offsets(load_catalog(stack_settings).load_table(cfg.identifier), cfg.topic) == {0: 150_010}
+
+
+def test_a_server_that_is_not_there_is_a_clear_error_without_the_token():
+    port = _free_port()
+    with pytest.raises(EngineUnavailableError) as info:
+        connect_session(f"sc://localhost:{port}/;token=s3cr3t-token", conn_id="spark_connect_default")
+    message = str(info.value)
+    assert f"sc://localhost:{port}" in message and "spark_connect_default" in message
+    assert "s3cr3t-token" not in message and "Nothing was applied" in message
