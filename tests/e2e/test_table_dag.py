@@ -1,5 +1,7 @@
 """The table DAGs end to end: real Debezium captures in Kafka -> `airflow dags test` (plan ->
-SparkSubmitOperator apply -> publish) -> Iceberg, on the tests' own local stack."""
+schema sync -> apply -> publish) -> Iceberg, on the tests' own local stack. The products table
+applies through the shared Spark Connect engine (the default), the customers table through
+``CDCLAKE_ENGINE=submit`` (``SparkSubmitOperator``)."""
 
 from __future__ import annotations
 
@@ -48,7 +50,7 @@ def dag_tables(stack_settings, kafka):
 
 
 def test_fixture_files_through_the_dags_give_the_final_states(
-    dag_tables, stack_settings, kafka, fixtures_dir, tmp_path
+    dag_tables, stack_settings, kafka, fixtures_dir, tmp_path, capsys
 ):
     products = dag_tables.get("e2e_products")
     customers = dag_tables.get("e2e_customers")
@@ -58,10 +60,14 @@ def test_fixture_files_through_the_dags_give_the_final_states(
     load_events(tmp_path / "first.jsonl", products, kafka, partitions=3)
     load_events(fixtures_dir / "risingwave/debezium_log_no_schema_field.1", customers, kafka, partitions=3)
 
-    assert run_table_dag("e2e_customers", stack_settings) == 0
+    assert run_table_dag("e2e_customers", stack_settings.model_copy(update={"engine": "submit"})) == 0
+    assert "CDC_APPLY_RESULT" in "".join(capsys.readouterr())  # spark-submit's job printed its result
     assert table_rows(stack_settings, customers, CUSTOMER_COLUMNS) == CUSTOMERS_FINAL
 
     assert run_table_dag("e2e_products", stack_settings) == 0
+    out = "".join(capsys.readouterr())
+    # a session of the engine: the apply task returned its result; no spark-submit job ran
+    assert "CDC_APPLY_RESULT" not in out and "'status': 'committed'" in out
     table = load_catalog(stack_settings).load_table(products.identifier)
     first = table.current_snapshot()
     assert first.summary[SummaryKeys.EVENTS] == "12"
