@@ -23,7 +23,7 @@ from cdclake.io.catalog import committed_offsets, load_catalog
 from cdclake.io.kafka import ensure_topic, produce
 from cdclake.io.maintenance import remove_stale_run_branches
 from cdclake.local import engine as local_engine
-from cdclake.model.layout import RUN_BRANCH_PREFIX, SummaryKeys
+from cdclake.model.layout import QUARANTINE_SUFFIX, RUN_BRANCH_PREFIX, SummaryKeys, side_table
 from cdclake.model.plan import RunPlan
 from cdclake.spark.apply import apply_range
 from cdclake.spark.session import connect_session
@@ -118,10 +118,25 @@ def test_runs_over_connect_apply_the_contract_and_record_offsets(kafka, stack_se
     assert committed_offsets(table, cfg.topic) == {0: 2, 1: 2}
     summary = table.current_snapshot().summary
     assert summary[SummaryKeys.RUN_ID] == "scheduled__1"
-    # an older replayed upsert of the deleted key stays out (its tombstone, over Connect too)
-    produce_raw(kafka, cfg.topic, [(key(2), ev("c", 2, "stale", 105))], partition=0)
-    _apply(engine, stack_settings, plan_offsets(stack_settings, cfg, "scheduled__2"))
-    assert _rows(stack_settings, cfg) == {1: "a2"}
+    # an older replayed upsert of the deleted key stays out (its tombstone, over Connect too), and
+    # a bad record is quarantined with the key's later event held back behind it
+    produce_raw(
+        kafka,
+        cfg.topic,
+        [
+            (key(2), ev("c", 2, "stale", 105)),  # offset 2
+            (key(3), b'{"op": "c", "after": {"id": 3'),  # offset 3: truncated JSON
+            (key(3), ev("u", 3, "held", 140)),  # offset 4: held back
+            (key(4), ev("c", 4, "d", 150)),  # offset 5
+        ],
+        partition=0,
+    )
+    result = _apply(engine, stack_settings, plan_offsets(stack_settings, cfg, "scheduled__2"))
+    assert result.quarantined == 2
+    assert _rows(stack_settings, cfg) == {1: "a2", 4: "d"}
+    quarantine = load_catalog(stack_settings).load_table(side_table(cfg.identifier, QUARANTINE_SUFFIX))
+    entries = sorted(quarantine.scan().to_arrow().to_pylist(), key=lambda r: r["offset"])
+    assert [(r["offset"], r["status"], r["held_back_behind"]) for r in entries] == [(3, "open", None), (4, "open", 3)]
 
 
 def test_tables_applying_at_once_share_no_session_state(kafka, stack_settings, engine):
