@@ -85,6 +85,11 @@ SCHEMA_CHANGE_POSITION_PROPERTY = "cdc.schema-change-position"
 """Table property: position ``<file seq>:<pos>:<row>:<rank>`` of the last source schema change
 applied by schema sync (:mod:`cdclake.pipeline.schema_sync`), committed with the schema update."""
 
+SCHEMA_INDEX_OFFSETS_KEY = "cdc.indexed-offsets"
+"""Snapshot-summary key of the schema-change index table (:mod:`cdclake.pipeline.schema_index`):
+JSON ``{"<topic>": {"<partition>": <next offset>}}``, the offsets of every schema-change topic
+indexed so far. Every commit of the index writes it whole (the other topics carried forward)."""
+
 ORDERING_PROPERTY = "cdc.ordering"
 """Table property: the event ordering the table's positions are in (``binlog`` or ``gtid``,
 :mod:`cdclake.model.position`); set when the table is created, absent on tables created before

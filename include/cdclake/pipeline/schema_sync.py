@@ -22,7 +22,7 @@ from cdclake.io.catalog import (
     load_table_or_none,
     source_schema,
 )
-from cdclake.io.kafka import KafkaClients, read_partition, read_topic, topic_watermarks
+from cdclake.io.kafka import KafkaClients, read_partition, topic_watermarks
 from cdclake.model.config import TableConfig, ValueFormat
 from cdclake.model.defaults import added_column_default
 from cdclake.model.envelope import KafkaCoordinates, parse_value
@@ -33,6 +33,7 @@ from cdclake.model.position import BinlogPosition
 from cdclake.model.schema_changes import SchemaChange, changes_from_record
 from cdclake.model.schema_diff import ChangePlan, check_primary_key, cut_before, plan_change
 from cdclake.model.types import ColumnSpec, column_doc
+from cdclake.pipeline.schema_index import catch_up, indexed_records
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -42,23 +43,29 @@ log = logging.getLogger(__name__)
 
 
 def read_schema_changes(
-    kafka: KafkaClients, topic: str, table_id: str, ordering: str = "binlog"
+    catalog: Catalog, kafka: KafkaClients, topic: str, table_id: str, ordering: str = "binlog"
 ) -> list[SchemaChange] | None:
     """Every change of ``table_id`` in the schema-change ``topic``, in the table's ``ordering``
     (:mod:`cdclake.model.position`; equal positions in topic order).
 
+    The topic is read through the schema-change index (:mod:`cdclake.pipeline.schema_index`): the
+    index catches up with the records written since the last catch-up of any table, then only the
+    records that may concern this table are read from it; the changes are exactly those a full
+    read of the topic would give.
+
     Returns:
         The changes, or ``None`` when the topic does not exist (the connector runs with
         ``include.schema.changes=false``, or has emitted nothing yet).
+
+    Raises:
+        SchemaChangeError: a record that concerns this table (or that every table must read, such
+            as a DDL that cannot be parsed) is not a schema-change event it can read.
     """
-    records = read_topic(kafka, topic, group_id="cdclake-schema-sync")
-    if records is None:
+    if catch_up(catalog, kafka, topic) is None:
         return None
     changes: list[SchemaChange] = []
-    for msg in records:
-        value = msg.value()
-        if value is not None:
-            changes.extend(changes_from_record(value, table_id, msg.partition() or 0, msg.offset() or 0, ordering))
+    for partition, offset, value in indexed_records(catalog, topic, table_id):
+        changes.extend(changes_from_record(value, table_id, partition, offset, ordering))
     return sorted(changes, key=lambda c: (c.position, c.partition, c.offset))
 
 
@@ -338,7 +345,7 @@ def sync_for_range(catalog: Catalog, kafka: KafkaClients, cfg: TableConfig, offs
     A missing schema-change topic (``include.schema.changes=false``) applies nothing; events whose
     columns the table lacks then stop the apply step (it never drops a column silently).
     """
-    changes = read_schema_changes(kafka, cfg.schema_change_topic, cfg.source_table_id, cfg.ordering)
+    changes = read_schema_changes(catalog, kafka, cfg.schema_change_topic, cfg.source_table_id, cfg.ordering)
     if changes is None:
         _no_schema_topic(cfg)
         return SyncResult(offset_range)
@@ -362,7 +369,7 @@ def sync_table_schema(catalog: Catalog, kafka: KafkaClients, cfg: TableConfig) -
         SchemaChangeError, SchemaError: as :func:`sync_changes`.
         TopicNotFoundError: the data topic does not exist.
     """
-    changes = read_schema_changes(kafka, cfg.schema_change_topic, cfg.source_table_id, cfg.ordering)
+    changes = read_schema_changes(catalog, kafka, cfg.schema_change_topic, cfg.source_table_id, cfg.ordering)
     if changes is None:
         _no_schema_topic(cfg)
         return SyncResult(OffsetRange(topic=cfg.topic, start={}, end={}))
