@@ -185,3 +185,19 @@ def test_reconcile_selects_configured_tables_only():
     assert select_tables(["b"], ["a", "b"]) == ["b"]
     with pytest.raises(ConfigError, match=r"\['c'\]"):
         select_tables(["c"], ["a", "b"])
+
+
+def test_a_running_task_builds_only_its_own_table_dag(monkeypatch):
+    """Airflow names the DAG of the task it runs in the parsing context: the table DAG file then
+    builds that DAG alone, not one per configured table (a task's start-up stays flat in the table
+    count)."""
+    monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", "cdc_inventory_customers")
+    result = run_python(
+        """
+        import json
+        from airflow.dag_processing.dagbag import DagBag
+        bag = DagBag(dag_folder="dags/cdc_tables.py")
+        print(json.dumps(sorted(bag.dags)))
+        """
+    )
+    assert result == ["cdc_inventory_customers"]
