@@ -139,10 +139,17 @@ def start_engine(settings: Settings, *, timeout_s: float = 120.0) -> str:
 
     Raises:
         RuntimeError: the server did not accept connections within ``timeout_s`` seconds (the
-            message carries the tail of its log).
+            message carries the tail of its log), or its port is taken by a process this stack
+            did not start.
         FileNotFoundError: the jars were not fetched yet (run ``make setup``).
     """
     status = engine_status(settings)
+    if status.running and status.pid is None:
+        # another stack's server (its catalog is not ours): never send this stack's applies there
+        raise RuntimeError(
+            f"port {settings.spark_connect_port} is taken by a process this stack did not start (no "
+            f"pid in {_pid_file(settings)}): stop it, or give this stack another CDCLAKE_SPARK_CONNECT_PORT"
+        )
     if status.running:
         return f"Spark Connect server already running on {status.url} (pid {status.pid})"
     edir = settings.engine_dir
