@@ -268,3 +268,21 @@ def test_a_server_that_is_not_there_is_a_clear_error_without_the_token():
     message = str(info.value)
     assert f"sc://localhost:{port}" in message and "spark_connect_default" in message
     assert "s3cr3t-token" not in message and "Nothing was applied" in message
+
+
+def test_a_port_held_by_another_process_is_refused_not_shared(tmp_path):
+    """Another stack's server on the configured port has another catalog: this stack's applies
+    must never go there."""
+    import socket
+
+    from cdclake.settings import Settings
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        settings = Settings.from_env(
+            {"CDCLAKE_STATE_DIR": str(tmp_path / "other"), "CDCLAKE_SPARK_CONNECT_PORT": str(port)}
+        )
+        with pytest.raises(RuntimeError, match=f"port {port} is taken by a process this stack did not start"):
+            local_engine.start_engine(settings)
