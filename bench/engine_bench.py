@@ -1,0 +1,1197 @@
+"""The shared engine's benchmark: the table DAGs under the real Airflow scheduler, applying through
+the long-running Spark Connect server, against Airflow's floor and against ``spark-submit``.
+
+    make bench-engine                                  # = .venv/bin/python bench/engine_bench.py
+    .venv/bin/python bench/engine_bench.py --tables 5 --events-per-table 20 --big-events 20000  # smoke
+
+It starts a stack of its own (state in a temporary folder unless ``--state-dir``, free loopback
+ports): the Kafka broker, the Spark Connect server (:mod:`cdclake.local.engine`) and Airflow 3 as
+separate processes (``scheduler``, ``dag-processor``, ``triggerer``, ``api-server``; LocalExecutor;
+metadata DB: a throw-away PostgreSQL 15 (Debian's, ``fsync=off``; Airflow needs ``psycopg2-binary``
+and ``asyncpg`` for it) when installed, else SQLite under the state dir as
+``cdclake.local.airflow_env`` makes it, which locks up ("database is locked", HTTP 500 on trigger)
+when tens of runs are triggered at once; ``--airflow-db``). Its DAGs
+folder holds ``dags/cdc_tables.py`` (one table DAG per entry of the bench's table config) and
+``bench/dags/bench_trivial.py``. Every DAG run is triggered through the REST API
+(``POST /api/v2/dags/{dag_id}/dagRuns``) and awaited by polling it. The workloads are
+``bench/workload.py``'s (Debezium change events of the ``orders`` table into 3-partition topics);
+the starting Iceberg tables are zero-copy clones of one table of ``--base-rows`` rows.
+
+1. ``trivial_run_s``: a run of the one-task trivial DAG (Airflow's floor); ``one_event_run_s``: a
+   run of a table DAG with one new event, the Connect server warm (median of ``--reps``, after
+   an unmeasured run of each).
+2. ``tables_100_s``: ``--tables`` table DAGs with ``--events-per-table`` events each, all runs
+   triggered at once; from the first trigger until the last table's commit that reaches its
+   topic's end (the commit's snapshot timestamp). ``one_table_10k_s``: the same number of events in
+   one table, the same way.
+3. Airflow is stopped; ``server_peak_gib_4x250k``: four Connect sessions (client processes, each
+   what the ``apply`` task runs: ``connect_session`` + ``apply_range``) apply ``--peak-events``
+   events each into four tables at once; the Connect server's peak RSS (its JVM: ``VmHWM``
+   reset through ``/proc/<pid>/clear_refs`` before, and sampled every 0.2 s).
+4. ``connect_over_submit_1m``: ``--big-events`` events applied once through a Connect session
+   (client process: start, session, ``apply_range``, stop) and once by
+   ``spark-submit spark_jobs/apply_cdc.py --plan ...`` (``bench/run.py``'s command: the table
+   DAG's ``submit`` engine settings), each into a clone of a table of ``--big-base-rows`` rows;
+   the ratio of wall times.
+
+Every table is compared with the source state its events were generated from
+(``bench/run.py``'s ``check_table``: ids, and every touched row's values and metadata; the
+one-event table: the updated row). Results: ``<out>/engine-<time>.json`` and ``.md``; the last
+line printed is the headline as one JSON object. Targets are printed, never asserted; exit code 1
+when a run failed or a table differs from its source.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from datetime import datetime, timezone
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any, TypeVar
+
+BENCH_DIR = Path(__file__).resolve().parent
+ROOT = BENCH_DIR.parent
+for _p in (ROOT / "include", ROOT / "plugins", BENCH_DIR):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+
+import workload as wl  # noqa: E402
+from cdclake.settings import Settings  # noqa: E402
+from run import (  # noqa: E402
+    RESULT_PREFIX,
+    Loaded,
+    Measured,
+    _free_port_pair,
+    check_table,
+    child_env,
+    copy_table,
+    create_base_table,
+    kafka_clients,
+    load_workload,
+    machine_info,
+    measure,
+    produce,
+    spark_submit,
+)
+
+_T = TypeVar("_T")
+
+TARGETS: dict[str, tuple[str, float]] = {
+    "one_event_over_trivial": ("<=", 1.5),
+    "tables_100_s": ("<=", 900.0),
+    "tables_100_over_one_table_10k": ("<=", 5.0),
+    "connect_over_submit_1m": ("<=", 1.2),
+    "server_peak_gib_4x250k": ("<", 6.0),
+}
+"""Each headline figure's target (printed and recorded, never asserted)."""
+TERMINAL = {"success", "failed"}
+CONNECT_URL_ENV = "BENCH_CONNECT_URL"
+"""How ``_apply`` gets the server's URL with its token (never on a command line)."""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def in_child(fn: Callable[..., _T], *args: Any) -> _T:
+    """``fn(*args)`` in a fresh (spawned) process: servers it starts outlive it and, orphaned, are
+    reaped by init when they stop (children of this long-lived process would linger as zombies,
+    and the stop functions would wait out their timeouts for them)."""
+    with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
+        return pool.submit(fn, *args).result()
+
+
+def start_servers(settings: Settings) -> list[str]:
+    from cdclake.local import engine, stack
+
+    return [stack.start_broker(settings), engine.start_engine(settings)]
+
+
+def stop_servers(settings: Settings) -> None:
+    from cdclake.local import engine, stack
+
+    for stop in (engine.stop_engine, stack.stop_broker):
+        try:
+            print(f"  {stop(settings)}", flush=True)
+        except Exception as exc:  # noqa: BLE001 - stop the other all the same
+            print(f"  {stop.__name__} failed: {exc}", flush=True)
+
+
+def _ts(text: str | None) -> float | None:
+    """An API timestamp (ISO 8601) as epoch seconds."""
+    return None if not text else datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+# --- the Airflow metadata DB ----------------------------------------------------------------------------
+
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+def postgres_available() -> bool:
+    """Debian's PostgreSQL 15 and Airflow's drivers for it (psycopg2, asyncpg) are installed."""
+    try:
+        import asyncpg  # noqa: F401
+        import psycopg2  # noqa: F401
+    except ImportError:
+        return False
+    return (PG_BIN / "initdb").exists()
+
+
+class Postgres:
+    """A throw-away PostgreSQL 15 server on a free loopback port (``fsync=off``), in a folder of
+    the ``postgres`` user (``initdb`` refuses root)."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="cdclake-bench-pg-"))
+        self.data = self.dir / "data"
+        self.port = _free_port()
+
+    def _as_postgres(self, *args: str) -> None:
+        proc = subprocess.run(["runuser", "-u", "postgres", "--", *args], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(args)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+
+    def start(self) -> str:
+        """Start it; returns the SQLAlchemy URL of its ``postgres`` database."""
+        shutil.chown(self.dir, "postgres", "postgres")
+        self._as_postgres(str(PG_BIN / "initdb"), "-D", str(self.data), "-A", "trust", "--no-sync", "-U", "postgres")
+        options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300"
+        self._as_postgres(
+            str(PG_BIN / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.dir / "server.log"),
+            "-o",
+            options,
+            "-w",
+            "start",
+        )
+        return f"postgresql+psycopg2://postgres@127.0.0.1:{self.port}/postgres"
+
+    def stop(self) -> None:
+        try:
+            self._as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+        except RuntimeError as exc:
+            print(f"  PostgreSQL stop failed: {exc}", flush=True)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# --- Airflow: separate processes, driven through the REST API ---------------------------------------
+
+
+class Airflow:
+    """Airflow 3 as production runs it: ``scheduler``, ``dag-processor``, ``triggerer`` and
+    ``api-server`` as processes of their own sharing one execution API URL and JWT secret;
+    LocalExecutor; the local stack's environment (:func:`cdclake.local.airflow_env.airflow_env`:
+    connections, SQLite metadata DB under the state dir) with the bench's DAGs folder."""
+
+    COMPONENTS = ("scheduler", "dag-processor", "triggerer", "api-server")
+
+    def __init__(self, settings: Settings, dags_dir: Path, logs: Path, parallelism: int, db_url: str | None) -> None:
+        from cdclake.local.airflow_env import airflow_env
+
+        self.port = _free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.logs = logs
+        self.env = airflow_env(settings, child_env(settings))
+        self.env.update(
+            {
+                "AIRFLOW__CORE__DAGS_FOLDER": str(dags_dir),
+                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+                "AIRFLOW__CORE__PARALLELISM": str(parallelism),
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base}/execution/",
+                "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(32),
+                "AIRFLOW__API__SECRET_KEY": secrets.token_urlsafe(32),
+                "AIRFLOW__API__HOST": "127.0.0.1",
+                "AIRFLOW__API__PORT": str(self.port),
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+                "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+                "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+                "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
+                "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
+                "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port()),
+            }
+        )
+        if db_url:
+            self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = db_url
+        self.settings = settings
+        self.procs: dict[str, subprocess.Popen] = {}
+        self._token: str | None = None
+        import requests
+
+        self.http = requests.Session()
+
+    def migrate(self) -> float:
+        """``airflow db migrate`` and the pool ``cdc_apply`` (as ``cdclake.local.cli.ensure_airflow_db``
+        does for the SQLite DB). Returns seconds."""
+        from cdclake.local.cli import APPLY_POOL_DESCRIPTION
+        from cdclake.settings import APPLY_POOL
+
+        t0 = time.monotonic()
+        self.settings.airflow_home.mkdir(parents=True, exist_ok=True)
+        airflow = str(Path(sys.executable).parent / "airflow")
+        for argv in (
+            ["db", "migrate"],
+            ["pools", "set", APPLY_POOL, str(self.settings.apply_pool_slots), APPLY_POOL_DESCRIPTION],
+        ):
+            proc = subprocess.run([airflow, *argv], env=self.env, capture_output=True, text=True, cwd=ROOT)
+            if proc.returncode != 0:
+                raise RuntimeError(f"airflow {' '.join(argv)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        return time.monotonic() - t0
+
+    def start(self, timeout_s: float = 300.0) -> float:
+        """Start the four processes and wait until the API answers. Returns seconds."""
+        t0 = time.monotonic()
+        airflow = str(Path(sys.executable).parent / "airflow")
+        for name in self.COMPONENTS:
+            args = [airflow, name] + (["--port", str(self.port), "--host", "127.0.0.1"] if name == "api-server" else [])
+            with open(self.logs / f"airflow-{name}.log", "ab") as out:
+                self.procs[name] = subprocess.Popen(
+                    args, env=self.env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True
+                )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self._check_alive()
+            try:
+                if self.http.get(f"{self.base}/api/v2/monitor/health", timeout=5).status_code == 200:
+                    return time.monotonic() - t0
+            except OSError:
+                pass
+            time.sleep(1.0)
+        raise RuntimeError(f"the Airflow API did not answer on {self.base} within {timeout_s:.0f} s")
+
+    def _check_alive(self) -> None:
+        for name, proc in self.procs.items():
+            if proc.poll() is not None:
+                raise RuntimeError(f"airflow {name} exited ({proc.returncode}); log {self.logs}/airflow-{name}.log")
+
+    def stop(self) -> None:
+        for proc in reversed(list(self.procs.values())):
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    continue
+        for name, proc in self.procs.items():
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                print(f"  airflow {name} did not stop within 60 s: killed", flush=True)
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
+        self.procs.clear()
+
+    def _headers(self) -> dict[str, str]:
+        if self._token is None:
+            r = self.http.get(f"{self.base}/auth/token", timeout=30)
+            r.raise_for_status()
+            self._token = r.json()["access_token"]
+        return {"Authorization": f"Bearer {self._token}"}
+
+    def get(self, path: str, **params: Any) -> Any:
+        r = self.http.get(f"{self.base}/api/v2/{path}", params=params, headers=self._headers(), timeout=60)
+        r.raise_for_status()
+        return r.json()
+
+    def get_all(self, path: str, key: str, **params: Any) -> list[dict[str, Any]]:
+        """Every item of a paged list (the API pages by at most 100)."""
+        items: list[dict[str, Any]] = []
+        while True:
+            page = self.get(path, limit=100, offset=len(items), **params)
+            items += page[key]
+            if not page[key] or len(items) >= page["total_entries"]:
+                return items
+
+    def wait_dags(self, dag_ids: set[str], timeout_s: float = 600.0) -> float:
+        """Wait until the dag-processor has serialized every DAG of ``dag_ids``, unpaused.
+        Returns seconds.
+
+        Raises:
+            RuntimeError: an import error, or not within ``timeout_s``.
+        """
+        t0 = time.monotonic()
+        missing = dag_ids
+        while time.monotonic() - t0 < timeout_s:
+            self._check_alive()
+            try:
+                errors = self.get("importErrors")
+                if errors.get("total_entries"):
+                    raise RuntimeError(f"DAG import errors: {json.dumps(errors)[:3000]}")
+                dags = self.get_all("dags", "dags")
+                ready = {d["dag_id"] for d in dags if not d.get("is_paused")}
+                missing = dag_ids - ready
+                if not missing:
+                    return time.monotonic() - t0
+            except OSError:
+                pass
+            time.sleep(2.0)
+        raise RuntimeError(f"DAGs not ready within {timeout_s:.0f} s: {sorted(missing)[:10]} ...")
+
+    def trigger(self, dag_id: str, run_id: str, conf: dict[str, Any] | None = None) -> float:
+        """Trigger a run; returns the epoch time just before the request."""
+        import requests
+
+        t = time.time()
+        r = requests.post(  # not the shared session: runs are triggered from several threads at once
+            f"{self.base}/api/v2/dags/{dag_id}/dagRuns",
+            json={"dag_run_id": run_id, "logical_date": None, "conf": conf or {}},
+            headers=self._headers(),
+            timeout=120,
+        )
+        if r.status_code >= 300:
+            raise RuntimeError(f"trigger {dag_id}: HTTP {r.status_code}: {r.text[:1000]}")
+        return t
+
+    def wait_run(self, dag_id: str, run_id: str, timeout_s: float, poll_s: float = 0.2) -> dict[str, Any]:
+        """Poll the run until it succeeds or fails; the run (as the API gives it) plus the epoch
+        time it was first seen finished (``seen_done``)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            run = self.get(f"dags/{dag_id}/dagRuns/{run_id}")
+            if run["state"] in TERMINAL:
+                return {**run, "seen_done": time.time()}
+            time.sleep(poll_s)
+        self._check_alive()
+        raise RuntimeError(f"{dag_id} run {run_id} not finished within {timeout_s:.0f} s")
+
+    def wait_runs(self, prefix: str, count: int, timeout_s: float, poll_s: float = 2.0) -> list[dict[str, Any]]:
+        """Poll the runs whose id starts with ``prefix`` until all ``count`` finished."""
+        deadline = time.monotonic() + timeout_s
+        done_at: dict[str, float] = {}
+        runs: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            runs = self.get_all("dags/~/dagRuns", "dag_runs", run_id_prefix_pattern=prefix)
+            now = time.time()
+            for r in runs:
+                if r["state"] in TERMINAL:
+                    done_at.setdefault(r["dag_id"], now)
+            if len(done_at) >= count:
+                return [{**r, "seen_done": done_at[r["dag_id"]]} for r in runs]
+            time.sleep(poll_s)
+        self._check_alive()
+        states = [r["state"] for r in runs]
+        raise RuntimeError(
+            f"{count - len(done_at)} run(s) {prefix}* not finished within {timeout_s:.0f} s: "
+            + ", ".join(f"{s} {states.count(s)}" for s in sorted(set(states)))
+        )
+
+    def task_instances(self, prefix: str) -> list[dict[str, Any]]:
+        return self.get_all("dags/~/dagRuns/~/taskInstances", "task_instances", run_id_prefix_pattern=prefix)
+
+    def task_log_tail(self, dag_id: str, run_id: str) -> str:
+        base = Path(self.env["AIRFLOW__LOGGING__BASE_LOG_FOLDER"])
+        out = []
+        for path in sorted(base.glob(f"dag_id={dag_id}/run_id={run_id}/**/*.log")):
+            out.append(f"--- {path}\n{path.read_text(errors='replace')[-3000:]}")
+        return "\n".join(out)[-12000:]
+
+
+def timeline(tis: list[dict[str, Any]], t0: float) -> list[dict[str, Any]]:
+    """Per task instance, seconds after ``t0``: scheduled, queued, started, ended."""
+    out = []
+    for ti in sorted(tis, key=lambda t: _ts(t.get("start_date")) or float("inf")):
+        row: dict[str, Any] = {"task": ti["task_id"], "state": ti["state"]}
+        for key, field in (
+            ("scheduled", "scheduled_when"),
+            ("queued", "queued_when"),
+            ("start", "start_date"),
+            ("end", "end_date"),
+        ):
+            t = _ts(ti.get(field))
+            row[key] = None if t is None else round(t - t0, 2)
+        out.append(row)
+    return out
+
+
+def task_stats(tis: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per task id: runs, states, and the mean and total seconds waiting (scheduled -> queued:
+    the scheduler and the pool; queued -> started: the executor and the task process start) and
+    running (start -> end)."""
+    out: dict[str, dict[str, Any]] = {}
+    for task_id in sorted({t["task_id"] for t in tis}):
+        mine = [t for t in tis if t["task_id"] == task_id]
+        stats: dict[str, Any] = {"n": len(mine), "states": sorted({str(t["state"]) for t in mine})}
+        for name, a, b in (
+            ("to_queue", "scheduled_when", "queued_when"),
+            ("to_start", "queued_when", "start_date"),
+            ("run", "start_date", "end_date"),
+        ):
+            values = [tb - ta for t in mine if (ta := _ts(t.get(a))) is not None and (tb := _ts(t.get(b))) is not None]
+            if values:
+                stats[f"{name}_mean_s"] = round(statistics.mean(values), 2)
+                stats[f"{name}_total_s"] = round(sum(values), 1)
+        out[task_id] = stats
+    return out
+
+
+# --- the Connect server's memory ---------------------------------------------------------------------
+
+
+def engine_jvm_pid(settings: Settings) -> int:
+    """The Connect server's JVM (``spark-submit`` execs into it; else its ``java`` child)."""
+    import psutil
+
+    pid = int((settings.engine_dir / "server.pid").read_text().strip())
+    proc = psutil.Process(pid)
+    if proc.name() == "java":
+        return pid
+    return next(p.pid for p in proc.children(recursive=True) if p.name() == "java")
+
+
+def _status_kib(pid: int, key: str) -> int | None:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    return None
+
+
+class MemorySampler:
+    """The RSS of one process, sampled every 0.2 s in a thread, and its ``VmHWM`` (reset at the
+    start where the kernel lets us: ``echo 5 > /proc/<pid>/clear_refs``)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.peak = 0
+        self.samples = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self.hwm_reset = False
+
+    def _sample(self) -> None:
+        import psutil
+
+        proc = psutil.Process(self.pid)
+        while not self._done.is_set():
+            try:
+                self.peak = max(self.peak, proc.memory_info().rss)
+                self.samples += 1
+            except psutil.NoSuchProcess:
+                return
+            self._done.wait(0.2)
+
+    def __enter__(self) -> MemorySampler:
+        try:
+            Path(f"/proc/{self.pid}/clear_refs").write_text("5")
+            self.hwm_reset = True
+        except OSError:
+            self.hwm_reset = False
+        self.rss_before = (_status_kib(self.pid, "VmRSS") or 0) * 1024
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+        self.hwm = (_status_kib(self.pid, "VmHWM") or 0) * 1024
+        self.rss_after = (_status_kib(self.pid, "VmRSS") or 0) * 1024
+
+    def figures(self) -> dict[str, Any]:
+        gib = 2**30
+        return {
+            "peak_gib": round(max(self.peak, self.hwm if self.hwm_reset else 0) / gib, 3),
+            "sampled_peak_gib": round(self.peak / gib, 3),
+            "vm_hwm_gib": round(self.hwm / gib, 3),
+            "vm_hwm_reset_before": self.hwm_reset,
+            "rss_before_gib": round(self.rss_before / gib, 3),
+            "rss_after_gib": round(self.rss_after / gib, 3),
+            "samples": self.samples,
+        }
+
+
+# --- tables and workloads ----------------------------------------------------------------------------
+
+
+def table_entry(name: str, topic: str, ns: str, table: str) -> dict[str, Any]:
+    return {"name": name, "topic": topic, "namespace": ns, "table": table, "primary_key": ["id"]}
+
+
+def table_config(entry: dict[str, Any]) -> Any:
+    from cdclake.model.config import TableConfig
+
+    return TableConfig.model_validate(entry)
+
+
+def full_range(settings: Settings, topic: str) -> Any:
+    from cdclake.io.kafka import topic_watermarks
+    from cdclake.model.offsets import OffsetRange
+
+    marks = topic_watermarks(kafka_clients(settings), topic)
+    return OffsetRange(topic=topic, start={p: 0 for p in marks.high}, end=dict(marks.high))
+
+
+def commit_time(catalog: Any, identifier: str, topic: str, ends: dict[int, int]) -> float | None:
+    """Epoch seconds of the first commit of ``identifier`` whose end offsets are ``ends``."""
+    from cdclake.model.layout import SummaryKeys
+    from cdclake.model.offsets import decode_offsets
+
+    table = catalog.load_table(identifier)
+    times = []
+    for snap in table.snapshots():
+        summary = snap.summary.additional_properties if snap.summary is not None else {}
+        end = summary.get(SummaryKeys.END_OFFSETS)
+        if end and summary.get(SummaryKeys.TOPIC) == topic and decode_offsets(end) == ends:
+            times.append(snap.timestamp_ms / 1000)
+    return min(times) if times else None
+
+
+def check_one_event(catalog: Any, identifier: str, ev: wl.Event) -> bool:
+    from pyiceberg.expressions import EqualTo
+
+    row = catalog.load_table(identifier).scan(row_filter=EqualTo("id", ev.id)).to_arrow().to_pylist()
+    return (
+        len(row) == 1
+        and ev.after is not None
+        and row[0]["quantity"] == ev.after["quantity"]
+        and row[0]["_cdc_binlog_pos"] == ev.position[1]
+    )
+
+
+def untouched_base_ids(loaded: Loaded, base_rows: int, n: int) -> list[int]:
+    """``n`` ids of the starting table the workload never touched (for one-event updates)."""
+    ids = [i for i in range(base_rows) if i not in loaded.state.rows][:n]
+    if len(ids) < n:
+        raise SystemExit(f"--base-rows {base_rows} leaves fewer than {n} untouched rows for the one-event runs")
+    return ids
+
+
+def spec(events: int, base_rows: int, seed: int) -> wl.WorkloadSpec:
+    return wl.WorkloadSpec(
+        events=events, keys=max(events // 5, 1), existing_rows=base_rows, new_id_start=base_rows, seed=seed
+    )
+
+
+# --- the phases ----------------------------------------------------------------------------------------
+
+
+def phase_overhead(
+    airflow: Airflow, catalog: Any, settings: Settings, one: Loaded, one_id: str, ids: list[int], reps: int, tag: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Trivial DAG runs and one-event table DAG runs (after an unmeasured run of each)."""
+    decimal = wl.decimal_supported()
+    timeout = 600.0
+    out: dict[str, Any] = {"trivial": [], "one_event": []}
+    ok = True
+
+    def run(dag_id: str, run_id: str) -> dict[str, Any]:
+        t0 = airflow.trigger(dag_id, run_id)
+        r = airflow.wait_run(dag_id, run_id, timeout)
+        tis = airflow.task_instances(run_id)
+        m = {
+            "run_id": run_id,
+            "state": r["state"],
+            "wall_s": round(r["seen_done"] - t0, 3),
+            "run_s": round((_ts(r["end_date"]) or 0) - (_ts(r["queued_at"]) or 0), 3),
+            "timeline": timeline(tis, t0),
+        }
+        if r["state"] != "success":
+            print(airflow.task_log_tail(dag_id, run_id), flush=True)
+            raise RuntimeError(f"{dag_id} run {run_id}: {r['state']}")
+        return m
+
+    print("  warm-up: trivial DAG, the one-event table's first run ...", flush=True)
+    out["warmup"] = [run("bench_trivial", f"{tag}_warm_trivial"), run("cdc_e_one", f"{tag}_warm_one")]
+    ok = check_table(catalog, one_id, one, one.state.existing_rows, decimal)["ok"]
+    for rep in range(1, reps + 1):
+        m = run("bench_trivial", f"{tag}_trivial_{rep}")
+        out["trivial"].append(m)
+        ev = wl.update_event(one.state, ids[rep - 1], decimal)
+        produce(kafka_clients(settings), one.topic, [ev], decimal, create=False)
+        e = run("cdc_e_one", f"{tag}_one_{rep}")
+        out["one_event"].append(e)
+        ok = ok and check_one_event(catalog, one_id, ev)
+        print(f"  rep {rep}: trivial {m['wall_s']:.1f} s, one event {e['wall_s']:.1f} s", flush=True)
+    check = {"ok": ok, "table": one_id}
+    return out, check
+
+
+def phase_many(
+    airflow: Airflow,
+    settings: Settings,
+    catalog: Any,
+    label: str,
+    tables: list[tuple[str, str, Loaded]],
+    base_rows: int,
+    tag: str,
+    timeout_s: float,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Trigger every table's DAG at once; seconds until the last commit reaching its topic's end."""
+    from cdclake.io.catalog import committed_offsets
+    from cdclake.io.kafka import topic_watermarks
+
+    decimal = wl.decimal_supported()
+    prefix = f"{tag}_{label}_"
+    kafka = kafka_clients(settings)
+    ends = {name: dict(topic_watermarks(kafka, loaded.topic).high) for name, _, loaded in tables}
+    t0 = time.time()
+    with ThreadPoolExecutor(max_workers=min(len(tables), 16)) as pool:
+        list(pool.map(lambda t: airflow.trigger(f"cdc_{t[0]}", f"{prefix}{t[0]}"), tables))
+    triggered_s = time.time() - t0
+    print(f"  {len(tables)} run(s) triggered in {triggered_s:.1f} s; waiting ...", flush=True)
+    runs = airflow.wait_runs(prefix, len(tables), timeout_s)
+    runs_done_s = max(r["seen_done"] for r in runs) - t0
+    failed = [r["dag_id"] for r in runs if r["state"] != "success"]
+    for dag_id in failed[:3]:
+        print(airflow.task_log_tail(dag_id, f"{prefix}{dag_id[len('cdc_') :]}"), flush=True)
+    commits: dict[str, float | None] = {}
+    problems: list[str] = [f"{len(failed)} run(s) failed: {failed[:10]}"] if failed else []
+    checked = 0
+    for name, identifier, loaded in tables:
+        topic = loaded.topic
+        commits[name] = commit_time(catalog, identifier, topic, ends[name])
+        got = committed_offsets(catalog.load_table(identifier), topic)
+        if got != ends[name]:
+            problems.append(f"{identifier}: committed offsets {got}, topic ends {ends[name]}")
+            continue
+        c = check_table(catalog, identifier, loaded, base_rows, decimal)
+        checked += 1
+        if not c["ok"]:
+            problems.append(f"{identifier}: {c['problems']}")
+    reached = [t for t in commits.values() if t is not None]
+    caught_up_s = (max(reached) - t0) if len(reached) == len(tables) else None
+    tis = airflow.task_instances(prefix)
+    result = {
+        "tables": len(tables),
+        "events_per_table": tables[0][2].events,
+        "caught_up_s": None if caught_up_s is None else round(caught_up_s, 2),
+        "runs_done_s": round(runs_done_s, 2),
+        "trigger_all_s": round(triggered_s, 2),
+        "commit_s_quantiles": _quantiles([t - t0 for t in reached]),
+        "tasks": task_stats(tis),
+        "failed_runs": failed,
+    }
+    check = {"ok": not problems, "tables_checked": checked, "problems": problems[:20]}
+    return result, check
+
+
+def _quantiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    v = sorted(values)
+    return {
+        "min": round(v[0], 2),
+        "p50": round(v[len(v) // 2], 2),
+        "p90": round(v[min(len(v) - 1, int(len(v) * 0.9))], 2),
+        "max": round(v[-1], 2),
+    }
+
+
+def plan_json(settings: Settings, entry: dict[str, Any], run_id: str) -> str:
+    from cdclake.model.plan import RunPlan
+
+    cfg = table_config(entry)
+    return RunPlan(table=cfg, run_id=run_id, range=full_range(settings, cfg.topic)).to_json()
+
+
+def connect_apply_cmd(plan: str) -> list[str]:
+    return [sys.executable, str(Path(__file__).resolve()), "_apply", "--plan", plan]
+
+
+def phase_peak(
+    settings: Settings, env: dict[str, str], logs: Path, plans: list[str], timeout_s: float
+) -> dict[str, Any]:
+    """Apply every plan at once, each in a Connect client process; the server's peak memory."""
+    pid = engine_jvm_pid(settings)
+    procs = []
+    t0 = time.monotonic()
+    with MemorySampler(pid) as mem:
+        for k, plan in enumerate(plans):
+            out = open(logs / f"peak_apply_{k}.log", "wb")  # noqa: SIM115 - closed below
+            procs.append(
+                (subprocess.Popen(connect_apply_cmd(plan), env=env, stdout=out, stderr=subprocess.STDOUT), out)
+            )
+        codes = []
+        for proc, out in procs:
+            try:
+                codes.append(proc.wait(timeout=max(1.0, timeout_s - (time.monotonic() - t0))))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                codes.append(proc.wait())
+            out.close()
+    wall = time.monotonic() - t0
+    for k, code in enumerate(codes):
+        if code != 0:
+            tail = (logs / f"peak_apply_{k}.log").read_text(errors="replace")[-4000:]
+            raise RuntimeError(f"peak apply {k} failed (exit code {code}):\n{tail}")
+    results = []
+    for k in range(len(plans)):
+        text = (logs / f"peak_apply_{k}.log").read_text(errors="replace")
+        results += [json.loads(ln[len(RESULT_PREFIX) :]) for ln in text.splitlines() if ln.startswith(RESULT_PREFIX)]
+    return {"wall_s": round(wall, 2), "server": mem.figures(), "applies": results}
+
+
+def phase_big(
+    settings: Settings, env: dict[str, str], logs: Path, connect_plans: list[str], submit_plans: list[str], reps: int
+) -> dict[str, Any]:
+    """The same apply through a Connect session and through spark-submit."""
+    event_log = logs / "spark-events"
+    event_log.mkdir(exist_ok=True)
+    out: dict[str, list[Measured]] = {"connect": [], "submit": []}
+    pid = engine_jvm_pid(settings)
+    server: list[dict[str, Any]] = []
+    for rep in range(1, reps + 1):
+        with MemorySampler(pid) as mem:
+            out["connect"].append(measure(f"big_connect_r{rep}", connect_apply_cmd(connect_plans[rep - 1]), env, logs))
+        server.append(mem.figures())
+        cmd = spark_submit(
+            settings,
+            ROOT / "spark_jobs" / "apply_cdc.py",
+            ["--plan", submit_plans[rep - 1], "--bootstrap-servers", settings.kafka_bootstrap],
+            f"bench-engine-submit-r{rep}",
+            event_log,
+        )
+        out["submit"].append(measure(f"big_submit_r{rep}", cmd, env, logs))
+    con = statistics.median(m.wall_s for m in out["connect"])
+    sub = statistics.median(m.wall_s for m in out["submit"])
+    job = statistics.median(m.result.get("job_s", 0.0) for m in out["connect"])
+    return {
+        "connect_wall_s": round(con, 2),
+        "connect_apply_range_s": round(job, 2),
+        "submit_wall_s": round(sub, 2),
+        "submit_jvm_s": round(statistics.median(m.spark_s or 0.0 for m in out["submit"]), 2),
+        "connect_runs": [m.as_dict() for m in out["connect"]],
+        "submit_runs": [m.as_dict() for m in out["submit"]],
+        "server_during_connect": server,
+    }
+
+
+# --- the run ----------------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> int:
+    import yaml
+
+    from cdclake.io.catalog import load_catalog
+
+    started = datetime.now(timezone.utc)
+    run_id = started.strftime("%Y%m%dT%H%M%SZ")
+    tag = uuid.uuid4().hex[:6]
+    out_dir = Path(args.out).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    work = Path(args.state_dir).resolve() if args.state_dir else Path(tempfile.mkdtemp(prefix="cdclake-engine-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    logs = work / "logs"
+    logs.mkdir(exist_ok=True)
+    environ = {
+        "CDCLAKE_STATE_DIR": str(work / "stack"),
+        "CDCLAKE_KAFKA_BOOTSTRAP": f"127.0.0.1:{_free_port_pair()}",
+        "CDCLAKE_TABLES_CONFIG": str(work / "tables.yaml"),
+        "CDCLAKE_SPARK_CONNECT_PORT": str(_free_port()),
+    }
+    if args.engine_memory:
+        environ["CDCLAKE_ENGINE_MEMORY"] = args.engine_memory
+    if args.apply_slots:
+        environ["CDCLAKE_APPLY_POOL_SLOTS"] = str(args.apply_slots)
+    settings = Settings.from_env(environ)
+    env = child_env(settings)
+    from cdclake.local.engine import engine_token, engine_url
+
+    env[CONNECT_URL_ENV] = f"{engine_url(settings)}/;token={engine_token(settings)}"
+    decimal = wl.decimal_supported()
+    ns = f"bench_{tag}"
+    params = {
+        k: getattr(args, k)
+        for k in (
+            "tables",
+            "events_per_table",
+            "base_rows",
+            "reps",
+            "big_events",
+            "big_base_rows",
+            "big_reps",
+            "peak_tables",
+            "peak_events",
+            "parallelism",
+            "airflow_db",
+        )
+    }
+    params.update(
+        {
+            "engine_memory": settings.engine_memory,
+            "apply_pool_slots": settings.apply_pool_slots,
+            "spark_master": settings.spark_master,
+        }
+    )
+    info: dict[str, Any] = {
+        "started": run_id,
+        "params": params,
+        "machine": machine_info(),
+        "airflow_metadata_db": {
+            "postgres": "PostgreSQL 15 (Debian; fsync=off), psycopg2 + asyncpg",
+            "sqlite": "SQLite (cdclake.local.airflow_env)",
+        }[args.airflow_db],
+        "work_dir": str(work),
+    }
+    many_events = args.tables * args.events_per_table
+    print(
+        f"engine benchmark: {args.tables} tables x {args.events_per_table} events (and {many_events:,} in one "
+        f"table); {args.peak_tables} x {args.peak_events:,} at once; {args.big_events:,} connect vs submit; "
+        f"work dir {work}",
+        flush=True,
+    )
+    phases: dict[str, Any] = {}
+    checks: dict[str, Any] = {}
+    setup: dict[str, Any] = {}
+    airflow: Airflow | None = None
+    postgres: Postgres | None = None
+    try:
+        t0 = time.monotonic()
+        for report in in_child(start_servers, settings):
+            print(f"  {report}", flush=True)
+        setup["servers_s"] = round(time.monotonic() - t0, 1)
+        catalog = load_catalog(settings)
+        catalog.create_namespace_if_not_exists(ns)
+
+        # --- the Airflow phases' tables and topics
+        print("generating and loading the workloads of the DAG phases ...", flush=True)
+        t0 = time.monotonic()
+        create_base_table(catalog, f"{ns}.base", args.base_rows, decimal)
+        entries = []
+        many: list[tuple[str, str, Loaded]] = []
+        for k in range(args.tables):
+            name = f"e_t{k:03d}"
+            loaded = load_workload(
+                settings, f"bench.{tag}.t{k:03d}", spec(args.events_per_table, args.base_rows, k), decimal
+            )
+            copy_table(catalog, f"{ns}.base", f"{ns}.t{k:03d}")
+            entries.append(table_entry(name, loaded.topic, ns, f"t{k:03d}"))
+            many.append((name, f"{ns}.t{k:03d}", loaded))
+        one = load_workload(settings, f"bench.{tag}.one", spec(args.events_per_table, args.base_rows, 1001), decimal)
+        copy_table(catalog, f"{ns}.base", f"{ns}.one")
+        entries.append(table_entry("e_one", one.topic, ns, "one"))
+        big10k = load_workload(settings, f"bench.{tag}.all", spec(many_events, args.base_rows, 1002), decimal)
+        copy_table(catalog, f"{ns}.base", f"{ns}.all_in_one")
+        entries.append(table_entry("e_all", big10k.topic, ns, "all_in_one"))
+        settings.tables_config.write_text(
+            yaml.safe_dump({"defaults": {"schedule": None, "retries": 0, "tags": ["bench"]}, "tables": entries})
+        )
+        setup["dag_workloads_s"] = round(time.monotonic() - t0, 1)
+        one_ids = untouched_base_ids(one, args.base_rows, args.reps)
+
+        dags_dir = work / "dags"
+        dags_dir.mkdir(exist_ok=True)
+        shutil.copy(ROOT / "dags" / "cdc_tables.py", dags_dir / "cdc_tables.py")
+        shutil.copy(BENCH_DIR / "dags" / "bench_trivial.py", dags_dir / "bench_trivial.py")
+        db_url = None
+        if args.airflow_db == "postgres":
+            postgres = Postgres()
+            db_url = postgres.start()
+        airflow = Airflow(settings, dags_dir, logs, args.parallelism, db_url)
+        setup["airflow_db_s"] = round(airflow.migrate(), 1)
+        setup["airflow_start_s"] = round(airflow.start(), 1)
+        dag_ids = {"bench_trivial", "cdc_e_one", "cdc_e_all"} | {f"cdc_{n}" for n, _, _ in many}
+        setup["dags_ready_s"] = round(airflow.wait_dags(dag_ids), 1)
+        print(
+            f"  Airflow up in {setup['airflow_start_s']} s, {len(dag_ids)} DAGs ready after {setup['dags_ready_s']} s",
+            flush=True,
+        )
+
+        print("1. trivial DAG vs one-event table DAG runs ...", flush=True)
+        phases["overhead"], checks["one_event"] = phase_overhead(
+            airflow, catalog, settings, one, f"{ns}.one", one_ids, args.reps, tag
+        )
+        print(f"2. {args.tables} tables x {args.events_per_table} events, all triggered at once ...", flush=True)
+        phases["many_tables"], checks["many_tables"] = phase_many(
+            airflow, settings, catalog, "many", many, args.base_rows, tag, args.timeout
+        )
+        print(f"  caught up in {phases['many_tables']['caught_up_s']} s", flush=True)
+        print(f"   the same {many_events:,} events in one table ...", flush=True)
+        phases["one_table"], checks["one_table"] = phase_many(
+            airflow,
+            settings,
+            catalog,
+            "all",
+            [("e_all", f"{ns}.all_in_one", big10k)],
+            args.base_rows,
+            tag,
+            args.timeout,
+        )
+        print(f"  caught up in {phases['one_table']['caught_up_s']} s", flush=True)
+        airflow.stop()
+        airflow = None
+        if postgres is not None:
+            postgres.stop()
+            postgres = None
+        del many, one, big10k
+
+        # --- the direct phases
+        print(f"3. {args.peak_tables} x {args.peak_events:,} events at once through Connect ...", flush=True)
+        t0 = time.monotonic()
+        create_base_table(catalog, f"{ns}.bigbase", args.big_base_rows, decimal)
+        setup["big_base_table_s"] = round(time.monotonic() - t0, 1)
+        peak = load_workload(settings, f"bench.{tag}.peak", spec(args.peak_events, args.big_base_rows, 2001), decimal)
+        setup["peak_workload_s"] = round(peak.load_s, 1)
+        peak_entries = []
+        for k in range(args.peak_tables):
+            copy_table(catalog, f"{ns}.bigbase", f"{ns}.peak{k}")
+            peak_entries.append(table_entry(f"peak{k}", peak.topic, ns, f"peak{k}"))
+        phases["peak"] = phase_peak(
+            settings,
+            env,
+            logs,
+            [plan_json(settings, e, f"bench-peak-{k}") for k, e in enumerate(peak_entries)],
+            args.timeout,
+        )
+        print(f"  {phases['peak']['wall_s']} s; server peak {phases['peak']['server']['peak_gib']} GiB", flush=True)
+        peak_checks = [
+            check_table(catalog, f"{ns}.peak{k}", peak, args.big_base_rows, decimal) for k in range(args.peak_tables)
+        ]
+        checks["peak"] = {"ok": all(c["ok"] for c in peak_checks), "tables": peak_checks}
+        del peak
+
+        print(f"4. {args.big_events:,} events: Connect session vs spark-submit ...", flush=True)
+        big = load_workload(settings, f"bench.{tag}.big", spec(args.big_events, args.big_base_rows, 3001), decimal)
+        setup["big_workload_s"] = round(big.load_s, 1)
+        plans: dict[str, list[str]] = {"connect": [], "submit": []}
+        for which in plans:
+            for rep in range(1, args.big_reps + 1):
+                copy_table(catalog, f"{ns}.bigbase", f"{ns}.big_{which}_r{rep}")
+                e = table_entry(f"big_{which}_r{rep}", big.topic, ns, f"big_{which}_r{rep}")
+                plans[which].append(plan_json(settings, e, f"bench-big-{which}-{rep}"))
+        phases["big"] = phase_big(settings, env, logs, plans["connect"], plans["submit"], args.big_reps)
+        big_checks = [check_table(catalog, f"{ns}.big_{which}_r1", big, args.big_base_rows, decimal) for which in plans]
+        checks["big"] = {"ok": all(c["ok"] for c in big_checks), "tables": big_checks}
+        info["server_vm_hwm_gib_whole_run"] = round((_status_kib(engine_jvm_pid(settings), "VmHWM") or 0) / 2**20, 3)
+    finally:
+        if airflow is not None:
+            airflow.stop()
+        if postgres is not None:
+            postgres.stop()
+        stop_servers(settings)
+
+    info["machine"]["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    headline = headline_of(phases, args, started)
+    result = {
+        **info,
+        "setup": setup,
+        "headline": headline,
+        "targets": {k: {"target": f"{op} {v}", "met": met(headline.get(k), op, v)} for k, (op, v) in TARGETS.items()},
+        "phases": phases,
+        "checks": checks,
+    }
+    stem = out_dir / f"engine-{run_id}"
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=2, default=str))
+    stem.with_suffix(".md").write_text(markdown(result))
+    print(markdown(result))
+    print(f"results: {stem}.json, {stem}.md")
+    if not args.keep_state and not args.state_dir:
+        shutil.rmtree(work, ignore_errors=True)
+    ok = all(c["ok"] for c in checks.values())
+    if not ok:
+        print("CHECK FAILED: " + json.dumps({k: c for k, c in checks.items() if not c["ok"]}, default=str)[:5000])
+    print(json.dumps({**headline, "checks_ok": ok, "machine": info["machine"]}, default=str))
+    return 0 if ok else 1
+
+
+def met(value: float | None, op: str, target: float) -> bool:
+    return value is not None and (value <= target if op == "<=" else value < target)
+
+
+def headline_of(phases: dict[str, Any], args: argparse.Namespace, started: datetime) -> dict[str, Any]:
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return round(a / b, 3) if a and b else None
+
+    over = phases["overhead"]
+    trivial = statistics.median(m["wall_s"] for m in over["trivial"])
+    one = statistics.median(m["wall_s"] for m in over["one_event"])
+    many, single, big = phases["many_tables"], phases["one_table"], phases["big"]
+    return {
+        "trivial_run_s": round(trivial, 2),
+        "one_event_run_s": round(one, 2),
+        "one_event_over_trivial": ratio(one, trivial),
+        "tables_100_s": many["caught_up_s"],
+        "one_table_10k_s": single["caught_up_s"],
+        "tables_100_over_one_table_10k": ratio(many["caught_up_s"], single["caught_up_s"]),
+        "connect_1m_s": big["connect_wall_s"],
+        "submit_1m_s": big["submit_wall_s"],
+        "connect_over_submit_1m": ratio(big["connect_wall_s"], big["submit_wall_s"]),
+        "server_peak_gib_4x250k": phases["peak"]["server"]["peak_gib"],
+        "sizes": {
+            "tables": args.tables,
+            "events_per_table": args.events_per_table,
+            "big_events": args.big_events,
+            "peak_tables": args.peak_tables,
+            "peak_events": args.peak_events,
+        },
+        "date": started.isoformat(timespec="seconds"),
+    }
+
+
+def markdown(result: dict[str, Any]) -> str:
+    m, p, h = result["machine"], result["params"], result["headline"]
+    ph = result["phases"]
+    lines = [
+        f"### cdclake engine benchmark, {result['started']}",
+        "",
+        f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; {m['os']}; Python {m['python']}; "
+        f"{m['java']}. Load average (1 min) at start {m['load_avg_at_start'][0]}, at end "
+        f"{m.get('load_avg_at_end', ['?'])[0]} (the machine is shared).",
+        "",
+        f"Airflow 3 (scheduler, dag-processor, triggerer, api-server; LocalExecutor, parallelism "
+        f"{p['parallelism']}; metadata DB {result['airflow_metadata_db']}); Spark Connect server "
+        f"`{p['spark_master']}`, heap {p['engine_memory']}, pool `cdc_apply` {p['apply_pool_slots']} slot(s). "
+        f"Starting tables: {p['base_rows']:,} rows (DAG phases), {p['big_base_rows']:,} rows (direct phases).",
+        "",
+        "| figure | measured | target | met |",
+        "|---|---:|---:|---|",
+    ]
+    labels = {
+        "trivial_run_s": "trivial DAG run, s (median)",
+        "one_event_run_s": "one-event table DAG run, s (median, warm engine)",
+        "one_event_over_trivial": "one event / trivial",
+        "tables_100_s": f"{p['tables']} tables x {p['events_per_table']} events caught up, s",
+        "one_table_10k_s": f"{p['tables'] * p['events_per_table']:,} events in one table caught up, s",
+        "tables_100_over_one_table_10k": "many tables / one table",
+        "connect_1m_s": f"{p['big_events']:,} events through Connect (client wall), s",
+        "submit_1m_s": f"{p['big_events']:,} events through spark-submit (wall), s",
+        "connect_over_submit_1m": "Connect / spark-submit",
+        "server_peak_gib_4x250k": f"server peak RSS, {p['peak_tables']} x {p['peak_events']:,} at once, GiB",
+    }
+    for key, label in labels.items():
+        t = result["targets"].get(key)
+        target = t["target"] if t else ""
+        ok = ("yes" if t["met"] else "**no**") if t else ""
+        lines.append(f"| {label} | {h.get(key)} | {target} | {ok} |")
+    over = ph["overhead"]
+    lines += ["", "Where a one-event run's time goes (median rep; seconds after the trigger):", ""]
+    mid = sorted(over["one_event"], key=lambda r: r["wall_s"])[(len(over["one_event"]) - 1) // 2]
+    triv = sorted(over["trivial"], key=lambda r: r["wall_s"])[(len(over["trivial"]) - 1) // 2]
+    lines += ["| run | task | scheduled | queued | start | end |", "|---|---|---:|---:|---:|---:|"]
+    for name, r in (("trivial", triv), ("one event", mid)):
+        for t in r["timeline"]:
+            lines.append(f"| {name} | {t['task']} | {t['scheduled']} | {t['queued']} | {t['start']} | {t['end']} |")
+        lines.append(f"| {name} | (run seen done) |  |  |  | {r['wall_s']} |")
+    for key, title in (("many_tables", f"{p['tables']} tables"), ("one_table", "one table")):
+        s = ph[key]
+        lines += [
+            "",
+            f"{title}: all runs triggered in {s['trigger_all_s']} s; commits reaching the topic ends after "
+            f"{s['commit_s_quantiles']} s; runs seen done after {s['runs_done_s']} s. Per task (mean s waiting for "
+            "a queue slot / for the process to start / running):",
+            "",
+            "| task | n | to queue | to start | run | run total |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for task_id, st in s["tasks"].items():
+            lines.append(
+                f"| {task_id} | {st['n']} | {st.get('to_queue_mean_s')} | {st.get('to_start_mean_s')} | "
+                f"{st.get('run_mean_s')} | {st.get('run_total_s')} |"
+            )
+    pk, big = ph["peak"], ph["big"]
+    lines += [
+        "",
+        f"Peak phase: {p['peak_tables']} Connect sessions at once, {pk['wall_s']} s; server: {pk['server']}.",
+        "",
+        f"Big apply: Connect client wall {big['connect_wall_s']} s (apply_range {big['connect_apply_range_s']} s), "
+        f"spark-submit wall {big['submit_wall_s']} s (JVM alive {big['submit_jvm_s']} s).",
+        "",
+        "Checks: " + ", ".join(f"{k} {'ok' if c['ok'] else 'FAILED'}" for k, c in result["checks"].items()),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# --- `_apply`: one apply in a session of the Connect server (what the table DAG's apply task runs) ---
+
+
+def apply_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="bench/engine_bench.py _apply")
+    parser.add_argument("--plan", required=True, help="RunPlan JSON")
+    args = parser.parse_args(argv)
+    t0 = time.monotonic()
+    from cdclake.io.kafka import KafkaClients
+    from cdclake.model.plan import RunPlan
+    from cdclake.spark.apply import apply_range
+    from cdclake.spark.session import connect_session
+
+    settings = Settings.from_env()
+    plan = RunPlan.from_json(args.plan)
+    kafka = KafkaClients.from_bootstrap(settings.kafka_bootstrap)
+    spark = connect_session(os.environ[CONNECT_URL_ENV])
+    session_s = time.monotonic() - t0
+    try:
+        t1 = time.monotonic()
+        result = apply_range(spark, settings, plan, kafka=kafka)
+        job_s = time.monotonic() - t1
+    finally:
+        spark.stop()
+    out = {
+        "table": plan.table.identifier,
+        "session_s": session_s,
+        "job_s": job_s,
+        "result": json.loads(result.to_json()),
+    }
+    print(RESULT_PREFIX + json.dumps(out), flush=True)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bench/engine_bench.py",
+        description=(__doc__ or "").splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__,
+    )
+    parser.add_argument("--tables", type=int, default=100, help="tables of the many-tables phase")
+    parser.add_argument("--events-per-table", type=int, default=100, help="events of each of those tables")
+    parser.add_argument("--base-rows", type=int, default=1_000, help="rows of the DAG phases' starting tables")
+    parser.add_argument("--reps", type=int, default=3, help="trivial and one-event runs (median)")
+    parser.add_argument("--big-events", type=int, default=1_000_000, help="events of the Connect vs submit apply")
+    parser.add_argument("--big-base-rows", type=int, default=1_000_000, help="rows of the direct phases' tables")
+    parser.add_argument("--big-reps", type=int, default=1, help="repetitions of the Connect vs submit apply")
+    parser.add_argument("--peak-tables", type=int, default=4, help="tables applying at once in the peak phase")
+    parser.add_argument("--peak-events", type=int, default=250_000, help="events of each of those tables")
+    parser.add_argument("--parallelism", type=int, default=8, help="Airflow's [core] parallelism (tasks at once)")
+    parser.add_argument("--engine-memory", help="CDCLAKE_ENGINE_MEMORY (default: the settings' 4g)")
+    parser.add_argument("--apply-slots", type=int, help="CDCLAKE_APPLY_POOL_SLOTS (default: the settings' 2)")
+    parser.add_argument(
+        "--airflow-db",
+        choices=["postgres", "sqlite"],
+        help="Airflow's metadata DB (default: postgres when PostgreSQL 15 and psycopg2 are installed; SQLite "
+        "locks up when many runs are triggered at once)",
+    )
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds any one phase may take")
+    parser.add_argument("--out", default=str(BENCH_DIR / "results"), help="folder of the result files")
+    parser.add_argument("--state-dir", help="work folder (default: a temporary one, deleted afterwards)")
+    parser.add_argument("--keep-state", action="store_true", help="keep the temporary work folder")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["_apply"]:
+        return apply_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    if args.airflow_db is None:
+        args.airflow_db = "postgres" if postgres_available() else "sqlite"
+        if args.airflow_db == "sqlite":
+            print("PostgreSQL 15, psycopg2 or asyncpg missing: Airflow on SQLite (it locks up with many runs at once)")
+    elif args.airflow_db == "postgres" and not postgres_available():
+        raise SystemExit(f"--airflow-db postgres needs {PG_BIN}/initdb, psycopg2 (psycopg2-binary) and asyncpg")
+    if args.base_rows < args.reps + args.events_per_table:
+        raise SystemExit("--base-rows must leave rows the workload does not touch for the one-event runs")
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
