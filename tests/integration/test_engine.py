@@ -1,7 +1,9 @@
 """The apply contract over the shared engine: a real Spark Connect server (the tests' own, started
 by :mod:`cdclake.local.engine` with the Iceberg runtime and the tests' SQLite catalog), real Kafka.
 
-Each run is a session of its own, as in the table DAG's ``apply`` task. The failure cases are
+Each run is a session of its own in a client process of its own, as in the table DAG's ``apply``
+task (a Connect session switches its whole Python process to Connect mode, so none is made in the
+test process, whose classic session the other tests use). The failure cases are
 real: a ``kill -9`` of the client process (the Airflow task) or of the server while the server
 executes the ``MERGE``, and a server that is not there. The kill moment is found by watching the
 table's refs in the catalog: the run branch appears right before the ``MERGE`` is sent."""
@@ -25,7 +27,6 @@ from cdclake.io.maintenance import remove_stale_run_branches
 from cdclake.local import engine as local_engine
 from cdclake.model.layout import QUARANTINE_SUFFIX, RUN_BRANCH_PREFIX, SummaryKeys, side_table
 from cdclake.model.plan import RunPlan
-from cdclake.spark.apply import apply_range
 from cdclake.spark.session import connect_session
 from tests.conftest import _free_port, make_table, plan_offsets
 from tests.integration.test_apply import produce_raw
@@ -67,12 +68,25 @@ def _rows(settings, cfg, ref: str = "main") -> dict:
     return {r["id"]: r["v"] for r in arrow.to_pylist()}
 
 
-def _apply(url: str, settings, plan: RunPlan):
-    spark = connect_session(url)
-    try:
-        return apply_range(spark, settings, plan)
-    finally:
-        spark.stop()
+def _apply(url: str, settings, plan: RunPlan) -> dict:
+    """Apply ``plan`` in a client process of its own, as the ``apply`` task does: a Spark Connect
+    session switches the whole Python process to Connect mode (``SPARK_CONNECT_MODE_ENABLED``),
+    which the tests' in-process classic session must never see.
+
+    Raises:
+        RuntimeError: the client failed (its output is in the message).
+    """
+    proc = subprocess.run(
+        [sys.executable, "-c", _CLIENT, url, plan.to_json()],
+        env=_client_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    for line in proc.stdout.splitlines():
+        if line.startswith("CLIENT_DONE "):
+            return json.loads(line[len("CLIENT_DONE ") :])
+    raise RuntimeError(f"the apply client failed (exit code {proc.returncode}):\n{proc.stderr[-4000:]}")
 
 
 def _load(kafka, cfg, keys: range, pos0: int, v: str) -> None:
@@ -112,7 +126,7 @@ def test_runs_over_connect_apply_the_contract_and_record_offsets(kafka, stack_se
     produce_raw(kafka, cfg.topic, [(key(1), ev("c", 1, "a", 100)), (key(2), ev("c", 2, "b", 110))], partition=0)
     produce_raw(kafka, cfg.topic, [(key(1), ev("u", 1, "a2", 120)), (key(2), ev("d", 2, "b", 130))], partition=1)
     result = _apply(engine, stack_settings, plan_offsets(stack_settings, cfg, "scheduled__1"))
-    assert result.events == 4
+    assert result["events"] == 4
     assert _rows(stack_settings, cfg) == {1: "a2"}
     table = load_catalog(stack_settings).load_table(cfg.identifier)
     assert committed_offsets(table, cfg.topic) == {0: 2, 1: 2}
@@ -132,7 +146,7 @@ def test_runs_over_connect_apply_the_contract_and_record_offsets(kafka, stack_se
         partition=0,
     )
     result = _apply(engine, stack_settings, plan_offsets(stack_settings, cfg, "scheduled__2"))
-    assert result.quarantined == 2
+    assert result["quarantined"] == 2
     assert _rows(stack_settings, cfg) == {1: "a2", 4: "d"}
     quarantine = load_catalog(stack_settings).load_table(side_table(cfg.identifier, QUARANTINE_SUFFIX))
     entries = sorted(quarantine.scan().to_arrow().to_pylist(), key=lambda r: r["offset"])
