@@ -31,6 +31,7 @@ from cdclake.spark.session import connect_session
 from tests.conftest import _free_port, make_table, plan_offsets
 from tests.integration.test_apply import produce_raw
 from tests.integration.test_contract import COLUMNS, ev, key
+from tests.integration.test_crash import job_env
 
 pytestmark = pytest.mark.integration
 
@@ -46,19 +47,6 @@ result = apply_range(spark, Settings.from_env(), RunPlan.from_json(sys.argv[2]))
 spark.stop()
 print("CLIENT_DONE", result.to_json(), flush=True)
 """
-
-
-def _client_env(settings) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CDCLAKE_")}
-    env.update(
-        {
-            "CDCLAKE_STATE_DIR": str(settings.state_dir),
-            "CDCLAKE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-            "CDCLAKE_CATALOG_URI": settings.catalog_uri,
-            "CDCLAKE_WAREHOUSE": settings.warehouse,
-        }
-    )
-    return env
 
 
 def _rows(settings, cfg, ref: str = "main") -> dict:
@@ -78,7 +66,7 @@ def _apply(url: str, settings, plan: RunPlan) -> dict:
     """
     proc = subprocess.run(
         [sys.executable, "-c", _CLIENT, url, plan.to_json()],
-        env=_client_env(settings),
+        env=job_env(settings),
         capture_output=True,
         text=True,
         timeout=900,
@@ -195,7 +183,7 @@ def test_a_task_killed_mid_merge_leaves_main_alone_and_its_retry_converges(kafka
     base = load_catalog(stack_settings).load_table(cfg.identifier).current_snapshot().snapshot_id
     client = subprocess.Popen(
         [sys.executable, "-c", _CLIENT, engine, plan.to_json()],
-        env=_client_env(stack_settings),
+        env=job_env(stack_settings),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -231,7 +219,7 @@ def test_a_task_killed_after_its_commit_is_found_committed_by_the_retry(kafka, s
     _load(kafka, cfg, range(5, 20), 200, "b")
     plan = plan_offsets(stack_settings, cfg, "scheduled__paused")
     marker = tmp_path / "paused"
-    env = _client_env(stack_settings) | {"CDCLAKE_APPLY_PAUSE_AT": f"after_commit@{marker}"}
+    env = job_env(stack_settings) | {"CDCLAKE_APPLY_PAUSE_AT": f"after_commit@{marker}"}
     client = subprocess.Popen([sys.executable, "-c", _CLIENT, engine, plan.to_json()], env=env, start_new_session=True)
     try:
         _wait_for(marker.exists, 300, "the client's pause after its commit")

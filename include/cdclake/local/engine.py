@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cdclake.io.catalog import load_catalog
-from cdclake.local.stack import port_open, terminate
+from cdclake.local.stack import port_open, read_pid, terminate
 from cdclake.settings import Settings, spark_jars
 from cdclake.spark.session import spark_conf
 
@@ -66,15 +66,7 @@ def _pid_file(settings: Settings) -> Path:
 
 
 def _read_pid(settings: Settings) -> int | None:
-    try:
-        pid = int(_pid_file(settings).read_text().strip())
-    except (FileNotFoundError, ValueError):
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    return pid
+    return read_pid(_pid_file(settings))
 
 
 def engine_url(settings: Settings) -> str:

@@ -89,16 +89,17 @@ def _pid_file(settings: Settings) -> Path:
     return settings.kafka_dir / "broker.pid"
 
 
-def _read_pid(settings: Settings) -> int | None:
+def read_pid(pid_file: Path) -> int | None:
+    """The pid in ``pid_file`` if that process still runs, else ``None``."""
     try:
-        pid = int(_pid_file(settings).read_text().strip())
+        pid = int(pid_file.read_text().strip())
     except (FileNotFoundError, ValueError):
         return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    return pid
+    return None if _gone(pid) else pid
+
+
+def _read_pid(settings: Settings) -> int | None:
+    return read_pid(_pid_file(settings))
 
 
 def broker_status(settings: Settings) -> BrokerStatus:
