@@ -41,7 +41,7 @@ def run_python(code: str, tables_config=None) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("dag_file", ["cdc_tables", "cdc_snapshot_bootstrap", "cdc_reconcile"])
+@pytest.mark.parametrize("dag_file", ["cdc_tables", "cdc_snapshot_bootstrap", "cdc_reconcile", "cdc_maintenance"])
 def test_dag_file_parses_without_heavy_imports(dag_file):
     result = run_python(
         f"""
@@ -68,8 +68,10 @@ def test_dagbag_has_one_dag_per_configured_table_and_no_import_errors():
                     "backoff": dag.default_args.get("retry_exponential_backoff"),
                     "upstream": {t: sorted(dag.get_task(t).upstream_task_ids) for t in ("schema_sync", "apply") if dag.has_task(t)},
                     "no_timeout": sorted(t.task_id for t in dag.tasks if t.execution_timeout is None),
-                    "apply": {"pool": dag.get_task("apply").pool, "type": type(dag.get_task("apply")).__name__}
-                    if dag.has_task("apply") else None}
+                    "apply": {"pool": dag.get_task("apply").pool, "type": type(dag.get_task("apply")).__name__,
+                              "outlets": [a.uri for a in dag.get_task("apply").outlets]}
+                    if dag.has_task("apply") else None,
+                    "maintain": {"pool": dag.get_task("maintain").pool} if dag.has_task("maintain") else None}
                 for d, dag in bag.dags.items()}
         print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "dags": dags}))
         """
@@ -78,7 +80,11 @@ def test_dagbag_has_one_dag_per_configured_table_and_no_import_errors():
     # every task has an execution_timeout: a hung task fails and is retried instead of holding a slot
     assert {d: v["no_timeout"] for d, v in result["dags"].items() if v["no_timeout"]} == {}
     expected = {t.dag_id for t in load_tables(PROJECT_ROOT / "include" / "tables.yaml").tables}
-    assert set(result["dags"]) == expected | {"cdc_snapshot_bootstrap", "cdc_reconcile"}
+    assert set(result["dags"]) == expected | {"cdc_snapshot_bootstrap", "cdc_reconcile", "cdc_maintenance"}
+    maintenance = result["dags"].pop("cdc_maintenance")
+    assert maintenance["tasks"] == ["maintain", "select_tables"]
+    assert maintenance["max_active_runs"] == 1 and "maintenance" in maintenance["tags"]
+    assert maintenance["maintain"] == {"pool": "cdc_apply"}
     reconcile = result["dags"].pop("cdc_reconcile")
     assert reconcile["tasks"] == ["reconcile", "select_tables"]
     assert reconcile["max_active_runs"] == 1 and "reconcile" in reconcile["tags"]
@@ -94,15 +100,21 @@ def test_dagbag_has_one_dag_per_configured_table_and_no_import_errors():
         "wait_until_applied",
     ]
     assert bootstrap["max_active_runs"] == 1
-    for dag in result["dags"].values():
-        assert dag["tasks"] == ["apply", "maintenance", "plan", "publish", "schema_sync"]
-        assert dag["upstream"] == {"schema_sync": ["plan"], "apply": ["schema_sync"]}
+    for dag_id, dag in result["dags"].items():
+        # the connect engine: one task (plan, schema sync, apply, publish in one process)
+        assert dag["tasks"] == ["apply"]
+        assert dag["upstream"] == {"apply": []}
         assert dag["max_active_runs"] == 1
         assert "cdc" in dag["tags"]
         assert dag["owner"] == "data-platform"
         assert dag["retries"] >= 1 and dag["backoff"] is True
         # the default engine: a session of the shared Spark Connect server, in the apply pool
-        assert dag["apply"] == {"pool": "cdc_apply", "type": "_PythonDecoratedOperator"}
+        table = dag_id.removeprefix("cdc_").split("_", 1)
+        assert dag["apply"] == {
+            "pool": "cdc_apply",
+            "type": "_PythonDecoratedOperator",
+            "outlets": [f"iceberg://lake/{table[0]}/{table[1]}"],
+        }
 
 
 def test_the_submit_engine_applies_through_spark_submit_in_the_same_pool(monkeypatch):
@@ -112,11 +124,23 @@ def test_the_submit_engine_applies_through_spark_submit_in_the_same_pool(monkeyp
         import json
         from airflow.dag_processing.dagbag import DagBag
         bag = DagBag(dag_folder="dags")
-        apply = bag.dags["cdc_inventory_products"].get_task("apply")
-        print(json.dumps({"type": type(apply).__name__, "pool": apply.pool, "conn_id": apply._conn_id}))
+        dag = bag.dags["cdc_inventory_products"]
+        apply = dag.get_task("apply")
+        maintain = bag.dags["cdc_maintenance"].get_task("maintain")
+        print(json.dumps({"type": type(apply).__name__, "pool": apply.pool, "conn_id": apply._conn_id,
+                          "tasks": sorted(t.task_id for t in dag.tasks),
+                          "upstream": {t: sorted(dag.get_task(t).upstream_task_ids) for t in ("schema_sync", "apply", "publish")},
+                          "maintain": [type(maintain).__name__, maintain.partial_kwargs.get("pool")]}))
         """
     )
-    assert result == {"type": "SparkSubmitOperator", "pool": "cdc_apply", "conn_id": "spark_default"}
+    assert result == {
+        "type": "SparkSubmitOperator",
+        "pool": "cdc_apply",
+        "conn_id": "spark_default",
+        "tasks": ["apply", "plan", "publish", "schema_sync"],
+        "upstream": {"schema_sync": ["plan"], "apply": ["schema_sync"], "publish": ["apply"]},
+        "maintain": ["MappedOperator", "cdc_apply"],
+    }
 
 
 def test_dag_count_follows_the_table_config(tmp_path):
@@ -136,7 +160,7 @@ def test_dag_count_follows_the_table_config(tmp_path):
         """,
         tables_config=config,
     )
-    assert result == ["cdc_reconcile", "cdc_snapshot_bootstrap", "cdc_t0", "cdc_t1", "cdc_t2"]
+    assert result == ["cdc_maintenance", "cdc_reconcile", "cdc_snapshot_bootstrap", "cdc_t0", "cdc_t1", "cdc_t2"]
 
 
 def test_spark_default_resolves_to_local_mode_not_yarn():

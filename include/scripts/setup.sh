@@ -28,11 +28,17 @@ if [ ! -x .venv/bin/uv ] || [ "$(.venv/bin/uv --version | cut -d' ' -f2)" != "$U
   .venv/bin/python -m pip --version >/dev/null 2>&1 || .venv/bin/python -m ensurepip >/dev/null
   .venv/bin/python -m pip install -q --disable-pip-version-check "uv==$UV_VERSION"
 fi
-want=$(cat requirements.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+want=$( (cat requirements.txt pyproject.toml; echo bytecode-1) | sha256sum | cut -d' ' -f1)
 if [ "$(cat .venv/.requirements.sha 2>/dev/null)" != "$want" ]; then
   say "installing Python requirements (uv)"
   VIRTUAL_ENV=$ROOT/.venv .venv/bin/uv pip install -q -r requirements.txt
   VIRTUAL_ENV=$ROOT/.venv .venv/bin/uv pip install -q --no-deps -e .
+  # Bytecode now, once: with PYTHONDONTWRITEBYTECODE set (CI images often set it) every Python
+  # process (each Airflow task, each spark-submit driver) would otherwise compile Airflow, pandas,
+  # pyarrow and pyiceberg from source again, about 2 s of CPU per process.
+  say "compiling the virtual environment's bytecode"
+  .venv/bin/python -m compileall -q -j 0 "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" >/dev/null \
+    || say "some files did not compile (their packages compile them on import)"
   echo "$want" > .venv/.requirements.sha
 else
   say "Python requirements up to date"

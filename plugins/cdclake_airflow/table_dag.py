@@ -1,22 +1,30 @@
-"""One DAG per configured table: ``plan -> schema_sync -> apply -> publish``.
+"""One DAG per configured table. Its shape follows the engine (``CDCLAKE_ENGINE``):
+
+* ``connect`` (the default): one task, **apply**, in the Airflow pool ``cdc_apply``. It plans,
+  syncs the schema, applies in a new session of the shared Spark Connect server (connection
+  ``spark_connect_default``) and publishes, one phase after the other in one process: a run
+  costs its events, not four task start-ups. With nothing new it is *skipped*. Its log ends with
+  one line telling the run: range, events by op, quarantined, keys changed, snapshot, seconds per
+  phase.
+* ``submit``: ``plan -> schema_sync -> apply -> publish``, where ``apply`` is
+  ``spark_jobs/apply_cdc.py`` through ``SparkSubmitOperator`` (connection ``spark_default``), for
+  clusters reached through ``spark-submit`` (YARN, Kubernetes, standalone).
+
+The phases, whichever the shape:
 
 * **plan** reads the table's committed offsets from its Iceberg snapshot summary and the topic's
-  watermarks from Kafka, and caps the range at ``max_events_per_run``. With nothing new it
-  short-circuits: schema sync, apply and publish are skipped, no Spark job starts and nothing is
-  committed.
-* **schema_sync** (pyiceberg, confluent-kafka; no Spark) applies the source table's schema
+  watermarks from Kafka, and caps the range at ``max_events_per_run``. With nothing new the run
+  stops there: no Spark, no commit.
+* **schema sync** (pyiceberg, confluent-kafka; no Spark) applies the source table's schema
   changes up to the planned batch (``cdclake.pipeline.schema_sync``). A change that is not additive
   (rename, deleted column, primary key, ...) is a barrier: if the batch holds events before it,
   the batch is capped before it and the change waits for the next run, so that every row is
-  written under the schema it was produced with. Its output is the plan ``apply`` runs.
-* **apply** makes one Iceberg commit holding the rows, the end offsets and the run id. With the
-  ``connect`` engine (the default) it is a session of the shared Spark Connect server (connection
-  ``spark_connect_default``); with ``submit``, ``spark_jobs/apply_cdc.py`` through
-  ``SparkSubmitOperator`` (connection ``spark_default``). Either way it runs in the Airflow pool
-  ``cdc_apply``, which caps the applies running at once to what the engine holds.
+  written under the schema it was produced with.
+* **apply** makes one Iceberg commit holding the rows, the end offsets and the run id.
 * **publish** emits the Iceberg table as an Airflow asset event (snapshot id, events by op), so
   that downstream DAGs can be scheduled on the table.
 
+Table upkeep (compaction, snapshot expiry, tombstone expiry) is the ``cdc_maintenance`` DAG's.
 A retry of any task is safe: a run that already committed finds its offsets in the table.
 """
 
@@ -35,6 +43,7 @@ if TYPE_CHECKING:
     from airflow.sdk import DAG
 
     from cdclake.model.config import TableConfig
+    from cdclake.model.plan import RunPlan
 
 log = logging.getLogger(__name__)
 
@@ -69,17 +78,7 @@ def _replay_params(params: dict[str, Any]) -> tuple[dict[int, int] | None, int |
     return offsets, stamp
 
 
-def plan(table_json: str, **context: Any) -> str | None:
-    """The ``plan`` task: the run's :class:`~cdclake.model.plan.RunPlan` as JSON, or ``None``
-    (short-circuit) when there is nothing new.
-
-    The trigger form's ``replay_from_offsets`` / ``replay_from_timestamp`` make the run a manual
-    replay from there (see :func:`cdclake.pipeline.planner.plan_next`).
-
-    Raises:
-        OffsetsOutOfRangeError: committed offsets fell below the low watermark (see the message).
-        ConfigError: the table has no primary key and is not configured as a change log.
-    """
+def _plan(table_json: str, context: dict[str, Any]) -> RunPlan:
     from cdclake.io.catalog import load_catalog
     from cdclake.model.config import TableConfig
     from cdclake.pipeline.planner import plan_next
@@ -88,7 +87,7 @@ def plan(table_json: str, **context: Any) -> str | None:
     cfg = TableConfig.model_validate_json(table_json)
     params = context.get("params") or {}
     offsets, stamp = _replay_params(params)
-    planned = plan_next(
+    return plan_next(
         load_catalog(Settings.from_env()),
         kafka_clients(),
         cfg,
@@ -97,27 +96,13 @@ def plan(table_json: str, **context: Any) -> str | None:
         replay_from_timestamp_ms=stamp,
         accept_source_change=bool(params.get("accept_source_change")),
     )
-    if planned.range.is_empty:
-        log.info("nothing new: skipping schema sync, apply and publish (no Spark job, no commit)")
-        return None
-    return planned.to_json()
 
 
-def schema_sync(**context: Any) -> str:
-    """The ``schema_sync`` task: apply the table's schema changes up to the planned batch and
-    return the plan to apply (the planned one, or capped before a barrier change).
-
-    Raises:
-        SchemaChangeError: a change that stops the table (incompatible type under
-            ``incompatible: fail``, table renamed or dropped); nothing was applied.
-        SchemaError: the table config's primary key is not the source table's.
-    """
+def _sync(planned: RunPlan) -> RunPlan:
     from cdclake.io.catalog import load_catalog
-    from cdclake.model.plan import RunPlan
     from cdclake.pipeline.schema_sync import sync_for_range
     from cdclake_airflow.connections import kafka_clients
 
-    planned = RunPlan.from_json(context["ti"].xcom_pull(task_ids="plan"))
     result = sync_for_range(load_catalog(Settings.from_env()), kafka_clients(), planned.table, planned.range)
     for line in result.applied:
         log.info("schema change applied: %s", line)
@@ -134,67 +119,14 @@ def schema_sync(**context: Any) -> str:
             "schema_changes_applied": result.applied,
             "capped_before": result.capped_before,
         }
-    ).to_json()
-
-
-def apply(**context: Any) -> dict[str, Any]:
-    """The ``apply`` task of the ``connect`` engine: the plan from ``schema_sync`` applied in a
-    new session of the Spark Connect server (connection ``spark_connect_default``, resolved now).
-
-    Returns:
-        The :class:`~cdclake.spark.apply.ApplyResult` as a dict (the XCom).
-
-    Raises:
-        EngineUnavailableError: the server does not accept connections (the retry runs the same
-            plan; a commit the killed try's server finished is found by ``plan``).
-        ConcurrentRunError, BadBatchError, PositionOrderError: see :func:`cdclake.spark.apply.apply_range`.
-    """
-    from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
-
-    from cdclake.model.plan import RunPlan
-    from cdclake.spark.apply import apply_range
-    from cdclake.spark.session import connect_session
-    from cdclake_airflow.connections import kafka_clients
-
-    planned = RunPlan.from_json(context["ti"].xcom_pull(task_ids="schema_sync"))
-    url = SparkConnectHook(ConnectionIds.SPARK_CONNECT).get_connection_url()
-    spark = connect_session(url, conn_id=ConnectionIds.SPARK_CONNECT)
-    try:
-        result = apply_range(spark, Settings.from_env(), planned, kafka=kafka_clients())
-    finally:
-        spark.stop()
-    out: dict[str, Any] = json.loads(result.to_json())
-    return out
-
-
-def maintenance(table_json: str) -> dict[str, Any]:
-    """The ``maintenance`` task (pyiceberg; no Spark): drop delete tombstones older than the
-    table's ``tombstone_retention_hours``, and run branches left by killed apply jobs."""
-    from cdclake.io.catalog import load_catalog
-    from cdclake.io.maintenance import expire_tombstones, remove_stale_run_branches
-    from cdclake.model.config import TableConfig
-
-    cfg = TableConfig.model_validate_json(table_json)
-    catalog = load_catalog(Settings.from_env())
-    removed = expire_tombstones(catalog, cfg.identifier, cfg.tombstone_retention_hours)
-    branches = remove_stale_run_branches(catalog, cfg.identifier, older_than_ms=6 * 3600 * 1000)
-    log.info(
-        "removed %d tombstone(s) older than %d h; removed stale run branches %s",
-        removed,
-        cfg.tombstone_retention_hours,
-        branches,
     )
-    return {"tombstones_removed": removed, "branches_removed": branches}
 
 
-def publish(asset: Any, **context: Any) -> dict[str, Any]:
-    """The ``publish`` task: attach the committed snapshot's facts to the asset event."""
+def _published(cfg: TableConfig) -> dict[str, Any]:
+    """The asset event's extra: the table's current snapshot and its CDC summary figures."""
     from cdclake.io.catalog import load_catalog
     from cdclake.model.layout import SummaryKeys
-    from cdclake.model.plan import RunPlan
 
-    planned = RunPlan.from_json(context["ti"].xcom_pull(task_ids="schema_sync"))
-    cfg = planned.table
     table = load_catalog(Settings.from_env()).load_table(cfg.identifier)
     snap = table.current_snapshot()
     summary = snap.summary if snap is not None else None
@@ -211,6 +143,143 @@ def publish(asset: Any, **context: Any) -> dict[str, Any]:
     if summary is not None:
         extra.update({k: summary.get(k) for k in keys if summary.get(k) is not None})
         extra["total_records"] = summary.get("total-records")
+    return extra
+
+
+def plan(table_json: str, **context: Any) -> str | None:
+    """The ``plan`` task (``submit`` engine): the run's :class:`~cdclake.model.plan.RunPlan` as
+    JSON, or ``None`` (short-circuit) when there is nothing new.
+
+    The trigger form's ``replay_from_offsets`` / ``replay_from_timestamp`` make the run a manual
+    replay from there (see :func:`cdclake.pipeline.planner.plan_next`).
+
+    Raises:
+        OffsetsOutOfRangeError: committed offsets fell below the low watermark (see the message).
+        ConfigError: the table has no primary key and is not configured as a change log.
+    """
+    planned = _plan(table_json, context)
+    if planned.range.is_empty:
+        log.info("nothing new: skipping schema sync, apply and publish (no Spark job, no commit)")
+        return None
+    return planned.to_json()
+
+
+def schema_sync(**context: Any) -> str:
+    """The ``schema_sync`` task (``submit`` engine): apply the table's schema changes up to the
+    planned batch and return the plan to apply (the planned one, or capped before a barrier
+    change).
+
+    Raises:
+        SchemaChangeError: a change that stops the table (incompatible type under
+            ``incompatible: fail``, table renamed or dropped); nothing was applied.
+        SchemaError: the table config's primary key is not the source table's.
+    """
+    from cdclake.model.plan import RunPlan
+
+    return _sync(RunPlan.from_json(context["ti"].xcom_pull(task_ids="plan"))).to_json()
+
+
+CONCURRENT_COMMIT_ATTEMPTS = 3
+"""How many times the ``connect`` engine's ``apply`` task plans and applies again, in the same
+try, when another commit (table maintenance, a manual run) moved the table under it."""
+
+
+def apply(table_json: str, asset: Any, **context: Any) -> dict[str, Any]:
+    """The ``apply`` task of the ``connect`` engine, one task for the whole run: plan, schema
+    sync, apply in a new session of the Spark Connect server (connection
+    ``spark_connect_default``, resolved now), publish.
+
+    With nothing new the task is skipped (no session, no commit, no asset event). When another
+    commit lands between the plan and the fast-forward (``ConcurrentRunError``: table
+    maintenance, a manual run), the run plans again from the table's offsets and applies again,
+    up to :data:`CONCURRENT_COMMIT_ATTEMPTS` times; nothing is lost or applied twice, since the
+    losing commit was discarded whole.
+
+    Returns:
+        The :class:`~cdclake.spark.apply.ApplyResult` as a dict (the XCom), plus ``plan``
+        (the applied range) and ``seconds`` per phase.
+
+    Raises:
+        EngineUnavailableError: the server does not accept connections (nothing was applied; the
+            task's ordinary retry runs again).
+        ConcurrentRunError: still losing after :data:`CONCURRENT_COMMIT_ATTEMPTS` attempts.
+        OffsetsOutOfRangeError, ConfigError, SchemaChangeError, SchemaError, BadBatchError,
+            PositionOrderError: see :func:`plan`, :func:`schema_sync` and
+            :func:`cdclake.spark.apply.apply_range`.
+    """
+    import time
+
+    from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from cdclake.errors import ConcurrentRunError
+    from cdclake.spark.apply import apply_range
+    from cdclake.spark.session import connect_session
+    from cdclake_airflow.connections import kafka_clients
+
+    seconds: dict[str, float] = {}
+
+    def timed(phase: str, started: float) -> None:
+        seconds[phase] = round(seconds.get(phase, 0.0) + time.monotonic() - started, 3)
+
+    for attempt in range(1, CONCURRENT_COMMIT_ATTEMPTS + 1):
+        t = time.monotonic()
+        planned = _plan(table_json, context)
+        timed("plan", t)
+        if planned.range.is_empty:
+            raise AirflowSkipException("nothing new: no Spark session, no commit, no asset event")
+        t = time.monotonic()
+        planned = _sync(planned)
+        timed("schema_sync", t)
+        t = time.monotonic()
+        url = SparkConnectHook(ConnectionIds.SPARK_CONNECT).get_connection_url()
+        spark = connect_session(url, conn_id=ConnectionIds.SPARK_CONNECT)
+        timed("session", t)
+        t = time.monotonic()
+        try:
+            result = apply_range(spark, Settings.from_env(), planned, kafka=kafka_clients())
+        except ConcurrentRunError:
+            if attempt == CONCURRENT_COMMIT_ATTEMPTS:
+                raise
+            log.warning(
+                "another commit moved table %s during this run (attempt %d of %d); planning again from "
+                "the table's offsets",
+                planned.table.identifier,
+                attempt,
+                CONCURRENT_COMMIT_ATTEMPTS,
+            )
+            continue
+        finally:
+            spark.stop()
+            timed("apply", t)
+        break
+    t = time.monotonic()
+    extra = _published(planned.table)
+    context["outlet_events"][asset].extra = extra
+    timed("publish", t)
+    out: dict[str, Any] = json.loads(result.to_json())
+    out["plan"] = json.loads(planned.range.to_json())
+    out["seconds"] = seconds
+    log.info(
+        "run of table %s: %s; %d event(s) %s, %d quarantined, %d key(s) changed, snapshot %s; seconds %s",
+        planned.table.identifier,
+        result.status,
+        result.events,
+        result.ops or {},
+        result.quarantined,
+        result.keys_changed,
+        result.snapshot_id,
+        seconds,
+    )
+    return out
+
+
+def publish(asset: Any, **context: Any) -> dict[str, Any]:
+    """The ``publish`` task (``submit`` engine): attach the committed snapshot's facts to the
+    asset event."""
+    from cdclake.model.plan import RunPlan
+
+    extra = _published(RunPlan.from_json(context["ti"].xcom_pull(task_ids="schema_sync")).table)
     context["outlet_events"][asset].extra = extra
     log.info("published %s: %s", asset.uri, extra)
     return extra
@@ -304,13 +373,11 @@ def build_table_dag(settings: Settings, cfg: TableConfig) -> DAG:
         },
     ) as dag:
         table_json = cfg.model_dump_json()
-        plan_task = task.short_circuit(task_id="plan")(plan)(table_json)
         if settings.engine == "connect":
-            apply_task = task(task_id="apply", pool=APPLY_POOL)(apply)()
+            task(task_id="apply", pool=APPLY_POOL, outlets=[asset])(apply)(table_json, asset)
         else:
-            apply_task = _submit_task(settings, cfg)
-        sync_task = task(task_id="schema_sync")(schema_sync)()
-        publish_task = task(task_id="publish", outlets=[asset])(publish)(asset)
-        plan_task >> sync_task >> apply_task >> publish_task
-        task(task_id="maintenance")(maintenance)(table_json)
+            plan_task = task.short_circuit(task_id="plan")(plan)(table_json)
+            sync_task = task(task_id="schema_sync")(schema_sync)()
+            publish_task = task(task_id="publish", outlets=[asset])(publish)(asset)
+            plan_task >> sync_task >> _submit_task(settings, cfg) >> publish_task
     return dag

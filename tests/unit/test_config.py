@@ -333,3 +333,52 @@ def test_bad_schema_change_or_connector_key_raises_naming_it(tmp_path, entry, ke
 def test_topic_without_database_and_table_raises(tmp_path):
     msg = config_error(tmp_path, "tables:\n" + TABLE_A.replace("dbserver1.inventory.products", "products"))
     assert "<topic.prefix>.<database>.<table>" in msg
+
+
+# --- maintenance -------------------------------------------------------------------------------
+
+
+def test_maintenance_policy_defaults(tmp_path):
+    m = load_text(tmp_path, "tables:\n" + TABLE_A).tables[0].maintenance
+    assert m.snapshot_retention_hours == 168
+    assert m.retain_last == 10
+    assert m.orphan_file_age_hours == 72
+    assert m.target_file_size_mb is None
+    assert m.delete_file_threshold == 1
+
+
+def test_maintenance_policy_from_defaults_and_table(tmp_path):
+    cfg = load_text(
+        tmp_path,
+        "defaults:\n  maintenance: {snapshot_retention_hours: 48, retain_last: 3}\n"
+        "tables:\n" + TABLE_A + "    maintenance: {snapshot_retention_hours: 0, orphan_file_age_hours: 24,"
+        " target_file_size_mb: 128, delete_file_threshold: 2}\n" + TABLE_B,
+    )
+    products, customers = cfg.tables
+    # a table's block replaces the defaults' block whole (as for every nested key)
+    assert products.maintenance.snapshot_retention_hours == 0
+    assert products.maintenance.retain_last == 10
+    assert products.maintenance.orphan_file_age_hours == 24
+    assert products.maintenance.target_file_size_mb == 128
+    assert products.maintenance.delete_file_threshold == 2
+    assert (customers.maintenance.snapshot_retention_hours, customers.maintenance.retain_last) == (48, 3)
+
+
+@pytest.mark.parametrize(
+    ("entry", "key"),
+    [
+        ("    maintenance: {orphan_file_age_hours: 23}\n", "orphan_file_age_hours"),
+        ("    maintenance: {retain_last: 0}\n", "retain_last"),
+        ("    maintenance: {snapshot_retention_hours: -1}\n", "snapshot_retention_hours"),
+        ("    maintenance: {target_file_size_mb: 0}\n", "target_file_size_mb"),
+        ("    maintenance: {delete_file_threshold: 0}\n", "delete_file_threshold"),
+        ("    maintenance: {snapshot_retention: 24}\n", "snapshot_retention"),
+    ],
+)
+def test_bad_maintenance_key_raises_naming_it(tmp_path, entry, key):
+    assert key in config_error(tmp_path, "tables:\n" + TABLE_A + entry)
+
+
+def test_bad_maintenance_default_raises(tmp_path):
+    msg = config_error(tmp_path, "defaults:\n  maintenance: {orphan_file_age_hours: 1}\ntables:\n" + TABLE_A)
+    assert "orphan_file_age_hours" in msg

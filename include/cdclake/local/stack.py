@@ -163,8 +163,9 @@ def start_broker(settings: Settings, *, timeout_s: float = 60.0) -> str:
                 _classpath(),
                 "kafka.tools.StorageTool",
                 "format",
-                "-t",
-                cluster_id,
+                # "--cluster-id=<id>": an id starting with "-" (1 in 32 of urlsafe base64) would
+                # otherwise be read as an option and the format fails
+                f"--cluster-id={cluster_id}",
                 "-c",
                 str(props),
             ],

@@ -106,6 +106,33 @@ class ReconcilePolicy(BaseModel):
     fires), or log a warning and succeed."""
 
 
+class MaintenancePolicy(BaseModel):
+    """How table upkeep (:mod:`cdclake.spark.maintenance`, Iceberg's Spark procedures) treats the
+    table and its side tables. Iceberg's own rules: "Maintenance" in the Iceberg docs
+    (``expire_snapshots``, ``rewrite_data_files``, ``remove_orphan_files``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    snapshot_retention_hours: Annotated[int, Field(ge=0)] = 24 * 7
+    """Time-travel window (hours): snapshots younger than this are never expired. Older ones go,
+    except the newest ``retain_last``, the snapshots branches and tags reference, and never the
+    newest snapshot carrying the table's committed Kafka offsets (nor anything newer)."""
+    retain_last: Annotated[int, Field(ge=1)] = 10
+    """Snapshots of the current ancestry kept whatever their age (``expire_snapshots``'
+    ``retain_last``)."""
+    orphan_file_age_hours: Annotated[int, Field(ge=24)] = 72
+    """Files in the table's location that no snapshot references are deleted only once older than
+    this (hours). At least 24: an apply in flight writes its files before its commit, and a file
+    younger than the longest run must never count as an orphan (Iceberg's docs warn the same)."""
+    target_file_size_mb: Annotated[int, Field(gt=0)] | None = None
+    """Target size of the files ``rewrite_data_files`` and ``rewrite_position_delete_files``
+    write (MiB); default: the table property ``write.target-file-size-bytes`` (Iceberg: 512 MiB)."""
+    delete_file_threshold: Annotated[int, Field(ge=1)] = 1
+    """``rewrite_data_files`` rewrites every data file with at least this many delete files
+    (``delete-file-threshold``), folding merge-on-read deletes into the data; 1: every data file
+    with a delete."""
+
+
 class TableDefaults(BaseModel):
     """Per-table settings that may be given once under ``defaults``."""
 
@@ -140,6 +167,8 @@ class TableDefaults(BaseModel):
     selects, yet carries the same markers as a full one). Filtered blocking snapshots
     (``additional-conditions``) are refused by the bootstrap DAG for tables where this is true."""
     reconcile: ReconcilePolicy = ReconcilePolicy()
+    maintenance: MaintenancePolicy = MaintenancePolicy()
+    """Table upkeep with Iceberg's procedures: snapshot expiry, compaction, orphan files."""
     ordering: Literal["binlog", "gtid"] = "binlog"
     """How events are ordered (:mod:`cdclake.model.position`): ``binlog`` by binlog coordinates
     (file, pos, row); a change of server or binlog stops the table. ``gtid`` by the MariaDB GTID's

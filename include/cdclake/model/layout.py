@@ -37,6 +37,12 @@ class SummaryKeys:
     TOMBSTONES = "cdc.kafka-tombstones"
     UPSERTS = "cdc.rows-upserted"
     DELETES = "cdc.rows-deleted"
+    OPS = "cdc.ops"
+    """JSON ``{"<op>": <events>}``: the range's applicable events per Debezium op (``c``, ``u``,
+    ``d``, ``r``, ``t``), zero counts left out."""
+    LAST_SOURCE_TIMESTAMP = "cdc.last-source-ts"
+    """Greatest source timestamp (``source.ts_ms``, epoch ms) of the range's applied events; absent
+    when none carried one. The time lag of a table is measured from it (``cdclake status``)."""
     FIRST_POSITION = "cdc.first-position"
     LAST_POSITION = "cdc.last-position"
     """Binlog positions ``<file>:<pos>:<row>`` of the oldest and newest event applied."""

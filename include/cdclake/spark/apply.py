@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 from cdclake.errors import ConcurrentRunError, PositionOrderError
 from cdclake.io.catalog import check_ordering, committed_state, ensure_columns, load_catalog, load_table_or_none
 from cdclake.io.kafka import KafkaClients, offsets_for_time, topic_watermarks
+from cdclake.model.config import TableConfig
 from cdclake.model.convergence import (
     END_MARKERS,
     FULL_SNAPSHOT_MARKERS,
@@ -70,6 +71,7 @@ from cdclake.spark.parse import (
     position_literal,
     position_of,
     position_struct,
+    unknown_columns_floor,
 )
 from cdclake.spark.quarantine import bad_batch, split_bad_and_held, write_quarantine
 from cdclake.spark.read import read_range
@@ -158,9 +160,9 @@ def apply_range(
     base = parse_records(raw, cfg.value_format, list(ctx.columns), cfg.primary_key, cfg.ordering).drop("value")
     base = base.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        check_no_unknown_columns(base, cfg, table)
         parsed = split_bad_and_held(ctx, base)
-        stats = _batch_stats(parsed)
+        stats = _batch_stats(parsed, cfg, unknown_columns_floor(table))
+        check_no_unknown_columns(stats["unknown"], cfg)
         quarantined = (stats["bad"] or 0) + (stats["held"] or 0)
         if stats["bad"] and cfg.bad_records == "fail":
             raise bad_batch(ctx, parsed, stats["bad"])
@@ -169,8 +171,8 @@ def apply_range(
         state = _accepted_state(ctx) if plan.accept_source_change else ctx.state
         defaults = {} if plan.accept_source_change else _column_defaults(ctx)
         good = _fill_defaults(parsed.filter(_GOOD), defaults)
-        identity = _check_identity(ctx, state, good)
-        ops = {r["op"]: r["count"] for r in good.groupBy("op").count().collect()}
+        identity = _check_identity(ctx, state, good, stats)
+        ops = _ops(parsed, stats)
         truncate = position_of(stats["truncate"]) if stats["truncate"] is not None else None
         floors = [p for p in (state.truncate_floor, truncate) if p is not None]
         floor = max(floors) if floors else None
@@ -197,7 +199,9 @@ def apply_range(
             keys_changed = 0
             snapshot_id = commit(ctx, properties, lambda target: source.writeTo(target).append())
         else:
-            keys_changed, snapshot_id = _upsert(ctx, good, floor, truncate, conv, properties, meta_cols, backfill)
+            keys_changed, snapshot_id = _upsert(
+                ctx, good, floor, truncate, conv, properties, meta_cols, backfill, deletes=bool(ops.get("d"))
+            )
         if conv.completed is not None:
             _drop_tombstones_below(ctx, conv.completed)
         result = ApplyResult(
@@ -226,12 +230,28 @@ def _high(state: CommittedState, stats: Row) -> tuple[BinlogPosition, int] | Non
     return known
 
 
-def _batch_stats(parsed: DataFrame) -> Row:
-    """One pass over the parsed batch: counts, first/last/truncate positions, basenames, servers."""
+APPLIED_OPS = ("c", "u", "d", "r", "t")
+"""The Debezium ops an apply counts one by one (create, update, delete, read, truncate)."""
+
+
+def _batch_stats(parsed: DataFrame, cfg: TableConfig, unknown_floor: BinlogPosition | None) -> Row:
+    """One pass over the parsed batch, one Spark job, whatever the batch's size: counts (events,
+    tombstones, bad, held, per op, full-snapshot reads), first/last/high/truncate positions,
+    basenames, servers, the source identities (:func:`_check_identity`), the first event with a
+    column the table lacks at or above ``unknown_floor``
+    (:func:`~cdclake.spark.parse.check_no_unknown_columns`) and, under GTID ordering, the first
+    change event without a MariaDB GTID.
+
+    A small batch costs a few Spark jobs, not one per question (a job is about 0.3 s even on a
+    one-row batch).
+    """
     from pyspark.sql import functions as F
 
     good = F.expr(_GOOD)
-    return parsed.agg(
+    unknown = F.col("unknown_column").isNotNull()
+    if unknown_floor is not None:
+        unknown = unknown & (F.col("position") >= F.expr(position_literal(unknown_floor)))
+    aggs = [
         F.count(F.lit(1)).alias("events"),
         F.sum(F.col("is_tombstone").cast("int")).alias("tombstones"),
         F.sum(F.col("error").isNotNull().cast("int")).alias("bad"),
@@ -241,10 +261,46 @@ def _batch_stats(parsed: DataFrame) -> Row:
         # the greatest position with the earliest Kafka timestamp that carried it
         F.max(F.when(good, F.struct(F.col("position"), (-F.unix_millis("timestamp")).alias("neg_ts")))).alias("high"),
         F.max(F.when(good & (F.col("op") == "t"), F.col("position"))).alias("truncate"),
+        F.max(F.when(good, F.unix_millis("_cdc_source_ts"))).alias("last_source_ts"),
         F.collect_set(F.when(good, F.col("file_base"))).alias("basenames"),
         # snapshot reads carry server_id 0: only changes name the server that wrote them
         F.collect_set(F.when(good & (F.col("server_id") != 0), F.col("server_id"))).alias("servers"),
-    ).collect()[0]
+        # the first (partition, offset) of an event with a column the table lacks
+        F.min(F.when(unknown, F.struct("partition", "offset", "unknown_column"))).alias("unknown"),
+        F.sum((good & ~F.col("op").isin(*APPLIED_OPS)).cast("int")).alias("other_ops"),
+        F.sum((good & (F.col("op") == "r") & F.col("snapshot_marker").isin(*FULL_SNAPSHOT_MARKERS)).cast("int")).alias(
+            "full_snapshot_reads"
+        ),
+        *[F.sum((good & (F.col("op") == op)).cast("int")).alias(f"op_{op}") for op in APPLIED_OPS],
+    ]
+    if cfg.ordering == "gtid":
+        missing = good & F.col("_cdc_gtid_seq").isNull() & (F.col("gtid").isNotNull() | ~F.col("_cdc_snapshot"))
+        aggs += [
+            F.min(F.when(missing, F.struct("partition", "offset", "op", "gtid"))).alias("gtid_missing"),
+            F.collect_set(F.when(good, _gtid_domain())).alias("gtid_domains"),
+        ]
+    else:
+        aggs.append(
+            F.collect_set(
+                F.when(
+                    good,
+                    F.struct(
+                        F.when(F.col("server_id") != 0, F.col("server_id")).alias("server_id"),
+                        F.col("file_base").alias("basename"),
+                        F.expr(_GTID_SOURCE).alias("gtid_source"),
+                    ),
+                )
+            ).alias("identities")
+        )
+    return parsed.agg(*aggs).collect()[0]
+
+
+def _ops(parsed: DataFrame, stats: Row) -> dict[str, int]:
+    """Applicable events per op: from the stats pass, or counted again in the (never seen) case of
+    an op outside :data:`APPLIED_OPS`."""
+    if stats["other_ops"]:
+        return {r["op"]: r["count"] for r in parsed.filter(_GOOD).groupBy("op").count().collect()}
+    return {op: int(stats[f"op_{op}"]) for op in APPLIED_OPS if stats[f"op_{op}"]}
 
 
 _GTID_SOURCE = (
@@ -287,7 +343,7 @@ def _accepted_state(ctx: ApplyContext) -> CommittedState:
     return CommittedState(old.snapshot_id, old.offsets)
 
 
-def _check_identity(ctx: ApplyContext, state: CommittedState, good: DataFrame) -> SourceIdentity | None:
+def _check_identity(ctx: ApplyContext, state: CommittedState, good: DataFrame, stats: Row) -> SourceIdentity | None:
     """The table's source identity after this batch; positions of different binlog histories are
     not comparable.
 
@@ -296,23 +352,11 @@ def _check_identity(ctx: ApplyContext, state: CommittedState, good: DataFrame) -
             source than the table's (or from several): names what changed, where the first such
             record of each partition is, and the remedy.
     """
-    from pyspark.sql import functions as F
-
     if ctx.cfg.ordering == "gtid":
-        _check_gtids(ctx, good)
-        rows = good.select(_gtid_domain().alias("gtid_domain")).filter("gtid_domain is not null").distinct().collect()
-        seen = [SourceIdentity(gtid_domain=int(r["gtid_domain"])) for r in rows]
+        _check_gtids(ctx, stats["gtid_missing"])
+        seen = [SourceIdentity(gtid_domain=int(d)) for d in stats["gtid_domains"] if d is not None]
     else:
-        rows = (
-            good.select(
-                F.when(F.col("server_id") != 0, F.col("server_id")).alias("server_id"),
-                F.col("file_base").alias("basename"),
-                F.expr(_GTID_SOURCE).alias("gtid_source"),
-            )
-            .distinct()
-            .collect()
-        )
-        seen = [SourceIdentity(r["server_id"], r["basename"] or None, r["gtid_source"]) for r in rows]
+        seen = [SourceIdentity(r["server_id"], r["basename"] or None, r["gtid_source"]) for r in stats["identities"]]
     changes = identity_changes(state.identity, seen)
     if changes:
         known = state.identity
@@ -325,19 +369,15 @@ def _check_identity(ctx: ApplyContext, state: CommittedState, good: DataFrame) -
     return merge_identities(state.identity, seen)
 
 
-def _check_gtids(ctx: ApplyContext, good: DataFrame) -> None:
+def _check_gtids(ctx: ApplyContext, row: Row | None) -> None:
     """Under GTID ordering every change event needs a MariaDB GTID (only the rows of an initial
-    snapshot may lack one).
+    snapshot may lack one); ``row`` is the stats pass's first one without (partition, offset, op,
+    gtid), if any.
 
     Raises:
         PositionOrderError: names the first such record (topic, partition, offset) and its GTID.
     """
-    from pyspark.sql import functions as F
-
-    missing = good.filter(F.col("_cdc_gtid_seq").isNull() & (F.col("gtid").isNotNull() | ~F.col("_cdc_snapshot")))
-    first = missing.orderBy("partition", "offset").select("partition", "offset", "op", "gtid").limit(1).collect()
-    if first:
-        row = first[0]
+    if row is not None:
         raise PositionOrderError(
             f"topic {ctx.cfg.topic!r} partition {row['partition']} offset {row['offset']}: the table is ordered "
             f"by GTID (ordering: gtid), but this op {row['op']!r} event's source.gtid is {row['gtid']!r}, not a "
@@ -464,7 +504,7 @@ def _converge(ctx: ApplyContext, state: CommittedState, good: DataFrame, stats: 
         PositionOrderError: a forward run meets a full snapshot below the table's highest applied
             position: the source's binlog positions started over (``RESET MASTER``, another server).
     """
-    groups = _snapshot_groups(good, state.max_offsets)
+    groups = _snapshot_groups(good, state.max_offsets) if stats["full_snapshot_reads"] else []
     cfg, plan = ctx.cfg, ctx.plan
     if not plan.replay and state.high_position is not None:
         in_progress = state.snapshot.position if state.snapshot else None
@@ -581,8 +621,11 @@ def _summary(
         SummaryKeys.TOMBSTONES: str(stats["tombstones"] or 0),
         SummaryKeys.UPSERTS: str(sum(v for k, v in ops.items() if k in ("c", "u", "r"))),
         SummaryKeys.DELETES: str(ops.get("d", 0)),
+        SummaryKeys.OPS: json.dumps(ops, sort_keys=True),
         SummaryKeys.QUARANTINED: str(quarantined),
     }
+    if stats["last_source_ts"] is not None:
+        properties[SummaryKeys.LAST_SOURCE_TIMESTAMP] = str(stats["last_source_ts"])
     if plan.replay:
         properties[SummaryKeys.REPLAY] = "true"
     if floor is not None:
@@ -617,8 +660,11 @@ def _upsert(
     properties: dict[str, str],
     meta_cols: list[str],
     backfill: dict[str, tuple[BinlogPosition, str]],
+    *,
+    deletes: bool = True,
 ) -> tuple[int, int]:
     """Reduce the batch, apply the tombstones and merge; returns ``(keys changed, snapshot id)``.
+    ``deletes=False`` (the batch has no delete event) skips recording tombstones.
 
     Columns in ``backfill`` (added with a default since the last run) are then set to their
     default in the rows below the ALTER's position, in the same commit.
@@ -633,7 +679,7 @@ def _upsert(
         rows = rows.filter(F.col("position") > F.expr(position_literal(floor)))
     if conv.snapshot_floor is not None:
         rows = rows.filter(F.col("position") >= F.expr(position_literal(conv.snapshot_floor)))
-    survivors = apply_tombstones(ctx, reduce_latest(rows, ctx.cfg.primary_key))
+    survivors = apply_tombstones(ctx, reduce_latest(rows, ctx.cfg.primary_key), record=deletes)
     source = survivors.select(*[F.col("image")[c.name].alias(c.name) for c in ctx.columns], *meta_cols)
     source = source.persist(StorageLevel.MEMORY_AND_DISK)
     try:

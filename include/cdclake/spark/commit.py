@@ -31,10 +31,11 @@ SNAPSHOT_PROPERTY_PREFIX = "spark.sql.iceberg.snapshot-property."
 
 PAUSE_ENV = "CDCLAKE_APPLY_PAUSE_AT"
 """Debugging: ``<point>[@<marker file>]`` pauses the apply job at a commit boundary for up to an
-hour, so that the run branch can be inspected or the process killed there (the crash tests do
-both). Points: ``before_fast_forward`` (the run branch holds the data, ``main`` does not yet) and
-``after_commit`` (``main`` holds it). The job logs that it pauses and writes the marker file, if
-one is named, with the branch or snapshot id. See ``docs/operations.md``, "Debugging"."""
+hour, so that the run branch can be inspected, another commit made, or the process killed there
+(the crash and maintenance tests do these). Points: ``before_fast_forward`` (the run branch holds
+the data, ``main`` does not yet) and ``after_commit`` (``main`` holds it). The job logs that it
+pauses and writes the marker file, if one is named, with the branch or snapshot id; deleting the
+marker file resumes the job. See ``docs/operations.md``, "Debugging"."""
 
 PAUSE_POINTS = ("before_fast_forward", "after_commit")
 
@@ -49,11 +50,22 @@ def debug_pause(point: str, detail: object) -> None:
         raise ValueError(f"{PAUSE_ENV}={spec!r}: the point must be one of {PAUSE_POINTS}")
     if name != point:
         return
-    log.warning("%s=%s: pausing the apply job at %s (%s) for up to an hour", PAUSE_ENV, spec, point, detail)
-    if marker:
-        with open(marker, "w") as out:
-            out.write(str(detail))
-    time.sleep(3600)
+    log.warning(
+        "%s=%s: pausing the apply job at %s (%s) for up to an hour%s",
+        PAUSE_ENV,
+        spec,
+        point,
+        detail,
+        f"; delete {marker} to resume" if marker else "",
+    )
+    if not marker:
+        time.sleep(3600)
+        return
+    with open(marker, "w") as out:
+        out.write(str(detail))
+    deadline = time.monotonic() + 3600
+    while os.path.exists(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 def merge(

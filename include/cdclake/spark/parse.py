@@ -18,7 +18,7 @@ from cdclake.spark.decode import decode, is_fallible, is_json_null, json_read_ty
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, Row
 
 
 def _envelope_ddl(columns: list[tuple[str, str]], value_format: str) -> str:
@@ -95,7 +95,7 @@ def parse_records(
         F.when(F.col(f"{env}.op") == "d", F.col(f"{env}.before")).otherwise(F.col(f"{env}.after")),
     )
     # The names in the applied image's JSON that are not source columns, which from_json drops
-    # silently (see _check_no_unknown_columns). Only the names are read, so re-serializing is
+    # silently (see check_no_unknown_columns). Only the names are read, so re-serializing is
     # harmless here.
     path = "$.payload" if value_format == "json_with_schema" else "$"
     image_json = F.when(F.col(f"{env}.op") == "d", F.get_json_object(text, f"{path}.before")).otherwise(
@@ -191,33 +191,35 @@ def parse_records(
     return out.withColumn("position", F.expr(position_struct(ordering=ordering)))
 
 
-def check_no_unknown_columns(parsed: DataFrame, cfg: TableConfig, table: Table) -> None:
+def unknown_columns_floor(table: Table) -> BinlogPosition | None:
+    """The position from which an event's unknown column stops the run: the table's last applied
+    schema change (``cdc.schema-change-position``) at rank 0, whatever its row, or ``None`` (every
+    event is checked).
+
+    Events below it were produced under an older schema (re-emitted after a connector restart),
+    and their columns may have been renamed or deleted since."""
+    floor = table.properties.get(SCHEMA_CHANGE_POSITION_PROPERTY)
+    if floor is None:
+        return None
+    done = BinlogPosition.from_text(floor)
+    return BinlogPosition(done.file_seq, done.pos, done.row, 0)
+
+
+def check_no_unknown_columns(first: Row | None, cfg: TableConfig) -> None:
     """Stop when an event's row image has a column the Iceberg table lacks (its schema change
     was not synced): ``from_json`` would drop the column silently.
 
-    ``parsed`` is the output of :func:`parse_records` (its ``unknown_column``). Events below the
-    table's last applied schema change (``cdc.schema-change-position``) are not checked: they were
-    produced under an older schema (re-emitted after a connector restart), and their columns may
-    have been renamed or deleted since.
+    ``first`` is the batch's first such event at or above :func:`unknown_columns_floor`
+    (``partition``, ``offset``, ``unknown_column``; from :func:`parse_records`'s
+    ``unknown_column``), found by the apply's one statistics pass, or ``None``.
 
     Raises:
         SchemaError: names the topic, partition, offset and column of the first such event.
     """
-    from pyspark.sql import functions as F
-
-    found = parsed.filter("unknown_column is not null")
-    floor = table.properties.get(SCHEMA_CHANGE_POSITION_PROPERTY)
-    if floor is not None:
-        done = BinlogPosition.from_text(floor)
-        # at or above the change's event position, whatever the rank
-        at_floor = BinlogPosition(done.file_seq, done.pos, done.row, 0)
-        found = found.filter(F.col("position") >= F.expr(position_literal(at_floor)))
-    first = found.orderBy("partition", "offset").select("partition", "offset", "unknown_column").limit(1).collect()
-    if first:
-        row = first[0]
+    if first is not None:
         raise SchemaError(
-            f"topic {cfg.topic!r} partition {row['partition']} offset {row['offset']}: the event has "
-            f"column {row['unknown_column']!r}, which Iceberg table {cfg.identifier} lacks (its schema change "
+            f"topic {cfg.topic!r} partition {first['partition']} offset {first['offset']}: the event has "
+            f"column {first['unknown_column']!r}, which Iceberg table {cfg.identifier} lacks (its schema change "
             f"was not applied; schema-change topic {cfg.schema_change_topic!r}). Nothing was committed "
             "and the offsets did not move; the column is never dropped silently."
         )

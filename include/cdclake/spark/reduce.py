@@ -29,9 +29,12 @@ def reduce_latest(events: DataFrame, primary_key: tuple[str, ...]) -> DataFrame:
     return events.withColumn("_rn", F.row_number().over(w)).filter("_rn = 1").drop("_rn")
 
 
-def apply_tombstones(ctx: ApplyContext, reduced: DataFrame) -> DataFrame:
+def apply_tombstones(ctx: ApplyContext, reduced: DataFrame, *, record: bool = True) -> DataFrame:
     """Discard upserts at or below their key's tombstone; record the batch's deletes as
-    tombstones (newest position per key). Returns the surviving merge source."""
+    tombstones (newest position per key). Returns the surviving merge source.
+
+    ``record=False`` (the batch holds no delete event) records nothing: no ``MERGE`` into the
+    tombstone table, no commit there."""
     from pyspark.sql import functions as F
 
     cfg = ctx.cfg
@@ -56,6 +59,8 @@ def apply_tombstones(ctx: ApplyContext, reduced: DataFrame) -> DataFrame:
         F.col("_tomb_position").isNull() | (F.col("_cdc_op") == "d") | (F.col("position") > F.col("_tomb_position"))
     ).drop(*[f"_tomb_{c}" for c in cfg.primary_key], "_tomb_position")
 
+    if not record:
+        return survivors
     deletes = reduced.filter("_cdc_op = 'd'").select(
         *[F.col("image")[c].alias(c) for c in cfg.primary_key],
         "_cdc_binlog_file_seq",

@@ -1,0 +1,310 @@
+"""Table upkeep with Iceberg's Spark procedures (:mod:`cdclake.spark.maintenance`) on tables built
+by the real apply path: events produced into the tests' Kafka broker and applied run by run, with
+updates and deletes (merge-on-read position deletes), a delete tombstone table and a quarantine."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from cdclake.errors import ConfigError
+from cdclake.io.catalog import committed_offsets, load_catalog
+from cdclake.io.kafka import ensure_topic
+from cdclake.model.layout import QUARANTINE_SUFFIX, RUN_BRANCH_PREFIX, TOMBSTONES_SUFFIX, side_table
+from cdclake.spark import maintenance
+from cdclake.spark.maintenance import (
+    ACTIONS,
+    RefInfo,
+    SnapshotInfo,
+    lost_commit_race,
+    maintain_table,
+    snapshots_to_expire,
+)
+from tests.conftest import apply_offsets, make_table, plan_offsets
+from tests.integration.test_apply import produce_raw, run_once
+from tests.integration.test_contract import COLUMNS, ev, key
+
+pytestmark = pytest.mark.integration
+
+HOUR_MS = 3600 * 1000
+
+
+def send(kafka, cfg, events) -> None:
+    """``events``: ``(partition, key, value bytes)``."""
+    for partition in {p for p, _, _ in events}:
+        produce_raw(kafka, cfg.topic, [(key(k), v) for p, k, v in events if p == partition], partition=partition)
+
+
+def build_history(spark, kafka, settings, cfg) -> dict[int, str]:
+    """Three apply runs over two partitions: inserts, updates, deletes (position deletes and
+    tombstones) and one bad record (a quarantine table); returns the expected ``{id: v}``."""
+    ensure_topic(kafka, cfg.topic, 2)
+    expected: dict[int, str] = {}
+    runs = [
+        [("c", k, f"a{k}", 1000 + k) for k in range(40)],
+        [("u", k, f"b{k}", 2000 + k) for k in range(10)] + [("d", k, None, 2100 + k) for k in range(30, 35)],
+        [("u", k, f"c{k}", 3000 + k) for k in range(5, 20)]
+        + [("d", k, None, 3100 + k) for k in range(35, 38)]
+        + [("c", k, f"e{k}", 3200 + k) for k in range(40, 45)],
+    ]
+    for i, run in enumerate(runs):
+        events = [(k % 2, k, ev(op, k, v or f"x{k}", pos)) for op, k, v, pos in run]
+        if i == 1:
+            events.append((0, 98, b"not json"))  # quarantined: its key is held back from now on
+        send(kafka, cfg, events)
+        _, result = run_once(spark, settings, cfg, f"run-{i}")
+        assert result.status == "committed"
+        for op, k, v, _ in run:
+            if op == "d":
+                expected.pop(k, None)
+            else:
+                expected[k] = v
+    return expected
+
+
+def rows(settings, cfg) -> list[dict]:
+    """Every row with every column (metadata columns too), sorted by key."""
+    arrow = load_catalog(settings).load_table(cfg.identifier).scan().to_arrow()
+    return sorted(arrow.to_pylist(), key=lambda r: r["id"])
+
+
+def summary(settings, ident: str) -> dict[str, str]:
+    snap = load_catalog(settings).load_table(ident).current_snapshot()
+    return dict(snap.summary.additional_properties) if snap and snap.summary else {}
+
+
+def metadata_count(spark, settings, ident: str, metadata_table: str) -> int:
+    return spark.sql(f"SELECT count(*) AS n FROM {settings.catalog_name}.{ident}.{metadata_table}").collect()[0]["n"]
+
+
+def table_dir(settings, ident: str) -> Path:
+    return Path(urlsplit(load_catalog(settings).load_table(ident).location()).path)
+
+
+def make_orphan(settings, ident: str, name: str, age_hours: float) -> Path:
+    """A file in the table's data folder that no snapshot references, modified ``age_hours`` ago."""
+    path = table_dir(settings, ident) / "data" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"orphan")
+    mtime = time.time() - age_hours * 3600
+    os.utime(path, (mtime, mtime))
+    return path
+
+
+def snapshot_ids(settings, ident: str) -> set[int]:
+    return {s.snapshot_id for s in load_catalog(settings).load_table(ident).snapshots()}
+
+
+def test_maintenance_folds_deletes_compacts_and_keeps_rows_and_offsets(spark, kafka, stack_settings):
+    cfg = make_table(value_format="json", columns=COLUMNS)
+    expected = build_history(spark, kafka, stack_settings, cfg)
+    before = rows(stack_settings, cfg)
+    assert {r["id"]: r["v"] for r in before} == expected
+    offsets = committed_offsets(load_catalog(stack_settings).load_table(cfg.identifier), cfg.topic)
+    data_files = int(summary(stack_settings, cfg.identifier)["total-data-files"])
+    assert int(summary(stack_settings, cfg.identifier)["total-delete-files"]) > 0
+    assert metadata_count(spark, stack_settings, cfg.identifier, "delete_files") > 0
+    assert data_files > 2
+    old_orphan = make_orphan(stack_settings, cfg.identifier, "old-orphan.parquet", 80)
+    young_orphan = make_orphan(stack_settings, cfg.identifier, "young-orphan.parquet", 30)  # an apply in flight?
+
+    result = maintain_table(spark, stack_settings, cfg)
+
+    assert result.actions == ACTIONS and not result.dry_run
+    assert result.snapshot_id_after != result.snapshot_id_before
+    assert {r.status for r in result.reports} <= {"done", "skipped"}
+    rewrite = result.report("rewrite_data_files")
+    assert rewrite.figures["rewritten_data_files_count"] > 0 and rewrite.figures["failed_data_files_count"] == 0
+    # deletes are folded into the data, the small files compacted
+    after = summary(stack_settings, cfg.identifier)
+    assert after["total-delete-files"] == "0"
+    assert metadata_count(spark, stack_settings, cfg.identifier, "delete_files") == 0
+    assert int(after["total-data-files"]) < data_files
+    assert rows(stack_settings, cfg) == before
+    # the offsets are still found by walking back past the maintenance commits
+    table = load_catalog(stack_settings).load_table(cfg.identifier)
+    assert committed_offsets(table, cfg.topic) == offsets
+    # the side tables were maintained too
+    tables = {r.table for r in result.reports}
+    assert tables == {
+        cfg.identifier,
+        side_table(cfg.identifier, TOMBSTONES_SUFFIX),
+        side_table(cfg.identifier, QUARANTINE_SUFFIX),
+    }
+    assert result.report("expire_snapshots", side_table(cfg.identifier, TOMBSTONES_SUFFIX)).status == "done"
+    # orphan files: only those older than orphan_file_age_hours (72) go
+    assert result.report("remove_orphan_files").figures["orphan_files"] == 1
+    assert not old_orphan.exists() and young_orphan.exists()
+    assert all(r.seconds >= 0 for r in result.reports)
+
+    # the next apply plans from the same offsets and commits on top of the maintenance commits
+    send(kafka, cfg, [(0, 0, ev("u", 0, "after-maintenance", 5000)), (1, 1, ev("d", 1, None, 5001))])
+    planned = plan_offsets(stack_settings, cfg)
+    assert planned.range.start == offsets
+    assert apply_offsets(spark, stack_settings, cfg, planned.range, "run-after").status == "committed"
+    expected[0] = "after-maintenance"
+    del expected[1]
+    assert {r["id"]: r["v"] for r in rows(stack_settings, cfg)} == expected
+
+
+@pytest.fixture(scope="module")
+def zero_window(spark, kafka, stack_settings):
+    """A table with history whose maintenance keeps no time-travel window and one snapshot
+    (``snapshot_retention_hours: 0``, ``retain_last: 1``); the dry-run test leaves it as it was."""
+    cfg = make_table(
+        value_format="json", columns=COLUMNS, maintenance={"snapshot_retention_hours": 0, "retain_last": 1}
+    )
+    build_history(spark, kafka, stack_settings, cfg)
+    return cfg
+
+
+def test_dry_run_commits_nothing_and_reports_candidates(spark, stack_settings, zero_window):
+    cfg = zero_window
+    catalog = load_catalog(stack_settings)
+    table = catalog.load_table(cfg.identifier)
+    spark_name = f"{stack_settings.catalog_name}.{cfg.identifier}"
+    branch = f"{RUN_BRANCH_PREFIX}000000000000"  # as a killed apply leaves it
+    spark.sql(f"ALTER TABLE {spark_name} CREATE BRANCH `{branch}` AS OF VERSION {table.current_snapshot().snapshot_id}")
+    orphan = make_orphan(stack_settings, cfg.identifier, "old-orphan.parquet", 80)
+    idents = [
+        cfg.identifier,
+        side_table(cfg.identifier, TOMBSTONES_SUFFIX),
+        side_table(cfg.identifier, QUARANTINE_SUFFIX),
+    ]
+
+    def state():
+        return {
+            i: (catalog.load_table(i).current_snapshot().snapshot_id, snapshot_ids(stack_settings, i)) for i in idents
+        }
+
+    before = state()
+    refs = set(catalog.load_table(cfg.identifier).refs())
+    files = sorted(p for p in table_dir(stack_settings, cfg.identifier).rglob("*") if p.is_file())
+    try:
+        # 7 hours later: the run branch is stale
+        later = int(time.time() * 1000) + 7 * HOUR_MS
+        result = maintain_table(spark, stack_settings, cfg, dry_run=True, now_ms=later)
+
+        assert result.dry_run and result.snapshot_id_after == result.snapshot_id_before
+        assert state() == before
+        assert set(catalog.load_table(cfg.identifier).refs()) == refs
+        assert sorted(p for p in table_dir(stack_settings, cfg.identifier).rglob("*") if p.is_file()) == files
+        assert {r.status for r in result.reports} <= {"dry_run", "skipped"}
+        assert result.report("remove_stale_run_branches").branches == (branch,)
+        assert result.report("expire_tombstones").figures["expired_tombstones"] == 0  # retention 192 h
+        rewrite = result.report("rewrite_data_files").figures
+        assert rewrite["data_files_with_deletes"] > 0 and rewrite["delete_files"] > 0
+        assert rewrite["candidate_data_files"] >= rewrite["data_files_with_deletes"]
+        assert result.report("rewrite_position_delete_files").figures["position_delete_files"] > 0
+        assert result.report("rewrite_manifests").figures["manifests"] > 1
+        expire = result.report("expire_snapshots")
+        assert expire.snapshot_ids and result.snapshot_id_before not in expire.snapshot_ids
+        assert result.report("remove_orphan_files").figures["orphan_files"] == 1 and orphan.exists()
+    finally:
+        spark.sql(f"ALTER TABLE {spark_name} DROP BRANCH IF EXISTS `{branch}`")
+        orphan.unlink(missing_ok=True)
+
+
+def test_expiry_with_a_zero_window_keeps_the_offsets_snapshot(spark, stack_settings, zero_window):
+    cfg = zero_window
+    catalog = load_catalog(stack_settings)
+    table = catalog.load_table(cfg.identifier)
+    offsets_snapshot = table.current_snapshot()
+    offsets = committed_offsets(table, cfg.topic)
+    history = [SnapshotInfo(s.snapshot_id, s.parent_snapshot_id, s.timestamp_ms) for s in table.snapshots()]
+    assert len(history) >= 3
+    now_ms = int(time.time() * 1000)
+    # Iceberg's rule alone (older_than = now, retain_last 1) would expire it once a rewrite is on top
+    rewrite = SnapshotInfo(-1, offsets_snapshot.snapshot_id, now_ms)
+    naive = snapshots_to_expire([*history, rewrite], {"main": RefInfo(-1, True)}, now_ms + 1, 1, now_ms)
+    assert offsets_snapshot.snapshot_id in naive
+    predicted = maintain_table(spark, stack_settings, cfg, actions=["expire_snapshots"], dry_run=True).report(
+        "expire_snapshots"
+    )
+
+    actions = ["rewrite_position_delete_files", "rewrite_data_files", "rewrite_manifests", "expire_snapshots"]
+    started_ms = int(time.time() * 1000)
+    result = maintain_table(spark, stack_settings, cfg, actions=actions)
+
+    assert result.actions == tuple(actions)
+    table = catalog.load_table(cfg.identifier)
+    assert table.current_snapshot().snapshot_id != offsets_snapshot.snapshot_id  # rewrites on top
+    expired = result.report("expire_snapshots")
+    assert expired.snapshot_ids == predicted.snapshot_ids
+    assert len(expired.snapshot_ids) == len(history) - 1  # every snapshot before the offsets snapshot
+    assert offsets_snapshot.snapshot_id in {s.snapshot_id for s in table.snapshots()}
+    assert committed_offsets(table, cfg.topic) == offsets
+    assert plan_offsets(stack_settings, cfg).range.start == offsets
+    # the side tables keep their current snapshot and those committed by this maintenance run
+    for suffix in (TOMBSTONES_SUFFIX, QUARANTINE_SUFFIX):
+        side = catalog.load_table(side_table(cfg.identifier, suffix))
+        older = {s.snapshot_id for s in side.snapshots() if s.timestamp_ms < started_ms}
+        assert older <= {side.current_snapshot().snapshot_id}
+        assert result.report("expire_snapshots", side_table(cfg.identifier, suffix)).status == "done"
+    assert result.report("expire_snapshots", side_table(cfg.identifier, TOMBSTONES_SUFFIX)).snapshot_ids
+
+
+def test_unknown_action_is_a_config_error_naming_the_known_ones(spark, stack_settings):
+    with pytest.raises(ConfigError, match="unknown maintenance action.*'vacuum'.*known:.*rewrite_data_files"):
+        maintain_table(spark, stack_settings, make_table(), actions=["rewrite_data_files", "vacuum"])
+
+
+def test_a_table_that_does_not_exist_yet_is_skipped(spark, stack_settings):
+    result = maintain_table(spark, stack_settings, make_table())
+    assert [r.action for r in result.reports] == list(ACTIONS)
+    assert {r.status for r in result.reports} == {"skipped"}
+
+
+def test_a_lost_commit_race_is_retried_and_never_fails_the_run(spark, kafka, stack_settings, monkeypatch):
+    cfg = make_table(value_format="json", columns=COLUMNS)
+    ensure_topic(kafka, cfg.topic, 1)
+    send(kafka, cfg, [(0, 1, ev("c", 1, "a", 100))])
+    run_once(spark, stack_settings, cfg)
+    real_call = maintenance._Maintenance._call
+    calls: dict[str, int] = {}
+
+    def racing_call(self, procedure, ident, args):
+        calls[procedure] = calls.get(procedure, 0) + 1
+        lost = "org.apache.iceberg.exceptions.CommitFailedException: Cannot commit: stale table metadata"
+        if procedure == "rewrite_manifests" and calls[procedure] == 1:
+            raise RuntimeError(f"An error occurred while calling o1.sql.\n: {lost}")
+        if procedure == "rewrite_data_files":
+            raise RuntimeError("(org.apache.iceberg.exceptions.ValidationException) Cannot commit, found new delete")
+        if procedure == "remove_orphan_files":
+            raise RuntimeError("disk on fire")
+        return real_call(self, procedure, ident, args)
+
+    monkeypatch.setattr(maintenance._Maintenance, "_call", racing_call)
+    monkeypatch.setattr(maintenance, "RETRY_WAIT_S", (0.01, 0.05))
+    result = maintain_table(
+        spark, stack_settings, cfg, actions=["rewrite_data_files", "rewrite_manifests", "expire_snapshots"]
+    )
+    data = result.report("rewrite_data_files")
+    assert (data.status, data.attempts) == ("lost_race", maintenance.COMMIT_ATTEMPTS)
+    assert "ValidationException" in data.summary
+    manifests = result.report("rewrite_manifests")
+    assert (manifests.status, manifests.attempts) == ("done", 2)
+    assert result.report("expire_snapshots").status == "done"
+    # any other failure is raised
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        maintain_table(spark, stack_settings, cfg, actions=["remove_orphan_files"])
+
+
+def test_lost_commit_race_recognizes_the_wrapped_iceberg_errors():
+    from pyiceberg.exceptions import CommitFailedException
+
+    assert lost_commit_race(CommitFailedException("branch main has changed"))
+    assert lost_commit_race(RuntimeError(": org.apache.iceberg.exceptions.ValidationException: Cannot commit"))
+    try:
+        try:
+            raise RuntimeError("org.apache.iceberg.exceptions.CommitFailedException: stale")
+        except RuntimeError as inner:
+            raise ValueError("job aborted") from inner
+    except ValueError as outer:
+        assert lost_commit_race(outer)
+    assert not lost_commit_race(RuntimeError("org.apache.iceberg.exceptions.CommitStateUnknownException: ?"))
+    assert not lost_commit_race(ValueError("Cannot remove orphan files with an interval less than 24 hours"))
