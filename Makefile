@@ -4,7 +4,7 @@ CDCLAKE := .venv/bin/cdclake
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: demo test lint bench bench-reconcile bench-engine setup stack-start stack-stop stack-status engine-start engine-stop engine-status chain-start chain-stop airflow-ui lock clean help
+.PHONY: demo test lint bench bench-reconcile bench-engine setup stack-start stack-stop stack-status engine-start engine-stop engine-status status chain-start chain-stop airflow-ui lock clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -51,6 +51,9 @@ engine-stop:  ## stop the shared Spark Connect server
 
 engine-status:  ## is the shared Spark Connect server running?
 	$(CDCLAKE) engine status
+
+status:  ## per table: lag (events, time), last commit, events in 24 h, open quarantine, schema, last reconcile
+	$(CDCLAKE) status
 
 chain-start: setup  ## start the real source chain: Kafka, MariaDB, Kafka Connect + Debezium MariaDB connector
 	$(CDCLAKE) chain start

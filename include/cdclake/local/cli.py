@@ -8,6 +8,7 @@ cdclake run NAME                    run the table's DAG once (airflow dags test)
 cdclake run NAME --replay-from-offsets '{"0": 120}'   a manual replay (also from the UI form)
 cdclake quarantine list|release NAME  records the table's runs could not apply
 cdclake show NAME                   the Iceberg table: schema, rows, snapshot summary
+cdclake status [--json] [NAME ...]  per table: lag, last commit, events 24 h, quarantine, reconcile
 cdclake airflow ARGS...             the airflow CLI with the local stack's environment
 cdclake demo                        load the bundled fixtures, run both DAGs, show the tables
 """
@@ -311,6 +312,104 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def format_duration(ms: int | None) -> str:
+    """A duration in milliseconds as ``42s``, ``12m05s``, ``3h07m``, ``2d03h`` (``-``: unknown)."""
+    if ms is None:
+        return "-"
+    s = max(ms, 0) // 1000
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def format_status_table(statuses: list[Any], *, with_fresh: bool = False) -> str:
+    """:class:`~cdclake.pipeline.status.TableStatus` list as a terminal table, one row per table,
+    then each table's problems."""
+
+    def reconcile(st: Any) -> str:
+        rec = st.last_reconcile
+        if rec is None:
+            return "never"
+        diffs = rec.only_in_source + rec.only_in_lake + rec.differing
+        verdict = "clean" if rec.clean else f"{diffs} diff{'s' if diffs != 1 else ''}"
+        return f"{verdict}{' (repaired)' if rec.repaired else ''}, {format_duration(rec.age_ms)} ago"
+
+    header = [
+        "table",
+        "lag events",
+        "lag time",
+        "last commit",
+        "snapshot id",
+        "events 24h",
+        "quarantine",
+        "schema",
+        "snapshot run",
+        "last reconcile",
+    ] + (["fresh"] if with_fresh else [])
+    rows = [header]
+    for st in statuses:
+        row = [
+            st.name if st.table_exists else f"{st.name} (no table)",
+            "-" if st.lag_events is None else str(st.lag_events),
+            format_duration(st.lag_ms),
+            "never" if st.last_commit is None else f"{format_duration(st.last_commit.age_ms)} ago",
+            "-" if st.last_commit is None else str(st.last_commit.snapshot_id),
+            str(st.activity_24h.events),
+            str(st.open_quarantine),
+            "-" if st.schema_id is None else f"{st.schema_id} ({st.column_count} cols)",
+            "yes" if st.snapshot_in_progress is not None else "no",
+            reconcile(st),
+        ]
+        if with_fresh:
+            row.append({True: "yes", False: "NO", None: "-"}[st.fresh])
+        rows.append(row)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    numeric = {1, 2, 3, 4, 5, 6}
+    lines = [
+        "  ".join(
+            cell.rjust(w) if i in numeric else cell.ljust(w) for i, (cell, w) in enumerate(zip(r, widths, strict=True))
+        ).rstrip()
+        for r in rows
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    for st in statuses:
+        lines.extend(f"{st.name}: {problem}" for problem in st.problems)
+    return "\n".join(lines) + "\n"
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Print the status figures of the configured tables (all, or those named)."""
+    import json
+
+    from cdclake.errors import ConfigError
+    from cdclake.io.catalog import load_catalog
+    from cdclake.io.kafka import KafkaClients
+    from cdclake.model.config import load_tables
+    from cdclake.pipeline.status import select_tables, status_of_tables
+
+    settings = _settings()
+    try:
+        tables = select_tables(load_tables(settings.tables_config).tables, args.tables)
+    except ConfigError as e:
+        print(f"cdclake status: {e}", file=sys.stderr)
+        return 2
+    statuses = status_of_tables(
+        load_catalog(settings),
+        KafkaClients.from_bootstrap(settings.kafka_bootstrap),
+        tables,
+        freshness_minutes=args.freshness_minutes,
+    )
+    if args.json:
+        print(json.dumps([s.model_dump(mode="json") for s in statuses], indent=2))
+    else:
+        sys.stdout.write(format_status_table(statuses, with_fresh=args.freshness_minutes is not None))
+    return 0
+
+
 def cmd_airflow(args: argparse.Namespace) -> int:
     settings = _settings()
     ensure_airflow_db(settings)
@@ -421,6 +520,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=100, help="rows to print (100)")
     p.add_argument("--metadata", action="store_true", help="include the _cdc_* metadata columns")
     p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser(
+        "status",
+        help="per table: lag (events, time), last commit, events in 24 h, open quarantine, schema, reconcile",
+    )
+    p.add_argument("tables", nargs="*", metavar="TABLE", help="table names in the table config (default: all)")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON (a list, one object per table)")
+    p.add_argument(
+        "--freshness-minutes",
+        type=int,
+        metavar="N",
+        help="judge each table fresh when caught up or its newest applied event is at most N minutes old",
+    )
+    p.set_defaults(func=cmd_status)
 
     p = sub.add_parser(
         "airflow",

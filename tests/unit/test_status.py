@@ -1,0 +1,285 @@
+"""The pure parts of the status figures (include/cdclake/pipeline/status.py) and their terminal
+table (``cdclake status``); the Iceberg reads on a local pyiceberg catalog, Kafka faked."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from cdclake.errors import ConfigError
+from cdclake.local.cli import format_duration, format_status_table
+from cdclake.model.layout import SummaryKeys
+from cdclake.pipeline import status as st
+from cdclake.pipeline.status import (
+    Activity,
+    LastCommit,
+    ReconcileSummary,
+    TableStatus,
+    commit_activity,
+    freshness_verdict,
+    partition_lag,
+    reconcile_summary,
+    select_tables,
+    time_lag,
+)
+from cdclake.settings import Settings
+from tests.conftest import make_table
+
+HOUR = 3_600_000
+NOW = 1_800_000_000_000
+TOPIC = "db.inv.t"
+
+
+def cdc(run: str, end: str, events: int, *, start: str = "{}", topic: str = TOPIC, **extra: str) -> dict[str, str]:
+    return {
+        SummaryKeys.TOPIC: topic,
+        SummaryKeys.RUN_ID: run,
+        SummaryKeys.START_OFFSETS: start,
+        SummaryKeys.END_OFFSETS: end,
+        SummaryKeys.EVENTS: str(events),
+        SummaryKeys.UPSERTS: str(events - 1),
+        SummaryKeys.DELETES: "1",
+        SummaryKeys.TOMBSTONES: "0",
+        SummaryKeys.QUARANTINED: "0",
+        **extra,
+    }
+
+
+# --- select_tables ------------------------------------------------------------------------------
+
+
+def test_select_tables_all_by_default_named_in_the_order_given():
+    a, b, c = make_table(name="a"), make_table(name="b"), make_table(name="c")
+    assert select_tables([a, b, c], []) == [a, b, c]
+    assert select_tables([a, b, c], ["c", "a", "c"]) == [c, a]
+
+
+def test_select_tables_unknown_name_is_a_config_error_naming_the_configured_ones():
+    with pytest.raises(ConfigError, match=r"no table\(s\) \['x'\].*configured: \['a', 'b'\]"):
+        select_tables([make_table(name="b"), make_table(name="a")], ["a", "x"])
+
+
+# --- partition_lag ------------------------------------------------------------------------------
+
+
+def test_lag_is_high_minus_committed_and_from_the_low_watermark_where_never_committed():
+    lag, problems = partition_lag(TOPIC, {0: 7, 1: 3}, {0: 0, 1: 0, 2: 4}, {0: 10, 1: 3, 2: 9})
+    assert (lag, problems) == ({0: 3, 1: 0, 2: 5}, [])
+    lag, problems = partition_lag(TOPIC, None, {0: 2}, {0: 10})
+    assert (lag, problems) == ({0: 8}, [])
+
+
+def test_offsets_outside_the_topic_are_problems_not_errors():
+    lag, problems = partition_lag(TOPIC, {0: 1, 1: 50, 5: 3}, {0: 4, 1: 0}, {0: 10, 1: 20})
+    assert lag == {0: 9, 1: 0}
+    assert len(problems) == 3
+    assert "partition 0: committed offset 1 is below the low watermark 4" in problems[0]
+    assert "partition 1: committed offset 50 is above the high watermark 20" in problems[1]
+    assert "no partition(s) [5]" in problems[2]
+
+
+# --- commit_activity ----------------------------------------------------------------------------
+
+
+def test_activity_counts_cdc_commits_per_hour_once_per_run():
+    ancestry = [
+        (9, NOW - 10 * 60_000, None),  # a maintenance snapshot without summary
+        (8, NOW - 20 * 60_000, {"cdc.reconcile-repair": "r"}),  # a repair commit: no offsets
+        (7, NOW - 30 * 60_000, cdc("run-3", '{"0": 30}', 10, start='{"0": 20}', **{SummaryKeys.REPLAY: "true"})),
+        # one run, two snapshots (the MERGE and the default fill on its branch): counted once
+        (6, NOW - 31 * 60_000, cdc("run-2", '{"0": 20}', 5, start='{"0": 15}')),
+        (5, NOW - 31 * 60_000 - 1, cdc("run-2", '{"0": 20}', 5, start='{"0": 15}')),
+        (4, NOW - 2 * HOUR - 1, cdc("other", '{"0": 99}', 100, topic="db.inv.other")),  # another topic
+        (3, NOW - 23 * HOUR - 30 * 60_000, cdc("run-1", '{"0": 15}', 15)),
+        (2, NOW - 25 * HOUR, cdc("run-0", '{"0": 0}', 1000)),  # before the window
+        (1, NOW - 26 * HOUR, cdc("run-x", '{"0": 0}', 1000)),
+    ]
+    last, per_hour, activity = commit_activity(iter(ancestry), TOPIC, NOW)
+    assert last == LastCommit(
+        snapshot_id=7, committed_at_ms=NOW - 30 * 60_000, age_ms=30 * 60_000, run_id="run-3", events=10, replay=True
+    )
+    assert len(per_hour) == 24
+    assert per_hour[23] == 15 and per_hour[0] == 15 and sum(per_hour) == 30
+    assert activity == Activity(commits=3, events=30, upserted=27, deleted=3, kafka_tombstones=0, quarantined=0)
+
+
+def test_the_last_commit_is_named_even_when_older_than_the_window():
+    last, per_hour, activity = commit_activity([(1, NOW - 48 * HOUR, cdc("old", '{"0": 3}', 3))], TOPIC, NOW)
+    assert last is not None and (last.run_id, last.age_ms) == ("old", 48 * HOUR)
+    assert (sum(per_hour), activity) == (0, Activity())
+    assert commit_activity([], TOPIC, NOW) == (None, [0] * 24, Activity())
+
+
+# --- lag in time and freshness ------------------------------------------------------------------
+
+
+def test_time_lag_counts_from_the_source_time_else_the_kafka_time():
+    assert time_lag(NOW, NOW - 5000, NOW - 1000) == (5000, "source_ts")
+    assert time_lag(NOW, None, NOW - 1000) == (1000, "kafka_ts")
+    assert time_lag(NOW, None, None) == (None, None)
+    assert time_lag(NOW, NOW + 10, None) == (0, "source_ts")  # a source clock ahead of ours
+
+
+@pytest.mark.parametrize(
+    "lag_events, lag_ms, limit, fresh",
+    [
+        (0, 10 * HOUR, 15, True),  # caught up: fresh however quiet the source is
+        (5, 10 * 60_000, 15, True),
+        (5, 16 * 60_000, 15, False),
+        (5, None, 15, None),
+        (None, 16 * 60_000, 15, False),  # the topic unknown: judged by the time
+        (0, 0, None, None),  # no limit: not judged
+    ],
+)
+def test_freshness_verdict(lag_events, lag_ms, limit, fresh):
+    assert freshness_verdict(lag_events, lag_ms, limit) is fresh
+
+
+def test_reconcile_summary_row():
+    at = datetime.fromtimestamp(NOW / 1000, timezone.utc) - timedelta(hours=2)
+    row = {
+        "run_id": "reconcile-1",
+        "mode": "report",
+        "reconciled_at": at,
+        "source_rows": 10,
+        "lake_rows": 9,
+        "only_in_source": 1,
+        "only_in_lake": 0,
+        "differing": 2,
+        "unsettled": 1,
+        "repaired": False,
+    }
+    summary = reconcile_summary(row, NOW)
+    assert summary.age_ms == 2 * HOUR and summary.clean is False
+    assert (summary.only_in_source, summary.differing, summary.unsettled) == (1, 2, 1)
+    assert reconcile_summary({**row, "only_in_source": 0, "differing": 0}, NOW).clean is True
+
+
+# --- reads on a local catalog, Kafka faked ------------------------------------------------------
+
+
+@pytest.fixture
+def catalog(tmp_path):
+    from cdclake.io.catalog import load_catalog
+
+    return load_catalog(Settings.from_env({"CDCLAKE_STATE_DIR": str(tmp_path)}))
+
+
+def test_column_upper_bound_from_the_data_files_metrics(catalog):
+    import pyarrow as pa
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, TimestamptzType
+
+    catalog.create_namespace_if_not_exists("ns")
+    table = catalog.create_table(
+        "ns.t",
+        Schema(
+            NestedField(1, "id", LongType(), required=False),
+            NestedField(2, "_cdc_source_ts", TimestamptzType(), required=False),
+        ),
+    )
+    assert st.column_upper_bound_ms(table, "_cdc_source_ts") is None  # no snapshot
+    arrow_schema = table.schema().as_arrow()
+    for stamps in ([NOW - 5000, NOW - 3000], [NOW - 9000, None], [None]):  # a file of nulls only has no bound
+        rows = [
+            {"id": i, "_cdc_source_ts": None if ms is None else datetime.fromtimestamp(ms / 1000, timezone.utc)}
+            for i, ms in enumerate(stamps)
+        ]
+        table.append(pa.Table.from_pylist(rows, schema=arrow_schema))
+    assert st.column_upper_bound_ms(table, "_cdc_source_ts") == NOW - 3000
+    assert st.column_upper_bound_ms(table, "no_such_column") is None
+    assert st.column_upper_bound_ms(table, "id") is None  # not a timestamp
+
+
+def test_kafka_not_answering_leaves_the_kafka_figures_unknown(catalog, monkeypatch):
+    from confluent_kafka import KafkaError, KafkaException
+
+    from cdclake.io.kafka import KafkaClients
+
+    calls = []
+
+    def no_answer(kafka, topics):
+        calls.append(list(topics))
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT, "broker down"))
+
+    monkeypatch.setattr(st, "topics_watermarks", no_answer)
+    tables = [make_table(), make_table()]
+    statuses = st.status_of_tables(catalog, KafkaClients.from_bootstrap("127.0.0.1:1"), tables, now_ms=NOW)
+    assert calls == [[t.topic for t in tables]]  # asked once, for all topics
+    for status in statuses:
+        assert (status.table_exists, status.topic_exists, status.lag_events, status.fresh) == (False, None, None, None)
+        assert any("did not answer" in p and "broker down" in p for p in status.problems)
+        assert status.checked_at_ms == NOW
+
+
+# --- the terminal table -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "ms, text",
+    [
+        (None, "-"),
+        (0, "0s"),
+        (59_999, "59s"),
+        (61_000, "1m01s"),
+        (3 * HOUR + 7 * 60_000, "3h07m"),
+        (51 * HOUR, "2d03h"),
+    ],
+)
+def test_format_duration(ms, text):
+    assert format_duration(ms) == text
+
+
+def test_status_table_has_one_row_per_table_and_the_problems_below():
+    ok = TableStatus(
+        name="orders",
+        identifier="shop.orders",
+        topic=TOPIC,
+        checked_at_ms=NOW,
+        table_exists=True,
+        topic_exists=True,
+        lag_events=12,
+        lag_ms=90_000,
+        last_commit=LastCommit(snapshot_id=42, committed_at_ms=NOW - 60_000, age_ms=60_000, run_id="r", events=3),
+        activity_24h=Activity(commits=1, events=3),
+        open_quarantine=2,
+        schema_id=1,
+        column_count=5,
+        last_reconcile=ReconcileSummary(
+            run_id="x",
+            mode="report",
+            reconciled_at_ms=NOW - HOUR,
+            age_ms=HOUR,
+            source_rows=3,
+            lake_rows=3,
+            only_in_source=0,
+            only_in_lake=0,
+            differing=2,
+            unsettled=0,
+            repaired=False,
+            clean=False,
+        ),
+        fresh=True,
+    )
+    missing = TableStatus(
+        name="gone",
+        identifier="shop.gone",
+        topic="db.inv.gone",
+        checked_at_ms=NOW,
+        table_exists=False,
+        topic_exists=False,
+        problems=["Kafka topic 'db.inv.gone' does not exist"],
+    )
+    lines = format_status_table([ok, missing], with_fresh=True).splitlines()
+    assert lines[0].split()[0] == "table" and lines[0].split()[-1] == "fresh"
+    assert set(lines[1]) <= {"-", " "}
+    assert lines[2].split() == [
+        "orders", "12", "1m30s", "1m00s", "ago", "42", "3", "2", "1", "(5", "cols)", "no", "2", "diffs,", "1h00m", "ago", "yes",
+    ]  # fmt: skip
+    assert lines[3].split()[:3] == ["gone", "(no", "table)"] and lines[3].split()[-1] == "-"
+    assert lines[4] == "gone: Kafka topic 'db.inv.gone' does not exist"
+    assert len({len(line) for line in lines[:2]}) == 1  # the rule spans the header
+    # the JSON form is the models'
+    assert json.loads(ok.model_dump_json())["last_commit"]["snapshot_id"] == 42
