@@ -41,7 +41,9 @@ def run_python(code: str, tables_config=None) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("dag_file", ["cdc_tables", "cdc_snapshot_bootstrap", "cdc_reconcile", "cdc_maintenance"])
+@pytest.mark.parametrize(
+    "dag_file", ["cdc_tables", "cdc_snapshot_bootstrap", "cdc_reconcile", "cdc_maintenance", "cdc_freshness"]
+)
 def test_dag_file_parses_without_heavy_imports(dag_file):
     result = run_python(
         f"""
@@ -80,7 +82,16 @@ def test_dagbag_has_one_dag_per_configured_table_and_no_import_errors():
     # every task has an execution_timeout: a hung task fails and is retried instead of holding a slot
     assert {d: v["no_timeout"] for d, v in result["dags"].items() if v["no_timeout"]} == {}
     expected = {t.dag_id for t in load_tables(PROJECT_ROOT / "include" / "tables.yaml").tables}
-    assert set(result["dags"]) == expected | {"cdc_snapshot_bootstrap", "cdc_reconcile", "cdc_maintenance"}
+    assert set(result["dags"]) == expected | {
+        "cdc_snapshot_bootstrap",
+        "cdc_reconcile",
+        "cdc_maintenance",
+        "cdc_freshness",
+    }
+    freshness = result["dags"].pop("cdc_freshness")
+    # include/tables.yaml sets freshness_minutes for every table: one check per table
+    assert freshness["tasks"] == ["check_freshness", "status"]
+    assert freshness["max_active_runs"] == 1 and "monitoring" in freshness["tags"]
     maintenance = result["dags"].pop("cdc_maintenance")
     assert maintenance["tasks"] == ["maintain", "select_tables"]
     assert maintenance["max_active_runs"] == 1 and "maintenance" in maintenance["tags"]
@@ -160,7 +171,15 @@ def test_dag_count_follows_the_table_config(tmp_path):
         """,
         tables_config=config,
     )
-    assert result == ["cdc_maintenance", "cdc_reconcile", "cdc_snapshot_bootstrap", "cdc_t0", "cdc_t1", "cdc_t2"]
+    assert result == [
+        "cdc_freshness",
+        "cdc_maintenance",
+        "cdc_reconcile",
+        "cdc_snapshot_bootstrap",
+        "cdc_t0",
+        "cdc_t1",
+        "cdc_t2",
+    ]
 
 
 def test_spark_default_resolves_to_local_mode_not_yarn():

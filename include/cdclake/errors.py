@@ -116,3 +116,9 @@ class EngineUnavailableError(CdcLakeError, ConnectionError):
     """The Spark Connect server of the ``connect`` engine does not accept connections (it is not
     started, or restarting). Nothing was applied; the task's retry runs the same plan. The
     message names the server (never its token) and the Airflow connection."""
+
+
+class FreshnessError(CdcLakeError):
+    """A table is behind its freshness target (``freshness_minutes``): events are waiting and the
+    newest applied one is older than the target. The message names the table, its lag in events
+    and in time, and its last commit."""

@@ -25,6 +25,8 @@ variable                       meaning                                          
 ``CDCLAKE_SPARK_CONNECT_PORT`` loopback port of the local Spark Connect server  ``15002``
 ``CDCLAKE_ENGINE_MEMORY``      the local Spark Connect server's heap            ``4g``
 ``CDCLAKE_APPLY_POOL_SLOTS``   applies at once (Airflow pool ``cdc_apply``)      ``2``
+``CDCLAKE_SPARK_LOG_LEVEL``    Spark's log level (``spark.log.level``): INFO     ``WARN``
+                               to see Spark's own chatter in task logs
 ``CDCLAKE_APPLY_PAUSE_AT``     debugging: pause the apply job at a commit point  unset
 =============================  ===============================================  =========================
 
@@ -60,6 +62,7 @@ _KNOWN = {
     "ENGINE",
     "SPARK_CONNECT_PORT",
     "ENGINE_MEMORY",
+    "SPARK_LOG_LEVEL",
     "APPLY_POOL_SLOTS",
     "APPLY_PAUSE_AT",  # read by the apply job: cdclake.spark.commit.PAUSE_ENV (debugging)
 }
@@ -113,6 +116,9 @@ class Settings(BaseModel):
     Kubernetes, a standalone cluster)."""
     spark_connect_port: int = 15002
     engine_memory: str = "4g"
+    spark_log_level: Literal["ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"] = "WARN"
+    """Spark's own log level (``spark.log.level``) in the spark-submit jobs, the tests' sessions
+    and the Connect server: ``WARN`` keeps Spark's INFO chatter out of the Airflow task logs."""
     apply_pool_slots: int = 2
 
     @classmethod
@@ -154,6 +160,7 @@ class Settings(BaseModel):
                 engine=env.get("CDCLAKE_ENGINE", "connect"),
                 spark_connect_port=int(env.get("CDCLAKE_SPARK_CONNECT_PORT", "15002")),
                 engine_memory=env.get("CDCLAKE_ENGINE_MEMORY", "4g"),
+                spark_log_level=env.get("CDCLAKE_SPARK_LOG_LEVEL", "WARN").upper(),
                 apply_pool_slots=int(env.get("CDCLAKE_APPLY_POOL_SLOTS", "2")),
             )
         )

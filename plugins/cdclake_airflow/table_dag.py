@@ -136,6 +136,7 @@ def _published(cfg: TableConfig) -> dict[str, Any]:
         SummaryKeys.EVENTS,
         SummaryKeys.UPSERTS,
         SummaryKeys.DELETES,
+        SummaryKeys.OPS,
         SummaryKeys.TOMBSTONES,
         SummaryKeys.LAST_POSITION,
     )
@@ -232,8 +233,8 @@ def apply(table_json: str, asset: Any, **context: Any) -> dict[str, Any]:
         planned = _sync(planned)
         timed("schema_sync", t)
         t = time.monotonic()
-        url = SparkConnectHook(ConnectionIds.SPARK_CONNECT).get_connection_url()
-        spark = connect_session(url, conn_id=ConnectionIds.SPARK_CONNECT)
+        hook = SparkConnectHook(ConnectionIds.SPARK_CONNECT)
+        spark = connect_session(hook.get_connection_url(), conn_id=ConnectionIds.SPARK_CONNECT)
         timed("session", t)
         t = time.monotonic()
         try:
@@ -260,6 +261,11 @@ def apply(table_json: str, asset: Any, **context: Any) -> dict[str, Any]:
     out: dict[str, Any] = json.loads(result.to_json())
     out["plan"] = json.loads(planned.range.to_json())
     out["seconds"] = seconds
+    if result.status == "committed":
+        from cdclake_airflow.metrics import emit_run
+
+        emit_run(planned.table.name, out)
+        _record_lineage(hook, planned.table)
     log.info(
         "run of table %s: %s; %d event(s) %s, %d quarantined, %d key(s) changed, snapshot %s; seconds %s",
         planned.table.identifier,
@@ -274,14 +280,45 @@ def apply(table_json: str, asset: Any, **context: Any) -> dict[str, Any]:
     return out
 
 
+def _record_lineage(hook: Any, cfg: TableConfig) -> None:
+    """Report the run's lineage to Airflow's hook-lineage collector: the Kafka topic in
+    (``kafka://<first bootstrap server>/<topic>``, the Kafka provider's asset URI), the Iceberg
+    table out, as its location (``file://...`` or ``s3://...``: OpenLineage names an Iceberg
+    dataset by its storage location) and as its asset (:func:`table_asset_uri`). The OpenLineage
+    provider reads it when a transport is configured (docs/operations.md, "Lineage"); otherwise
+    the collector is a no-op."""
+    from airflow.sdk import BaseHook
+    from airflow.sdk.lineage import NoOpCollector, get_hook_lineage_collector
+
+    from cdclake.io.catalog import load_catalog
+
+    collector = get_hook_lineage_collector()
+    if isinstance(collector, NoOpCollector):  # no lineage reader (OpenLineage) is installed
+        return
+    settings = Settings.from_env()
+    servers = str(BaseHook.get_connection(ConnectionIds.KAFKA).extra_dejson.get("bootstrap.servers", ""))
+    collector.add_input_asset(context=hook, uri=f"kafka://{servers.split(',')[0].strip()}/{cfg.topic}")
+    location = load_catalog(settings).load_table(cfg.identifier).location()
+    collector.add_output_asset(context=hook, uri=location if "://" in location else f"file://{location}")
+    collector.add_output_asset(context=hook, uri=table_asset_uri(settings, cfg))
+
+
 def publish(asset: Any, **context: Any) -> dict[str, Any]:
     """The ``publish`` task (``submit`` engine): attach the committed snapshot's facts to the
     asset event."""
+    from cdclake.model.layout import SummaryKeys
     from cdclake.model.plan import RunPlan
+    from cdclake_airflow.metrics import emit_run
 
-    extra = _published(RunPlan.from_json(context["ti"].xcom_pull(task_ids="schema_sync")).table)
+    cfg = RunPlan.from_json(context["ti"].xcom_pull(task_ids="schema_sync")).table
+    extra = _published(cfg)
     context["outlet_events"][asset].extra = extra
     log.info("published %s: %s", asset.uri, extra)
+    if extra.get(SummaryKeys.RUN_ID) == context["run_id"]:  # this run committed (not a retry's no-op)
+        emit_run(
+            cfg.name,
+            {"events": int(extra.get(SummaryKeys.EVENTS) or 0), "ops": json.loads(extra.get(SummaryKeys.OPS) or "{}")},
+        )
     return extra
 
 

@@ -15,10 +15,11 @@ import time
 import pytest
 import yaml
 
+from cdclake.errors import ConfigError
 from cdclake.io.catalog import committed_offsets, load_catalog
 from cdclake.io.events import load_events, read_event_file
 from cdclake.io.kafka import topic_watermarks
-from cdclake.local.cli import ensure_airflow_db, run_airflow, run_table_dag
+from cdclake.local.cli import ensure_airflow_db, run_maintenance, run_table_dag
 from cdclake.model.config import load_tables
 from tests.integration.test_apply import PRODUCT_COLUMNS, PRODUCTS_FINAL, table_rows
 from tests.integration.test_crash import job_env
@@ -151,22 +152,14 @@ def test_the_maintenance_dag_compacts_and_keeps_the_offsets(
     deletes_before = int(table.current_snapshot().summary["total-delete-files"])
     assert files_before > 1 and deletes_before > 0
 
-    def dag_test(conf: dict) -> None:
-        proc = run_airflow(
-            ["dags", "test", "cdc_maintenance", "--conf", json.dumps(conf)],
-            stack_settings,
-            capture_output=True,
-            text=True,
-        )
-        out = proc.stdout + proc.stderr
-        assert proc.returncode == 0 and "state=success" in out.replace(" ", ""), out[-5000:]
-
     # a dry run commits nothing
     snapshot = table.current_snapshot().snapshot_id
-    dag_test({"tables": [cfg.name], "dry_run": True})
+    assert run_maintenance([cfg.name], dry_run=True, settings=stack_settings) == 0
     assert table.refresh().current_snapshot().snapshot_id == snapshot
+    with pytest.raises(ConfigError, match="unknown maintenance action"):
+        run_maintenance([cfg.name], ["compact_everything"], settings=stack_settings)
 
-    dag_test({"tables": [cfg.name]})
+    assert run_maintenance([cfg.name], settings=stack_settings) == 0
     summary = table.refresh().current_snapshot().summary
     assert int(summary["total-delete-files"]) == 0
     assert int(summary["total-data-files"]) < files_before

@@ -61,7 +61,10 @@ def test_fixture_files_through_the_dags_give_the_final_states(
     load_events(fixtures_dir / "risingwave/debezium_log_no_schema_field.1", customers, kafka, partitions=3)
 
     assert run_table_dag("e2e_customers", stack_settings.model_copy(update={"engine": "submit"})) == 0
-    assert "CDC_APPLY_RESULT" in "".join(capsys.readouterr())  # spark-submit's job printed its result
+    out = "".join(capsys.readouterr())
+    assert "CDC_APPLY_RESULT" in out  # spark-submit's job printed its result
+    # Spark's INFO chatter stays out of the task log (CDCLAKE_SPARK_LOG_LEVEL, default WARN)
+    assert "INFO DAGScheduler" not in out and "INFO TaskSetManager" not in out
     assert table_rows(stack_settings, customers, CUSTOMER_COLUMNS) == CUSTOMERS_FINAL
 
     assert run_table_dag("e2e_products", stack_settings) == 0

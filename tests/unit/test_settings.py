@@ -159,3 +159,13 @@ def test_spark_catalog_conf_for_sqlite_has_no_credentials(tmp_path):
     assert not [k for k in conf if k.endswith((".jdbc.user", ".jdbc.password"))]
     extensions = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
     assert conf["spark.sql.extensions"] == extensions
+
+
+def test_spark_log_level_defaults_to_warn_and_reaches_the_spark_conf():
+    from cdclake.spark.session import spark_conf
+
+    assert Settings.from_env({}).spark_log_level == "WARN"
+    chatty = Settings.from_env({"CDCLAKE_SPARK_LOG_LEVEL": "info"})
+    assert spark_conf(chatty)["spark.log.level"] == "INFO"
+    with pytest.raises(ValueError, match="spark_log_level"):
+        Settings.from_env({"CDCLAKE_SPARK_LOG_LEVEL": "LOUD"})

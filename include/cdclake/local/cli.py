@@ -9,6 +9,7 @@ cdclake run NAME --replay-from-offsets '{"0": 120}'   a manual replay (also from
 cdclake quarantine list|release NAME  records the table's runs could not apply
 cdclake show NAME                   the Iceberg table: schema, rows, snapshot summary
 cdclake status [--json] [NAME ...]  per table: lag, last commit, events 24 h, quarantine, reconcile
+cdclake maintain [NAME ...] [--dry-run]  run cdc_maintenance once: compaction, snapshot expiry
 cdclake airflow ARGS...             the airflow CLI with the local stack's environment
 cdclake demo                        load the bundled fixtures, run both DAGs, show the tables
 """
@@ -199,6 +200,52 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.replay_from_timestamp:
         conf["replay_from_timestamp"] = args.replay_from_timestamp
     return run_table_dag(args.table, conf=conf or None)
+
+
+def run_maintenance(
+    tables: list[str], actions: list[str] | None = None, dry_run: bool = False, settings: Settings | None = None
+) -> int:
+    """Run ``cdc_maintenance`` once with ``airflow dags test`` (its Params: ``tables``, empty for
+    all; ``actions``, ``None`` for all; ``dry_run``); returns 0 when the run succeeded.
+
+    Raises:
+        ConfigError: a table or action name that is not known (names the known ones).
+    """
+    import json
+
+    from cdclake.errors import ConfigError
+    from cdclake.model.config import load_tables
+    from cdclake.spark.maintenance import check_actions
+
+    settings = settings or _settings()
+    configured = [t.name for t in load_tables(settings.tables_config).tables]
+    unknown = sorted(set(tables) - set(configured))
+    if unknown:
+        raise ConfigError(f"tables {unknown} are not in the table config; configured: {configured}")
+    chosen = list(check_actions(actions)) if actions else []
+    ensure_airflow_db(settings)
+    if settings.engine == "connect":
+        engine.start_engine(settings)  # quick when it runs
+    conf = {"tables": tables, "actions": chosen, "dry_run": dry_run}
+    proc = run_airflow(
+        ["dags", "test", "cdc_maintenance", "--conf", json.dumps(conf)], settings, capture_output=True, text=True
+    )
+    sys.stdout.write(proc.stdout[-20000:])
+    sys.stderr.write(proc.stderr[-20000:])
+    if proc.returncode != 0 or "state=success" not in (proc.stdout + proc.stderr).replace(" ", ""):
+        print(f"cdc_maintenance did not succeed (exit code {proc.returncode})", file=sys.stderr)
+        return proc.returncode or 1
+    return 0
+
+
+def cmd_maintain(args: argparse.Namespace) -> int:
+    from cdclake.errors import ConfigError
+
+    try:
+        return run_maintenance(args.tables, args.actions.split(",") if args.actions else None, args.dry_run)
+    except ConfigError as e:
+        print(f"cdclake maintain: {e}", file=sys.stderr)
+        return 2
 
 
 def cmd_reconcile(args: argparse.Namespace) -> int:
@@ -406,7 +453,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([s.model_dump(mode="json") for s in statuses], indent=2))
     else:
-        sys.stdout.write(format_status_table(statuses, with_fresh=args.freshness_minutes is not None))
+        with_fresh = args.freshness_minutes is not None or any(t.freshness_minutes for t in tables)
+        sys.stdout.write(format_status_table(statuses, with_fresh=with_fresh))
     return 0
 
 
@@ -502,6 +550,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_run)
 
+    p = sub.add_parser("maintain", help="run cdc_maintenance once (airflow dags test): compaction, snapshot expiry")
+    p.add_argument("tables", nargs="*", metavar="TABLE", help="table names in the table config (default: all)")
+    p.add_argument("--actions", metavar="A,B", help="comma-separated maintenance actions (default: all)")
+    p.add_argument("--dry-run", action="store_true", help="report what would be done; commit nothing")
+    p.set_defaults(func=cmd_maintain)
+
     p = sub.add_parser("reconcile", help="compare a table with its source table (local stack); repair it")
     p.add_argument("table", help="table name in the table config")
     p.add_argument("--mode", choices=["report", "repair"], default="report", help="report (default) or repair")
@@ -531,7 +585,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--freshness-minutes",
         type=int,
         metavar="N",
-        help="judge each table fresh when caught up or its newest applied event is at most N minutes old",
+        help="judge each table fresh when caught up or its newest applied event is at most N minutes old "
+        "(default: each table's freshness_minutes in the table config)",
     )
     p.set_defaults(func=cmd_status)
 

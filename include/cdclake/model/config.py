@@ -169,6 +169,11 @@ class TableDefaults(BaseModel):
     reconcile: ReconcilePolicy = ReconcilePolicy()
     maintenance: MaintenancePolicy = MaintenancePolicy()
     """Table upkeep with Iceberg's procedures: snapshot expiry, compaction, orphan files."""
+    freshness_minutes: Annotated[int, Field(gt=0)] | None = None
+    """Freshness target (minutes): when the table has events not applied yet and its lag in time
+    (now minus the source time of the newest event applied) passes it, the table's task of the
+    ``cdc_freshness`` DAG fails, so that Airflow's alerting (callbacks, email, chat providers)
+    fires. ``None``: no target (the table's figures are still reported)."""
     ordering: Literal["binlog", "gtid"] = "binlog"
     """How events are ordered (:mod:`cdclake.model.position`): ``binlog`` by binlog coordinates
     (file, pos, row); a change of server or binlog stops the table. ``gtid`` by the MariaDB GTID's

@@ -570,7 +570,7 @@ def status_of_tables(
 
     Args:
         freshness_minutes: one limit for every table, or a limit per table name (tables not named
-            are not judged).
+            are not judged); default: each table's ``freshness_minutes`` of the table config.
     """
     configs = list(tables)
     now = _now_ms() if now_ms is None else now_ms
@@ -579,7 +579,12 @@ def status_of_tables(
     reconciled = last_reconciles(catalog, now, [c.identifier for c in configs])
     out: list[TableStatus] = []
     for cfg, lake in zip(configs, lakes, strict=True):
-        limit = freshness_minutes.get(cfg.name) if isinstance(freshness_minutes, Mapping) else freshness_minutes
+        if freshness_minutes is None:
+            limit = cfg.freshness_minutes
+        elif isinstance(freshness_minutes, Mapping):
+            limit = freshness_minutes.get(cfg.name)
+        else:
+            limit = freshness_minutes
         fields, problems = dict(lake.fields), list(lake.problems)
         topic_exists: bool | None = None
         if kafka_problem is not None:

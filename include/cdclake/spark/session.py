@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 
 def spark_conf(settings: Settings) -> dict[str, str]:
-    """Spark settings every apply job runs with (catalog, UTC session time zone, small shuffles)."""
+    """Spark settings every apply job runs with (catalog, UTC session time zone, small shuffles,
+    Spark's log level ``settings.spark_log_level``)."""
     conf = dict(settings.spark_catalog_conf())
     conf.update(
         {
@@ -30,6 +31,8 @@ def spark_conf(settings: Settings) -> dict[str, str]:
             "spark.sql.shuffle.partitions": "8",
             "spark.sql.adaptive.enabled": "true",
             "spark.ui.showConsoleProgress": "false",
+            # Spark >= 3.5: the level from SparkContext start-up on (log4j's INFO before it)
+            "spark.log.level": settings.spark_log_level,
         }
     )
     return conf

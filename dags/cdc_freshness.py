@@ -1,0 +1,11 @@
+"""The freshness DAG ``cdc_freshness`` over the tables of the table config (every 15 minutes; see
+:mod:`cdclake_airflow.freshness_dag`). Parsing imports only the config and the factory."""
+
+from __future__ import annotations
+
+from cdclake.model.config import load_tables
+from cdclake.settings import Settings
+from cdclake_airflow.freshness_dag import DAG_ID, build_freshness_dag
+
+_settings = Settings.from_env()
+globals()[DAG_ID] = build_freshness_dag(_settings, list(load_tables(_settings.tables_config).tables))

@@ -1,0 +1,113 @@
+"""The freshness DAG ``cdc_freshness``: every table's status figures as Airflow metrics, and one
+check per table with a freshness target (docs/operations.md, "Freshness and metrics").
+
+Every 15 minutes (pyiceberg and confluent-kafka; no Spark, no engine slot):
+
+1. **status** reads :func:`cdclake.pipeline.status.status_of_tables` for every configured table
+   (connection ``kafka_default``, resolved now), sets the gauges of
+   :data:`cdclake_airflow.metrics.STATUS_GAUGES` and returns the statuses (the XCom).
+2. **check_freshness**, one mapped task instance per table with ``freshness_minutes``: fails with
+   :class:`~cdclake.errors.FreshnessError` when the table is behind its target, so that Airflow's
+   alerting fires (``on_failure_callback``, email, chat providers) for that table. It lives apart
+   from the table's own DAG so that a paused, stuck or failing table DAG is caught as well.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from cdclake.settings import Settings
+
+if TYPE_CHECKING:
+    from airflow.sdk import DAG
+
+    from cdclake.model.config import TableConfig
+
+log = logging.getLogger(__name__)
+
+DAG_ID = "cdc_freshness"
+
+
+def status(**context: Any) -> dict[str, dict[str, Any]]:
+    """The ``status`` task: every table's :class:`~cdclake.pipeline.status.TableStatus` (JSON, by
+    table name), its gauges emitted."""
+    from cdclake.io.catalog import load_catalog
+    from cdclake.model.config import load_tables
+    from cdclake.pipeline.status import status_of_tables
+    from cdclake_airflow.connections import kafka_clients
+    from cdclake_airflow.metrics import emit_status
+
+    settings = Settings.from_env()
+    tables = list(load_tables(settings.tables_config).tables)
+    out: dict[str, dict[str, Any]] = {}
+    for st in status_of_tables(load_catalog(settings), kafka_clients(), tables):
+        figures = emit_status(st)
+        log.info(
+            "table %s: %s%s",
+            st.name,
+            ", ".join(f"{k} {v:g}" for k, v in figures.items()),
+            "; " + "; ".join(st.problems) if st.problems else "",
+        )
+        out[st.name] = st.model_dump(mode="json")
+    return out
+
+
+def check_freshness(name: str, statuses: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The ``check_freshness`` task of table ``name``.
+
+    Returns:
+        ``{"table", "fresh", "lag_events", "lag_seconds", "freshness_minutes"}``.
+
+    Raises:
+        FreshnessError: the table has events waiting and its newest applied event is older than
+            its ``freshness_minutes``.
+    """
+    from cdclake.errors import FreshnessError
+
+    st = statuses[name]
+    lag_s = None if st.get("lag_ms") is None else st["lag_ms"] / 1000
+    out = {
+        "table": name,
+        "fresh": st.get("fresh"),
+        "lag_events": st.get("lag_events"),
+        "lag_seconds": lag_s,
+        "freshness_minutes": st.get("freshness_minutes"),
+    }
+    if st.get("fresh") is False:
+        last = st.get("last_commit") or {}
+        raise FreshnessError(
+            f"table {name} ({st['identifier']}) is behind its freshness target of {st['freshness_minutes']} "
+            f"minute(s): {st.get('lag_events')} event(s) of topic {st['topic']!r} wait, and the newest event "
+            f"applied is {lag_s / 60:.1f} minute(s) old; last commit: snapshot {last.get('snapshot_id')}, "
+            f"run {last.get('run_id')!r}. Check the DAG cdc_{name} (paused? failing? capped by "
+            'max_events_per_run?) and docs/operations.md, "Freshness and metrics".'
+        )
+    if st.get("fresh") is None:
+        log.warning("table %s: freshness unknown (%s)", name, "; ".join(st.get("problems") or ["no figures yet"]))
+    else:
+        log.info("table %s is fresh: %s", name, out)
+    return out
+
+
+def build_freshness_dag(settings: Settings, tables: list[TableConfig], schedule: str | None = "*/15 * * * *") -> DAG:
+    """The DAG ``cdc_freshness`` over the configured ``tables``."""
+    from airflow.sdk import DAG, task
+
+    judged = [t.name for t in tables if t.freshness_minutes is not None]
+    with DAG(
+        dag_id=DAG_ID,
+        description="Every table's lag as metrics; a failed check per table behind its freshness target",
+        schedule=schedule,
+        start_date=datetime(2026, 1, 1),
+        catchup=False,
+        max_active_runs=1,
+        default_args={"owner": "data-platform", "retries": 0, "execution_timeout": timedelta(minutes=10)},
+        tags=["cdc", "monitoring"],
+        doc_md=__doc__,
+    ) as dag:
+        statuses = task(task_id="status")(status)()
+        if judged:
+            task(task_id="check_freshness")(check_freshness).partial(statuses=statuses).expand(name=judged)
+    return dag
