@@ -4,7 +4,7 @@ CDCLAKE := .venv/bin/cdclake
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: demo test lint bench bench-reconcile bench-engine setup stack-start stack-stop stack-status engine-start engine-stop engine-status status chain-start chain-stop airflow-ui lock clean help
+.PHONY: demo test lint bench bench-reconcile bench-engine bench-maintenance setup stack-start stack-stop stack-status engine-start engine-stop engine-status status chain-start chain-stop airflow-ui lock clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -30,6 +30,9 @@ bench-reconcile: setup  ## reconcile's benchmark: 1M rows, 10 differing, vs a fu
 
 bench-engine: setup  ## the shared engine under the real scheduler (100 tables, Connect vs submit, memory); BENCH_ARGS="--tables 5 --events-per-table 20 --big-events 20000"
 	.venv/bin/python bench/engine_bench.py $(BENCH_ARGS)
+
+bench-maintenance: setup  ## files, metadata, count(*) and lookup times after 200 runs x 1,000 changes, before/after maintenance; BENCH_ARGS="--base-rows 20000 --runs 10 --changes-per-run 200"
+	.venv/bin/python bench/maintenance_bench.py $(BENCH_ARGS)
 
 setup:  ## install the virtual environment, the jars and the Airflow DB (quick when done)
 	@bash include/scripts/setup.sh

@@ -78,6 +78,16 @@ else
   say "MariaDB installed"
 fi
 
+# --- 3b. Chromium (Debian package) for the browser tests (Playwright drives it; tests/e2e/test_monitor.py)
+if ! command -v chromium >/dev/null; then
+  say "installing Chromium (apt-get)"
+  if [ "$(id -u)" -eq 0 ]; then SUDO=; else SUDO=sudo; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+else
+  say "Chromium installed"
+fi
+
 # --- 4. Airflow metadata DB -----------------------------------------------------------------------
 .venv/bin/python - <<'PY'
 from cdclake.local.cli import ensure_airflow_db

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from cdclake.errors import ConfigError
-from cdclake.local.cli import format_duration, format_status_table
+from cdclake.local.cli import format_status_table
 from cdclake.model.layout import SummaryKeys
 from cdclake.pipeline import status as st
 from cdclake.pipeline.status import (
@@ -18,6 +18,7 @@ from cdclake.pipeline.status import (
     ReconcileSummary,
     TableStatus,
     commit_activity,
+    format_duration,
     freshness_verdict,
     partition_lag,
     reconcile_summary,

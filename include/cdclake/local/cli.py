@@ -359,23 +359,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def format_duration(ms: int | None) -> str:
-    """A duration in milliseconds as ``42s``, ``12m05s``, ``3h07m``, ``2d03h`` (``-``: unknown)."""
-    if ms is None:
-        return "-"
-    s = max(ms, 0) // 1000
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
-
-
 def format_status_table(statuses: list[Any], *, with_fresh: bool = False) -> str:
     """:class:`~cdclake.pipeline.status.TableStatus` list as a terminal table, one row per table,
     then each table's problems."""
+    from cdclake.pipeline.status import format_duration
 
     def reconcile(st: Any) -> str:
         rec = st.last_reconcile

@@ -130,10 +130,19 @@ TABLE_PROPERTIES = {
     "write.update.mode": "merge-on-read",
     "write.delete.mode": "merge-on-read",
     "write.parquet.compression-codec": "zstd",
+    # every commit writes a metadata.json: keep the newest 100, delete older ones at commit time
+    # (nothing reads them; the committed state is read from snapshot summaries)
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "100",
 }
 """Properties every CDC table is created with."""
 
-SIDE_TABLE_PROPERTIES = {"format-version": "2", "write.parquet.compression-codec": "zstd"}
+SIDE_TABLE_PROPERTIES = {
+    "format-version": "2",
+    "write.parquet.compression-codec": "zstd",
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "100",
+}
 """Properties of the side tables: small, and changed by pyiceberg too, which deletes by rewriting
 files."""
 

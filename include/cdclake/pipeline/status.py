@@ -672,3 +672,17 @@ def _lake(catalog: Catalog, cfg: TableConfig, now: int) -> _Lake:
     if state.offsets is None:
         problems.append(f"Iceberg table {cfg.identifier} has no CDC commit of topic {cfg.topic!r} yet")
     return _Lake(True, fields, problems)
+
+
+def format_duration(ms: int | None) -> str:
+    """A duration in milliseconds as ``42s``, ``12m05s``, ``3h07m``, ``2d03h`` (``-``: unknown)."""
+    if ms is None:
+        return "-"
+    s = max(ms, 0) // 1000
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"

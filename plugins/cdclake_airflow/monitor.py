@@ -1,0 +1,420 @@
+"""The "CDC tables" page of the Airflow UI: the status figures of every configured table
+(:func:`cdclake.pipeline.status.status_of_tables`) next to its DAG's last run, served by the
+api-server as a FastAPI app of the plugin ``plugins/cdclake_monitor_plugin.py``.
+
+Mounted at :data:`URL_PREFIX` (``/cdc``):
+
+* ``GET /cdc/``: the HTML page (no JavaScript, no asset from elsewhere: the per-hour plot is an
+  inline SVG); a request without a valid Airflow login is redirected to the auth manager's login
+  page, which comes back here.
+* ``GET /cdc/api/tables``: the same figures as JSON (:func:`tables_payload`); 401 without login.
+  ``?freshness_minutes=N`` judges every table by ``N`` minutes instead of its
+  ``freshness_minutes`` of the table config (on both routes).
+
+Authentication and authorization are Airflow's: the user comes from Airflow's own dependency
+``airflow.api_fastapi.core_api.security.get_user`` (the UI's ``_token`` cookie, or an
+``Authorization: Bearer`` token of ``POST /auth/token``), and a table is listed only for a user
+the auth manager lets read its DAG's runs (``is_authorized_dag(GET, RUN)``: what
+``GET /api/v2/dags/{dag_id}/dagRuns`` asks).
+
+Importing this module is cheap (the standard library only; Airflow's plugin loader executes every
+file below ``plugins/``, in every Airflow process): :func:`create_app` imports FastAPI and
+Airflow's API modules, and a request imports pyiceberg and confluent-kafka, never Spark. The
+plugin builds the app on the first request to ``/cdc`` (``cdclake_monitor_plugin.MonitorApp``),
+in the api-server only. This module has no ``from __future__ import annotations``: the routes
+:func:`create_app` defines are resolved by FastAPI from their annotations' objects.
+"""
+
+import html
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+    from sqlalchemy.orm import Session
+
+    from cdclake.io.kafka import KafkaClients
+    from cdclake.model.config import TableConfig
+    from cdclake.settings import Settings
+
+log = logging.getLogger(__name__)
+
+URL_PREFIX = "/cdc"
+"""Where the api-server mounts the app (``fastapi_apps``' ``url_prefix``)."""
+PAGE_PATH = "/"
+API_PATH = "/api/tables"
+REFRESH_SECONDS = 60
+"""The page reloads itself this often (``<meta http-equiv="refresh">``)."""
+
+
+# --- the figures ---------------------------------------------------------------------------------
+
+
+def kafka_for_request(settings: "Settings") -> "tuple[KafkaClients, str]":
+    """``(Kafka clients, where their config came from)``: the Airflow connection ``kafka_default``
+    (:func:`cdclake_airflow.connections.kafka_clients`, resolved now, through Airflow's secrets
+    backends: environment variables, the metadata DB, a configured backend); when it cannot be
+    resolved, ``bootstrap.servers`` of the settings (``CDCLAKE_KAFKA_BOOTSTRAP``)."""
+    from cdclake.io.kafka import KafkaClients
+    from cdclake_airflow.connections import ConnectionIds, kafka_clients
+
+    try:
+        return kafka_clients(), f"Airflow connection {ConnectionIds.KAFKA}"
+    except Exception as e:  # a missing or malformed connection: the settings still name a broker
+        log.warning("Airflow connection %s unusable (%s): using CDCLAKE_KAFKA_BOOTSTRAP", ConnectionIds.KAFKA, e)
+        return (
+            KafkaClients.from_bootstrap(settings.kafka_bootstrap),
+            f"CDCLAKE_KAFKA_BOOTSTRAP (connection {ConnectionIds.KAFKA} unusable: {type(e).__name__})",
+        )
+
+
+def readable_tables(user: Any, tables: "Sequence[TableConfig]", session: "Session") -> "list[TableConfig]":
+    """The tables whose DAG's runs ``user`` may read (the auth manager's
+    ``is_authorized_dag(method="GET", access_entity=RUN)``, with the DAG's team in multi-team
+    setups), in config order."""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
+    from airflow.models.dag import DagModel
+
+    auth_manager = get_auth_manager()
+    teams = DagModel.get_dag_id_to_team_name_mapping([t.dag_id for t in tables], session=session)
+    return [
+        t
+        for t in tables
+        if auth_manager.is_authorized_dag(
+            method="GET",
+            access_entity=DagAccessEntity.RUN,
+            details=DagDetails(id=t.dag_id, team_name=teams.get(t.dag_id)),
+            user=user,
+        )
+    ]
+
+
+def _ms(value: datetime | None) -> int | None:
+    return None if value is None else int(value.timestamp() * 1000)
+
+
+def last_runs(session: "Session", dag_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The newest DAG run (greatest ``run_after``, then id) of each DAG of ``dag_ids``, from the
+    Airflow metadata DB: ``{dag_id: {"run_id", "state", "run_type", "run_after_ms",
+    "start_date_ms", "end_date_ms"}}`` (epoch ms or ``None``); DAGs without a run are left out.
+    One query."""
+    from airflow.models.dagrun import DagRun
+    from sqlalchemy import func, select
+
+    if not dag_ids:
+        return {}
+    rank = (
+        func.row_number()
+        .over(partition_by=DagRun.dag_id, order_by=(DagRun.run_after.desc(), DagRun.id.desc()))
+        .label("rank")
+    )
+    ranked = select(DagRun.id, rank).where(DagRun.dag_id.in_(list(dag_ids))).subquery()
+    runs = session.scalars(select(DagRun).join(ranked, DagRun.id == ranked.c.id).where(ranked.c.rank == 1))
+    return {
+        run.dag_id: {
+            "run_id": run.run_id,
+            "state": None if run.state is None else str(run.state),
+            "run_type": None if run.run_type is None else str(run.run_type),
+            "run_after_ms": _ms(run.run_after),
+            "start_date_ms": _ms(run.start_date),
+            "end_date_ms": _ms(run.end_date),
+        }
+        for run in runs
+    }
+
+
+def tables_payload(user: Any, session: "Session", freshness_minutes: int | None = None) -> dict[str, Any]:
+    """What both routes show: ``{"checked_at_ms", "kafka", "tables"}``.
+
+    ``tables`` holds, for each configured table ``user`` may read (config order),
+    :class:`~cdclake.pipeline.status.TableStatus` as JSON (``model_dump(mode="json")``: its
+    units, epoch ms and durations in ms) plus ``dag_id`` and ``last_run`` (:func:`last_runs`,
+    ``None`` when the DAG never ran). ``kafka`` names where the Kafka client config came from
+    (:func:`kafka_for_request`). Freshness: ``freshness_minutes`` for every table when given,
+    else each table's ``freshness_minutes`` of the table config (unset: not judged).
+    """
+    from cdclake.io.catalog import load_catalog
+    from cdclake.model.config import load_tables
+    from cdclake.pipeline.status import status_of_tables
+    from cdclake.settings import Settings
+
+    settings = Settings.from_env()
+    tables = readable_tables(user, load_tables(settings.tables_config).tables, session)
+    kafka, kafka_source = kafka_for_request(settings)
+    now_ms = int(time.time() * 1000)
+    # None: each table's freshness_minutes of the table config
+    statuses = status_of_tables(
+        load_catalog(settings), kafka, tables, now_ms=now_ms, freshness_minutes=freshness_minutes
+    )
+    runs = last_runs(session, [t.dag_id for t in tables])
+    return {
+        "checked_at_ms": now_ms,
+        "kafka": kafka_source,
+        "tables": [
+            {**st.model_dump(mode="json"), "dag_id": cfg.dag_id, "last_run": runs.get(cfg.dag_id)}
+            for cfg, st in zip(tables, statuses, strict=True)
+        ],
+    }
+
+
+# --- the page -------------------------------------------------------------------------------------
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def format_duration(ms: int | None) -> str:
+    """:func:`cdclake.pipeline.status.format_duration` (imported when first used: Airflow's plugin
+    loader imports this module in every Airflow process)."""
+    from cdclake.pipeline.status import format_duration as _format
+
+    return _format(ms)
+
+
+def format_time(ms: int | None) -> str:
+    """Epoch ms as ``2026-11-24 03:31:06 UTC``; ``-`` when unknown."""
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _when(ms: int | None, now_ms: int, verb: str = "") -> str:
+    """``<div class="sub when">`` with the age of ``ms`` (``12m05s ago``), its UTC time in the tooltip."""
+    if ms is None:
+        return ""
+    return f'<div class="sub when" title="{_e(format_time(ms))}">{_e(verb)}{_e(format_duration(now_ms - ms))} ago</div>'
+
+
+BAR_WIDTH = 5
+BAR_GAP = 1
+PLOT_HEIGHT = 32
+
+
+def hourly_svg(events_per_hour: Sequence[int]) -> str:
+    """The records applied per hour (oldest first) as an inline SVG bar plot: one ``rect.bar``
+    per hour (``data-events``: its count; height proportional to the busiest hour, at least 1 px
+    when not 0), each with a ``<title>`` tooltip."""
+    n = len(events_per_hour)
+    peak = max(events_per_hour, default=0)
+    width = n * (BAR_WIDTH + BAR_GAP)
+    total = sum(events_per_hour)
+    bars = []
+    for i, count in enumerate(events_per_hour):
+        h = 0 if count <= 0 or peak <= 0 else max(1, round(count / peak * PLOT_HEIGHT))
+        ago = n - i
+        when = "the last hour" if ago == 1 else f"{ago}h to {ago - 1}h ago"
+        bars.append(
+            f'<rect class="bar" x="{i * (BAR_WIDTH + BAR_GAP)}" y="{PLOT_HEIGHT - h}" width="{BAR_WIDTH}" '
+            f'height="{h}" data-events="{int(count)}"><title>{when}: {int(count)} events</title></rect>'
+        )
+    return (
+        f'<svg class="hourly" role="img" width="{width}" height="{PLOT_HEIGHT + 1}" '
+        f'viewBox="0 0 {width} {PLOT_HEIGHT + 1}" aria-label="events applied per hour, last {n} hours: {total} in all">'
+        f'<line x1="0" y1="{PLOT_HEIGHT + 0.5}" x2="{width}" y2="{PLOT_HEIGHT + 0.5}" class="axis"/>'
+        + "".join(bars)
+        + "</svg>"
+    )
+
+
+OP_NAMES = {"c": "create", "u": "update", "d": "delete", "r": "snapshot read", "t": "truncate"}
+OP_ORDER = ("c", "u", "d", "r", "t")
+
+
+def _plural(n: Any, word: str) -> str:
+    count = int(n)
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def _ops(ops: Mapping[str, int]) -> str:
+    if not ops:
+        return '<span class="muted">-</span>'
+    ordered = sorted(ops, key=lambda op: (OP_ORDER.index(op) if op in OP_ORDER else len(OP_ORDER), op))
+    return " ".join(
+        f'<span class="op" data-op="{_e(op)}" title="{_e(OP_NAMES.get(op, op))}">{_e(op)}&nbsp;{int(ops[op])}</span>'
+        for op in ordered
+    )
+
+
+def _fresh(row: Mapping[str, Any]) -> str:
+    fresh, limit = row.get("fresh"), row.get("freshness_minutes")
+    if fresh is True:
+        return f'<span class="badge ok" title="target {_e(limit)} min">fresh</span>'
+    if fresh is False:
+        return f'<span class="badge bad" title="target {_e(limit)} min">late</span>'
+    why = "no freshness target" if limit is None else "lag unknown"
+    return f'<span class="muted" title="{why}">-</span>'
+
+
+def _last_run(row: Mapping[str, Any]) -> str:
+    run = row.get("last_run")
+    if not run:
+        return '<span class="muted">never</span>'
+    state = run.get("state") or "none"
+    when = run.get("end_date_ms") or run.get("start_date_ms") or run.get("run_after_ms")
+    href = f"../dags/{quote(str(row['dag_id']), safe='')}/runs/{quote(str(run['run_id']), safe='')}"
+    verb = "ended " if run.get("end_date_ms") else "started " if run.get("start_date_ms") else "due "
+    return (
+        f'<a class="state state-{_e(state)}" href="{_e(href)}" target="_top" title="{_e(run["run_id"])}">{_e(state)}</a>'
+        + _when(when, int(row["checked_at_ms"]), verb)
+    )
+
+
+def _reconcile(row: Mapping[str, Any]) -> str:
+    rec = row.get("last_reconcile")
+    if not rec:
+        return '<span class="muted">never</span>'
+    diffs = int(rec["only_in_source"]) + int(rec["only_in_lake"]) + int(rec["differing"])
+    verdict = "clean" if rec["clean"] else f"{diffs} diff{'s' if diffs != 1 else ''}"
+    repaired = " (repaired)" if rec["repaired"] else ""
+    return f"{_e(verdict)}{repaired}<div class=sub>{_e(format_duration(rec['age_ms']))} ago</div>"
+
+
+COLUMNS = (
+    "table",
+    "fresh",
+    "lag events",
+    "lag time",
+    "last commit",
+    "last run",
+    "events per hour (24 h)",
+    "by op (24 h)",
+    "quarantine",
+    "schema",
+    "snapshot run",
+    "last reconcile",
+)
+
+
+def _row(row: Mapping[str, Any]) -> str:
+    name = str(row["name"])
+    commit = row.get("last_commit")
+    snap = row.get("snapshot_in_progress")
+    activity = row.get("activity_24h") or {}
+    lag_events = row.get("lag_events")
+    cells = {
+        "table": f'<div class="name">{_e(name)}</div><div class="sub">{_e(row["identifier"])} &larr; {_e(row["topic"])}</div>',
+        "fresh": _fresh(row),
+        "lag-events": "-" if lag_events is None else _e(int(lag_events)),
+        "lag-time": f'<span title="from {_e(row.get("lag_basis") or "-")}">{_e(format_duration(row.get("lag_ms")))}</span>',
+        "last-commit": '<span class="muted">never</span>'
+        if commit is None
+        else f'{_e(format_duration(commit["age_ms"]))} ago<div class="sub when">{_e(format_time(commit["committed_at_ms"]))}</div>'
+        f'<div class="sub">snapshot <span class="snapshot-id">{_e(commit["snapshot_id"])}</span></div>',
+        "last-run": _last_run(row),
+        "hourly": f'{hourly_svg(row.get("events_per_hour") or [])}<div class="sub">{_plural(activity.get("events", 0), "event")}, {_plural(activity.get("commits", 0), "commit")}</div>',
+        "ops": _ops(activity.get("ops") or {}),
+        "quarantine": _e(int(row.get("open_quarantine") or 0)),
+        "schema": "-"
+        if row.get("schema_id") is None
+        else f"{_e(row['schema_id'])}<div class=sub>{_e(row.get('column_count'))} columns</div>",
+        "snapshot-run": "no"
+        if not snap
+        else f"yes<div class=sub>{_e(int(snap['records']))} records{', end applied' if snap['end_applied'] else ''}</div>",
+        "last-reconcile": _reconcile(row),
+    }
+    numeric = {"lag-events", "quarantine"}
+    tds = "".join(f'<td class="{k}{" num" if k in numeric else ""}">{v}</td>' for k, v in cells.items())
+    out = f'<tr class="table-row" data-table="{_e(name)}">{tds}</tr>'
+    problems = row.get("problems") or []
+    if problems:
+        items = "".join(f"<li>{_e(p)}</li>" for p in problems)
+        out += f'<tr class="problems" data-table="{_e(name)}"><td colspan="{len(COLUMNS)}"><ul>{items}</ul></td></tr>'
+    return out
+
+
+STYLE = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;font-size:13px;margin:12px;color:#1a202c;background:#fff}
+.scroll{overflow-x:auto}
+h1{font-size:20px;margin:0 0 4px}
+.meta{color:#718096;margin-bottom:12px}
+table{border-collapse:collapse;width:100%}
+th,td{border-bottom:1px solid #e2e8f0;padding:5px 6px;text-align:left;vertical-align:top}
+th{font-weight:600;color:#4a5568}
+.when,.name,.state,.badge{white-space:nowrap}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
+.name{font-weight:600}.sub{color:#718096;font-size:12px}.muted{color:#a0aec0}
+.badge{border-radius:4px;padding:1px 6px;font-weight:600}.ok{background:#c6f6d5;color:#22543d}.bad{background:#fed7d7;color:#822727}
+.state{font-weight:600;text-decoration:none}.state-success{color:#2f855a}.state-failed{color:#c53030}
+.state-running,.state-queued{color:#2b6cb0}
+svg.hourly .bar{fill:#4299e1}svg.hourly .axis{stroke:#cbd5e0;stroke-width:1}
+.op{display:inline-block;background:#edf2f7;border-radius:4px;padding:0 4px;margin:0 2px 2px 0;font-size:12px}
+tr.problems td{border-bottom:1px solid #e2e8f0;background:#fffaf0;color:#9c4221;padding-top:0}
+tr.problems ul{margin:4px 0;padding-left:20px}
+@media (prefers-color-scheme: dark){body{background:#1a202c;color:#e2e8f0}th{color:#a0aec0}
+th,td{border-color:#2d3748}.op{background:#2d3748}tr.problems td{background:#3b2f1e;color:#fbd38d}}
+"""
+
+
+def render_page(payload: Mapping[str, Any]) -> str:
+    """The HTML page of :func:`tables_payload`'s result: one row per table (``tr.table-row``,
+    ``data-table`` its name; a cell per figure, its class the figure), the table's problems in a
+    row under it (``tr.problems``). Every value is HTML-escaped."""
+    rows = payload["tables"]
+    head = "".join(f"<th>{_e(c)}</th>" for c in COLUMNS)
+    body = "".join(_row(r) for r in rows) or (
+        f'<tr><td colspan="{len(COLUMNS)}" class="muted">no configured table whose DAG you may read</td></tr>'
+    )
+    return (
+        "<!doctype html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="refresh" content="{REFRESH_SECONDS}">'
+        "<title>CDC tables</title>"
+        f"<style>{STYLE}</style></head><body>"
+        "<h1>CDC tables</h1>"
+        f'<div class="meta">checked {_e(format_time(payload["checked_at_ms"]))}; Kafka: {_e(payload["kafka"])}; '
+        f'reloads every {REFRESH_SECONDS} s; <a href="api/tables">JSON</a></div>'
+        f'<div class="scroll"><table id="cdc-tables"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+        "</body></html>\n"
+    )
+
+
+# --- the app --------------------------------------------------------------------------------------
+
+
+def create_app() -> "FastAPI":
+    """The FastAPI app of the page and the JSON endpoint (mounted at :data:`URL_PREFIX`)."""
+    from airflow.api_fastapi.common.db.common import SessionDep
+    from airflow.api_fastapi.core_api.security import GetUserDep
+    from fastapi import FastAPI, HTTPException, Query, Request, status
+    from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+
+    app = FastAPI(
+        title="cdclake: CDC tables",
+        description="The status figures of the configured CDC tables (cdclake.pipeline.status).",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    freshness_query = Query(
+        default=None, gt=0, description="judge every table by this limit (minutes) instead of its table config's"
+    )
+
+    @app.exception_handler(HTTPException)
+    async def _login_for_the_page(request: Request, exc: HTTPException) -> Response:
+        """The page without a valid login goes to the auth manager's login page (back here
+        after); the JSON endpoint answers the status as is."""
+        if exc.status_code in (status.HTTP_401_UNAUTHORIZED, status.HTTP_403_FORBIDDEN) and request.url.path.endswith(
+            URL_PREFIX + PAGE_PATH
+        ):
+            from airflow.api_fastapi.app import get_auth_manager
+
+            return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)), status_code=303)
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+
+    @app.get(API_PATH)
+    def tables_json(user: GetUserDep, session: SessionDep, freshness_minutes: int | None = freshness_query) -> Any:
+        """The status figures of the tables the user may read (:func:`tables_payload`)."""
+        return tables_payload(user, session, freshness_minutes)
+
+    @app.get(PAGE_PATH, response_class=HTMLResponse)
+    def tables_page(user: GetUserDep, session: SessionDep, freshness_minutes: int | None = freshness_query) -> str:
+        """The HTML page (:func:`render_page`)."""
+        return render_page(tables_payload(user, session, freshness_minutes))
+
+    return app

@@ -1,0 +1,237 @@
+"""The "CDC tables" page of the Airflow UI (plugin ``plugins/cdclake_monitor_plugin.py``) in a real
+browser: a table applied by its DAG with events left unapplied, a real ``airflow api-server`` with
+the simple auth manager (login on), and Debian's Chromium driven by Playwright.
+
+What a user sees is asserted against what is stored: the lag equals the records left in the
+topic, the last DAG run's state is the run's, the per-hour plot and the counts by op are those of
+the applied events, and the JSON endpoint answers the same figures. Without a login the page
+sends the browser to the login page and the JSON endpoint answers 401.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import requests
+import yaml
+
+from cdclake.io.catalog import load_catalog
+from cdclake.io.events import load_events, read_event_file
+from cdclake.local.airflow_env import airflow_env
+from cdclake.local.cli import ensure_airflow_db, run_table_dag
+from cdclake.model.config import load_tables
+from cdclake.settings import PROJECT_ROOT
+
+pytestmark = pytest.mark.e2e
+
+TABLE = "ui_products"
+APPLIED = 12
+"""Events of the products capture applied by the DAG run; the rest stay in the topic."""
+USER, ROLE = "admin", "admin"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _chromium() -> str:
+    path = os.environ.get("CDCLAKE_TEST_CHROMIUM") or shutil.which("chromium")
+    if not path:
+        pytest.fail("no chromium on PATH: `make setup` installs Debian's chromium (include/scripts/setup.sh)")
+    return path
+
+
+@pytest.fixture(scope="module")
+def applied(stack_settings, kafka, fixtures_dir, tmp_path_factory):
+    """The table ``ui_products``: the first 12 events of the products capture applied by a run of
+    its DAG, the rest produced after it. Returns ``(config, unapplied count, ops of the applied)``."""
+    stack_settings.tables_config.write_text(
+        yaml.safe_dump(
+            {
+                "defaults": {"schedule": None, "retries": 0, "tags": ["test"]},
+                "tables": [
+                    {
+                        "name": TABLE,
+                        "topic": "ui.inventory.products",
+                        "namespace": "ui",
+                        "table": "products",
+                        "primary_key": ["id"],
+                        "freshness_minutes": 60,
+                    }
+                ],
+            }
+        )
+    )
+    ensure_airflow_db(stack_settings)
+    cfg = load_tables(stack_settings.tables_config).get(TABLE)
+    values = read_event_file(fixtures_dir / "flink/debezium-data-schema-include.txt")
+    tmp = tmp_path_factory.mktemp("monitor")
+    (tmp / "first.jsonl").write_bytes(b"\n".join(values[:APPLIED]))
+    (tmp / "rest.jsonl").write_bytes(b"\n".join(values[APPLIED:]))
+    load_events(tmp / "first.jsonl", cfg, kafka, partitions=3)
+    assert run_table_dag(TABLE, stack_settings) == 0
+    load_events(tmp / "rest.jsonl", cfg, kafka, partitions=3)
+    ops = Counter(json.loads(v)["payload"]["op"] for v in values[:APPLIED])
+    return cfg, len(values) - APPLIED, dict(ops)
+
+
+@pytest.fixture(scope="module")
+def api_server(stack_settings, applied, tmp_path_factory):
+    """A real ``airflow api-server`` (simple auth manager, login on) with the test stack's Airflow
+    environment on a free loopback port; yields ``(base URL, password of admin)``; stopped at the
+    end of the module."""
+    home = tmp_path_factory.mktemp("api-server")
+    password = secrets.token_urlsafe(12)
+    passwords = home / "passwords.json"
+    passwords.write_text(json.dumps({USER: password}))
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = airflow_env(stack_settings)
+    env.update(
+        {
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(port),
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__API__BASE_URL": base,
+            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(32),
+            "AIRFLOW__API__SECRET_KEY": secrets.token_urlsafe(32),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:{ROLE}",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+        }
+    )
+    log_path = home / "api-server.log"
+    airflow = str(Path(sys.executable).parent / "airflow")
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [airflow, "api-server", "--host", "127.0.0.1", "--port", str(port)],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=PROJECT_ROOT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"airflow api-server exited ({proc.returncode}):\n{log_path.read_text()[-5000:]}")
+            try:
+                if requests.get(f"{base}/api/v2/monitor/health", timeout=5).status_code == 200:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"airflow api-server did not answer within 120 s:\n{log_path.read_text()[-5000:]}")
+            time.sleep(0.5)
+        yield base, password
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(30)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=_chromium(), headless=True)
+        yield chromium
+        chromium.close()
+
+
+def test_without_login_the_page_and_its_json_are_refused(api_server, browser):
+    base, _ = api_server
+    r = requests.get(f"{base}/cdc/api/tables", timeout=30)
+    assert r.status_code == 401
+    assert TABLE not in r.text
+    r = requests.get(f"{base}/cdc/", timeout=30, allow_redirects=False)
+    assert r.status_code == 303 and "/auth/login" in r.headers["location"]
+    r = requests.get(f"{base}/cdc/api/tables", headers={"Authorization": "Bearer not-a-token"}, timeout=30)
+    assert r.status_code in (401, 403)
+
+    page = browser.new_context().new_page()
+    page.goto(f"{base}/cdc/")
+    page.get_by_role("button", name="Sign in").wait_for()
+    assert "/auth/login" in page.url
+    assert page.locator("#cdc-tables").count() == 0
+    page.context.close()
+
+
+def test_the_page_shows_what_is_stored(api_server, browser, applied, stack_settings):
+    base, password = api_server
+    cfg, unapplied, ops = applied
+    snapshot_id = load_catalog(stack_settings).load_table(cfg.identifier).current_snapshot().snapshot_id
+
+    context = browser.new_context()
+    page = context.new_page()
+    # the login page of the simple auth manager, then back to the page
+    page.goto(f"{base}/cdc/")
+    page.get_by_label("Username").fill(USER)
+    page.get_by_label("Password").fill(password)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(f"{base}/cdc/", timeout=30_000)
+
+    row = page.locator(f'tr.table-row[data-table="{TABLE}"]')
+    row.wait_for()
+    assert row.locator("td.table .name").inner_text() == TABLE
+    assert cfg.identifier in row.locator("td.table").inner_text()
+    assert row.locator("td.lag-events").inner_text() == str(unapplied)
+    assert row.locator("td.last-run a").inner_text() == "success"
+    assert row.locator("td.last-commit .snapshot-id").inner_text() == str(snapshot_id)
+    assert row.locator("td.fresh").inner_text() == "late"  # events wait, and the fixture's source time is old
+    assert row.locator("td.quarantine").inner_text() == "0"
+    # the plot: 24 bars, the applied events in the newest hour, drawn
+    bars = row.locator("td.hourly svg rect.bar")
+    assert bars.count() == 24
+    drawn = [
+        (int(bars.nth(i).get_attribute("data-events")), float(bars.nth(i).get_attribute("height"))) for i in range(24)
+    ]
+    assert sum(n for n, _ in drawn) == APPLIED
+    assert drawn[-1][0] == APPLIED and drawn[-1][1] > 0
+    assert all(h == 0 for n, h in drawn if n == 0)
+    seen_ops = {op.get_attribute("data-op"): int(op.inner_text().split()[-1]) for op in row.locator("td.ops .op").all()}
+    assert seen_ops == ops
+    # a table without problems has no problems row
+    assert page.locator(f'tr.problems[data-table="{TABLE}"]').count() == 0
+
+    # the JSON endpoint, with the browser's login cookie: the same figures
+    r = context.request.get(f"{base}/cdc/api/tables")
+    assert r.status == 200
+    (table,) = [t for t in r.json()["tables"] if t["name"] == TABLE]
+    assert table["lag_events"] == unapplied
+    assert table["last_commit"]["snapshot_id"] == snapshot_id
+    assert table["last_run"]["state"] == "success"
+    assert table["activity_24h"]["ops"] == ops
+    assert table["events_per_hour"] == [n for n, _ in drawn]
+    assert table["open_quarantine"] == 0 and table["fresh"] is False and table["problems"] == []
+    assert r.json()["kafka"] == "Airflow connection kafka_default"
+
+    # the nav entry of the Airflow UI opens the page in the UI's frame
+    page.goto(f"{base}/")
+    page.get_by_role("link", name="CDC tables").first.click()
+    page.wait_for_url("**/plugin/cdc-tables", timeout=30_000)
+    framed = page.frame_locator("iframe[title='CDC tables']").locator(
+        f'tr.table-row[data-table="{TABLE}"] td.lag-events'
+    )
+    assert framed.inner_text(timeout=30_000) == str(unapplied)
+    context.close()

@@ -1,0 +1,125 @@
+"""The "CDC tables" plugin without a server: Airflow's plugin loader finds it cheaply, and the page
+escapes every value and draws the per-hour plot (the browser test is tests/e2e/test_monitor.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+from cdclake.local.airflow_env import airflow_env
+from cdclake.pipeline.status import Activity, LastCommit, TableStatus
+from cdclake.settings import PROJECT_ROOT, Settings
+from cdclake_airflow.monitor import format_duration, hourly_svg, render_page
+
+HEAVY = ("fastapi", "airflow.api_fastapi.core_api.security", "pyiceberg", "confluent_kafka", "pyspark")
+
+
+def test_airflow_loads_the_plugin_without_heavy_imports():
+    code = """
+        import json, sys
+        from airflow import plugins_manager
+        plugins, errors = plugins_manager._get_plugins()
+        mine = [p for p in plugins if p.name == "cdclake_monitor"]
+        print(json.dumps({
+            "found": len(mine),
+            "errors": errors,
+            "apps": [{k: v for k, v in a.items() if k != "app"} for p in mine for a in p.fastapi_apps],
+            "views": [v for p in mine for v in p.external_views],
+            "heavy": [m for m in HEAVY if m in sys.modules],
+        }))
+    """.replace("HEAVY", repr(HEAVY))
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=airflow_env(Settings.from_env()),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=PROJECT_ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["found"] == 1 and result["errors"] == {}
+    assert result["apps"] == [{"url_prefix": "/cdc", "name": "CDC tables"}]
+    (view,) = result["views"]
+    assert view["name"] == "CDC tables" and view["href"] == "cdc/" and view["url_route"] == "cdc-tables"
+    assert view["destination"] == "nav" and view["nav_top_level"] is True  # a button of the nav bar
+    assert result["heavy"] == []
+
+
+def _payload(**fields) -> dict:
+    base = {
+        "name": "orders",
+        "identifier": "shop.orders",
+        "topic": "mariadb.shop.orders",
+        "checked_at_ms": 1_700_000_000_000,
+        "table_exists": True,
+        "topic_exists": True,
+    }
+    status = TableStatus(**{**base, **fields})
+    return {
+        "checked_at_ms": status.checked_at_ms,
+        "kafka": "Airflow connection kafka_default",
+        "tables": [{**status.model_dump(mode="json"), "dag_id": "cdc_orders", "last_run": None}],
+    }
+
+
+def test_the_page_escapes_every_value():
+    page = render_page(
+        _payload(
+            topic="t<script>alert(1)</script>",
+            problems=['<img src=x onerror="alert(1)">', "offsets & watermarks"],
+        )
+        | {"kafka": "<b>kafka</b>"}
+    )
+    assert "<script>alert" not in page and "<img src=x" not in page and "<b>kafka" not in page
+    assert "t&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<li>&lt;img src=x onerror=&quot;alert(1)&quot;&gt;</li><li>offsets &amp; watermarks</li>" in page
+    assert '<tr class="problems" data-table="orders">' in page
+
+
+def test_the_page_shows_the_figures():
+    page = render_page(
+        _payload(
+            lag_events=7,
+            lag_ms=125_000,
+            lag_basis="source_ts",
+            last_commit=LastCommit(
+                snapshot_id=42, committed_at_ms=1_699_999_940_000, age_ms=60_000, run_id="r1", events=9
+            ),
+            events_per_hour=[0] * 22 + [3, 9],
+            activity_24h=Activity(commits=2, events=12, ops={"u": 4, "c": 7, "d": 1}),
+            freshness_minutes=5,
+            fresh=True,
+            schema_id=3,
+            column_count=8,
+        )
+    )
+    assert '<td class="lag-events num">7</td>' in page
+    assert '<span class="snapshot-id">42</span>' in page
+    assert ">2m05s<" in page and "1m00s ago" in page and ">fresh<" in page
+    assert page.index('data-op="c"') < page.index('data-op="u"') < page.index('data-op="d"')
+    assert "12 events, 2 commits" in page
+    assert '<tr class="problems"' not in page
+    assert "<script" not in page  # no JavaScript
+    row = page.split('<tr class="table-row"')[1].split("</tr>")[0]
+    assert row.count("<td") == page.count("<th>")  # a cell per column
+
+
+def test_hourly_plot_bars_are_proportional_to_the_busiest_hour():
+    svg = hourly_svg([0, 1, 50, 100])
+    assert svg.count('class="bar"') == 4
+    heights = [int(part.split('"')[0]) for part in svg.split('height="')[2:]]  # the first is the svg's
+    assert heights == [0, 1, 16, 32]
+    assert 'data-events="100"' in svg and "the last hour: 100 events" in svg
+
+
+def test_format_duration():
+    assert [format_duration(ms) for ms in (None, 999, 61_000, 3_780_000, 183_600_000)] == [
+        "-",
+        "0s",
+        "1m01s",
+        "1h03m",
+        "2d03h",
+    ]
