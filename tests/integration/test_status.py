@@ -127,6 +127,8 @@ def test_status_of_a_partly_applied_table(spark, kafka, stack_settings, loaded):
         "deleted": 1,
         "kafka_tombstones": 0,
         "quarantined": 1,
+        "ops": {"c": 4, "d": 1},  # cdc.ops
+        "last_source_ts_ms": t0 + 9_000,  # cdc.last-source-ts
     }
     assert st.open_quarantine == 1
     assert st.schema_id is not None and st.column_count == 2
