@@ -38,21 +38,6 @@ DAG_ID = "cdc_maintenance"
 MAINTAIN_JOB = PROJECT_ROOT / "spark_jobs" / "maintain_table.py"
 
 
-def select_tables(names: list[str] | None, configured: list[str]) -> list[str]:
-    """The tables a run maintains: the ``tables`` Param, or every configured table.
-
-    Raises:
-        ConfigError: a name that is not in the table config.
-    """
-    from cdclake.errors import ConfigError
-
-    chosen = list(names or configured)
-    unknown = sorted(set(chosen) - set(configured))
-    if unknown:
-        raise ConfigError(f"tables {unknown} are not in the table config; configured: {configured}")
-    return chosen
-
-
 def maintain(name: str, **context: Any) -> dict[str, Any]:
     """Maintain table ``name`` (``connect`` engine) with the run's Params.
 
@@ -123,6 +108,7 @@ def build_maintenance_dag(settings: Settings, tables: list[TableConfig], schedul
     from airflow.sdk import DAG, Param, task
 
     from cdclake.spark.maintenance import ACTIONS
+    from cdclake_airflow.params import select_tables, tables_param
 
     names = [t.name for t in tables]
     with DAG(
@@ -141,14 +127,7 @@ def build_maintenance_dag(settings: Settings, tables: list[TableConfig], schedul
         tags=["cdc", "maintenance"],
         doc_md=__doc__,
         params={
-            "tables": Param(
-                [],
-                type="array",
-                items={"type": "string", "enum": names} if names else {"type": "string"},
-                title="Tables",
-                description="Tables of the table config to maintain; empty: all.",
-                examples=names,
-            ),
+            "tables": tables_param(names, "maintain"),
             "actions": Param(
                 [],
                 type="array",

@@ -34,21 +34,20 @@ DAG_ID = "cdc_reconcile"
 
 
 def select_tables(names: list[str] | None, configured: list[str]) -> list[str]:
-    """The tables a run reconciles: the ``tables`` Param, or every configured table.
+    """The tables a run reconciles: the ``tables`` Param, or every upsert table
+    (:func:`cdclake_airflow.params.select_tables`).
 
     Raises:
-        ConfigError: a name that is not in the table config.
+        ConfigError: a name that is not an upsert table of the table config.
     """
-    from cdclake.errors import ConfigError
+    from cdclake_airflow.params import select_tables as choose
 
-    chosen = list(names or configured)
-    unknown = sorted(set(chosen) - set(configured))
-    if unknown:
-        raise ConfigError(
-            f"tables {unknown} are not upsert tables of the table config (changelog tables do not mirror their "
-            f"source, so reconcile does not compare them); reconcilable: {configured}"
-        )
-    return chosen
+    return choose(
+        names,
+        configured,
+        "upsert tables of the table config (changelog tables do not mirror their source, so reconcile "
+        "does not compare them)",
+    )
 
 
 def reconcile(name: str, **context: Any) -> dict[str, Any]:
@@ -95,6 +94,8 @@ def build_reconcile_dag(settings: Settings, tables: list[TableConfig], schedule:
     """The DAG ``cdc_reconcile`` over the configured ``tables``."""
     from airflow.sdk import DAG, Param, task
 
+    from cdclake_airflow.params import tables_param
+
     names = [t.name for t in tables if t.write_mode == "upsert"]
     with DAG(
         dag_id=DAG_ID,
@@ -107,14 +108,7 @@ def build_reconcile_dag(settings: Settings, tables: list[TableConfig], schedule:
         tags=["cdc", "reconcile"],
         doc_md=__doc__,
         params={
-            "tables": Param(
-                [],
-                type="array",
-                items={"type": "string", "enum": names} if names else {"type": "string"},
-                title="Tables",
-                description="Tables of the table config to reconcile; empty: all.",
-                examples=names,
-            ),
+            "tables": tables_param(names, "reconcile"),
             "mode": Param(
                 "report",
                 type="string",

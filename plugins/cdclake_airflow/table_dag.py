@@ -41,7 +41,10 @@ from cdclake.settings import APPLY_POOL, PROJECT_ROOT, ConnectionIds, Settings, 
 
 if TYPE_CHECKING:
     from airflow.sdk import DAG
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
 
+    from cdclake.io.kafka import KafkaClients
     from cdclake.model.config import TableConfig
     from cdclake.model.plan import RunPlan
 
@@ -78,18 +81,25 @@ def _replay_params(params: dict[str, Any]) -> tuple[dict[int, int] | None, int |
     return offsets, stamp
 
 
-def _plan(table_json: str, context: dict[str, Any]) -> RunPlan:
+def _clients() -> tuple[Catalog, KafkaClients]:
+    """The catalog (settings) and the Kafka clients (connection ``kafka_default``), built once per
+    task and passed to every phase."""
     from cdclake.io.catalog import load_catalog
+    from cdclake_airflow.connections import kafka_clients
+
+    return load_catalog(Settings.from_env()), kafka_clients()
+
+
+def _plan(catalog: Catalog, kafka: KafkaClients, table_json: str, context: dict[str, Any]) -> RunPlan:
     from cdclake.model.config import TableConfig
     from cdclake.pipeline.planner import plan_next
-    from cdclake_airflow.connections import kafka_clients
 
     cfg = TableConfig.model_validate_json(table_json)
     params = context.get("params") or {}
     offsets, stamp = _replay_params(params)
     return plan_next(
-        load_catalog(Settings.from_env()),
-        kafka_clients(),
+        catalog,
+        kafka,
         cfg,
         context["run_id"],
         replay_from_offsets=offsets,
@@ -98,12 +108,10 @@ def _plan(table_json: str, context: dict[str, Any]) -> RunPlan:
     )
 
 
-def _sync(planned: RunPlan) -> RunPlan:
-    from cdclake.io.catalog import load_catalog
+def _sync(catalog: Catalog, kafka: KafkaClients, planned: RunPlan) -> RunPlan:
     from cdclake.pipeline.schema_sync import sync_for_range
-    from cdclake_airflow.connections import kafka_clients
 
-    result = sync_for_range(load_catalog(Settings.from_env()), kafka_clients(), planned.table, planned.range)
+    result = sync_for_range(catalog, kafka, planned.table, planned.range)
     for line in result.applied:
         log.info("schema change applied: %s", line)
     if result.capped_before is not None:
@@ -122,12 +130,10 @@ def _sync(planned: RunPlan) -> RunPlan:
     )
 
 
-def _published(cfg: TableConfig) -> dict[str, Any]:
+def _published(table: Table, cfg: TableConfig) -> dict[str, Any]:
     """The asset event's extra: the table's current snapshot and its CDC summary figures."""
-    from cdclake.io.catalog import load_catalog
     from cdclake.model.layout import SummaryKeys
 
-    table = load_catalog(Settings.from_env()).load_table(cfg.identifier)
     snap = table.current_snapshot()
     summary = snap.summary if snap is not None else None
     keys = (
@@ -158,7 +164,7 @@ def plan(table_json: str, **context: Any) -> str | None:
         OffsetsOutOfRangeError: committed offsets fell below the low watermark (see the message).
         ConfigError: the table has no primary key and is not configured as a change log.
     """
-    planned = _plan(table_json, context)
+    planned = _plan(*_clients(), table_json, context)
     if planned.range.is_empty:
         log.info("nothing new: skipping schema sync, apply and publish (no Spark job, no commit)")
         return None
@@ -177,7 +183,7 @@ def schema_sync(**context: Any) -> str:
     """
     from cdclake.model.plan import RunPlan
 
-    return _sync(RunPlan.from_json(context["ti"].xcom_pull(task_ids="plan"))).to_json()
+    return _sync(*_clients(), RunPlan.from_json(context["ti"].xcom_pull(task_ids="plan"))).to_json()
 
 
 CONCURRENT_COMMIT_ATTEMPTS = 3
@@ -216,21 +222,21 @@ def apply(table_json: str, asset: Any, **context: Any) -> dict[str, Any]:
     from cdclake.errors import ConcurrentRunError
     from cdclake.spark.apply import apply_range
     from cdclake.spark.session import connect_session
-    from cdclake_airflow.connections import kafka_clients
 
     seconds: dict[str, float] = {}
+    catalog, kafka = _clients()
 
     def timed(phase: str, started: float) -> None:
         seconds[phase] = round(seconds.get(phase, 0.0) + time.monotonic() - started, 3)
 
     for attempt in range(1, CONCURRENT_COMMIT_ATTEMPTS + 1):
         t = time.monotonic()
-        planned = _plan(table_json, context)
+        planned = _plan(catalog, kafka, table_json, context)
         timed("plan", t)
         if planned.range.is_empty:
             raise AirflowSkipException("nothing new: no Spark session, no commit, no asset event")
         t = time.monotonic()
-        planned = _sync(planned)
+        planned = _sync(catalog, kafka, planned)
         timed("schema_sync", t)
         t = time.monotonic()
         hook = SparkConnectHook(ConnectionIds.SPARK_CONNECT)
@@ -238,7 +244,7 @@ def apply(table_json: str, asset: Any, **context: Any) -> dict[str, Any]:
         timed("session", t)
         t = time.monotonic()
         try:
-            result = apply_range(spark, Settings.from_env(), planned, kafka=kafka_clients())
+            result = apply_range(spark, Settings.from_env(), planned, kafka=kafka)
         except ConcurrentRunError:
             if attempt == CONCURRENT_COMMIT_ATTEMPTS:
                 raise
@@ -255,7 +261,8 @@ def apply(table_json: str, asset: Any, **context: Any) -> dict[str, Any]:
             timed("apply", t)
         break
     t = time.monotonic()
-    extra = _published(planned.table)
+    table = catalog.load_table(planned.table.identifier)
+    extra = _published(table, planned.table)
     context["outlet_events"][asset].extra = extra
     timed("publish", t)
     out: dict[str, Any] = json.loads(result.to_json())
@@ -265,7 +272,7 @@ def apply(table_json: str, asset: Any, **context: Any) -> dict[str, Any]:
         from cdclake_airflow.metrics import emit_run
 
         emit_run(planned.table.name, out)
-        _record_lineage(hook, planned.table)
+        _record_lineage(hook, kafka, table, planned.table)
     log.info(
         "run of table %s: %s; %d event(s) %s, %d quarantined, %d key(s) changed, snapshot %s; seconds %s",
         planned.table.identifier,
@@ -280,38 +287,34 @@ def apply(table_json: str, asset: Any, **context: Any) -> dict[str, Any]:
     return out
 
 
-def _record_lineage(hook: Any, cfg: TableConfig) -> None:
+def _record_lineage(hook: Any, kafka: KafkaClients, table: Table, cfg: TableConfig) -> None:
     """Report the run's lineage to Airflow's hook-lineage collector: the Kafka topic in
     (``kafka://<first bootstrap server>/<topic>``, the Kafka provider's asset URI), the Iceberg
     table out, as its location (``file://...`` or ``s3://...``: OpenLineage names an Iceberg
     dataset by its storage location) and as its asset (:func:`table_asset_uri`). The OpenLineage
     provider reads it when a transport is configured (docs/operations.md, "Lineage"); otherwise
     the collector is a no-op."""
-    from airflow.sdk import BaseHook
     from airflow.sdk.lineage import NoOpCollector, get_hook_lineage_collector
-
-    from cdclake.io.catalog import load_catalog
 
     collector = get_hook_lineage_collector()
     if isinstance(collector, NoOpCollector):  # no lineage reader (OpenLineage) is installed
         return
-    settings = Settings.from_env()
-    servers = str(BaseHook.get_connection(ConnectionIds.KAFKA).extra_dejson.get("bootstrap.servers", ""))
-    collector.add_input_asset(context=hook, uri=f"kafka://{servers.split(',')[0].strip()}/{cfg.topic}")
-    location = load_catalog(settings).load_table(cfg.identifier).location()
+    collector.add_input_asset(context=hook, uri=f"kafka://{kafka.bootstrap.split(',')[0].strip()}/{cfg.topic}")
+    location = table.location()
     collector.add_output_asset(context=hook, uri=location if "://" in location else f"file://{location}")
-    collector.add_output_asset(context=hook, uri=table_asset_uri(settings, cfg))
+    collector.add_output_asset(context=hook, uri=table_asset_uri(Settings.from_env(), cfg))
 
 
 def publish(asset: Any, **context: Any) -> dict[str, Any]:
     """The ``publish`` task (``submit`` engine): attach the committed snapshot's facts to the
     asset event."""
+    from cdclake.io.catalog import load_catalog
     from cdclake.model.layout import SummaryKeys
     from cdclake.model.plan import RunPlan
     from cdclake_airflow.metrics import emit_run
 
     cfg = RunPlan.from_json(context["ti"].xcom_pull(task_ids="schema_sync")).table
-    extra = _published(cfg)
+    extra = _published(load_catalog(Settings.from_env()).load_table(cfg.identifier), cfg)
     context["outlet_events"][asset].extra = extra
     log.info("published %s: %s", asset.uri, extra)
     if extra.get(SummaryKeys.RUN_ID) == context["run_id"]:  # this run committed (not a retry's no-op)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.test_crash import job_env
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,16 +29,7 @@ CHECKS = {
 
 
 def test_bench_maintenance_tiny_folds_deletes_and_keeps_the_content(stack_settings, kafka, tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CDCLAKE_")}
-    env.update(
-        {
-            "CDCLAKE_STATE_DIR": str(stack_settings.state_dir),
-            "CDCLAKE_KAFKA_BOOTSTRAP": stack_settings.kafka_bootstrap,
-            "CDCLAKE_CATALOG_URI": stack_settings.catalog_uri,
-            "CDCLAKE_WAREHOUSE": stack_settings.warehouse,
-            "PYTHONPATH": os.pathsep.join([str(ROOT / "include"), str(ROOT / "plugins")]),
-        }
-    )
+    env = job_env(stack_settings, PYTHONPATH=os.pathsep.join([str(ROOT / "include"), str(ROOT / "plugins")]))
     out = tmp_path / "out"
     proc = subprocess.run(
         [

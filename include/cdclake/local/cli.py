@@ -213,15 +213,12 @@ def run_maintenance(
     """
     import json
 
-    from cdclake.errors import ConfigError
     from cdclake.model.config import load_tables
+    from cdclake.pipeline.status import select_tables
     from cdclake.spark.maintenance import check_actions
 
     settings = settings or _settings()
-    configured = [t.name for t in load_tables(settings.tables_config).tables]
-    unknown = sorted(set(tables) - set(configured))
-    if unknown:
-        raise ConfigError(f"tables {unknown} are not in the table config; configured: {configured}")
+    select_tables(load_tables(settings.tables_config).tables, tables)  # unknown names: ConfigError
     chosen = list(check_actions(actions)) if actions else []
     ensure_airflow_db(settings)
     if settings.engine == "connect":
