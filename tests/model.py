@@ -33,7 +33,10 @@ Rules of one run:
    applied record; a newer P replaces an unfinished one. It is complete in the run after which its
    end-marker record is applied and, in every other partition, a record produced after it (a
    greater Kafka timestamp) is applied, or the partition has no such record and is applied to its
-   end. From that run on, every event below P is discarded; in that run every row and tombstone
+   end. Completeness depends on the end record alone: a snapshot whose end-marker record is
+   applied stays a candidate when a newer snapshot starts, also when the newer one's records are
+   applied first (its partition ran ahead). When several are complete, the greatest P counts.
+   From that run on, every event below P is discarded; in that run every row and tombstone
    below P is removed (after the run's own events below P are discarded).
 """
 
@@ -98,6 +101,8 @@ class ContractModel:
     snapshot_floor: Position | None = None
     snapshot: Position | None = None
     snapshot_end: Record | None = None
+    snapshot_ended: dict[Position, Record] = field(default_factory=dict)
+    """Snapshots below ``snapshot`` whose end-marker record is applied, not complete yet."""
 
     def _full_snapshot_records(self, records: Iterable[Record]) -> list[tuple[Position, Record]]:
         out = []
@@ -110,23 +115,32 @@ class ContractModel:
     def _track_snapshot(
         self, records: list[Record], applied_end: dict[int, int], log: dict[int, Sequence[Record]]
     ) -> Position | None:
-        """Rule 5: the snapshot completed by this run, if any (the newest complete one, also when a
-        newer snapshot replaced it in this run)."""
-        ended: list[tuple[Position, Record]] = []
+        """Rule 5: the snapshot completed by this run, if any (the newest complete one, whichever
+        snapshot is in progress)."""
+        floor = self.snapshot_floor
+        ended = {p: end for p, end in self.snapshot_ended.items() if floor is None or p > floor}
         for pos, rec in sorted(self._full_snapshot_records(records), key=lambda x: x[0]):
-            if self.snapshot_floor is not None and pos <= self.snapshot_floor:
+            if floor is not None and pos <= floor:
                 continue
             if self.snapshot is None or pos > self.snapshot:
                 if self.snapshot is not None and self.snapshot_end is not None:
-                    ended.append((self.snapshot, self.snapshot_end))
+                    ended[self.snapshot] = self.snapshot_end
                 self.snapshot, self.snapshot_end = pos, None
-            if pos == self.snapshot and rec.envelope is not None and rec.envelope["source"]["snapshot"] in _END_MARKERS:
+            if rec.envelope is None or rec.envelope["source"]["snapshot"] not in _END_MARKERS:
+                continue
+            if pos == self.snapshot:
                 self.snapshot_end = rec
-        candidates = ended + ([(self.snapshot, self.snapshot_end)] if self.snapshot_end is not None else [])
+            else:  # an older snapshot's end, applied after records of a newer one
+                ended[pos] = rec
+        self.snapshot_ended = ended
+        candidates = sorted(ended.items()) + (
+            [(self.snapshot, self.snapshot_end)] if self.snapshot is not None and self.snapshot_end is not None else []
+        )
         for position, end in reversed(candidates):
             if self._complete(end, applied_end, log):
                 if position == self.snapshot:
                     self.snapshot, self.snapshot_end = None, None
+                self.snapshot_ended = {p: e for p, e in ended.items() if p > position}
                 return position
         return None
 

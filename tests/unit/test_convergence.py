@@ -12,6 +12,7 @@ from cdclake.model.convergence import (
     identity_changes,
     merge_identities,
     pending_partitions,
+    progress_after_completion,
 )
 from cdclake.model.layout import SummaryKeys, committed_state_of
 from cdclake.model.position import BinlogPosition
@@ -40,16 +41,53 @@ def test_a_newer_snapshot_replaces_an_unfinished_one_which_deletes_nothing():
     assert any("replaced" in n and "deletes nothing" in n for n in step.notes)
 
 
-def test_older_and_completed_snapshots_do_not_count():
-    step = advance_snapshot(SnapshotProgress(P2, 4, True), [batch(P1, 2, end=END)], None)
+def test_older_snapshots_without_their_end_and_completed_snapshots_do_not_count():
+    step = advance_snapshot(SnapshotProgress(P2, 4, True), [batch(P1, 2, started=True)], None)
     assert step.progress == SnapshotProgress(P2, 4, True, None)
+    assert step.ended == () and any("older full snapshot" in n for n in step.notes)
     step = advance_snapshot(None, [batch(P1, 2, end=END)], floor=P1)
-    assert step.progress is None and step.notes
+    assert step.progress is None and step.notes and step.ended == ()
+
+
+def test_an_older_snapshots_end_applied_after_a_newer_snapshot_started_is_a_candidate():
+    """The newer snapshot's partition ran ahead: its records were applied a run before the older,
+    complete snapshot's end record. The older one may still complete (the newer one may never)."""
+    older = SnapshotProgress(P1, 2, False, END)
+    step = advance_snapshot(SnapshotProgress(P2, 4, True), [batch(P1, 2, end=END)], None)
+    assert step.ended == (older,)
+    assert step.progress == SnapshotProgress(P2, 4, True, None, ended=(older,))
+    # kept across runs while its partitions are pending; more of its records are folded in
+    step = advance_snapshot(step.progress, [batch(P1, 1, started=True), batch(P2, 1)], None)
+    assert step.ended == (SnapshotProgress(P1, 3, True, END),)
+    assert step.progress is not None and step.progress.records == 5
+    # dropped once the snapshot floor reaches it
+    step = advance_snapshot(step.progress, [], floor=P1)
+    assert step.ended == () and step.progress == SnapshotProgress(P2, 5, True, None)
+
+
+def test_an_ended_snapshot_replaced_by_a_newer_one_stays_a_candidate_across_runs():
+    """Its end record was applied, but a partition was still pending when a newer snapshot
+    started: it completes in a later run, when that partition catches up."""
+    step = advance_snapshot(SnapshotProgress(P1, 3, True, END), [batch(P2, 1, started=True)], None)
+    assert step.ended == (SnapshotProgress(P1, 3, True, END),)
+    step = advance_snapshot(step.progress, [], None)
+    assert step.ended == (SnapshotProgress(P1, 3, True, END),)
+
+
+def test_progress_after_completion_drops_what_the_completed_snapshot_covers():
+    older = SnapshotProgress(P1, 2, False, END)
+    progress = SnapshotProgress(P2, 4, True, None, ended=(older,))
+    assert progress_after_completion(progress, P1) == SnapshotProgress(P2, 4, True, None)
+    assert progress_after_completion(progress, P2) is None
+    assert progress_after_completion(None, P1) is None
 
 
 def test_progress_round_trips_through_the_summary():
     progress = SnapshotProgress(P1, 8, False, END)
     assert SnapshotProgress.from_json(progress.to_json()) == progress
+    assert "ended" not in progress.to_json()  # the summary of a table before ``ended`` existed
+    with_ended = SnapshotProgress(P2, 3, True, None, ended=(progress,))
+    assert SnapshotProgress.from_json(with_ended.to_json()) == with_ended
     summary = {
         SummaryKeys.TOPIC: "t",
         SummaryKeys.END_OFFSETS: '{"0":5}',
@@ -107,5 +145,5 @@ def test_an_ended_snapshot_replaced_in_the_same_batch_is_still_a_candidate():
     """A batch holding a whole snapshot and the start of a newer one (the connector re-snapshotted
     and died again): the ended one may still complete."""
     step = advance_snapshot(None, [batch(P1, 3, started=True, end=END), batch(P2, 1, started=True)], None)
-    assert step.progress == SnapshotProgress(P2, 1, True, None)
     assert step.ended == (SnapshotProgress(P1, 3, True, END),)
+    assert step.progress == SnapshotProgress(P2, 1, True, None, ended=step.ended)

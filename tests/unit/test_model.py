@@ -156,3 +156,31 @@ def test_model_matches_the_simulated_source_on_generated_histories():
         assert {k: v for k, (v, _) in states[-1][0].items()} == h.expected, repr(h)
 
     check()
+
+
+def test_an_older_complete_snapshot_behind_an_aborted_newer_one_converges():
+    """The property test's find: the older, complete snapshot's records are applied a run after
+    the records of a newer snapshot that never ends; the older one still deletes key 1."""
+    from tests.integration.test_property import model_states, older_snapshot_behind_an_aborted_one_history
+
+    h = older_snapshot_behind_an_aborted_one_history()
+    assert h.runs == [({0: 0, 1: 0, 2: 0}, {0: 0, 1: 0, 2: 2}), ({0: 0, 1: 0, 2: 2}, {0: 1, 1: 2, 2: 2})]
+    states = model_states(h)
+    assert {k: v for k, (v, _) in states[0][0].items()} == {3: "c3"}  # the newer snapshot's read
+    rows, tombstones, _ = states[-1]
+    assert {k: v for k, (v, _) in rows.items()} == h.expected == {2: "u2", 3: "c3"}
+    assert tombstones == {}
+    # the same log applied in one run (no partition ahead of another) ends the same
+    model = ContractModel()
+    one_run = apply_runs(h.model_log(), [({0: 0, 1: 0, 2: 0}, {0: 1, 1: 2, 2: 2})], model)
+    assert one_run[-1][0] == rows
+    assert model.snapshot_floor == (999_999, 54, 0, 0)
+
+
+def test_an_ended_snapshot_replaced_while_pending_completes_later():
+    from tests.integration.test_property import ended_snapshot_replaced_while_pending_history, model_states
+
+    h = ended_snapshot_replaced_while_pending_history()
+    states = model_states(h)
+    assert 1 in states[0][0] and 1 in states[1][0]  # pending: partition 2 not applied yet
+    assert {k: v for k, (v, _) in states[-1][0].items()} == h.expected == {2: "u2", 3: "c3"}

@@ -26,6 +26,13 @@ for the producer's in-flight batches to land). Until then the snapshot is *in pr
 kept in the table's snapshot summary (:class:`SnapshotProgress`), so a crash or a stop mid-snapshot
 deletes nothing, and a newer snapshot (a restarted one) replaces an unfinished one.
 
+Whether a snapshot is complete depends only on its end record and on what the table has applied,
+never on the order in which runs meet snapshots: the partitions of a topic are applied at different
+paces, so records of a newer snapshot (one that may never end: a connector that died in it) can be
+applied before the end record of an older, complete one. An older snapshot whose end record is
+applied therefore stays a candidate (:attr:`SnapshotProgress.ended`) until it completes or a
+complete newer snapshot passes it; otherwise the rows it proves gone would stay in the lake for good.
+
 **Source identity.** Binlog positions compare only within one binlog history: the server id of
 the change events, the binlog basename and the GTID source (MariaDB ``domain-server``, MySQL
 server UUID) are kept with the table (:class:`SourceIdentity`), and events of another identity, or
@@ -73,14 +80,20 @@ class SnapshotProgress:
         records: its records applied so far (all runs).
         started: its start-marker record was applied (informational: a one-row table has none).
         end: its end-marker record, once applied.
+        ended: older full snapshots (below ``position``, above the snapshot floor; oldest first)
+            whose end record is applied but that were not found complete yet: each completes once
+            its partitions are done (:func:`pending_partitions`), though no longer in progress. A
+            newer snapshot started before they completed, or its records were applied before their
+            end record (partitions applied at different paces). Their own ``ended`` is empty.
     """
 
     position: BinlogPosition
     records: int
     started: bool
     end: SnapshotEnd | None = None
+    ended: tuple[SnapshotProgress, ...] = ()
 
-    def to_json(self) -> str:
+    def _doc(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"position": self.position.to_text(), "records": self.records, "started": self.started}
         if self.end is not None:
             doc["end"] = {
@@ -88,18 +101,27 @@ class SnapshotProgress:
                 "offset": self.end.offset,
                 "timestamp": self.end.timestamp_ms,
             }
-        return json.dumps(doc, sort_keys=True)
+        if self.ended:
+            doc["ended"] = [e._doc() for e in self.ended]
+        return doc
+
+    def to_json(self) -> str:
+        return json.dumps(self._doc(), sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> SnapshotProgress:
-        doc = json.loads(text)
+    def _from_doc(cls, doc: Mapping[str, Any]) -> SnapshotProgress:
         end = doc.get("end")
         return cls(
             BinlogPosition.from_text(doc["position"]),
             int(doc["records"]),
             bool(doc["started"]),
             SnapshotEnd(int(end["partition"]), int(end["offset"]), int(end["timestamp"])) if end else None,
+            tuple(cls._from_doc(e) for e in doc.get("ended") or ()),
         )
+
+    @classmethod
+    def from_json(cls, text: str) -> SnapshotProgress:
+        return cls._from_doc(json.loads(text))
 
     def describe(self) -> str:
         end = f", end record at partition {self.end.partition} offset {self.end.offset}" if self.end else ""
@@ -137,9 +159,9 @@ class SnapshotStep:
     Attributes:
         progress: the snapshot in progress after the batch (``None``: none).
         notes: what happened, for the run log (abandoned and ignored snapshots).
-        ended: snapshots whose end record is in the batch or the state but that a newer snapshot
-            of the batch replaced (oldest first): complete if their partitions are
-            (:func:`pending_partitions`), though no longer in progress.
+        ended: older snapshots whose end record is applied (in the batch or in an earlier run) but
+            that are not the one in progress (oldest first; ``progress.ended``): complete if their
+            partitions are (:func:`pending_partitions`), though no longer in progress.
     """
 
     progress: SnapshotProgress | None
@@ -153,12 +175,19 @@ def advance_snapshot(
     """Fold a batch's full-snapshot records into the snapshot in progress.
 
     A snapshot at a greater position than the one in progress replaces it (the connector restarted
-    its snapshot: the older one never reaches its end and deletes nothing). Records at a smaller
-    position, or at or below the snapshot floor (a completed snapshot read again by a replay), are
-    applied as ordinary upserts and do not count.
+    its snapshot: an older one that never reaches its end deletes nothing). A replaced snapshot
+    whose end record is applied stays a candidate (``ended``), and so does an older snapshot whose
+    end record is applied after a newer one started (its partition was applied later): whether it
+    is complete depends on its end record alone, not on the order in which runs meet the
+    snapshots. Other records of older snapshots, and records at or below the snapshot floor (a
+    completed snapshot read again by a replay), are applied as ordinary upserts and do not count.
+    Candidates at or below ``floor`` are dropped.
     """
     notes: list[str] = []
-    ended: list[SnapshotProgress] = []
+    ended: dict[BinlogPosition, SnapshotProgress] = {}
+    if progress is not None:
+        ended = {e.position: e for e in progress.ended if floor is None or e.position > floor}
+        progress = replace(progress, ended=())
     for b in sorted(batch, key=lambda b: b.position):
         if floor is not None and b.position <= floor:
             notes.append(
@@ -167,7 +196,7 @@ def advance_snapshot(
             continue
         if progress is None or b.position > progress.position:
             if progress is not None and progress.end is not None:
-                ended.append(progress)
+                ended[progress.position] = progress
             elif progress is not None:
                 notes.append(
                     f"{progress.describe()} was replaced by a newer snapshot at {b.position.to_event_text()} "
@@ -175,18 +204,44 @@ def advance_snapshot(
                 )
             progress = SnapshotProgress(b.position, b.records, b.started, b.end)
         elif b.position == progress.position:
-            progress = replace(
-                progress,
-                records=progress.records + b.records,
-                started=progress.started or b.started,
-                end=progress.end or b.end,
+            progress = _fold(progress, b)
+        elif b.position in ended:
+            ended[b.position] = _fold(ended[b.position], b)
+        elif b.end is not None:
+            ended[b.position] = SnapshotProgress(b.position, b.records, b.started, b.end)
+            notes.append(
+                f"the end record of an older full snapshot at {b.position.to_event_text()} is applied after "
+                f"records of the snapshot at {progress.position.to_event_text()}: it completes once its "
+                "partitions are done"
             )
         else:
             notes.append(
                 f"{b.records} record(s) of an older full snapshot at {b.position.to_event_text()} "
                 f"(in progress: {progress.position.to_event_text()}): upserts"
             )
-    return SnapshotStep(progress, tuple(notes), tuple(ended))
+    older = tuple(ended[p] for p in sorted(ended))
+    if progress is not None:
+        progress = replace(progress, ended=older)
+    return SnapshotStep(progress, tuple(notes), older)
+
+
+def _fold(progress: SnapshotProgress, b: BatchSnapshot) -> SnapshotProgress:
+    """``progress`` with the batch's records of the same snapshot added (the first end record applied wins)."""
+    return replace(
+        progress,
+        records=progress.records + b.records,
+        started=progress.started or b.started,
+        end=progress.end or b.end,
+    )
+
+
+def progress_after_completion(progress: SnapshotProgress | None, completed: BinlogPosition) -> SnapshotProgress | None:
+    """The snapshot progress to record in the commit that completes the snapshot at ``completed``:
+    none when that is the snapshot in progress, else the one in progress without the ended
+    snapshots at or below ``completed`` (they can delete nothing any more)."""
+    if progress is None or progress.position <= completed:
+        return None
+    return replace(progress, ended=tuple(e for e in progress.ended if e.position > completed))
 
 
 def pending_partitions(

@@ -62,7 +62,8 @@ class SummaryKeys:
     (:mod:`cdclake.model.convergence`). Carried forward by every commit."""
     SNAPSHOT_IN_PROGRESS = "cdc.snapshot-in-progress"
     """JSON :class:`~cdclake.model.convergence.SnapshotProgress` of a full snapshot whose records
-    are being applied; absent when none. Carried forward by every commit."""
+    are being applied, with (``ended``) the older snapshots whose end record is applied but that
+    have not completed yet; absent when none. Carried forward by every commit."""
     SNAPSHOT_COMPLETED = "cdc.snapshot-completed"
     """On the commit that completed a full snapshot: its position and the rows it deleted."""
     SOURCE_IDENTITY = "cdc.source-identity"

@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
 from cdclake.errors import ConcurrentRunError, PositionOrderError
@@ -50,6 +50,7 @@ from cdclake.model.convergence import (
     identity_changes,
     merge_identities,
     pending_partitions,
+    progress_after_completion,
 )
 from cdclake.model.layout import (
     COLUMN_DEFAULTS_PROPERTY,
@@ -530,6 +531,12 @@ def _converge(ctx: ApplyContext, state: CommittedState, good: DataFrame, stats: 
         log.info("table %s: %s", cfg.identifier, note)
     progress = step.progress
     if not cfg.authoritative_snapshots:
+        for older in step.ended:
+            log.info(
+                "table %s: %s ended; authoritative_snapshots is false: it deletes no row it did not read",
+                cfg.identifier,
+                older.describe(),
+            )
         if progress is not None and progress.end is not None:
             log.info(
                 "table %s: %s ended; authoritative_snapshots is false: it deletes no row it did not read",
@@ -537,6 +544,8 @@ def _converge(ctx: ApplyContext, state: CommittedState, good: DataFrame, stats: 
                 progress.describe(),
             )
             progress = None
+        elif progress is not None:
+            progress = replace(progress, ended=())
         return _Convergence(state.snapshot_floor, None, progress)
     candidates = [p for p in (*step.ended, progress) if p is not None and p.end is not None]
     if not candidates:
@@ -577,7 +586,9 @@ def _converge(ctx: ApplyContext, state: CommittedState, good: DataFrame, stats: 
             candidate.describe(),
             candidate.position.to_event_text(),
         )
-        return _Convergence(candidate.position, candidate.position, None if candidate is progress else progress)
+        return _Convergence(
+            candidate.position, candidate.position, progress_after_completion(progress, candidate.position)
+        )
     return _Convergence(state.snapshot_floor, None, progress)
 
 
