@@ -4,13 +4,16 @@ CDCLAKE := .venv/bin/cdclake
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: demo test lint bench bench-reconcile bench-engine bench-maintenance setup stack-start stack-stop stack-status engine-start engine-stop engine-status status chain-start chain-stop airflow-ui lock clean help
+.PHONY: demo demo-production test lint bench bench-reconcile bench-engine bench-maintenance setup stack-start stack-stop stack-status engine-start engine-stop engine-status status chain-start chain-stop airflow-ui lock clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
 
 demo: setup  ## set up, load the real Debezium fixtures, run both table DAGs, show the Iceberg tables
 	$(CDCLAKE) demo --quiet
+
+demo-production: setup  ## the production topology on this machine (PostgreSQL, REST catalog, S3, Spark cluster, SASL Kafka, MariaDB + Debezium, Airflow's processes): a workload through the scheduled DAGs; fails unless every table equals its source
+	$(CDCLAKE) production demo
 
 test: setup lint  ## lint, then the whole test suite: unit, integration (Kafka, Spark, Iceberg), e2e (Airflow)
 	@set +e; .venv/bin/python -m pytest $(PYTEST_ARGS); rc=$$?; \

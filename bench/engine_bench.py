@@ -7,8 +7,8 @@ the long-running Spark Connect server, against Airflow's floor and against ``spa
 It starts a stack of its own (state in a temporary folder unless ``--state-dir``, free loopback
 ports): the Kafka broker, the Spark Connect server (:mod:`cdclake.local.engine`) and Airflow 3 as
 separate processes (``scheduler``, ``dag-processor``, ``triggerer``, ``api-server``; LocalExecutor;
-metadata DB: a throw-away PostgreSQL 15 (Debian's, ``fsync=off``; Airflow needs ``psycopg2-binary``
-and ``asyncpg`` for it) when installed, else SQLite under the state dir as
+metadata DB: a throw-away PostgreSQL (Debian's, :class:`cdclake.local.parts.Postgres`, ``fsync=off``;
+Airflow needs ``psycopg2-binary`` and ``asyncpg`` for it) when installed, else SQLite under the state dir as
 ``cdclake.local.airflow_env`` makes it, which locks up ("database is locked", HTTP 500 on trigger)
 when tens of runs are triggered at once; ``--airflow-db``). Its DAGs
 folder holds ``dags/cdc_tables.py`` (one table DAG per entry of the bench's table config) and
@@ -48,7 +48,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -71,6 +70,7 @@ for _p in (ROOT / "include", ROOT / "plugins", BENCH_DIR):
         sys.path.insert(0, str(_p))
 
 import workload as wl  # noqa: E402
+from cdclake.local.parts import AirflowProcesses, Postgres, postgres_bin_dir  # noqa: E402
 from cdclake.settings import Settings  # noqa: E402
 from run import (  # noqa: E402
     RESULT_PREFIX,
@@ -99,7 +99,6 @@ TARGETS: dict[str, tuple[str, float]] = {
     "server_peak_gib_4x250k": ("<", 6.0),
 }
 """Each headline figure's target (printed and recorded, never asserted)."""
-TERMINAL = {"success", "failed"}
 CONNECT_URL_ENV = "BENCH_CONNECT_URL"
 """How ``_apply`` gets the server's URL with its token (never on a command line)."""
 
@@ -134,277 +133,54 @@ def stop_servers(settings: Settings) -> None:
             print(f"  {stop.__name__} failed: {exc}", flush=True)
 
 
+def stop_postgres(postgres: Postgres) -> None:
+    """Stop the throw-away metadata DB and delete its folder."""
+    try:
+        postgres.stop()
+    except Exception as exc:  # noqa: BLE001 - the folder goes all the same
+        print(f"  PostgreSQL stop failed: {exc}", flush=True)
+    shutil.rmtree(postgres.dir, ignore_errors=True)
+
+
 def _ts(text: str | None) -> float | None:
     """An API timestamp (ISO 8601) as epoch seconds."""
     return None if not text else datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
-# --- the Airflow metadata DB ----------------------------------------------------------------------------
-
-PG_BIN = Path("/usr/lib/postgresql/15/bin")
+# --- the Airflow metadata DB and processes (cdclake.local.parts) ----------------------------------------
 
 
 def postgres_available() -> bool:
-    """Debian's PostgreSQL 15 and Airflow's drivers for it (psycopg2, asyncpg) are installed."""
+    """Debian's PostgreSQL and Airflow's drivers for it (psycopg2, asyncpg) are installed."""
     try:
         import asyncpg  # noqa: F401
         import psycopg2  # noqa: F401
-    except ImportError:
+
+        postgres_bin_dir()
+    except (ImportError, FileNotFoundError):
         return False
-    return (PG_BIN / "initdb").exists()
+    return True
 
 
-class Postgres:
-    """A throw-away PostgreSQL 15 server on a free loopback port (``fsync=off``), in a folder of
-    the ``postgres`` user (``initdb`` refuses root)."""
+def airflow_processes(
+    settings: Settings, dags_dir: Path, logs: Path, parallelism: int, db_url: str | None
+) -> AirflowProcesses:
+    """Airflow as separate processes (:class:`~cdclake.local.parts.AirflowProcesses`, LocalExecutor)
+    with the local stack's environment (:func:`cdclake.local.airflow_env.airflow_env`: connections,
+    SQLite metadata DB under the state dir unless ``db_url``) and the bench's DAGs folder."""
+    from cdclake.local.airflow_env import airflow_env
 
-    def __init__(self) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="cdclake-bench-pg-"))
-        self.data = self.dir / "data"
-        self.port = _free_port()
-
-    def _as_postgres(self, *args: str) -> None:
-        proc = subprocess.run(["runuser", "-u", "postgres", "--", *args], capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(args)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-
-    def start(self) -> str:
-        """Start it; returns the SQLAlchemy URL of its ``postgres`` database."""
-        shutil.chown(self.dir, "postgres", "postgres")
-        self._as_postgres(str(PG_BIN / "initdb"), "-D", str(self.data), "-A", "trust", "--no-sync", "-U", "postgres")
-        options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300"
-        self._as_postgres(
-            str(PG_BIN / "pg_ctl"),
-            "-D",
-            str(self.data),
-            "-l",
-            str(self.dir / "server.log"),
-            "-o",
-            options,
-            "-w",
-            "start",
-        )
-        return f"postgresql+psycopg2://postgres@127.0.0.1:{self.port}/postgres"
-
-    def stop(self) -> None:
-        try:
-            self._as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
-        except RuntimeError as exc:
-            print(f"  PostgreSQL stop failed: {exc}", flush=True)
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-# --- Airflow: separate processes, driven through the REST API ---------------------------------------
-
-
-class Airflow:
-    """Airflow 3 as production runs it: ``scheduler``, ``dag-processor``, ``triggerer`` and
-    ``api-server`` as processes of their own sharing one execution API URL and JWT secret;
-    LocalExecutor; the local stack's environment (:func:`cdclake.local.airflow_env.airflow_env`:
-    connections, SQLite metadata DB under the state dir) with the bench's DAGs folder."""
-
-    COMPONENTS = ("scheduler", "dag-processor", "triggerer", "api-server")
-
-    def __init__(self, settings: Settings, dags_dir: Path, logs: Path, parallelism: int, db_url: str | None) -> None:
-        from cdclake.local.airflow_env import airflow_env
-
-        self.port = _free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.logs = logs
-        self.env = airflow_env(settings, child_env(settings))
-        self.env.update(
-            {
-                "AIRFLOW__CORE__DAGS_FOLDER": str(dags_dir),
-                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-                "AIRFLOW__CORE__PARALLELISM": str(parallelism),
-                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base}/execution/",
-                "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(32),
-                "AIRFLOW__API__SECRET_KEY": secrets.token_urlsafe(32),
-                "AIRFLOW__API__HOST": "127.0.0.1",
-                "AIRFLOW__API__PORT": str(self.port),
-                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
-                "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-                "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-                "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
-                "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
-                "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port()),
-            }
-        )
-        if db_url:
-            self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = db_url
-        self.settings = settings
-        self.procs: dict[str, subprocess.Popen] = {}
-        self._token: str | None = None
-        import requests
-
-        self.http = requests.Session()
-
-    def migrate(self) -> float:
-        """``airflow db migrate`` and the pool ``cdc_apply`` (as ``cdclake.local.cli.ensure_airflow_db``
-        does for the SQLite DB). Returns seconds."""
-        from cdclake.local.cli import APPLY_POOL_DESCRIPTION
-        from cdclake.settings import APPLY_POOL
-
-        t0 = time.monotonic()
-        self.settings.airflow_home.mkdir(parents=True, exist_ok=True)
-        airflow = str(Path(sys.executable).parent / "airflow")
-        for argv in (
-            ["db", "migrate"],
-            ["pools", "set", APPLY_POOL, str(self.settings.apply_pool_slots), APPLY_POOL_DESCRIPTION],
-        ):
-            proc = subprocess.run([airflow, *argv], env=self.env, capture_output=True, text=True, cwd=ROOT)
-            if proc.returncode != 0:
-                raise RuntimeError(f"airflow {' '.join(argv)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-        return time.monotonic() - t0
-
-    def start(self, timeout_s: float = 300.0) -> float:
-        """Start the four processes and wait until the API answers. Returns seconds."""
-        t0 = time.monotonic()
-        airflow = str(Path(sys.executable).parent / "airflow")
-        for name in self.COMPONENTS:
-            args = [airflow, name] + (["--port", str(self.port), "--host", "127.0.0.1"] if name == "api-server" else [])
-            with open(self.logs / f"airflow-{name}.log", "ab") as out:
-                self.procs[name] = subprocess.Popen(
-                    args, env=self.env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True
-                )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            self._check_alive()
-            try:
-                if self.http.get(f"{self.base}/api/v2/monitor/health", timeout=5).status_code == 200:
-                    return time.monotonic() - t0
-            except OSError:
-                pass
-            time.sleep(1.0)
-        raise RuntimeError(f"the Airflow API did not answer on {self.base} within {timeout_s:.0f} s")
-
-    def _check_alive(self) -> None:
-        for name, proc in self.procs.items():
-            if proc.poll() is not None:
-                raise RuntimeError(f"airflow {name} exited ({proc.returncode}); log {self.logs}/airflow-{name}.log")
-
-    def stop(self) -> None:
-        for proc in reversed(list(self.procs.values())):
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    continue
-        for name, proc in self.procs.items():
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                print(f"  airflow {name} did not stop within 60 s: killed", flush=True)
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                proc.wait()
-        self.procs.clear()
-
-    def _headers(self) -> dict[str, str]:
-        if self._token is None:
-            r = self.http.get(f"{self.base}/auth/token", timeout=30)
-            r.raise_for_status()
-            self._token = r.json()["access_token"]
-        return {"Authorization": f"Bearer {self._token}"}
-
-    def get(self, path: str, **params: Any) -> Any:
-        r = self.http.get(f"{self.base}/api/v2/{path}", params=params, headers=self._headers(), timeout=60)
-        r.raise_for_status()
-        return r.json()
-
-    def get_all(self, path: str, key: str, **params: Any) -> list[dict[str, Any]]:
-        """Every item of a paged list (the API pages by at most 100)."""
-        items: list[dict[str, Any]] = []
-        while True:
-            page = self.get(path, limit=100, offset=len(items), **params)
-            items += page[key]
-            if not page[key] or len(items) >= page["total_entries"]:
-                return items
-
-    def wait_dags(self, dag_ids: set[str], timeout_s: float = 600.0) -> float:
-        """Wait until the dag-processor has serialized every DAG of ``dag_ids``, unpaused.
-        Returns seconds.
-
-        Raises:
-            RuntimeError: an import error, or not within ``timeout_s``.
-        """
-        t0 = time.monotonic()
-        missing = dag_ids
-        while time.monotonic() - t0 < timeout_s:
-            self._check_alive()
-            try:
-                errors = self.get("importErrors")
-                if errors.get("total_entries"):
-                    raise RuntimeError(f"DAG import errors: {json.dumps(errors)[:3000]}")
-                dags = self.get_all("dags", "dags")
-                ready = {d["dag_id"] for d in dags if not d.get("is_paused")}
-                missing = dag_ids - ready
-                if not missing:
-                    return time.monotonic() - t0
-            except OSError:
-                pass
-            time.sleep(2.0)
-        raise RuntimeError(f"DAGs not ready within {timeout_s:.0f} s: {sorted(missing)[:10]} ...")
-
-    def trigger(self, dag_id: str, run_id: str, conf: dict[str, Any] | None = None) -> float:
-        """Trigger a run; returns the epoch time just before the request."""
-        import requests
-
-        t = time.time()
-        r = requests.post(  # not the shared session: runs are triggered from several threads at once
-            f"{self.base}/api/v2/dags/{dag_id}/dagRuns",
-            json={"dag_run_id": run_id, "logical_date": None, "conf": conf or {}},
-            headers=self._headers(),
-            timeout=120,
-        )
-        if r.status_code >= 300:
-            raise RuntimeError(f"trigger {dag_id}: HTTP {r.status_code}: {r.text[:1000]}")
-        return t
-
-    def wait_run(self, dag_id: str, run_id: str, timeout_s: float, poll_s: float = 0.2) -> dict[str, Any]:
-        """Poll the run until it succeeds or fails; the run (as the API gives it) plus the epoch
-        time it was first seen finished (``seen_done``)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            run = self.get(f"dags/{dag_id}/dagRuns/{run_id}")
-            if run["state"] in TERMINAL:
-                return {**run, "seen_done": time.time()}
-            time.sleep(poll_s)
-        self._check_alive()
-        raise RuntimeError(f"{dag_id} run {run_id} not finished within {timeout_s:.0f} s")
-
-    def wait_runs(self, prefix: str, count: int, timeout_s: float, poll_s: float = 2.0) -> list[dict[str, Any]]:
-        """Poll the runs whose id starts with ``prefix`` until all ``count`` finished."""
-        deadline = time.monotonic() + timeout_s
-        done_at: dict[str, float] = {}
-        runs: list[dict[str, Any]] = []
-        while time.monotonic() < deadline:
-            runs = self.get_all("dags/~/dagRuns", "dag_runs", run_id_prefix_pattern=prefix)
-            now = time.time()
-            for r in runs:
-                if r["state"] in TERMINAL:
-                    done_at.setdefault(r["dag_id"], now)
-            if len(done_at) >= count:
-                return [{**r, "seen_done": done_at[r["dag_id"]]} for r in runs]
-            time.sleep(poll_s)
-        self._check_alive()
-        states = [r["state"] for r in runs]
-        raise RuntimeError(
-            f"{count - len(done_at)} run(s) {prefix}* not finished within {timeout_s:.0f} s: "
-            + ", ".join(f"{s} {states.count(s)}" for s in sorted(set(states)))
-        )
-
-    def task_instances(self, prefix: str) -> list[dict[str, Any]]:
-        return self.get_all("dags/~/dagRuns/~/taskInstances", "task_instances", run_id_prefix_pattern=prefix)
-
-    def task_log_tail(self, dag_id: str, run_id: str) -> str:
-        base = Path(self.env["AIRFLOW__LOGGING__BASE_LOG_FOLDER"])
-        out = []
-        for path in sorted(base.glob(f"dag_id={dag_id}/run_id={run_id}/**/*.log")):
-            out.append(f"--- {path}\n{path.read_text(errors='replace')[-3000:]}")
-        return "\n".join(out)[-12000:]
+    env = airflow_env(settings, child_env(settings))
+    env.update(
+        {
+            "AIRFLOW__CORE__DAGS_FOLDER": str(dags_dir),
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": str(parallelism),
+        }
+    )
+    if db_url:
+        env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = db_url
+    return AirflowProcesses(env, logs, _free_port(), cwd=ROOT)
 
 
 def timeline(tis: list[dict[str, Any]], t0: float) -> list[dict[str, Any]]:
@@ -585,7 +361,14 @@ def spec(events: int, base_rows: int, seed: int) -> wl.WorkloadSpec:
 
 
 def phase_overhead(
-    airflow: Airflow, catalog: Any, settings: Settings, one: Loaded, one_id: str, ids: list[int], reps: int, tag: str
+    airflow: AirflowProcesses,
+    catalog: Any,
+    settings: Settings,
+    one: Loaded,
+    one_id: str,
+    ids: list[int],
+    reps: int,
+    tag: str,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Trivial DAG runs and one-event table DAG runs (after an unmeasured run of each)."""
     decimal = wl.decimal_supported()
@@ -626,7 +409,7 @@ def phase_overhead(
 
 
 def phase_many(
-    airflow: Airflow,
+    airflow: AirflowProcesses,
     settings: Settings,
     catalog: Any,
     label: str,
@@ -837,7 +620,7 @@ def run(args: argparse.Namespace) -> int:
         "params": params,
         "machine": machine_info(),
         "airflow_metadata_db": {
-            "postgres": "PostgreSQL 15 (Debian; fsync=off), psycopg2 + asyncpg",
+            "postgres": "PostgreSQL (Debian; fsync=off), psycopg2 + asyncpg",
             "sqlite": "SQLite (cdclake.local.airflow_env)",
         }[args.airflow_db],
         "work_dir": str(work),
@@ -852,7 +635,7 @@ def run(args: argparse.Namespace) -> int:
     phases: dict[str, Any] = {}
     checks: dict[str, Any] = {}
     setup: dict[str, Any] = {}
-    airflow: Airflow | None = None
+    airflow: AirflowProcesses | None = None
     postgres: Postgres | None = None
     try:
         t0 = time.monotonic()
@@ -894,10 +677,17 @@ def run(args: argparse.Namespace) -> int:
         shutil.copy(BENCH_DIR / "dags" / "bench_trivial.py", dags_dir / "bench_trivial.py")
         db_url = None
         if args.airflow_db == "postgres":
-            postgres = Postgres()
-            db_url = postgres.start()
-        airflow = Airflow(settings, dags_dir, logs, args.parallelism, db_url)
-        setup["airflow_db_s"] = round(airflow.migrate(), 1)
+            # not under the work dir: the postgres user must reach it (mkdtemp makes it 0700)
+            pg_dir = Path(tempfile.mkdtemp(prefix="cdclake-bench-pg-"))
+            postgres = Postgres(pg_dir, _free_port())
+            postgres.start()
+            db_url = postgres.ensure_database("airflow", "airflow", secrets.token_urlsafe(16))
+        from cdclake.settings import APPLY_POOL, APPLY_POOL_DESCRIPTION
+
+        airflow = airflow_processes(settings, dags_dir, logs, args.parallelism, db_url)
+        setup["airflow_db_s"] = round(
+            airflow.migrate({APPLY_POOL: (settings.apply_pool_slots, APPLY_POOL_DESCRIPTION)}), 1
+        )
         setup["airflow_start_s"] = round(airflow.start(), 1)
         dag_ids = {"bench_trivial", "cdc_e_one", "cdc_e_all"} | {f"cdc_{n}" for n, _, _ in many}
         setup["dags_ready_s"] = round(airflow.wait_dags(dag_ids), 1)
@@ -930,7 +720,7 @@ def run(args: argparse.Namespace) -> int:
         airflow.stop()
         airflow = None
         if postgres is not None:
-            postgres.stop()
+            stop_postgres(postgres)
             postgres = None
         del many, one, big10k
 
@@ -976,7 +766,7 @@ def run(args: argparse.Namespace) -> int:
         if airflow is not None:
             airflow.stop()
         if postgres is not None:
-            postgres.stop()
+            stop_postgres(postgres)
         stop_servers(settings)
 
     info["machine"]["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]
@@ -1167,7 +957,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--airflow-db",
         choices=["postgres", "sqlite"],
-        help="Airflow's metadata DB (default: postgres when PostgreSQL 15 and psycopg2 are installed; SQLite "
+        help="Airflow's metadata DB (default: postgres when PostgreSQL, psycopg2 and asyncpg are installed; SQLite "
         "locks up when many runs are triggered at once)",
     )
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds any one phase may take")
@@ -1185,9 +975,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.airflow_db is None:
         args.airflow_db = "postgres" if postgres_available() else "sqlite"
         if args.airflow_db == "sqlite":
-            print("PostgreSQL 15, psycopg2 or asyncpg missing: Airflow on SQLite (it locks up with many runs at once)")
+            print("PostgreSQL, psycopg2 or asyncpg missing: Airflow on SQLite (it locks up with many runs at once)")
     elif args.airflow_db == "postgres" and not postgres_available():
-        raise SystemExit(f"--airflow-db postgres needs {PG_BIN}/initdb, psycopg2 (psycopg2-binary) and asyncpg")
+        raise SystemExit("--airflow-db postgres needs Debian's PostgreSQL, psycopg2 (psycopg2-binary) and asyncpg")
     if args.base_rows < args.reps + args.events_per_table:
         raise SystemExit("--base-rows must leave rows the workload does not touch for the one-event runs")
     return run(args)

@@ -2,10 +2,14 @@
 
 Usage (the table DAG's ``apply`` task builds this command)::
 
-    spark-submit [--conf ...] spark_jobs/apply_cdc.py --plan JSON [--bootstrap-servers HOST:PORT]
+    spark-submit [--conf ...] spark_jobs/apply_cdc.py --plan JSON [--connections-file PATH]
+        [--bootstrap-servers HOST:PORT]
 
 ``--plan`` is the :class:`~cdclake.model.plan.RunPlan` the ``schema_sync`` task returned (table
-config, offset range, run id, replay); the job does not read the table config file. The job
+config, offset range, run id, replay); the job does not read the table config file.
+``--connections-file`` is the task's private file of the Iceberg catalog's properties and the Kafka
+client config (:func:`cdclake.spark.session.job_connections`); without it the job uses the
+``CDCLAKE_*`` catalog and a plaintext Kafka cluster at ``--bootstrap-servers``. The job
 prints one line ``CDC_APPLY_RESULT <json>`` and exits 0, or raises (non-zero exit) with the reason.
 """
 
@@ -19,22 +23,23 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="apply_cdc.py", description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--plan", required=True, help="the run plan (RunPlan JSON) from the schema_sync task")
-    parser.add_argument("--bootstrap-servers", help="Kafka bootstrap servers (default: settings)")
+    parser.add_argument("--connections-file", help="the task's private connections file (catalog, Kafka)")
+    parser.add_argument("--bootstrap-servers", help="Kafka bootstrap servers without --connections-file")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     from pyspark.sql import SparkSession
 
-    from cdclake.io.kafka import KafkaClients
     from cdclake.model.plan import RunPlan
     from cdclake.settings import Settings
     from cdclake.spark.apply import apply_range
+    from cdclake.spark.session import job_connections, set_catalog
 
-    settings = Settings.from_env()
+    settings, kafka = job_connections(args.connections_file, Settings.from_env(), args.bootstrap_servers)
     plan = RunPlan.from_json(args.plan)
-    kafka = KafkaClients.from_bootstrap(args.bootstrap_servers or settings.kafka_bootstrap)
     spark = SparkSession.builder.appName(f"cdc-apply-{plan.table.name}").getOrCreate()
     try:
+        set_catalog(spark, settings)
         result = apply_range(spark, settings, plan, kafka=kafka)
     finally:
         spark.stop()

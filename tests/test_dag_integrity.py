@@ -136,16 +136,23 @@ def test_the_submit_engine_applies_through_spark_submit_in_the_same_pool(monkeyp
         from airflow.dag_processing.dagbag import DagBag
         bag = DagBag(dag_folder="dags")
         dag = bag.dags["cdc_inventory_products"]
+        from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
         apply = dag.get_task("apply")
         maintain = bag.dags["cdc_maintenance"].get_task("maintain")
-        print(json.dumps({"type": type(apply).__name__, "pool": apply.pool, "conn_id": apply._conn_id,
+        print(json.dumps({"type": type(apply).__name__, "spark_submit": isinstance(apply, SparkSubmitOperator),
+                          "catalog_conf": sorted(k for k in apply.conf if k.startswith("spark.sql.catalog")),
+                          "args": apply.application_args, "pool": apply.pool, "conn_id": apply._conn_id,
                           "tasks": sorted(t.task_id for t in dag.tasks),
                           "upstream": {t: sorted(dag.get_task(t).upstream_task_ids) for t in ("schema_sync", "apply", "publish")},
                           "maintain": [type(maintain).__name__, maintain.partial_kwargs.get("pool")]}))
         """
     )
     assert result == {
-        "type": "SparkSubmitOperator",
+        "type": "CdcSparkSubmitOperator",
+        "spark_submit": True,
+        # the catalog (and its credentials) reaches the job in the task's private file at run time
+        "catalog_conf": [],
+        "args": ["--plan", "{{ ti.xcom_pull(task_ids='schema_sync') }}"],
         "pool": "cdc_apply",
         "conn_id": "spark_default",
         "tasks": ["apply", "plan", "publish", "schema_sync"],

@@ -12,8 +12,10 @@ variable                       meaning                                          
 ``CDCLAKE_STATE_DIR``          root of the local stack's data                   ``<project>/.stack``
 ``CDCLAKE_KAFKA_BOOTSTRAP``    Kafka ``bootstrap.servers``                      ``127.0.0.1:19092``
 ``CDCLAKE_CATALOG_NAME``       Iceberg catalog name (Spark and pyiceberg)       ``lake``
-``CDCLAKE_CATALOG_URI``        SQLAlchemy URI of the JDBC catalog database      ``<state>/iceberg/catalog.db``
-``CDCLAKE_WAREHOUSE``          warehouse location (URI)                         ``<state>/iceberg/warehouse``
+``CDCLAKE_CATALOG_TYPE``       ``sql`` (JDBC catalog database) or ``rest``         ``sql``
+``CDCLAKE_CATALOG_URI``        ``sql``: SQLAlchemy URI of the catalog database;   ``<state>/iceberg/catalog.db``
+                               ``rest``: the REST catalog's base URL
+``CDCLAKE_WAREHOUSE``          warehouse location (URI: ``file://``, ``s3://``)  ``<state>/iceberg/warehouse``
 ``CDCLAKE_TABLES_CONFIG``      table config file                                ``include/tables.yaml``
 ``CDCLAKE_SPARK_MASTER``       Spark master for the embedded stack              ``local[2]``
 ``CDCLAKE_MARIADB_PORT``       loopback port of the local MariaDB               ``13306``
@@ -31,16 +33,20 @@ variable                       meaning                                          
 =============================  ===============================================  =========================
 
 The Airflow connection ids the DAGs use are constants here (:class:`ConnectionIds`); their
-contents (hosts, credentials) are Airflow's, resolved when a task runs.
+contents (hosts, credentials) are Airflow's, resolved when a task runs. Credentials never come
+from these variables: a deployment's catalog credentials (JDBC password, S3 keys, REST token) are
+the Airflow connection ``iceberg_catalog``, merged in at task run time with
+:meth:`Settings.with_catalog`.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 """The project folder (``include/cdclake/settings.py`` is two levels below it)."""
@@ -50,6 +56,7 @@ _KNOWN = {
     "STATE_DIR",
     "KAFKA_BOOTSTRAP",
     "CATALOG_NAME",
+    "CATALOG_TYPE",
     "CATALOG_URI",
     "WAREHOUSE",
     "TABLES_CONFIG",
@@ -85,8 +92,16 @@ class ConnectionIds:
     """type ``kafka``: the same cluster, for the deferrable wait on Debezium's notification topic."""
     SOURCE_DB = "cdc_source_db"
     """type ``mysql``: the source database, where snapshot signals are inserted."""
+    ICEBERG_CATALOG = "iceberg_catalog"
+    """type ``generic``, optional: its ``extra`` is the Iceberg catalog's properties in Iceberg's
+    own names (``type``, ``uri``, ``warehouse``, ``jdbc.user``, ``jdbc.password``, ``token``,
+    ``s3.endpoint``, ``s3.access-key-id``, ``s3.secret-access-key``, ``s3.path-style-access``,
+    ``client.region``, ...), merged over ``CDCLAKE_CATALOG_*`` when a task runs
+    (:meth:`Settings.with_catalog`). Without it the catalog is the environment's (the embedded
+    default, which has no credentials)."""
 
 
+APPLY_POOL_DESCRIPTION = "table DAGs' apply tasks: how many run at once on the engine"
 APPLY_POOL = "cdc_apply"
 """The Airflow pool of every table's ``apply`` task: its slots are the applies the engine runs at
 once (``CDCLAKE_APPLY_POOL_SLOTS`` on the local stack; a deployment sizes it to its engine)."""
@@ -100,8 +115,16 @@ class Settings(BaseModel):
     state_dir: Path
     kafka_bootstrap: str
     catalog_name: str
+    catalog_type: Literal["sql", "rest"] = "sql"
+    """``sql``: a JDBC catalog database (pyiceberg ``SqlCatalog``, Iceberg ``JdbcCatalog``; SQLite
+    or PostgreSQL); ``rest``: an Iceberg REST catalog (pyiceberg ``RestCatalog``, Spark
+    ``type=rest``)."""
     catalog_uri: str
     warehouse: str
+    catalog_properties: dict[str, str] = Field(default_factory=dict, repr=False, exclude=True)
+    """Further Iceberg catalog properties (credentials, FileIO settings), in Iceberg's names; set
+    only by :meth:`with_catalog` from the Airflow connection at task run time. Never printed
+    (``repr``) nor dumped."""
     tables_config: Path
     spark_master: str
     mariadb_port: int = 13306
@@ -148,6 +171,7 @@ class Settings(BaseModel):
                 state_dir=state_dir,
                 kafka_bootstrap=env.get("CDCLAKE_KAFKA_BOOTSTRAP", "127.0.0.1:19092"),
                 catalog_name=env.get("CDCLAKE_CATALOG_NAME", "lake"),
+                catalog_type=env.get("CDCLAKE_CATALOG_TYPE", "sql"),
                 catalog_uri=env.get("CDCLAKE_CATALOG_URI", f"sqlite:///{state_dir / 'iceberg' / 'catalog.db'}"),
                 warehouse=env.get("CDCLAKE_WAREHOUSE", (state_dir / "iceberg" / "warehouse").as_uri()),
                 tables_config=Path(env.get("CDCLAKE_TABLES_CONFIG", PROJECT_ROOT / "include" / "tables.yaml")),
@@ -165,14 +189,58 @@ class Settings(BaseModel):
             )
         )
 
-    @property
-    def jdbc_catalog_uri(self) -> str:
-        """The catalog database as a JDBC URL, for Spark's ``JdbcCatalog``.
+    def with_catalog(self, properties: Mapping[str, object]) -> Settings:
+        """These settings with the catalog an Airflow connection's ``extra`` describes
+        (:attr:`ConnectionIds.ICEBERG_CATALOG`): ``type``, ``uri`` and ``warehouse`` replace the
+        environment's; every other key is an Iceberg catalog property kept in
+        :attr:`catalog_properties` (values as strings; booleans as ``true``/``false``).
 
         Raises:
-            ValueError: a catalog URI that is neither SQLite nor PostgreSQL.
+            ValueError: a ``type`` other than ``sql``, ``jdbc`` or ``rest``; a property that is not
+                a string, number or boolean.
+        """
+        props: dict[str, str] = {}
+        for key, value in properties.items():
+            if isinstance(value, bool):
+                props[key] = "true" if value else "false"
+            elif isinstance(value, (str, int, float)):
+                props[key] = str(value)
+            else:
+                raise ValueError(
+                    f"catalog property {key!r}: a string, number or boolean is needed, not {type(value).__name__}"
+                )
+        update: dict[str, object] = {}
+        kind = props.pop("type", None)
+        if kind is not None:
+            if kind not in ("sql", "jdbc", "rest"):
+                raise ValueError(f"catalog type {kind!r}: sql (or jdbc) or rest")
+            update["catalog_type"] = "rest" if kind == "rest" else "sql"
+        for key, field in (("uri", "catalog_uri"), ("warehouse", "warehouse")):
+            if key in props:
+                update[field] = props.pop(key)
+        update["catalog_properties"] = {**self.catalog_properties, **props}
+        return self.model_copy(update=update)
+
+    def _jdbc_credentials(self) -> tuple[str | None, str | None]:
+        """The catalog database's user and password: ``jdbc.user``/``jdbc.password`` of the
+        catalog properties, else the SQLAlchemy URI's (%-escapes decoded, as SQLAlchemy does)."""
+        from urllib.parse import unquote, urlsplit
+
+        parts = urlsplit(self.catalog_uri)
+        user = self.catalog_properties.get("jdbc.user") or (unquote(parts.username) if parts.username else None)
+        password = self.catalog_properties.get("jdbc.password") or (unquote(parts.password) if parts.password else None)
+        return user, password
+
+    @property
+    def jdbc_catalog_uri(self) -> str:
+        """The catalog database as a JDBC URL without credentials, for Spark's ``JdbcCatalog``.
+
+        Raises:
+            ValueError: a ``rest`` catalog, or a catalog URI that is neither SQLite nor PostgreSQL.
         """
         uri = self.catalog_uri
+        if self.catalog_type == "rest":
+            raise ValueError("a REST catalog has no JDBC URL")
         if uri.startswith("sqlite:///"):
             # sqlite:////abs/path.db -> jdbc:sqlite:/abs/path.db
             return "jdbc:sqlite:" + uri[len("sqlite:///") :]
@@ -181,32 +249,72 @@ class Settings(BaseModel):
             if "@" in rest:
                 rest = rest.split("@", 1)[1]
             return "jdbc:postgresql://" + rest
-        raise ValueError(f"catalog URI {uri!r}: only sqlite:/// and postgresql:// are supported")
+        raise ValueError(f"catalog URI {_without_password(uri)!r}: only sqlite:/// and postgresql:// are supported")
+
+    def pyiceberg_catalog_properties(self) -> dict[str, str]:
+        """The catalog's properties as pyiceberg's ``load_catalog`` takes them (``type``,
+        ``uri`` with the database credentials for ``sql``, ``warehouse``, FileIO settings).
+
+        Iceberg Java names are translated where pyiceberg's differ: ``client.region`` ->
+        ``s3.region``; ``s3.path-style-access=true`` -> ``s3.force-virtual-addressing=false``.
+        """
+        props = {k: v for k, v in self.catalog_properties.items() if not k.startswith("jdbc.")}
+        if "client.region" in props:
+            props.setdefault("s3.region", props.pop("client.region"))
+        if props.pop("s3.path-style-access", "").lower() == "true":
+            props.setdefault("s3.force-virtual-addressing", "false")
+        props.pop("io-impl", None)  # a Java class: pyiceberg picks its FileIO by the scheme
+        uri = self.catalog_uri
+        if self.catalog_type == "sql" and uri.startswith("postgresql"):
+            from urllib.parse import quote, urlsplit, urlunsplit
+
+            user, password = self._jdbc_credentials()
+            parts = urlsplit(uri)
+            host = parts.netloc.rsplit("@", 1)[-1]
+            if user:
+                auth = quote(user, safe="") + (":" + quote(password, safe="") if password else "")
+                host = f"{auth}@{host}"
+            uri = urlunsplit(parts._replace(netloc=host))
+        props.update({"type": self.catalog_type, "uri": uri, "warehouse": self.warehouse})
+        return props
 
     def spark_catalog_conf(self) -> dict[str, str]:
-        """Spark settings that register the Iceberg catalog ``catalog_name`` (same as pyiceberg's)."""
+        """Spark settings that register the Iceberg catalog ``catalog_name`` (the one pyiceberg
+        loads with :meth:`pyiceberg_catalog_properties`), credentials included: give them to a
+        session at run time (:func:`cdclake.spark.session.set_catalog`), never on a command line.
+        """
         prefix = f"spark.sql.catalog.{self.catalog_name}"
         conf = {
             prefix: "org.apache.iceberg.spark.SparkCatalog",
-            f"{prefix}.catalog-impl": "org.apache.iceberg.jdbc.JdbcCatalog",
-            f"{prefix}.uri": self.jdbc_catalog_uri,
             f"{prefix}.warehouse": self.warehouse,
-            # pyiceberg's SqlCatalog creates the V0 layout (no iceberg_type column); keep Spark on it
-            f"{prefix}.jdbc.schema-version": "V0",
             # pyiceberg commits to the same tables (side tables, offsets-only commits): Spark must
             # load the current metadata on every access, not a cached copy
             f"{prefix}.cache-enabled": "false",
-            "spark.sql.extensions": ("org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"),
         }
-        if self.catalog_uri.startswith("postgresql"):
-            from urllib.parse import unquote, urlsplit
-
-            # SQLAlchemy (pyiceberg) decodes %-escapes in credentials; give Spark the same ones
-            parts = urlsplit(self.catalog_uri.replace("+psycopg2", ""))
-            if parts.username:
-                conf[f"{prefix}.jdbc.user"] = unquote(parts.username)
-            if parts.password:
-                conf[f"{prefix}.jdbc.password"] = unquote(parts.password)
+        if self.catalog_type == "rest":
+            conf.update({f"{prefix}.type": "rest", f"{prefix}.uri": self.catalog_uri})
+        else:
+            conf.update(
+                {
+                    f"{prefix}.catalog-impl": "org.apache.iceberg.jdbc.JdbcCatalog",
+                    f"{prefix}.uri": self.jdbc_catalog_uri,
+                    # pyiceberg's SqlCatalog creates the V0 layout (no iceberg_type column)
+                    f"{prefix}.jdbc.schema-version": "V0",
+                }
+            )
+            user, password = self._jdbc_credentials()
+            if user:
+                conf[f"{prefix}.jdbc.user"] = user
+            if password:
+                conf[f"{prefix}.jdbc.password"] = password
+        if self.warehouse.startswith(("s3://", "s3a://")):
+            conf[f"{prefix}.io-impl"] = "org.apache.iceberg.aws.s3.S3FileIO"
+        for key, value in self.catalog_properties.items():
+            if key == "s3.region":
+                key = "client.region"
+            if key == "s3.force-virtual-addressing":
+                key, value = "s3.path-style-access", "false" if value.lower() == "true" else "true"
+            conf[f"{prefix}.{key}"] = value
         return conf
 
     @property
@@ -231,6 +339,13 @@ class Settings(BaseModel):
     def engine_dir(self) -> Path:
         """The local Spark Connect server's files (pid, log, settings, token)."""
         return self.state_dir / "engine"
+
+
+def _without_password(uri: str) -> str:
+    """``uri`` with the password of its user info replaced by ``***`` (for messages)."""
+    import re
+
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", uri)
 
 
 def jars_dir(profile: str) -> Path:

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Set up everything the project runs on, from a clean clone; idempotent and quick when done.
 #   1. .venv        Python virtual environment with the pinned requirements (uv, from PyPI)
-#   2. .jars/       JVM jars from Maven Central (include/jars/pom.xml): Spark side and Kafka side
-#   3. Airflow      metadata DB (SQLite) under the state dir, migrated
+#   2. .jars/       JVM jars from Maven Central (include/jars/pom.xml): Spark side, Kafka side,
+#                   Iceberg REST catalog server, s3proxy
+#   3. Debian packages: MariaDB, Chromium, PostgreSQL (apt-get, when missing)
+#   4. Airflow      metadata DB (SQLite) under the state dir, migrated
 # Non-interactive; each step is skipped when its inputs did not change (stamp files).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -55,7 +57,7 @@ if [ "$(cat .jars/.pom.sha 2>/dev/null)" != "$want" ]; then
     || { tail -40 .jars/maven-debezium.log >&2; exit 1; }
   [ -d .jars/connect-plugins/debezium-connector-mariadb ] \
     || { echo "the Debezium plugin was not unpacked into .jars/connect-plugins" >&2; exit 1; }
-  for profile in spark kafka; do
+  for profile in spark kafka rest-catalog s3proxy; do
     say "fetching $profile jars (Maven)"
     rm -rf ".jars/$profile"
     mkdir -p .jars
@@ -86,6 +88,17 @@ if ! command -v chromium >/dev/null; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
 else
   say "Chromium installed"
+fi
+
+# --- 3c. PostgreSQL (Debian package) for the production parts (cdclake.local.parts.Postgres: catalog and
+# Airflow metadata DBs); any version, the newest under /usr/lib/postgresql is used
+if ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
+  say "installing PostgreSQL (apt-get)"
+  if [ "$(id -u)" -eq 0 ]; then SUDO=; else SUDO=sudo; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq postgresql >/dev/null
+else
+  say "PostgreSQL installed"
 fi
 
 # --- 4. Airflow metadata DB -----------------------------------------------------------------------

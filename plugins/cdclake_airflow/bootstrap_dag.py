@@ -121,11 +121,11 @@ def ensure_tables(plan: dict[str, Any]) -> dict[str, str]:
     connector's schema-change topic (see :mod:`cdclake.pipeline.schema_sync`)."""
     from cdclake.io.catalog import load_catalog
     from cdclake.pipeline.schema_sync import sync_table_schema
-    from cdclake_airflow.connections import kafka_clients
+    from cdclake_airflow.connections import kafka_clients, task_settings
 
     if plan["action"] != "execute":
         return {}
-    catalog, kafka = load_catalog(Settings.from_env()), kafka_clients()
+    catalog, kafka = load_catalog(task_settings()), kafka_clients()
     done = {}
     for name, cfg in _configs(plan).items():
         result = sync_table_schema(catalog, kafka, cfg)
@@ -144,9 +144,9 @@ def send_signal(plan: dict[str, Any]) -> dict[str, Any]:
     from cdclake.io.source_db import send_source_signal
     from cdclake.model.snapshot import Signal
     from cdclake.pipeline.snapshot import send_kafka_signal
-    from cdclake_airflow.connections import kafka_clients, source_database
+    from cdclake_airflow.connections import kafka_clients, source_database, task_settings
 
-    settings = Settings.from_env()
+    settings = task_settings()
     s = plan["signal"]
     signal = Signal(s["id"], s["type"], s["data"])
     sent_ms = int(time.time() * 1000)
@@ -171,9 +171,9 @@ def check_snapshot(plan: dict[str, Any], sent: dict[str, Any], end: dict[str, An
     from cdclake.io.kafka import topic_watermarks
     from cdclake.model.snapshot import check_scan, scan_results
     from cdclake.pipeline.snapshot import read_notifications
-    from cdclake_airflow.connections import kafka_clients
+    from cdclake_airflow.connections import kafka_clients, task_settings
 
-    settings = Settings.from_env()
+    settings = task_settings()
     kafka = kafka_clients()
     collections = list(plan["collections"].values())
     results = scan_results(
@@ -207,8 +207,9 @@ def applied(target: dict[str, Any]) -> Any:
 
     from cdclake.io.catalog import committed_offsets, load_catalog, load_table_or_none
     from cdclake.model.snapshot import caught_up
+    from cdclake_airflow.connections import task_settings
 
-    table = load_table_or_none(load_catalog(Settings.from_env()), target["identifier"])
+    table = load_table_or_none(load_catalog(task_settings()), target["identifier"])
     committed = committed_offsets(table, target["topic"])
     end = {int(p): o for p, o in target["end_offsets"].items()}
     done = caught_up(committed, end)

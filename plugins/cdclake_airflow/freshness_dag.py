@@ -36,10 +36,10 @@ def status(**context: Any) -> dict[str, dict[str, Any]]:
     from cdclake.io.catalog import load_catalog
     from cdclake.model.config import load_tables
     from cdclake.pipeline.status import status_of_tables
-    from cdclake_airflow.connections import kafka_clients
+    from cdclake_airflow.connections import kafka_clients, task_settings
     from cdclake_airflow.metrics import emit_status
 
-    settings = Settings.from_env()
+    settings = task_settings()
     tables = list(load_tables(settings.tables_config).tables)
     out: dict[str, dict[str, Any]] = {}
     for st in status_of_tables(load_catalog(settings), kafka_clients(), tables):

@@ -53,13 +53,14 @@ def maintain(name: str, **context: Any) -> dict[str, Any]:
     from cdclake.model.config import load_tables
     from cdclake.spark.maintenance import check_actions, maintain_table
     from cdclake.spark.session import connect_session
+    from cdclake_airflow.connections import task_settings
 
     params = context["params"]
-    settings = Settings.from_env()
+    settings = task_settings()
     cfg = load_tables(settings.tables_config).get(name)
     actions = check_actions(params.get("actions") or None)
     url = SparkConnectHook(ConnectionIds.SPARK_CONNECT).get_connection_url()
-    spark = connect_session(url, conn_id=ConnectionIds.SPARK_CONNECT)
+    spark = connect_session(url, settings=settings, conn_id=ConnectionIds.SPARK_CONNECT)
     try:
         result = maintain_table(spark, settings, cfg, actions=actions, dry_run=bool(params.get("dry_run")))
     finally:
@@ -80,12 +81,11 @@ def submit_args(name: str, **context: Any) -> list[str]:
 
 
 def _submit_task(settings: Settings) -> Any:
-    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-
     from cdclake.spark.session import spark_conf
+    from cdclake_airflow.spark_submit import CdcSparkSubmitOperator
 
     venv_bin = os.path.dirname(sys.executable)
-    return SparkSubmitOperator.partial(
+    return CdcSparkSubmitOperator.partial(
         task_id="maintain",
         pool=APPLY_POOL,
         conn_id=ConnectionIds.SPARK,

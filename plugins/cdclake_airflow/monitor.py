@@ -141,9 +141,9 @@ def tables_payload(user: Any, session: "Session", freshness_minutes: int | None 
     from cdclake.io.catalog import load_catalog
     from cdclake.model.config import load_tables
     from cdclake.pipeline.status import status_of_tables
-    from cdclake.settings import Settings
+    from cdclake_airflow.connections import task_settings
 
-    settings = Settings.from_env()
+    settings = task_settings()
     tables = readable_tables(user, load_tables(settings.tables_config).tables, session)
     kafka, kafka_source = kafka_for_request(settings)
     now_ms = int(time.time() * 1000)

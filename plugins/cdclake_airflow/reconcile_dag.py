@@ -60,10 +60,10 @@ def reconcile(name: str, **context: Any) -> dict[str, Any]:
     from cdclake.io.catalog import load_catalog
     from cdclake.model.config import load_tables
     from cdclake.pipeline.reconcile import ReconcileParams, poll_catch_up, reconcile_table
-    from cdclake_airflow.connections import kafka_clients, source_database
+    from cdclake_airflow.connections import kafka_clients, source_database, task_settings
 
     params = context["params"]
-    settings = Settings.from_env()
+    settings = task_settings()
     cfg = load_tables(settings.tables_config).get(name)
     key_range = params.get("key_range")
     run = ReconcileParams(

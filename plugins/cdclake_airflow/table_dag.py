@@ -81,13 +81,15 @@ def _replay_params(params: dict[str, Any]) -> tuple[dict[int, int] | None, int |
     return offsets, stamp
 
 
-def _clients() -> tuple[Catalog, KafkaClients]:
-    """The catalog (settings) and the Kafka clients (connection ``kafka_default``), built once per
-    task and passed to every phase."""
+def _clients() -> tuple[Settings, Catalog, KafkaClients]:
+    """The task's settings with the catalog of connection ``iceberg_catalog``, the catalog, and
+    the Kafka clients (connection ``kafka_default``), resolved once per task and passed to every
+    phase."""
     from cdclake.io.catalog import load_catalog
-    from cdclake_airflow.connections import kafka_clients
+    from cdclake_airflow.connections import kafka_clients, task_settings
 
-    return load_catalog(Settings.from_env()), kafka_clients()
+    settings = task_settings()
+    return settings, load_catalog(settings), kafka_clients()
 
 
 def _plan(catalog: Catalog, kafka: KafkaClients, table_json: str, context: dict[str, Any]) -> RunPlan:
@@ -164,7 +166,7 @@ def plan(table_json: str, **context: Any) -> str | None:
         OffsetsOutOfRangeError: committed offsets fell below the low watermark (see the message).
         ConfigError: the table has no primary key and is not configured as a change log.
     """
-    planned = _plan(*_clients(), table_json, context)
+    planned = _plan(*_clients()[1:], table_json, context)
     if planned.range.is_empty:
         log.info("nothing new: skipping schema sync, apply and publish (no Spark job, no commit)")
         return None
@@ -183,7 +185,7 @@ def schema_sync(**context: Any) -> str:
     """
     from cdclake.model.plan import RunPlan
 
-    return _sync(*_clients(), RunPlan.from_json(context["ti"].xcom_pull(task_ids="plan"))).to_json()
+    return _sync(*_clients()[1:], RunPlan.from_json(context["ti"].xcom_pull(task_ids="plan"))).to_json()
 
 
 CONCURRENT_COMMIT_ATTEMPTS = 3
@@ -224,7 +226,7 @@ def apply(table_json: str, asset: Any, **context: Any) -> dict[str, Any]:
     from cdclake.spark.session import connect_session
 
     seconds: dict[str, float] = {}
-    catalog, kafka = _clients()
+    settings, catalog, kafka = _clients()
 
     def timed(phase: str, started: float) -> None:
         seconds[phase] = round(seconds.get(phase, 0.0) + time.monotonic() - started, 3)
@@ -240,11 +242,11 @@ def apply(table_json: str, asset: Any, **context: Any) -> dict[str, Any]:
         timed("schema_sync", t)
         t = time.monotonic()
         hook = SparkConnectHook(ConnectionIds.SPARK_CONNECT)
-        spark = connect_session(hook.get_connection_url(), conn_id=ConnectionIds.SPARK_CONNECT)
+        spark = connect_session(hook.get_connection_url(), settings=settings, conn_id=ConnectionIds.SPARK_CONNECT)
         timed("session", t)
         t = time.monotonic()
         try:
-            result = apply_range(spark, Settings.from_env(), planned, kafka=kafka)
+            result = apply_range(spark, settings, planned, kafka=kafka)
         except ConcurrentRunError:
             if attempt == CONCURRENT_COMMIT_ATTEMPTS:
                 raise
@@ -311,10 +313,11 @@ def publish(asset: Any, **context: Any) -> dict[str, Any]:
     from cdclake.io.catalog import load_catalog
     from cdclake.model.layout import SummaryKeys
     from cdclake.model.plan import RunPlan
+    from cdclake_airflow.connections import task_settings
     from cdclake_airflow.metrics import emit_run
 
     cfg = RunPlan.from_json(context["ti"].xcom_pull(task_ids="schema_sync")).table
-    extra = _published(load_catalog(Settings.from_env()).load_table(cfg.identifier), cfg)
+    extra = _published(load_catalog(task_settings()).load_table(cfg.identifier), cfg)
     context["outlet_events"][asset].extra = extra
     log.info("published %s: %s", asset.uri, extra)
     if extra.get(SummaryKeys.RUN_ID) == context["run_id"]:  # this run committed (not a retry's no-op)
@@ -326,13 +329,14 @@ def publish(asset: Any, **context: Any) -> dict[str, Any]:
 
 
 def _submit_task(settings: Settings, cfg: TableConfig) -> Any:
-    """The ``apply`` task of the ``submit`` engine: ``spark-submit spark_jobs/apply_cdc.py``."""
-    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-
+    """The ``apply`` task of the ``submit`` engine: ``spark-submit spark_jobs/apply_cdc.py``; the
+    catalog's and Kafka's credentials reach the job in a private file, never on its command line
+    (:mod:`cdclake_airflow.spark_submit`)."""
     from cdclake.spark.session import spark_conf
+    from cdclake_airflow.spark_submit import CdcSparkSubmitOperator
 
     venv_bin = os.path.dirname(sys.executable)
-    return SparkSubmitOperator(
+    return CdcSparkSubmitOperator(
         task_id="apply",
         pool=APPLY_POOL,
         conn_id=ConnectionIds.SPARK,
@@ -341,12 +345,7 @@ def _submit_task(settings: Settings, cfg: TableConfig) -> Any:
         jars=",".join(str(p) for p in sorted(jars_dir("spark").glob("*.jar"))),
         conf=spark_conf(settings),
         driver_memory="2g",
-        application_args=[
-            "--plan",
-            "{{ ti.xcom_pull(task_ids='schema_sync') }}",
-            "--bootstrap-servers",
-            "{{ conn." + ConnectionIds.KAFKA + ".extra_dejson['bootstrap.servers'] }}",
-        ],
+        application_args=["--plan", "{{ ti.xcom_pull(task_ids='schema_sync') }}"],
         # spark-submit of the pip package finds its Spark home through the python3 on PATH
         env_vars={
             "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -357,8 +356,8 @@ def _submit_task(settings: Settings, cfg: TableConfig) -> Any:
 
 
 def build_table_dag(settings: Settings, cfg: TableConfig) -> DAG:
-    """The DAG ``cdc_<name>`` of one configured table (its ``apply`` task as ``settings.engine``
-    says)."""
+    """The DAG ``cdc_<name>`` of one configured table (its ``apply`` task as the table's
+    ``engine`` says, else ``settings.engine``)."""
     from airflow.sdk import DAG, Asset, Param, task
 
     asset = Asset(name=f"{settings.catalog_name}.{cfg.identifier}", uri=table_asset_uri(settings, cfg))
@@ -413,7 +412,7 @@ def build_table_dag(settings: Settings, cfg: TableConfig) -> DAG:
         },
     ) as dag:
         table_json = cfg.model_dump_json()
-        if settings.engine == "connect":
+        if (cfg.engine or settings.engine) == "connect":
             task(task_id="apply", pool=APPLY_POOL, outlets=[asset])(apply)(table_json, asset)
         else:
             plan_task = task.short_circuit(task_id="plan")(plan)(table_json)

@@ -157,8 +157,89 @@ def test_spark_catalog_conf_for_sqlite_has_no_credentials(tmp_path):
     assert conf["spark.sql.catalog.c1.uri"] == f"jdbc:sqlite:{root}/iceberg/catalog.db"
     assert conf["spark.sql.catalog.c1.warehouse"] == (root / "iceberg" / "warehouse").as_uri()
     assert not [k for k in conf if k.endswith((".jdbc.user", ".jdbc.password"))]
-    extensions = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
-    assert conf["spark.sql.extensions"] == extensions
+
+
+def test_spark_conf_has_the_extensions_and_redaction_but_no_catalog():
+    from cdclake.spark.session import spark_conf
+
+    conf = spark_conf(with_uri("postgresql://cat_user:s3cret@db.example:5432/catalog"))
+    assert conf["spark.sql.extensions"] == "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+    assert not [k for k in conf if k.startswith("spark.sql.catalog.")]
+    assert "s3cret" not in repr(conf)
+    import re
+
+    redact = re.compile(conf["spark.redaction.regex"])
+    for key in (
+        "spark.sql.catalog.lake.jdbc.password",
+        "spark.sql.catalog.lake.s3.secret-access-key",
+        "spark.sql.catalog.lake.s3.access-key-id",
+        "spark.sql.catalog.lake.token",
+        "spark.sql.catalog.lake.credential",
+        "kafka.sasl.jaas.config",
+    ):
+        assert redact.search(key), key
+    assert not redact.search("spark.sql.catalog.lake.uri")
+
+
+# --- the catalog of an Airflow connection (Settings.with_catalog) -------------------------------
+
+S3_PROPS = {
+    "s3.endpoint": "http://127.0.0.1:9000",
+    "s3.access-key-id": "AKID",
+    "s3.secret-access-key": "very-secret",
+    "s3.path-style-access": True,
+    "client.region": "us-east-1",
+}
+
+
+def test_a_rest_catalog_connection_reaches_spark_and_pyiceberg_in_their_own_names():
+    s = Settings.from_env({}).with_catalog(
+        {"type": "rest", "uri": "http://127.0.0.1:8181", "warehouse": "s3://lake/", **S3_PROPS}
+    )
+    assert (s.catalog_type, s.catalog_uri, s.warehouse) == ("rest", "http://127.0.0.1:8181", "s3://lake/")
+    conf = s.spark_catalog_conf()
+    assert conf["spark.sql.catalog.lake.type"] == "rest"
+    assert conf["spark.sql.catalog.lake.uri"] == "http://127.0.0.1:8181"
+    assert conf["spark.sql.catalog.lake.io-impl"] == "org.apache.iceberg.aws.s3.S3FileIO"
+    assert conf["spark.sql.catalog.lake.s3.path-style-access"] == "true"
+    assert conf["spark.sql.catalog.lake.client.region"] == "us-east-1"
+    assert conf["spark.sql.catalog.lake.s3.secret-access-key"] == "very-secret"
+    assert "spark.sql.catalog.lake.catalog-impl" not in conf
+    props = s.pyiceberg_catalog_properties()
+    assert props["type"] == "rest" and props["uri"] == "http://127.0.0.1:8181"
+    assert props["s3.region"] == "us-east-1" and props["s3.force-virtual-addressing"] == "false"
+    assert "s3.path-style-access" not in props and "client.region" not in props
+    with pytest.raises(ValueError, match="REST catalog has no JDBC URL"):
+        _ = s.jdbc_catalog_uri
+
+
+def test_a_jdbc_catalog_connection_gives_its_credentials_to_both_and_never_prints_them():
+    s = Settings.from_env({}).with_catalog(
+        {
+            "type": "jdbc",
+            "uri": "postgresql+psycopg2://db.example:5432/iceberg",
+            "warehouse": "s3://lake/",
+            "jdbc.user": "iceberg",
+            "jdbc.password": "p@ss:word",
+            **S3_PROPS,
+        }
+    )
+    assert s.catalog_type == "sql"
+    conf = s.spark_catalog_conf()
+    assert conf["spark.sql.catalog.lake.uri"] == "jdbc:postgresql://db.example:5432/iceberg"
+    assert conf["spark.sql.catalog.lake.jdbc.password"] == "p@ss:word"
+    props = s.pyiceberg_catalog_properties()
+    assert props["uri"] == "postgresql+psycopg2://iceberg:p%40ss%3Aword@db.example:5432/iceberg"
+    assert not [k for k in props if k.startswith("jdbc.")]
+    for shown in (repr(s), str(s), s.model_dump_json()):
+        assert "p@ss:word" not in shown and "very-secret" not in shown
+
+
+def test_a_catalog_connection_with_an_unknown_type_or_a_nested_value_is_refused():
+    with pytest.raises(ValueError, match="catalog type 'hive'"):
+        Settings.from_env({}).with_catalog({"type": "hive"})
+    with pytest.raises(ValueError, match="catalog property 's3'"):
+        Settings.from_env({}).with_catalog({"s3": {"endpoint": "x"}})
 
 
 def test_spark_log_level_defaults_to_warn_and_reaches_the_spark_conf():

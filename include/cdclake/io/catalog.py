@@ -1,8 +1,9 @@
 """The Iceberg side through pyiceberg: the one catalog factory, CDC tables and side tables, and
 the state read back from a table (:mod:`cdclake.model.layout` defines the layout).
 
-pyiceberg's catalog and Spark's ``JdbcCatalog`` read the same catalog database under the same
-catalog name (:meth:`cdclake.settings.Settings.spark_catalog_conf`), so both see every commit.
+pyiceberg's catalog and Spark's read the same catalog (the same JDBC catalog database or the same
+REST catalog server) under the same catalog name (:meth:`cdclake.settings.Settings.spark_catalog_conf`),
+so both see every commit.
 """
 
 from __future__ import annotations
@@ -40,15 +41,17 @@ log = logging.getLogger(__name__)
 
 
 def load_catalog(settings: Settings) -> Catalog:
-    """The pyiceberg SQL catalog that Spark's ``JdbcCatalog`` also uses (same name, same DB).
+    """The pyiceberg catalog that Spark's Iceberg catalog ``settings.catalog_name`` also uses:
+    ``SqlCatalog`` on the same catalog database, or ``RestCatalog`` on the same REST server
+    (:meth:`~cdclake.settings.Settings.pyiceberg_catalog_properties`).
 
     The one place a catalog is built: callers resolve it once per task or run and pass it on.
     """
-    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.catalog import load_catalog as pyiceberg_load_catalog
 
-    if settings.catalog_uri.startswith("sqlite:///"):
+    if settings.catalog_type == "sql" and settings.catalog_uri.startswith("sqlite:///"):
         Path(settings.catalog_uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
-    return SqlCatalog(settings.catalog_name, uri=settings.catalog_uri, warehouse=settings.warehouse)
+    return pyiceberg_load_catalog(settings.catalog_name, **settings.pyiceberg_catalog_properties())
 
 
 def load_table_or_none(catalog: Catalog, identifier: str) -> Table | None:

@@ -11,6 +11,7 @@ translates it for Spark's Kafka source, which runs the Java client.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -18,13 +19,16 @@ from typing import TYPE_CHECKING, Any
 from cdclake.errors import ConfigError, TopicNotFoundError
 
 if TYPE_CHECKING:
-    from confluent_kafka import Consumer, Message, Producer
-    from confluent_kafka.admin import AdminClient
+    from confluent_kafka import Consumer, KafkaError, Message, Producer
+    from confluent_kafka.admin import AdminClient, ClusterMetadata  # type: ignore[attr-defined]
 
 log = logging.getLogger(__name__)
 
 TIMEOUT_S = 30.0
 """Seconds a metadata, watermark or delivery call may take before it fails."""
+
+_AUTH_CHECK_S = 1.0
+"""A metadata or delivery wait looks for an authentication failure this often (seconds)."""
 
 _CONSUMER_DEFAULTS = {"enable.auto.commit": False, "log_level": 3}
 """Our consumers read assigned offset ranges and never commit offsets to Kafka (the table's
@@ -117,11 +121,12 @@ class KafkaClients:
         conf.update(overrides)
         return conf
 
-    def consumer(self, group_id: str) -> Consumer:
-        """A consumer that never commits offsets (reads assigned ranges only)."""
+    def consumer(self, group_id: str, **overrides: Any) -> Consumer:
+        """A consumer that never commits offsets (reads assigned ranges only; ``overrides``:
+        further librdkafka properties)."""
         from confluent_kafka import Consumer
 
-        return Consumer({**self._client_config(), **_CONSUMER_DEFAULTS, "group.id": group_id})
+        return Consumer({**self._client_config(), **_CONSUMER_DEFAULTS, "group.id": group_id, **overrides})
 
     def producer(self, **overrides: Any) -> Producer:
         """An idempotent producer (``overrides``: further librdkafka producer properties)."""
@@ -129,10 +134,11 @@ class KafkaClients:
 
         return Producer(self._client_config(**{"enable.idempotence": True, **overrides}))
 
-    def admin(self) -> AdminClient:
+    def admin(self, **overrides: Any) -> AdminClient:
+        """An admin client (``overrides``: further librdkafka properties)."""
         from confluent_kafka.admin import AdminClient
 
-        return AdminClient(self._client_config())
+        return AdminClient(self._client_config(**overrides))
 
     def spark_options(self) -> dict[str, str]:
         """The config as options of Spark's Kafka source (``kafka.<Java client property>``).
@@ -171,10 +177,96 @@ class KafkaClients:
                 if mechanism == "PLAIN"
                 else "org.apache.kafka.common.security.scram.ScramLoginModule"
             )
-            user = str(self._config["sasl.username"]).replace('"', '\\"')
-            password = str(self._config.get("sasl.password", "")).replace('"', '\\"')
-            opts["kafka.sasl.jaas.config"] = f'{module} required username="{user}" password="{password}";'
+            user = _jaas_quoted(str(self._config["sasl.username"]))
+            password = _jaas_quoted(str(self._config.get("sasl.password", "")))
+            opts["kafka.sasl.jaas.config"] = f"{module} required username={user} password={password};"
         return opts
+
+
+def _jaas_quoted(value: str) -> str:
+    """``value`` as a double-quoted JAAS option value: the Java client reads the config with a
+    ``StreamTokenizer``, which takes a backslash as an escape, so both ``\\`` and ``"`` are escaped."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+class _AuthWatch:
+    """The ``error_cb`` of a client that keeps its SASL authentication failures.
+
+    librdkafka reports a failed authentication only as an error event and keeps retrying: the
+    waiting call (metadata, delivery) would end after :data:`TIMEOUT_S` with "Broker transport
+    failure" or a delivery timeout, never naming the credentials. Waits that use a watch look
+    every :data:`_AUTH_CHECK_S` and fail at once with the authentication error (a wait that is
+    still unanswered after the broker refused the credentials, during this call).
+    """
+
+    def __init__(self, kafka: KafkaClients) -> None:
+        self._kafka = kafka
+        self.failure: str | None = None
+
+    def __call__(self, error: KafkaError) -> None:
+        from confluent_kafka import KafkaError
+
+        # "SaslAuthenticateRequest failed: Local: ...": the connection broke during the exchange
+        # (a broker restarting, a client closing), not the broker's verdict on the credentials
+        if error.code() == KafkaError._AUTHENTICATION and "SaslAuthenticateRequest failed" not in error.str():
+            self.failure = error.str()
+
+    def check(self) -> None:
+        """Raise the authentication failure seen, if any.
+
+        Raises:
+            confluent_kafka.KafkaException: code ``_AUTHENTICATION``; names the brokers, the
+                user and the mechanism (never the password).
+        """
+        from confluent_kafka import KafkaError, KafkaException
+
+        if self.failure is None:
+            return
+        config = self._kafka._config
+        raise KafkaException(
+            KafkaError(
+                KafkaError._AUTHENTICATION,
+                f"Kafka authentication failed on {self._kafka.bootstrap} as user "
+                f"{config.get('sasl.username')!r} ({config.get('sasl.mechanism') or config.get('sasl.mechanisms')}): "
+                f"{self.failure}; check the connection's sasl.username and sasl.password",
+            )
+        )
+
+    def list_topics(self, client: Any, topic: str | None = None) -> ClusterMetadata:
+        """``client.list_topics(topic)`` within :data:`TIMEOUT_S` (``client``: built with this
+        watch as its ``error_cb``).
+
+        Raises:
+            confluent_kafka.KafkaException: the authentication failed (code ``_AUTHENTICATION``),
+                or the cluster did not answer in time.
+        """
+        from confluent_kafka import KafkaException
+
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            try:
+                return client.list_topics(topic, timeout=max(0.1, min(_AUTH_CHECK_S, deadline - time.monotonic())))
+            except KafkaException:
+                client.poll(0)  # serves the error events: this watch's callback
+                self.check()
+                if time.monotonic() >= deadline:
+                    raise
+
+    def poll(self, consumer: Consumer, timeout_s: float) -> Message | None:
+        """``consumer.poll(timeout_s)`` (``consumer``: built with this watch as its ``error_cb``).
+
+        Raises:
+            confluent_kafka.KafkaException: the authentication failed (code ``_AUTHENTICATION``).
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            msg = consumer.poll(max(0.0, min(_AUTH_CHECK_S, deadline - time.monotonic())))
+            if msg is not None:
+                self.failure = None  # the connection works (again)
+                return msg
+            self.check()
+            if time.monotonic() >= deadline:
+                return None
 
 
 def topic_watermarks(kafka: KafkaClients, topic: str) -> Watermarks:
@@ -182,12 +274,15 @@ def topic_watermarks(kafka: KafkaClients, topic: str) -> Watermarks:
 
     Raises:
         TopicNotFoundError: the topic does not exist.
+        confluent_kafka.KafkaException: the broker refused the credentials (code
+            ``_AUTHENTICATION``, within about a second), or did not answer within :data:`TIMEOUT_S`.
     """
     from confluent_kafka import TopicPartition
 
-    consumer = kafka.consumer("cdclake-watermarks")
+    watch = _AuthWatch(kafka)
+    consumer = kafka.consumer("cdclake-watermarks", error_cb=watch)
     try:
-        meta = consumer.list_topics(topic, timeout=TIMEOUT_S)
+        meta = watch.list_topics(consumer, topic)
         tmeta = meta.topics.get(topic)
         if tmeta is None or tmeta.error is not None or not tmeta.partitions:
             raise TopicNotFoundError(f"Kafka topic {topic!r} does not exist on {kafka.bootstrap}")
@@ -205,16 +300,18 @@ def topics_watermarks(kafka: KafkaClients, topics: Iterable[str]) -> dict[str, W
     gives per topic, for many topics at the cost of one connection.
 
     Raises:
-        confluent_kafka.KafkaException: the cluster did not answer within :data:`TIMEOUT_S`.
+        confluent_kafka.KafkaException: the cluster did not answer within :data:`TIMEOUT_S`, or
+            refused the credentials (code ``_AUTHENTICATION``, within about a second).
     """
     from confluent_kafka import TopicPartition
 
     wanted = list(dict.fromkeys(topics))
     if not wanted:
         return {}
-    consumer = kafka.consumer("cdclake-watermarks")
+    watch = _AuthWatch(kafka)
+    consumer = kafka.consumer("cdclake-watermarks", error_cb=watch)
     try:
-        meta = consumer.list_topics(timeout=TIMEOUT_S)
+        meta = watch.list_topics(consumer)
         out: dict[str, Watermarks | None] = {}
         for topic in wanted:
             tmeta = meta.topics.get(topic)
@@ -260,11 +357,17 @@ def offsets_for_time(kafka: KafkaClients, topic: str, timestamp_ms: int) -> dict
 
 
 def ensure_topic(kafka: KafkaClients, topic: str, partitions: int) -> bool:
-    """Create ``topic`` with ``partitions`` partitions unless it exists. Returns whether created."""
+    """Create ``topic`` with ``partitions`` partitions unless it exists. Returns whether created.
+
+    Raises:
+        confluent_kafka.KafkaException: the broker refused the credentials (code
+            ``_AUTHENTICATION``, within about a second), or did not answer within :data:`TIMEOUT_S`.
+    """
     from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]  # re-exported at run time
 
-    admin = kafka.admin()
-    if topic in admin.list_topics(timeout=TIMEOUT_S).topics:
+    watch = _AuthWatch(kafka)
+    admin = kafka.admin(error_cb=watch)
+    if topic in watch.list_topics(admin).topics:
         return False
     futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
     futures[topic].result(timeout=TIMEOUT_S)
@@ -290,18 +393,20 @@ def read_partition(
     Raises:
         TimeoutError: no record arrived within ``timeout_s`` seconds while offsets below ``high``
             were still unread; names the topic, partition and offset.
-        confluent_kafka.KafkaException: the broker reported an error for the partition.
+        confluent_kafka.KafkaException: the broker reported an error for the partition, or
+            refused the credentials (code ``_AUTHENTICATION``, within about a second).
     """
     from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
     if low >= high:
         return
-    consumer = kafka.consumer(group_id)
+    watch = _AuthWatch(kafka)
+    consumer = kafka.consumer(group_id, error_cb=watch)
     try:
         consumer.assign([TopicPartition(topic, partition, low)])
         next_offset = low
         while next_offset < high:
-            msg = consumer.poll(timeout_s)
+            msg = watch.poll(consumer, timeout_s)
             if msg is None:
                 raise TimeoutError(
                     f"topic {topic!r} partition {partition}: no record at offset {next_offset} "
@@ -348,8 +453,11 @@ def produce(
         RuntimeError: the broker rejected a record, or deliveries did not finish within
             :data:`TIMEOUT_S` (or a millisecond per record, if longer; names the topic and the
             first errors).
+        confluent_kafka.KafkaException: the broker refused the credentials (code
+            ``_AUTHENTICATION``; raised as soon as seen while records wait).
     """
-    producer = kafka.producer(**producer_config)
+    watch = _AuthWatch(kafka)
+    producer = kafka.producer(**{"error_cb": watch, **producer_config})
     delivered: dict[int, tuple[int, int]] = {}
     errors: list[str] = []
     count = 0
@@ -369,7 +477,11 @@ def produce(
                 producer.poll(0.5)
         producer.poll(0)
         count += 1
-    producer.flush(max(TIMEOUT_S, count / 1000))
+    deadline = time.monotonic() + max(TIMEOUT_S, count / 1000)
+    while producer.flush(max(0.0, min(_AUTH_CHECK_S, deadline - time.monotonic()))):
+        watch.check()  # records still queued: fail at once when the credentials were refused
+        if time.monotonic() >= deadline:
+            break
     if errors or len(delivered) != count:
         raise RuntimeError(f"producing to {topic!r} failed: {errors[:3] or 'delivery timed out'}")
     return [delivered[i] for i in range(count)]

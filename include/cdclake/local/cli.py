@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from cdclake.local import engine
-from cdclake.settings import APPLY_POOL, PROJECT_ROOT, Settings
+from cdclake.settings import APPLY_POOL, APPLY_POOL_DESCRIPTION, PROJECT_ROOT, Settings
 
 DEMO_FILES = {
     "inventory_products": Path("flink/debezium-data-schema-include.txt"),
@@ -145,9 +145,6 @@ def run_airflow(argv: list[str], settings: Settings | None = None, **kwargs: Any
     return subprocess.run([airflow, *argv], env=airflow_env(settings), **kwargs)
 
 
-APPLY_POOL_DESCRIPTION = "table DAGs' apply tasks: how many run at once on the engine"
-
-
 def ensure_airflow_db(settings: Settings) -> None:
     """Create or upgrade the local Airflow metadata DB and its pool ``cdc_apply`` of
     ``CDCLAKE_APPLY_POOL_SLOTS`` slots (idempotent; quick when current)."""
@@ -178,7 +175,7 @@ def run_table_dag(name: str, settings: Settings | None = None, conf: dict | None
     settings = settings or _settings()
     cfg = load_tables(settings.tables_config).get(name)
     ensure_airflow_db(settings)
-    if settings.engine == "connect":
+    if (cfg.engine or settings.engine) == "connect":
         engine.start_engine(settings)  # quick when it runs
     argv = ["dags", "test", cfg.dag_id] + (["--conf", json.dumps(conf)] if conf else [])
     proc = run_airflow(argv, settings, capture_output=True, text=True)
@@ -480,6 +477,36 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_production(args: argparse.Namespace) -> int:
+    from cdclake.local import production
+
+    topology = production.Topology(Path(args.state_dir))
+    if args.action == "stop":
+        for line in topology.stop():
+            print(line)
+        return 0
+
+    def show_tables(settings: Settings) -> None:
+        from cdclake.model.config import load_tables
+
+        for cfg in load_tables(settings.tables_config).tables:
+            sys.stdout.write(show_table(cfg.name, limit=10, metadata_columns=False, settings=settings))
+
+    result = production.demo(
+        topology, say=lambda line: print(line, flush=True), keep=args.keep, show_tables=show_tables
+    )
+    if args.keep:
+        print(f"the topology keeps running (state {topology.state_dir}); `cdclake production stop` stops it")
+    if not result.ok:
+        print(
+            f"production demo FAILED: reconcile {result.reconcile_state}; differences {result.differences}",
+            file=sys.stderr,
+        )
+        return 1
+    print("production demo: every table equals its source")
+    return 0
+
+
 def _run_quiet(name: str, settings: Settings) -> int:
     import contextlib
     import io
@@ -581,6 +608,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("airflow_args", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_airflow)
+
+    p = sub.add_parser(
+        "production",
+        help="the production topology on this machine: PostgreSQL, REST catalog, S3, Spark cluster, Kafka (SASL), "
+        "MariaDB + Debezium, Airflow's processes",
+    )
+    p.add_argument("action", choices=["demo", "stop"], help="demo: bring it up, run the workload, check; stop")
+    p.add_argument("--state-dir", default=str(PROJECT_ROOT / ".stack-production"), help="its files (.stack-production)")
+    p.add_argument("--keep", action="store_true", help="demo: leave it running afterwards")
+    p.set_defaults(func=cmd_production)
 
     p = sub.add_parser("demo", help="load the fixture files, run both DAGs, show both tables")
     p.add_argument("--fixtures", default=str(DEFAULT_FIXTURES), help="the Debezium fixtures folder")

@@ -28,6 +28,7 @@ import secrets
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,14 +86,23 @@ def engine_token(settings: Settings) -> str:
     return path.read_text().strip()
 
 
-def server_conf(settings: Settings) -> dict[str, str]:
+def server_conf(
+    settings: Settings, *, register_catalog: bool = True, extra_conf: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The server's Spark settings: the apply's (:func:`cdclake.spark.session.spark_conf`), the
-    jars, gRPC on loopback, and FAIR scheduling.
+    jars, gRPC on loopback, and FAIR scheduling; with ``register_catalog``, the catalog too, as
+    the default of every session (the tasks set it on their sessions anyway,
+    :func:`cdclake.spark.session.set_catalog`; a server shared by deployments whose catalog has
+    credentials is started without it).
+
+    ``extra_conf`` is added last (a cluster's settings: cores, executor memory, event logs).
 
     Raises:
         FileNotFoundError: the jars were not fetched yet (run ``make setup``).
     """
     conf = dict(spark_conf(settings))
+    if register_catalog:
+        conf.update(settings.spark_catalog_conf())
     conf.update(
         {
             "spark.master": settings.spark_master,
@@ -109,6 +119,7 @@ def server_conf(settings: Settings) -> dict[str, str]:
             "spark.ui.enabled": "false",
         }
     )
+    conf.update(extra_conf or {})
     return conf
 
 
@@ -123,8 +134,15 @@ def _write_private(path: Path, text: str) -> None:
         out.write(text)
 
 
-def start_engine(settings: Settings, *, timeout_s: float = 120.0) -> str:
-    """Start the Spark Connect server unless it already runs.
+def start_engine(
+    settings: Settings,
+    *,
+    register_catalog: bool = True,
+    extra_conf: Mapping[str, str] | None = None,
+    timeout_s: float = 120.0,
+) -> str:
+    """Start the Spark Connect server unless it already runs (``register_catalog`` and
+    ``extra_conf``: see :func:`server_conf`).
 
     Returns:
         A one-line report of what was done.
@@ -146,10 +164,17 @@ def start_engine(settings: Settings, *, timeout_s: float = 120.0) -> str:
         return f"Spark Connect server already running on {status.url} (pid {status.pid})"
     edir = settings.engine_dir
     edir.mkdir(parents=True, exist_ok=True)
-    load_catalog(settings)  # the SQLite catalog's folder and tables exist before Spark opens them
+    if register_catalog:
+        load_catalog(settings)  # the SQLite catalog's folder and tables exist before Spark opens them
     (edir / "fairscheduler.xml").write_text(_FAIR_POOLS)
     props = edir / "spark-connect.conf"
-    _write_private(props, "".join(f"{k} {v}\n" for k, v in sorted(server_conf(settings).items())))
+    _write_private(
+        props,
+        "".join(
+            f"{k} {v}\n"
+            for k, v in sorted(server_conf(settings, register_catalog=register_catalog, extra_conf=extra_conf).items())
+        ),
+    )
     venv_bin = Path(sys.executable).parent
     env = dict(os.environ)
     env.update(

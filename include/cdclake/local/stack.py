@@ -4,6 +4,10 @@ The broker runs from the jars Maven fetched into ``.jars/kafka`` (no Kafka distr
 with its log directories, logs and pid file under ``<state_dir>/kafka``. Starting and stopping are
 idempotent: starting a running broker reports it and does nothing; stopping a stopped one too.
 
+Given a :class:`SaslListener`, the broker also serves a ``SASL_PLAINTEXT`` listener with SCRAM
+(the production security of the pipeline's clients); the ``PLAINTEXT`` listener stays, for
+inter-broker traffic, the credentials' creation and Kafka Connect on the same machine.
+
 The Iceberg catalog needs no process (a SQLite file, created on first use), and Spark runs in local
 mode inside ``spark-submit``; Airflow runs on demand (``airflow dags test``) or as
 ``airflow standalone`` for the UI.
@@ -19,9 +23,13 @@ import socket
 import subprocess
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any
 
+from cdclake.io.kafka import KafkaClients
 from cdclake.settings import Settings, jars_dir
 
 _SERVER_PROPERTIES = """\
@@ -29,11 +37,11 @@ _SERVER_PROPERTIES = """\
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@{host}:{controller_port}
-listeners=PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}
-advertised.listeners=PLAINTEXT://{host}:{port}
+listeners=PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}{sasl_listener}
+advertised.listeners=PLAINTEXT://{host}:{port}{sasl_listener}
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT{sasl_protocol}
 log.dirs={log_dirs}
 num.partitions=1
 offsets.topic.replication.factor=1
@@ -45,6 +53,14 @@ group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=false
 # keep events for the tests' and demo's lifetime; production retention is the operator's choice
 log.retention.hours=-1
+{sasl_properties}"""
+
+_SASL_PROPERTIES = """\
+# SASL/SCRAM listener for clients (the users' credentials are in the cluster metadata, created
+# through the admin API; no password is written here)
+sasl.enabled.mechanisms={mechanism}
+listener.name.{listener_lower}.sasl.enabled.mechanisms={mechanism}
+listener.name.{listener_lower}.{mechanism_lower}.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 """
 
 _LOG4J2 = """\
@@ -61,6 +77,54 @@ Configuration:
       AppenderRef:
         - ref: file
 """
+
+
+SASL_LISTENER_NAME = "SASL_PLAINTEXT"
+"""The name (and security protocol) of the broker's SASL listener."""
+
+SCRAM_ITERATIONS = 4096
+"""PBKDF2 iterations of the users' SCRAM credentials (Kafka's minimum and ``kafka-configs``' default)."""
+
+
+@dataclass(frozen=True)
+class SaslListener:
+    """A ``SASL_PLAINTEXT`` listener of the local broker on loopback port ``port`` (the broker's
+    host), authenticating ``users`` (name -> password) with SCRAM ``mechanism``.
+
+    The passwords are never shown: not in the repr, the broker's files, its log or the reports.
+
+    Raises:
+        ValueError: no user, an empty user name or password, or a mechanism that is not
+            ``SCRAM-SHA-256`` or ``SCRAM-SHA-512``.
+    """
+
+    port: int
+    users: Mapping[str, str] = field(repr=False)
+    mechanism: str = "SCRAM-SHA-512"
+
+    def __post_init__(self) -> None:
+        mechanism = self.mechanism.upper()
+        if mechanism not in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+            raise ValueError(f"SASL mechanism {self.mechanism!r}: only SCRAM-SHA-256 and SCRAM-SHA-512 are served")
+        if not self.users:
+            raise ValueError("a SASL listener needs at least one user")
+        if any(not user or not password for user, password in self.users.items()):
+            raise ValueError(f"SASL users need a name and a password (users: {sorted(self.users)})")
+        object.__setattr__(self, "mechanism", mechanism)
+        object.__setattr__(self, "users", MappingProxyType(dict(self.users)))  # a frozen copy
+
+    def __repr__(self) -> str:  # the user names, never the passwords
+        return f"SaslListener(port={self.port}, users={sorted(self.users)}, mechanism={self.mechanism!r})"
+
+    def client_config(self, host: str, user: str) -> dict[str, Any]:
+        """The librdkafka client config of ``user`` on this listener at ``host``."""
+        return {
+            "bootstrap.servers": f"{host}:{self.port}",
+            "security.protocol": SASL_LISTENER_NAME,
+            "sasl.mechanism": self.mechanism,
+            "sasl.username": user,
+            "sasl.password": self.users[user],
+        }
 
 
 @dataclass(frozen=True)
@@ -125,25 +189,64 @@ def _classpath() -> str:
     return str(folder / "*")
 
 
-def start_broker(settings: Settings, *, timeout_s: float = 60.0) -> str:
+def _server_properties(host: str, port: int, log_dirs: Path, sasl: SaslListener | None) -> str:
+    """The broker's ``server.properties``; without ``sasl``, the plaintext broker of old, byte for byte."""
+    sasl_fields = {"sasl_listener": "", "sasl_protocol": "", "sasl_properties": ""}
+    if sasl is not None:
+        sasl_fields = {
+            "sasl_listener": f",{SASL_LISTENER_NAME}://{host}:{sasl.port}",
+            "sasl_protocol": f",{SASL_LISTENER_NAME}:SASL_PLAINTEXT",
+            "sasl_properties": _SASL_PROPERTIES.format(
+                mechanism=sasl.mechanism,
+                mechanism_lower=sasl.mechanism.lower(),
+                listener_lower=SASL_LISTENER_NAME.lower(),
+            ),
+        }
+    return _SERVER_PROPERTIES.format(host=host, port=port, controller_port=port + 1, log_dirs=log_dirs, **sasl_fields)
+
+
+def start_broker(settings: Settings, *, sasl: SaslListener | None = None, timeout_s: float = 60.0) -> str:
     """Start the KRaft broker unless it already runs; format its storage on first start.
 
+    With ``sasl``, the broker also serves that SASL/SCRAM listener: its users' credentials are
+    created (or reset to the passwords given: idempotent) through the admin API on the plaintext
+    listener once the broker is up, and the call returns when every user authenticates on the
+    SASL listener. A broker that already runs gets its users ensured the same way.
+
     Returns:
-        A one-line report of what was done.
+        A one-line report of what was done (user names, never passwords).
 
     Raises:
         RuntimeError: the broker did not accept connections within ``timeout_s`` seconds (the
-            message carries the tail of its log).
+            message carries the tail of its log); with ``sasl``: a running broker has no SASL
+            listener on ``sasl.port``, or the users did not authenticate within ``timeout_s``
+            (a broker started by this call is stopped again).
+        ValueError: ``sasl.port`` is the broker's or its controller's port.
     """
+    if sasl is not None:
+        _, port = _host_port(settings.kafka_bootstrap)
+        if sasl.port in (port, port + 1):
+            raise ValueError(f"SASL port {sasl.port} is the broker's port {port} or its controller's {port + 1}")
     status = broker_status(settings)
     if status.running:
-        return f"Kafka broker already running on {settings.kafka_bootstrap} (pid {status.pid})"
+        report = f"Kafka broker already running on {settings.kafka_bootstrap} (pid {status.pid})"
+        if sasl is None:
+            return report
+        host, _ = _host_port(settings.kafka_bootstrap)
+        if not port_open(host, sasl.port):
+            raise RuntimeError(
+                f"the Kafka broker on {settings.kafka_bootstrap} runs without a SASL listener on port "
+                f"{sasl.port}: stop it (cdclake stack stop) and start it with one"
+            )
+        waited = _ensure_sasl_users(settings, sasl, time.monotonic() + timeout_s)
+        return f"{report}; {_sasl_report(host, sasl, waited)}"
     host, port = _host_port(settings.kafka_bootstrap)
     kdir = settings.kafka_dir
     log_dirs = kdir / "data"
+    properties = _server_properties(host, port, log_dirs, sasl)
     kdir.mkdir(parents=True, exist_ok=True)
     props = kdir / "server.properties"
-    props.write_text(_SERVER_PROPERTIES.format(host=host, port=port, controller_port=port + 1, log_dirs=log_dirs))
+    props.write_text(properties)
     log_file = kdir / "broker.log"
     log4j = kdir / "log4j2.yaml"
     log4j.write_text(_LOG4J2.format(log_file=log_file))
@@ -185,10 +288,106 @@ def start_broker(settings: Settings, *, timeout_s: float = 60.0) -> str:
         if proc.poll() is not None:
             break
         if port_open(host, port):
-            return f"Kafka broker started on {settings.kafka_bootstrap} (pid {proc.pid}, data {log_dirs})"
+            report = f"Kafka broker started on {settings.kafka_bootstrap} (pid {proc.pid}, data {log_dirs})"
+            if sasl is None:
+                return report
+            try:
+                waited = _ensure_sasl_users(settings, sasl, deadline)
+            except BaseException:
+                terminate(proc.pid)
+                _pid_file(settings).unlink(missing_ok=True)
+                raise
+            return f"{report}; {_sasl_report(host, sasl, waited)}"
         time.sleep(0.3)
     tail = (kdir / "broker.out").read_text(errors="replace")[-3000:]
     raise RuntimeError(f"Kafka broker did not start on {settings.kafka_bootstrap}:\n{tail}")
+
+
+def _sasl_report(host: str, sasl: SaslListener, waited_s: float) -> str:
+    return (
+        f"{SASL_LISTENER_NAME} {sasl.mechanism} on {host}:{sasl.port} for user(s) "
+        f"{', '.join(sorted(sasl.users))} (authenticating after {waited_s:.1f} s)"
+    )
+
+
+def _ensure_sasl_users(settings: Settings, sasl: SaslListener, deadline: float) -> float:
+    """Create or reset the SCRAM credentials of ``sasl.users`` through the plaintext listener, then
+    wait until each user authenticates on the SASL listener (the brokers apply credentials from the
+    metadata log asynchronously). Returns the seconds this took.
+
+    Raises:
+        RuntimeError: the credentials could not be set, or a user did not authenticate, before
+            ``deadline`` (``time.monotonic()``); names the last error, never a password.
+    """
+    from concurrent.futures import TimeoutError as FutureTimeoutError
+
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported at run time
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialAlteration,
+        UserScramCredentialUpsertion,
+    )
+
+    started = time.monotonic()
+    host, _ = _host_port(settings.kafka_bootstrap)
+    mechanism = ScramMechanism.SCRAM_SHA_512 if sasl.mechanism == "SCRAM-SHA-512" else ScramMechanism.SCRAM_SHA_256
+    upsertions: list[UserScramCredentialAlteration] = [
+        UserScramCredentialUpsertion(user, ScramCredentialInfo(mechanism, SCRAM_ITERATIONS), password.encode())
+        for user, password in sorted(sasl.users.items())
+    ]
+    admin = KafkaClients({"bootstrap.servers": settings.kafka_bootstrap, "log_level": 0}).admin()
+    pending = list(upsertions)
+    last_error = "no time left"
+    # a broker that just opened its port may not take admin requests yet: retry until the deadline
+    while pending and time.monotonic() < deadline:
+        wait_s = max(1.0, min(10.0, deadline - time.monotonic()))
+        futures = admin.alter_user_scram_credentials(pending, request_timeout=wait_s)
+        failed = []
+        for upsertion in pending:
+            try:
+                futures[upsertion.user].result(timeout=wait_s + 1)
+            except (KafkaException, FutureTimeoutError) as exc:
+                failed.append(upsertion)
+                last_error = f"user {upsertion.user!r}: {(exc.args[0] if exc.args else exc) or 'timed out'}"
+        pending = failed
+        if pending:
+            time.sleep(0.3)
+    if pending:
+        raise RuntimeError(
+            f"SCRAM credentials of {[u.user for u in pending]} not set on {settings.kafka_bootstrap}: {last_error}"
+        )
+    for user in sorted(sasl.users):
+        _wait_authenticates(sasl.client_config(host, user), deadline)
+    return time.monotonic() - started
+
+
+def _wait_authenticates(config: dict[str, Any], deadline: float) -> None:
+    """Return once a client with ``config`` fetches metadata over SASL (retrying while its
+    credentials propagate).
+
+    Raises:
+        RuntimeError: it did not before ``deadline``; carries the client's last error.
+    """
+    from confluent_kafka import KafkaException
+
+    last_error = "no attempt"
+    while True:
+        errors: list[Any] = []  # the client's error events (confluent_kafka.KafkaError)
+        admin = KafkaClients({**config, "log_level": 0, "error_cb": errors.append}).admin()
+        attempt_s = max(0.5, min(2.0, deadline - time.monotonic()))
+        try:
+            admin.list_topics(timeout=attempt_s)
+            return
+        except KafkaException as exc:
+            admin.poll(0)  # serves the error events (the authentication failure) to error_cb
+            last_error = str(errors[0] if errors else exc.args[0] if exc.args else exc)
+        if time.monotonic() >= deadline:
+            raise RuntimeError(
+                f"user {config['sasl.username']!r} did not authenticate on {config['bootstrap.servers']} "
+                f"({config['sasl.mechanism']}): {last_error}"
+            )
+        time.sleep(0.2)
 
 
 def terminate(pid: int, *, hard: bool = False, timeout_s: float = 30.0) -> None:

@@ -174,6 +174,10 @@ class TableDefaults(BaseModel):
     (now minus the source time of the newest event applied) passes it, the table's task of the
     ``cdc_freshness`` DAG fails, so that Airflow's alerting (callbacks, email, chat providers)
     fires. ``None``: no target (the table's figures are still reported)."""
+    engine: Literal["connect", "submit"] | None = None
+    """How the table's runs apply (``CDCLAKE_ENGINE`` when unset): ``connect``, a session of the
+    shared Spark Connect server; ``submit``, a ``spark-submit`` job of its own (for a table whose
+    batches are too large to share the engine's heap)."""
     ordering: Literal["binlog", "gtid"] = "binlog"
     """How events are ordered (:mod:`cdclake.model.position`): ``binlog`` by binlog coordinates
     (file, pos, row); a change of server or binlog stops the table. ``gtid`` by the MariaDB GTID's

@@ -721,18 +721,21 @@ class _Maintenance:
         )
 
     def _remove_orphan_files(self, ident: str) -> _Outcome:
-        # The procedure lists the table's folder (Hadoop FileSystem listing). Never pass
-        # ``prefix_listing => true``: a side table's location (<table>__cdc_tombstones) starts with
-        # the table's location as a string, so a prefix listing would count its files as orphans.
-        if self._table(ident) is None:
+        # A local warehouse is listed through Hadoop's FileSystem. An object store (s3://) has no
+        # Hadoop FileSystem here (the catalog's S3FileIO is the only client): list it with the
+        # FileIO's prefix listing, under "<location>/". The slash matters: a side table's location
+        # (<table>__cdc_tombstones) starts with the table's location as a string, so a prefix
+        # listing without it would count the side table's files as orphans.
+        table = self._table(ident)
+        if table is None:
             return _Outcome("no snapshot", skipped=True)
         hours = max(self.policy.orphan_file_age_hours, MIN_ORPHAN_AGE_HOURS)
         older_than = min(self.now_ms, int(time.time() * 1000)) - hours * _HOUR_MS
-        rows = self._call(
-            "remove_orphan_files",
-            ident,
-            {"older_than": f"timestamp_millis({older_than})", "dry_run": "true" if self.dry_run else "false"},
-        )
+        args = {"older_than": f"timestamp_millis({older_than})", "dry_run": "true" if self.dry_run else "false"}
+        location = table.location()
+        if "://" in location and not location.startswith("file:"):
+            args.update({"location": "'" + location.rstrip("/") + "/'", "prefix_listing": "true"})
+        rows = self._call("remove_orphan_files", ident, args)
         verb = "would delete" if self.dry_run else "deleted"
         return _Outcome(f"{verb} {len(rows)} orphan file(s) older than {hours} h", {"orphan_files": len(rows)})
 

@@ -5,6 +5,10 @@
   :func:`spark_conf` (:mod:`cdclake.local.engine`).
 * ``submit`` engine: ``spark-submit`` runs get :func:`spark_conf` on the command line.
 * Tests, the CLI and benchmarks build an in-process local session with :func:`build_session`.
+
+The Iceberg catalog, credentials included, is not part of :func:`spark_conf`: each session gets it
+at run time from :func:`set_catalog` (the task resolved it from its Airflow connection), so no
+credential is on a command line, in a server's start-up settings, or in a DAG.
 """
 
 from __future__ import annotations
@@ -19,11 +23,18 @@ from cdclake.settings import Settings, spark_jars
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from cdclake.io.kafka import KafkaClients
+
 
 def spark_conf(settings: Settings) -> dict[str, str]:
-    """Spark settings every apply job runs with (catalog, UTC session time zone, small shuffles,
-    Spark's log level ``settings.spark_log_level``)."""
-    conf = dict(settings.spark_catalog_conf())
+    """Spark settings every apply job runs with: the Iceberg SQL extensions, UTC session time
+    zone, small shuffles, Spark's log level ``settings.spark_log_level``, and the redaction of
+    credential-like settings in Spark's logs, UI and event logs (:data:`REDACTION_REGEX`). No
+    catalog (see :func:`set_catalog`)."""
+    conf = {
+        "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+        "spark.redaction.regex": REDACTION_REGEX,
+    }
     conf.update(
         {
             # Debezium's Timestamp/MicroTimestamp are UTC wall-clock values; read them in UTC
@@ -38,9 +49,24 @@ def spark_conf(settings: Settings) -> dict[str, str]:
     return conf
 
 
+REDACTION_REGEX = "(?i)secret|password|token|access[.-]?key|credential|jaas"
+"""``spark.redaction.regex``: Spark's default (``secret|password|token|access[.]key``) plus the
+Iceberg and Kafka names of credentials (``s3.secret-access-key``, ``s3.access-key-id``,
+``credential``, ``sasl.jaas.config``): settings whose name matches are shown as ``*********``."""
+
+
+def set_catalog(spark: SparkSession, settings: Settings) -> None:
+    """Register the Iceberg catalog ``settings.catalog_name`` in ``spark``'s session
+    (:meth:`~cdclake.settings.Settings.spark_catalog_conf`, credentials included), before the
+    session first uses it. Works on a classic session and on a Spark Connect session (each
+    Connect session has its own settings, so another run never sees these)."""
+    for key, value in settings.spark_catalog_conf().items():
+        spark.conf.set(key, value)
+
+
 def build_session(settings: Settings, app_name: str = "cdclake") -> SparkSession:
-    """A local SparkSession (``settings.spark_master``) with the project's jars and
-    :func:`spark_conf`.
+    """A local SparkSession (``settings.spark_master``) with the project's jars,
+    :func:`spark_conf` and the catalog (:meth:`~cdclake.settings.Settings.spark_catalog_conf`).
 
     Raises:
         FileNotFoundError: the jars were not fetched yet (run ``make setup``).
@@ -54,7 +80,7 @@ def build_session(settings: Settings, app_name: str = "cdclake") -> SparkSession
         .config("spark.ui.enabled", "false")
         .config("spark.driver.memory", "2g")
     )
-    for key, value in spark_conf(settings).items():
+    for key, value in {**spark_conf(settings), **settings.spark_catalog_conf()}.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
 
@@ -69,9 +95,12 @@ CONNECT_RETRIES = 5
 about 9 s in all) before the call fails; the task's clean-up calls then fail as quickly."""
 
 
-def connect_session(url: str, *, conn_id: str | None = None, timeout_s: float = 5.0) -> SparkSession:
+def connect_session(
+    url: str, *, settings: Settings | None = None, conn_id: str | None = None, timeout_s: float = 5.0
+) -> SparkSession:
     """A new session of the Spark Connect server at ``url`` (``sc://host:port/;token=...``, as
     the Spark provider's ``SparkConnectHook.get_connection_url`` builds it); the caller stops it.
+    With ``settings``, the session gets their catalog (:func:`set_catalog`).
 
     Every call makes a new server-side session (``create``, never a cached one), so settings set
     on it (the snapshot summary properties of :mod:`cdclake.spark.commit`) are never seen by
@@ -101,4 +130,39 @@ def connect_session(url: str, *, conn_id: str | None = None, timeout_s: float = 
     # Spark's default retries a lost server for at least 10 minutes; a task should fail within
     # seconds instead (its Airflow retry runs the same plan on a restarted server)
     session.client.set_retry_policies([DefaultPolicy(max_retries=CONNECT_RETRIES, max_backoff=5_000)])
+    if settings is not None:
+        set_catalog(session, settings)
     return session
+
+
+def job_connections(
+    path: str | None, settings: Settings, bootstrap_servers: str | None = None
+) -> tuple[Settings, KafkaClients]:
+    """The settings and Kafka clients of a ``spark-submit`` job (``spark_jobs/``).
+
+    Args:
+        path: the ``--connections-file`` the task wrote (JSON ``{"catalog": <Iceberg catalog
+            properties> | null, "kafka": <librdkafka client config>}``, mode 0600; see
+            :mod:`cdclake_airflow.spark_submit`), or ``None`` outside Airflow.
+        settings: the job's ``CDCLAKE_*`` settings.
+        bootstrap_servers: without ``path``: the plaintext cluster's ``bootstrap.servers``
+            (default ``settings.kafka_bootstrap``).
+
+    Returns:
+        ``settings`` with the file's catalog (:meth:`~cdclake.settings.Settings.with_catalog`),
+        and the clients of the file's Kafka config.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ConfigError: the Kafka config has no ``bootstrap.servers``.
+    """
+    import json
+
+    from cdclake.io.kafka import KafkaClients
+
+    if path is None:
+        return settings, KafkaClients.from_bootstrap(bootstrap_servers or settings.kafka_bootstrap)
+    with open(path) as f:
+        doc = json.load(f)
+    catalog = doc.get("catalog")
+    return (settings if catalog is None else settings.with_catalog(catalog)), KafkaClients(doc["kafka"])

@@ -1,0 +1,48 @@
+"""``spark-submit`` for the ``submit`` engine, without a credential on its command line.
+
+:class:`CdcSparkSubmitOperator` is the Spark provider's ``SparkSubmitOperator``; when it runs, it
+resolves the task's connections (the Iceberg catalog's properties and the Kafka client config,
+:mod:`cdclake_airflow.connections`), writes them to a file readable by the task's user only
+(mode 0600, in a private temporary folder), passes the job ``--connections-file <path>`` and
+deletes the file when the job ends. The job reads it with :func:`cdclake.spark.session.job_connections`. So the
+DAG, its rendered fields, the serialized DAG and the ``spark-submit`` command line carry only the
+path; the job is a client-mode driver on the task's machine, which is where the file is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+from cdclake.settings import ConnectionIds
+
+CONNECTIONS_ARG = "--connections-file"
+
+
+class CdcSparkSubmitOperator(SparkSubmitOperator):
+    """``SparkSubmitOperator`` handing the job the task's connections in a private file
+    (``--connections-file``; see the module docstring). Arguments as ``SparkSubmitOperator``'s."""
+
+    def execute(self, context: Any) -> None:
+        from cdclake_airflow.connections import catalog_properties, kafka_config
+
+        folder = Path(tempfile.mkdtemp(prefix="cdclake-run-"))  # mode 0700
+        path = folder / "connections.json"
+        doc = {"catalog": catalog_properties(), "kafka": kafka_config(ConnectionIds.KAFKA)}
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            json.dump(doc, out)
+        base_args = list(self.application_args or [])
+        self.application_args = [*base_args, CONNECTIONS_ARG, str(path)]
+        self._hook = None  # built from the arguments above
+        try:
+            super().execute(context)
+        finally:
+            self.application_args = base_args
+            shutil.rmtree(folder, ignore_errors=True)
