@@ -153,3 +153,17 @@ def test_no_credential_is_written_in_compose():
         if key.startswith("AIRFLOW__SECRETS__"):  # which secrets backend, not a secret
             continue
         assert value.startswith("${") or value.startswith('"$$'), (key, value)  # from .env, never a literal
+
+
+def test_the_images_that_drive_spark_hold_java_and_the_jars():
+    dockerfile = (PROJECT_ROOT / "Dockerfile").read_text()
+    stages = dict(re.findall(r"(?m)^FROM \S+ AS (\w+)\n(.*?)(?=^FROM |\Z)", dockerfile, re.S))
+    for name, service in services().items():
+        build = service.get("build")
+        if build:
+            assert build["target"] in stages, (name, build)
+    airflow = stages[services()["airflow-scheduler"]["build"]["target"]]
+    assert "openjdk-17" in airflow  # spark-submit (the submit engine) runs where the task runs
+    assert "requirements.txt" in airflow and "/opt/cdclake/.jars" in airflow
+    assert "/opt/cdclake/.jars/spark" in stages[services()["spark-connect"]["build"]["target"]]
+    assert "-P spark" in stages["jars"]  # the same Maven manifest as `make setup`

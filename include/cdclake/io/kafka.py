@@ -77,6 +77,22 @@ _SPARK_NOT_NEEDED = frozenset(
 (it assigns offsets explicitly and never joins a group), so they are not passed on."""
 
 
+class _TeardownNoise(logging.Filter):
+    """Drops librdkafka's reports of a connection torn down while it was being set up
+    (``... (after 0ms in state DOWN)``): a consumer closed right after its one call leaves its
+    group-coordinator connection half-made, which over SASL reads as an "authentication error"
+    although nothing failed. A refused login is still reported (:class:`_AuthWatch`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "in state DOWN)" not in record.getMessage()
+
+
+_LIBRDKAFKA_LOG = logging.getLogger("cdclake.io.kafka.librdkafka")
+"""librdkafka's own log lines (level 3 and up), through Python's logging (``logger`` of every
+client) instead of the process's stderr."""
+_LIBRDKAFKA_LOG.addFilter(_TeardownNoise())
+
+
 @dataclass(frozen=True)
 class Watermarks:
     """Per-partition offsets of a topic: ``low`` (first kept) and ``high`` (next to be written)."""
@@ -118,6 +134,7 @@ class KafkaClients:
     def _client_config(self, **overrides: Any) -> dict[str, Any]:
         conf = {k: v for k, v in self._config.items() if k not in _GROUP_KEYS}
         conf.setdefault("log_level", 3)
+        conf.setdefault("logger", _LIBRDKAFKA_LOG)
         conf.update(overrides)
         return conf
 

@@ -105,9 +105,10 @@ def mariadb_connect(
     return local_source(settings, user=user, password=password, database=database).connect()
 
 
-def start_mariadb(settings: Settings, *, timeout_s: float = 60.0) -> str:
+def start_mariadb(settings: Settings, *, cdc_password: str = DB_PASSWORD, timeout_s: float = 60.0) -> str:
     """Start the local MariaDB (initializing its data directory on first start) and make sure the
-    ``inventory`` database, the ``debezium`` user and the signal table exist.
+    ``inventory`` database, the ``debezium`` user (password ``cdc_password``) and the signal table
+    exist.
 
     Raises:
         FileNotFoundError: MariaDB is not installed (``make setup-chain`` installs it).
@@ -177,6 +178,9 @@ def start_mariadb(settings: Settings, *, timeout_s: float = 60.0) -> str:
     with conn, conn.cursor() as cur:
         for statement in filter(str.strip, _INIT_SQL.split(";")):
             cur.execute(statement)
+        if cdc_password != DB_PASSWORD:
+            for host in ("127.0.0.1", "localhost"):
+                cur.execute(f"ALTER USER '{DB_USER}'@'{host}' IDENTIFIED BY %s", (cdc_password,))
     return report
 
 
@@ -184,14 +188,17 @@ def stop_mariadb(settings: Settings) -> str:
     return _stop(_mariadb_dir(settings) / "mariadbd.pid", "MariaDB")
 
 
-def connector_env(settings: Settings, *, schemas_enable: bool = True, snapshot_mode: str = "initial") -> dict[str, str]:
-    """Values of the ``${env:...}`` placeholders of the connector config, for the local chain."""
+def connector_env(
+    settings: Settings, *, schemas_enable: bool = True, snapshot_mode: str = "initial", db_password: str = DB_PASSWORD
+) -> dict[str, str]:
+    """Values of the ``${env:...}`` placeholders of the connector config, for the local chain
+    (``db_password``: the ``debezium`` user's, as :func:`start_mariadb` set it)."""
     return {
         "CDC_CONNECTOR_CLASS": "io.debezium.connector.mariadb.MariaDbConnector",
         "CDC_DB_HOST": "127.0.0.1",
         "CDC_DB_PORT": str(settings.mariadb_port),
         "CDC_DB_USER": DB_USER,
-        "CDC_DB_PASSWORD": DB_PASSWORD,
+        "CDC_DB_PASSWORD": db_password,
         "CDC_TOPIC_PREFIX": settings.topic_prefix,
         "CDC_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
         "CDC_SCHEMAS_ENABLE": "true" if schemas_enable else "false",
@@ -220,11 +227,13 @@ def start_connect(
     snapshot_mode: str = "initial",
     timeout_s: float = 120.0,
     offset_flush_interval_ms: int = 60_000,
+    db_password: str = DB_PASSWORD,
 ) -> str:
     """Start Kafka Connect standalone with the Debezium MariaDB connector unless it runs.
 
     ``offset_flush_interval_ms`` is the worker's ``offset.flush.interval.ms`` (how often it saves
-    the connector's offsets to ``<state>/connect/offsets``).
+    the connector's offsets to ``<state>/connect/offsets``); ``db_password`` reaches the connector
+    through the worker's environment (``${env:CDC_DB_PASSWORD}``), never a file or command line.
 
     Raises:
         FileNotFoundError: the connector plugin was not fetched (``make setup-chain``).
@@ -261,7 +270,9 @@ def start_connect(
         "  Loggers:\n    Root:\n      level: INFO\n      AppenderRef:\n        - ref: file\n"
     )
     env = dict(os.environ)
-    env.update(connector_env(settings, schemas_enable=schemas_enable, snapshot_mode=snapshot_mode))
+    env.update(
+        connector_env(settings, schemas_enable=schemas_enable, snapshot_mode=snapshot_mode, db_password=db_password)
+    )
     with open(base / "connect.out", "ab") as out:
         proc = subprocess.Popen(
             [

@@ -125,7 +125,7 @@ class Ports:
         )
 
 
-_SECRET_NAMES = ("airflow_db", "iceberg_db", "s3_access_key", "s3_secret_key", "kafka")
+_SECRET_NAMES = ("airflow_db", "iceberg_db", "s3_access_key", "s3_secret_key", "kafka", "source_db")
 """The generated credentials; the Spark Connect token is the engine's (:func:`cdclake.local.engine.engine_token`)."""
 
 
@@ -149,13 +149,15 @@ class Topology:
         """The topology's credentials, generated at the first call (``<state>/secrets.json``,
         mode 0600)."""
         path = self.state_dir / "secrets.json"
-        if not path.exists():
-            self.state_dir.mkdir(parents=True, exist_ok=True)
-            values = {name: _secrets.token_urlsafe(24) for name in _SECRET_NAMES}
-            values["s3_access_key"] = "AK" + _secrets.token_hex(9).upper()
+        values: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
+        missing = [name for name in _SECRET_NAMES if name not in values]
+        if missing:  # the first start, or a state made by an older version
+            for name in missing:
+                values[name] = _secrets.token_urlsafe(24)
+                if name == "s3_access_key":
+                    values[name] = "AK" + _secrets.token_hex(9).upper()
             _write_private(path, json.dumps(values, indent=2))
-        loaded: dict[str, str] = json.loads(path.read_text())
-        return loaded
+        return values
 
     def environ(self) -> dict[str, str]:
         """The ``CDCLAKE_*`` variables of the topology (no credential among them)."""
@@ -240,7 +242,7 @@ class Topology:
                 "host": "127.0.0.1",
                 "port": p.mariadb,
                 "login": chain.DB_USER,
-                "password": chain.DB_PASSWORD,
+                "password": self.secrets["source_db"],
             },
         }
 
@@ -364,7 +366,7 @@ class Topology:
         rest.start()
         out.append(f"Iceberg REST catalog on {rest.uri} (JDBC catalog in PostgreSQL, warehouse {WAREHOUSE})")
         out.append(stack.start_broker(self.settings, sasl=self._sasl()))
-        out.append(chain.start_mariadb(self.settings))
+        out.append(chain.start_mariadb(self.settings, cdc_password=s["source_db"]))
         spark = self._spark()
         spark.start()
         out.append(f"Spark master {spark.master_url} with a worker ({spark.worker_cores} cores)")
@@ -373,7 +375,7 @@ class Topology:
 
     def start_connector(self) -> str:
         """Start Kafka Connect with the Debezium connector (its initial snapshot begins)."""
-        return chain.start_connect(self.settings, offset_flush_interval_ms=1000)
+        return chain.start_connect(self.settings, offset_flush_interval_ms=1000, db_password=self.secrets["source_db"])
 
     def start_airflow(self, timeout_s: float = 300.0) -> AirflowProcesses:
         """Migrate the metadata DB, set the pool ``cdc_apply``, start the four processes."""
