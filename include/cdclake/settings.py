@@ -298,7 +298,8 @@ class Settings(BaseModel):
                 {
                     f"{prefix}.catalog-impl": "org.apache.iceberg.jdbc.JdbcCatalog",
                     f"{prefix}.uri": self.jdbc_catalog_uri,
-                    # pyiceberg's SqlCatalog creates the V0 layout (no iceberg_type column)
+                    # V0 reads and writes either layout: pyiceberg 0.12's SqlCatalog creates V1 (with
+                    # iceberg_type) on a new database, older ones V0 (tests/integration/test_catalogs.py)
                     f"{prefix}.jdbc.schema-version": "V0",
                 }
             )
