@@ -254,6 +254,8 @@ def spark_submit(settings: Settings, script: Path, args: list[str], name: str, e
     ]
     conf = {
         **spark_conf(settings),
+        # the benchmark's local SQLite catalog has no credential: on the command line is fine here
+        **settings.spark_catalog_conf(),
         "spark.eventLog.enabled": "true",
         "spark.eventLog.dir": event_log.as_uri(),
         "spark.eventLog.compress": "false",
