@@ -13,6 +13,14 @@ UV_VERSION=0.13.8
 PYTHON=${PYTHON:-python3}
 
 say() { printf '[setup] %s\n' "$*"; }
+# apt_install NAME PACKAGE...: install Debian packages (sudo unless root), non-interactively
+apt_install() {
+  local name=$1; shift
+  say "installing $name (apt-get)"
+  if [ "$(id -u)" -eq 0 ]; then SUDO=; else SUDO=sudo; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$@" >/dev/null
+}
 
 # --- prerequisites ---------------------------------------------------------------------------
 command -v java >/dev/null || { echo "java not found: install a Java 17 runtime" >&2; exit 1; }
@@ -72,20 +80,14 @@ fi
 
 # --- 3. MariaDB (Debian package) for the real source chain -------------------------------------
 if ! command -v mariadbd >/dev/null && [ ! -x /usr/sbin/mariadbd ]; then
-  say "installing MariaDB (apt-get)"
-  if [ "$(id -u)" -eq 0 ]; then SUDO=; else SUDO=sudo; fi
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq mariadb-server mariadb-client >/dev/null
+  apt_install MariaDB mariadb-server mariadb-client
 else
   say "MariaDB installed"
 fi
 
 # --- 3b. Chromium (Debian package) for the browser tests (Playwright drives it; tests/e2e/test_monitor.py)
 if ! command -v chromium >/dev/null; then
-  say "installing Chromium (apt-get)"
-  if [ "$(id -u)" -eq 0 ]; then SUDO=; else SUDO=sudo; fi
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+  apt_install Chromium chromium
 else
   say "Chromium installed"
 fi
@@ -93,10 +95,7 @@ fi
 # --- 3c. PostgreSQL (Debian package) for the production parts (cdclake.local.parts.Postgres: catalog and
 # Airflow metadata DBs); any version, the newest under /usr/lib/postgresql is used
 if ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
-  say "installing PostgreSQL (apt-get)"
-  if [ "$(id -u)" -eq 0 ]; then SUDO=; else SUDO=sudo; fi
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq postgresql >/dev/null
+  apt_install PostgreSQL postgresql
 else
   say "PostgreSQL installed"
 fi

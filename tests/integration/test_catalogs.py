@@ -35,6 +35,7 @@ from cdclake.spark.session import set_catalog
 from tests.conftest import _free_port, apply_offsets, make_table, plan_offsets
 from tests.integration.test_apply import produce_raw
 from tests.integration.test_contract import ev, key
+from tests.processes import group_alive, pid_in
 
 pytestmark = pytest.mark.integration
 
@@ -71,22 +72,6 @@ class Lake:
         return self.settings.catalog_name
 
 
-def _group_alive(pgid: int) -> bool:
-    """Whether any process of group ``pgid`` still runs (zombies count as gone)."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":  # fields after "(comm)": state ppid pgrp
-            return True
-    return False
-
-
-def _pid(path: Path) -> int:
-    return int(path.read_text().splitlines()[0])
-
-
 @pytest.fixture(scope="module")
 def parts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parts]:
     """PostgreSQL (databases ``iceberg``, the JDBC catalog, and ``rest_catalog``, the REST
@@ -102,13 +87,13 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parts]:
     pgids: list[int] = []
     try:
         postgres.start()
-        pgids.append(_pid(postgres.data_dir / "postmaster.pid"))
+        pgids.append(pid_in(postgres.data_dir / "postmaster.pid"))
         jdbc_password = uuid.uuid4().hex
         postgres.ensure_database("iceberg", "iceberg", jdbc_password)
         rest_password = uuid.uuid4().hex
         postgres.ensure_database("rest_catalog", "rest_catalog", rest_password)
         s3.start()
-        pgids.append(_pid(s3.dir / "s3proxy.pid"))
+        pgids.append(pid_in(s3.dir / "s3proxy.pid"))
         s3.ensure_bucket(BUCKET)
         rest = RestCatalogServer(
             work / "rest",
@@ -123,7 +108,7 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parts]:
             region=REGION,
         )
         rest.start()
-        pgids.append(_pid(rest.dir / "server.pid"))
+        pgids.append(pid_in(rest.dir / "server.pid"))
         yield Parts(postgres, s3, rest, secret_key, "iceberg", jdbc_password, rest_password)
     finally:
         if rest is not None:
@@ -131,7 +116,7 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parts]:
         s3.stop()
         postgres.stop()
         shutil.rmtree(pg_dir, ignore_errors=True)
-    assert not [g for g in pgids if _group_alive(g)], "processes of the parts outlived stop()"
+    assert not [g for g in pgids if group_alive(g)], "processes of the parts outlived stop()"
 
 
 def _s3_properties(parts: Parts) -> dict[str, object]:

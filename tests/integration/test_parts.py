@@ -19,6 +19,7 @@ import pytest
 
 from cdclake.local.parts import AirflowProcesses, Postgres, RestCatalogServer, S3Proxy, SparkStandalone, catalog_env
 from tests.conftest import _free_port
+from tests.processes import group_alive, pid_in
 
 pytestmark = pytest.mark.integration
 
@@ -48,22 +49,6 @@ class Parts:
     secret_key: str
     jdbc_password: str
     start_s: dict[str, float]
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether any process of group ``pgid`` still runs (zombies count as gone)."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":  # fields after "(comm)": state ppid pgrp
-            return True
-    return False
-
-
-def _pid(path: Path) -> int:
-    return int(path.read_text().splitlines()[0])
 
 
 def _rest_catalog(parts: Parts, secret_key: str | None = None):
@@ -98,11 +83,11 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parts]:
     pgids: list[int] = []
     try:
         start_s["postgres"] = postgres.start()
-        pgids.append(_pid(postgres.data_dir / "postmaster.pid"))
+        pgids.append(pid_in(postgres.data_dir / "postmaster.pid"))
         jdbc_password = uuid.uuid4().hex
         postgres.ensure_database("iceberg", "iceberg", jdbc_password)
         start_s["s3proxy"] = s3.start()
-        pgids.append(_pid(s3.dir / "s3proxy.pid"))
+        pgids.append(pid_in(s3.dir / "s3proxy.pid"))
         s3.ensure_bucket(BUCKET)
         rest = RestCatalogServer(
             work / "rest",
@@ -116,7 +101,7 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parts]:
             s3_secret_key=secret_key,
         )
         start_s["rest_catalog"] = rest.start()
-        pgids.append(_pid(rest.dir / "server.pid"))
+        pgids.append(pid_in(rest.dir / "server.pid"))
         print(f"start seconds: {start_s}")
         yield Parts(postgres, s3, rest, secret_key, jdbc_password, start_s)
     finally:
@@ -125,7 +110,7 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parts]:
         s3.stop()
         postgres.stop()
         shutil.rmtree(pg_dir, ignore_errors=True)
-    assert not [g for g in pgids if _group_alive(g)], "processes of the parts outlived stop()"
+    assert not [g for g in pgids if group_alive(g)], "processes of the parts outlived stop()"
 
 
 def test_start_again_returns_at_once_when_running(parts: Parts) -> None:
@@ -252,7 +237,7 @@ def test_airflow_processes_run_a_dag_on_postgres(parts: Parts, tmp_path: Path) -
         assert "parts_pool" in {p["name"] for p in airflow.get_all("pools", "pools")}
     finally:
         airflow.stop()
-    assert not [g for g in pgids if _group_alive(g)], "Airflow processes outlived stop()"
+    assert not [g for g in pgids if group_alive(g)], "Airflow processes outlived stop()"
 
 
 def test_spark_standalone_worker_registers_alive(tmp_path: Path) -> None:
@@ -265,7 +250,7 @@ def test_spark_standalone_worker_registers_alive(tmp_path: Path) -> None:
     try:
         took = spark.start()
         print(f"Spark standalone start seconds: {took:.1f}")
-        pgids = [_pid(spark.dir / "master.pid"), _pid(spark.dir / "worker.pid")]
+        pgids = [pid_in(spark.dir / "master.pid"), pid_in(spark.dir / "worker.pid")]
         assert spark.master_url.startswith("spark://127.0.0.1:")
         workers = spark.alive_workers()
         assert [(w["host"], w["cores"], w["memory"]) for w in workers] == [("127.0.0.1", 1, 512)]
@@ -275,5 +260,5 @@ def test_spark_standalone_worker_registers_alive(tmp_path: Path) -> None:
         assert {d: (package / d).exists() for d in package_dirs_before} == package_dirs_before
     finally:
         spark.stop()
-    assert not [g for g in pgids if _group_alive(g)], "Spark processes outlived stop()"
+    assert not [g for g in pgids if group_alive(g)], "Spark processes outlived stop()"
     assert not os.path.exists(spark.dir / "master.pid")

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cdclake.io.catalog import load_catalog
-from cdclake.local.stack import port_open, read_pid, terminate
+from cdclake.local.stack import port_open, read_pid, terminate, write_private
 from cdclake.settings import Settings, spark_jars
 from cdclake.spark.session import spark_conf
 
@@ -128,12 +128,6 @@ def engine_status(settings: Settings) -> EngineStatus:
     return EngineStatus(port_open(HOST, settings.spark_connect_port), _read_pid(settings), engine_url(settings))
 
 
-def _write_private(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
-
-
 def start_engine(
     settings: Settings,
     *,
@@ -168,7 +162,7 @@ def start_engine(
         load_catalog(settings)  # the SQLite catalog's folder and tables exist before Spark opens them
     (edir / "fairscheduler.xml").write_text(_FAIR_POOLS)
     props = edir / "spark-connect.conf"
-    _write_private(
+    write_private(
         props,
         "".join(
             f"{k} {v}\n"

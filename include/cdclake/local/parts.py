@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from cdclake.local.stack import java_executable, port_open, read_pid, terminate
+from cdclake.local.stack import java_executable, port_open, read_pid, terminate, write_private
 from cdclake.settings import jars_dir
 
 if TYPE_CHECKING:
@@ -63,14 +63,6 @@ def _log_tail(log_file: Path) -> str:
         return log_file.read_text(errors="replace")[-_LOG_TAIL_CHARS:]
     except FileNotFoundError:
         return "(no log)"
-
-
-def _private_file(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` readable by its owner only (mode 0600, also when it existed)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
 
 
 def _spawn(argv: Sequence[str], *, env: Mapping[str, str], log_file: Path, cwd: Path | None = None) -> subprocess.Popen:
@@ -281,7 +273,7 @@ class Postgres:
 
     def _initdb(self) -> None:
         password = secrets.token_urlsafe(24)
-        _private_file(self._password_file, password)
+        write_private(self._password_file, password)
         if self._as_root():
             shutil.chown(self._password_file, self.SUPERUSER, self.SUPERUSER)
         self._run(
@@ -494,7 +486,7 @@ class S3Proxy:
         _check_port_free(self.port, "s3proxy")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         props = self.dir / "s3proxy.properties"
-        _private_file(
+        write_private(
             props,
             "".join(
                 f"{key}={_java_property(value)}\n"

@@ -156,7 +156,7 @@ class Topology:
                 values[name] = _secrets.token_urlsafe(24)
                 if name == "s3_access_key":
                     values[name] = "AK" + _secrets.token_hex(9).upper()
-            _write_private(path, json.dumps(values, indent=2))
+            stack.write_private(path, json.dumps(values, indent=2))
         return values
 
     def environ(self) -> dict[str, str]:
@@ -285,7 +285,7 @@ class Topology:
         )
         home = self.state_dir / "airflow"
         home.mkdir(parents=True, exist_ok=True)
-        _write_private(home / "connections.json", json.dumps(self.connections(), indent=2))
+        stack.write_private(home / "connections.json", json.dumps(self.connections(), indent=2))
 
     def airflow_environ(self) -> dict[str, str]:
         """The Airflow processes' environment: the topology's ``CDCLAKE_*``, PostgreSQL metadata
@@ -355,7 +355,7 @@ class Topology:
         pg = self._postgres()
         pg.start()
         airflow_url = pg.ensure_database("airflow", "airflow", s["airflow_db"])
-        _write_private(self.state_dir / "airflow" / "metadata-db.url", airflow_url)
+        stack.write_private(self.state_dir / "airflow" / "metadata-db.url", airflow_url)
         pg.ensure_database("iceberg", "iceberg", s["iceberg_db"])
         out.append(f"PostgreSQL on 127.0.0.1:{self.ports.postgres} (databases airflow, iceberg)")
         s3 = self._s3()
@@ -409,13 +409,6 @@ class Topology:
     def describe(self) -> dict[str, Any]:
         """Where each part answers (no credential)."""
         return {"state_dir": str(self.state_dir), "ports": asdict(self.ports), "settings": self.environ()}
-
-
-def _write_private(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
 
 
 # --- the workload -------------------------------------------------------------------------------
