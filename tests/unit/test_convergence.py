@@ -8,14 +8,14 @@ from cdclake.model.convergence import (
     SnapshotProgress,
     SourceIdentity,
     advance_snapshot,
-    gtid_source,
     identity_changes,
     merge_identities,
     pending_partitions,
     progress_after_completion,
 )
-from cdclake.model.layout import SummaryKeys, committed_state_of
-from cdclake.model.position import BinlogPosition
+from cdclake.model.layout import SummaryKeys
+from cdclake.model.position import BinlogPosition, gtid_source
+from cdclake.model.run_state import committed_state_of
 
 P1 = BinlogPosition(3, 400, 0, 0)
 P2 = BinlogPosition(3, 900, 0, 0)

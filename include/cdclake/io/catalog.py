@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import logging
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,12 +22,11 @@ from cdclake.model.layout import (
     ORDERING_PROPERTY,
     SIDE_TABLE_PROPERTIES,
     TABLE_PROPERTIES,
-    CommittedState,
     column_encodings,
     column_encodings_property,
-    committed_state_of,
 )
 from cdclake.model.offsets import Offsets
+from cdclake.model.run_state import CommittedState, committed_state_of
 from cdclake.model.schema_diff import SourceSchema
 from cdclake.model.types import ColumnSpec, column_doc, parse_decimal_type
 from cdclake.settings import Settings
@@ -64,19 +63,25 @@ def load_table_or_none(catalog: Catalog, identifier: str) -> Table | None:
         return None
 
 
-def committed_state(table: Table, topic: str) -> CommittedState:
-    """The state recorded by the newest CDC commit of ``topic`` in the current snapshot's ancestry
-    (maintenance snapshots, which carry no offsets, are walked past)."""
+def ancestry(table: Table) -> Iterator[tuple[int, int, Mapping[str, str] | None]]:
+    """``(snapshot id, timestamp ms, summary properties or None)`` of the current snapshot and
+    its ancestors, newest first (nothing when the table has no snapshot)."""
     from pyiceberg.table.snapshots import ancestors_of
 
     current = table.current_snapshot()
     if current is None:
+        return
+    for snap in ancestors_of(current, table.metadata):
+        yield snap.snapshot_id, snap.timestamp_ms, None if snap.summary is None else snap.summary.additional_properties
+
+
+def committed_state(table: Table, topic: str) -> CommittedState:
+    """The state recorded by the newest CDC commit of ``topic`` in the current snapshot's ancestry
+    (maintenance snapshots, which carry no offsets, are walked past)."""
+    current = table.current_snapshot()
+    if current is None:
         return CommittedState(None)
-    summaries = (
-        None if snap.summary is None else snap.summary.additional_properties
-        for snap in ancestors_of(current, table.metadata)
-    )
-    return committed_state_of(current.snapshot_id, summaries, topic)
+    return committed_state_of(current.snapshot_id, (summary for _, _, summary in ancestry(table)), topic)
 
 
 def committed_offsets(table: Table | None, topic: str) -> Offsets | None:

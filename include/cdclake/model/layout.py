@@ -4,7 +4,8 @@ State (``docs/architecture.md``, "Where state lives"): the consumed Kafka offset
 provenance are properties of the snapshot summary of the data commit (keys in
 :class:`SummaryKeys`), so they are committed atomically with the rows. The committed offsets of a
 table are those of the newest snapshot in the current snapshot's ancestry that carries them
-(maintenance snapshots carry none): :func:`committed_state_of`.
+(maintenance snapshots carry none): :func:`cdclake.model.run_state.committed_state_of`, which
+decodes and encodes that state.
 
 Every CDC table holds the source columns followed by the metadata columns of
 :data:`METADATA_COLUMNS`, which record the event that wrote the row. Two side tables sit beside
@@ -14,12 +15,7 @@ it: delete tombstones (:data:`TOMBSTONE_COLUMNS`) and the quarantine (:data:`QUA
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-
-from cdclake.model.convergence import SnapshotProgress, SourceIdentity
-from cdclake.model.offsets import Offsets, decode_offsets
-from cdclake.model.position import BinlogPosition
+from collections.abc import Mapping
 
 
 class SummaryKeys:
@@ -158,81 +154,6 @@ def column_encodings_property(encodings: Mapping[str, str]) -> dict[str, str]:
     """The table property recording ``{column: encoding}`` (every writer of the map uses this:
     table creation and schema sync)."""
     return {COLUMN_ENCODINGS_PROPERTY: json.dumps(dict(encodings))}
-
-
-@dataclass(frozen=True)
-class CommittedState:
-    """What the newest CDC commit of a table recorded (see :class:`SummaryKeys`).
-
-    Attributes:
-        snapshot_id: the table's current snapshot (the base a new run must commit on top of),
-            ``None`` for a table without snapshots.
-        offsets: the end offsets of the newest CDC commit, ``None`` when it never committed.
-        truncate_floor: the newest truncate applied; events at or below it are discarded.
-        binlog_basename: the binlog basename of the events applied so far.
-        snapshot_floor: the newest complete full snapshot; events below it are discarded.
-        snapshot: the full snapshot in progress, if any.
-        identity: the source identity of the events applied so far.
-        high_position: the greatest position applied so far.
-        defaults_position: the newest ADD COLUMN whose default was filled in.
-        max_offsets: the greatest end offsets ever committed, per partition.
-        high_position_ts: the Kafka timestamp of the record that carried ``high_position``.
-    """
-
-    snapshot_id: int | None
-    offsets: Offsets | None = None
-    truncate_floor: BinlogPosition | None = None
-    binlog_basename: str | None = None
-    snapshot_floor: BinlogPosition | None = None
-    snapshot: SnapshotProgress | None = None
-    identity: SourceIdentity | None = None
-    high_position: BinlogPosition | None = None
-    defaults_position: BinlogPosition | None = None
-    max_offsets: Offsets | None = None
-    high_position_ts: int | None = None
-
-
-def committed_state_of(
-    current_snapshot_id: int | None, ancestry: Iterable[Mapping[str, str] | None], topic: str
-) -> CommittedState:
-    """The state recorded by the newest CDC commit of ``topic``.
-
-    Args:
-        current_snapshot_id: the table's current snapshot.
-        ancestry: the snapshot summaries (``None`` for a snapshot without one) from the current
-            snapshot back through its ancestors, newest first.
-        topic: the table's Kafka topic; commits of another topic are walked past.
-    """
-    if current_snapshot_id is None:
-        return CommittedState(None)
-    for summary in ancestry:
-        if summary is None:
-            continue
-        end = summary.get(SummaryKeys.END_OFFSETS)
-        if end is not None and summary.get(SummaryKeys.TOPIC) == topic:
-            identity = summary.get(SummaryKeys.SOURCE_IDENTITY)
-            snapshot = summary.get(SummaryKeys.SNAPSHOT_IN_PROGRESS)
-            return CommittedState(
-                current_snapshot_id,
-                decode_offsets(end),
-                _position(summary, SummaryKeys.TRUNCATE_FLOOR),
-                summary.get(SummaryKeys.BINLOG_BASENAME),
-                _position(summary, SummaryKeys.SNAPSHOT_FLOOR),
-                SnapshotProgress.from_json(snapshot) if snapshot else None,
-                SourceIdentity.from_json(identity) if identity else None,
-                _position(summary, SummaryKeys.HIGH_POSITION),
-                _position(summary, SummaryKeys.DEFAULTS_POSITION),
-                decode_offsets(summary[SummaryKeys.MAX_OFFSETS]) if SummaryKeys.MAX_OFFSETS in summary else None,
-                int(summary[SummaryKeys.HIGH_POSITION_TIMESTAMP])
-                if SummaryKeys.HIGH_POSITION_TIMESTAMP in summary
-                else None,
-            )
-    return CommittedState(current_snapshot_id)
-
-
-def _position(summary: Mapping[str, str], key: str) -> BinlogPosition | None:
-    text = summary.get(key)
-    return BinlogPosition.from_text(text) if text else None
 
 
 TOMBSTONES_SUFFIX = "__cdc_tombstones"

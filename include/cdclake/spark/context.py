@@ -14,8 +14,9 @@ from cdclake.io.catalog import create_cdc_table, ensure_side_table, load_table_o
 from cdclake.io.kafka import KafkaClients
 from cdclake.model.config import TableConfig
 from cdclake.model.envelope import KafkaCoordinates, parse_value
-from cdclake.model.layout import CommittedState, side_table
+from cdclake.model.layout import side_table
 from cdclake.model.plan import RunPlan
+from cdclake.model.run_state import CommittedState
 from cdclake.model.types import ColumnSpec, columns_from_config, columns_from_connect
 from cdclake.settings import Settings
 

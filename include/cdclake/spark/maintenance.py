@@ -59,9 +59,9 @@ from cdclake.model.layout import (
     QUARANTINE_SUFFIX,
     RUN_BRANCH_PREFIX,
     TOMBSTONES_SUFFIX,
-    committed_state_of,
     side_table,
 )
+from cdclake.model.run_state import committed_state_of
 from cdclake.settings import Settings
 
 if TYPE_CHECKING:
@@ -309,7 +309,7 @@ def expiry_cutoff_ms(
 
     The apply finds its committed offsets in the newest snapshot of the current snapshot's
     ancestry that carries ``cdc.kafka.end-offsets`` for ``topic``
-    (:func:`cdclake.model.layout.committed_state_of`); maintenance commits carry none. Iceberg
+    (:func:`cdclake.model.run_state.committed_state_of`); maintenance commits carry none. Iceberg
     (``RemoveSnapshots``) keeps a branch's ancestors from its head back while their timestamp is
     at or after ``older_than`` (or fewer than ``retain_last`` are kept): so ``older_than`` is at
     most the timestamp of that snapshot and of every snapshot between it and the head (clocks of

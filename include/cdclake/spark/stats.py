@@ -1,0 +1,203 @@
+"""The statistics of a parsed batch (Spark): one aggregation pass gives the typed
+:class:`~cdclake.model.run_state.BatchStats` the run's decisions are made from
+(:func:`cdclake.model.run_state.decide`), plus the two rarer queries a decision may ask for (the
+full-snapshot groups, and where a changed source identity starts).
+
+A small batch costs a few Spark jobs, not one per question (a job is about 0.3 s even on a one-row
+batch).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from cdclake.model.config import TableConfig
+from cdclake.model.convergence import (
+    END_MARKERS,
+    FULL_SNAPSHOT_MARKERS,
+    START_MARKERS,
+    BatchSnapshot,
+    SnapshotEnd,
+    SourceIdentity,
+)
+from cdclake.model.offsets import Offsets
+from cdclake.model.position import MARIADB_GTID_PATTERN, BinlogPosition
+from cdclake.model.run_state import APPLIED_OPS, BatchStats, GtidMissing, UnknownColumn
+from cdclake.spark.parse import position_literal, position_of
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+GOOD = "not is_tombstone and error is null and held_back_behind is null"
+"""The records a run applies: not a Kafka tombstone, not bad, not held back."""
+
+
+def batch_stats(parsed: DataFrame, cfg: TableConfig, unknown_floor: BinlogPosition | None) -> BatchStats:
+    """One pass over the parsed batch (:func:`cdclake.spark.parse.parse_records`, with the
+    quarantine's ``held_back_behind``), one Spark job whatever the batch's size.
+
+    Args:
+        parsed: the parsed batch.
+        cfg: the table config (its ``ordering`` decides which identities are collected).
+        unknown_floor: an event's unknown column counts only at or above this position
+            (:func:`cdclake.spark.parse.unknown_columns_floor`); ``None``: everywhere.
+    """
+    from pyspark.sql import functions as F
+
+    good = F.expr(GOOD)
+    unknown = F.col("unknown_column").isNotNull()
+    if unknown_floor is not None:
+        unknown = unknown & (F.col("position") >= F.expr(position_literal(unknown_floor)))
+    aggs = [
+        F.count(F.lit(1)).alias("events"),
+        F.sum(F.col("is_tombstone").cast("int")).alias("tombstones"),
+        F.sum(F.col("error").isNotNull().cast("int")).alias("bad"),
+        F.sum(F.col("held_back_behind").isNotNull().cast("int")).alias("held"),
+        F.min(F.when(good, F.col("position"))).alias("first"),
+        F.max(F.when(good, F.col("position"))).alias("last"),
+        # the greatest position with the earliest Kafka timestamp that carried it
+        F.max(F.when(good, F.struct(F.col("position"), (-F.unix_millis("timestamp")).alias("neg_ts")))).alias("high"),
+        F.max(F.when(good & (F.col("op") == "t"), F.col("position"))).alias("truncate"),
+        F.max(F.when(good, F.unix_millis("_cdc_source_ts"))).alias("last_source_ts"),
+        # the first (partition, offset) of an event with a column the table lacks
+        F.min(F.when(unknown, F.struct("partition", "offset", "unknown_column"))).alias("unknown"),
+        F.sum((good & ~F.col("op").isin(*APPLIED_OPS)).cast("int")).alias("other_ops"),
+        F.sum((good & (F.col("op") == "r") & F.col("snapshot_marker").isin(*FULL_SNAPSHOT_MARKERS)).cast("int")).alias(
+            "full_snapshot_reads"
+        ),
+        *[F.sum((good & (F.col("op") == op)).cast("int")).alias(f"op_{op}") for op in APPLIED_OPS],
+    ]
+    if cfg.ordering == "gtid":
+        missing = good & F.col("_cdc_gtid_seq").isNull() & (F.col("gtid").isNotNull() | ~F.col("_cdc_snapshot"))
+        aggs += [
+            F.min(F.when(missing, F.struct("partition", "offset", "op", "gtid"))).alias("gtid_missing"),
+            F.collect_set(F.when(good, gtid_domain())).alias("gtid_domains"),
+        ]
+    else:
+        aggs.append(
+            F.collect_set(
+                F.when(
+                    good,
+                    F.struct(
+                        # snapshot reads carry server_id 0: only changes name the server that wrote them
+                        F.when(F.col("server_id") != 0, F.col("server_id")).alias("server_id"),
+                        F.col("file_base").alias("basename"),
+                        F.expr(GTID_SOURCE).alias("gtid_source"),
+                    ),
+                )
+            ).alias("identities")
+        )
+    row = parsed.agg(*aggs).collect()[0]
+    if row["other_ops"]:  # never seen: an op outside APPLIED_OPS is counted by its name
+        ops = {r["op"]: r["count"] for r in parsed.filter(GOOD).groupBy("op").count().collect()}
+    else:
+        ops = {op: int(row[f"op_{op}"]) for op in APPLIED_OPS if row[f"op_{op}"]}
+    if cfg.ordering == "gtid":
+        identities = tuple(SourceIdentity(gtid_domain=int(d)) for d in row["gtid_domains"] if d is not None)
+        gtid_missing = row["gtid_missing"]
+    else:
+        identities = tuple(
+            SourceIdentity(r["server_id"], r["basename"] or None, r["gtid_source"]) for r in row["identities"]
+        )
+        gtid_missing = None
+    unknown_row = row["unknown"]
+    high = row["high"]
+    return BatchStats(
+        events=int(row["events"]),
+        tombstones=int(row["tombstones"] or 0),
+        bad=int(row["bad"] or 0),
+        held=int(row["held"] or 0),
+        ops=ops,
+        first=_position(row["first"]),
+        last=_position(row["last"]),
+        high=_position(high["position"]) if high is not None else None,
+        high_timestamp_ms=-int(high["neg_ts"]) if high is not None else None,
+        truncate=_position(row["truncate"]),
+        last_source_ts_ms=int(row["last_source_ts"]) if row["last_source_ts"] is not None else None,
+        identities=identities,
+        full_snapshot_reads=int(row["full_snapshot_reads"] or 0),
+        unknown_column=UnknownColumn(
+            int(unknown_row["partition"]), int(unknown_row["offset"]), unknown_row["unknown_column"]
+        )
+        if unknown_row is not None
+        else None,
+        gtid_missing=GtidMissing(
+            int(gtid_missing["partition"]), int(gtid_missing["offset"]), gtid_missing["op"], gtid_missing["gtid"]
+        )
+        if gtid_missing is not None
+        else None,
+    )
+
+
+def _position(row: Any) -> BinlogPosition | None:
+    return position_of(row) if row is not None else None
+
+
+def snapshot_groups(good: DataFrame, max_offsets: Offsets | None) -> list[BatchSnapshot]:
+    """The batch's full-snapshot records (``r`` events framed by initial/blocking snapshot markers),
+    one group per snapshot position; a group is ``unseen`` when some of its records sit at or above
+    ``max_offsets`` (the greatest offsets the table ever committed)."""
+    from pyspark.sql import functions as F
+
+    unseen = F.lit(True)
+    for p, o in (max_offsets or {}).items():
+        unseen = F.when(F.col("partition") == p, F.col("offset") >= o).otherwise(unseen)
+    marker = F.col("snapshot_marker")
+    full = good.filter((F.col("op") == "r") & marker.isin(*FULL_SNAPSHOT_MARKERS))
+    per_partition = full.groupBy("position", "partition").agg(
+        F.count(F.lit(1)).alias("n"),
+        F.min("offset").alias("first_offset"),
+        F.max(marker.isin(*START_MARKERS).cast("int")).alias("started"),
+        F.max(unseen.cast("int")).alias("unseen"),
+        F.min(F.unix_millis("timestamp")).alias("first_ts"),
+        F.max(F.when(marker.isin(*END_MARKERS), F.struct("offset", F.unix_millis("timestamp").alias("ts")))).alias(
+            "end"
+        ),
+    )
+    groups: dict[BinlogPosition, dict[str, Any]] = {}
+    for r in per_partition.collect():
+        g = groups.setdefault(
+            position_of(r["position"]),
+            {"n": 0, "started": False, "end": None, "first": {}, "unseen": False, "ts": r["first_ts"]},
+        )
+        g["ts"] = min(g["ts"], r["first_ts"])
+        g["n"] += r["n"]
+        g["unseen"] = g["unseen"] or bool(r["unseen"])
+        g["started"] = g["started"] or bool(r["started"])
+        g["first"][int(r["partition"])] = int(r["first_offset"])
+        if r["end"] is not None:
+            g["end"] = SnapshotEnd(int(r["partition"]), int(r["end"]["offset"]), int(r["end"]["ts"]))
+    return [
+        BatchSnapshot(p, g["n"], g["started"], g["end"], g["first"], g["unseen"], int(g["ts"]))
+        for p, g in groups.items()
+    ]
+
+
+def first_offsets_outside(good: DataFrame, known: SourceIdentity) -> dict[int, int]:
+    """Per partition, the first offset of an event whose identity differs from ``known``."""
+    from pyspark.sql import functions as F
+
+    differs = F.lit(False)
+    if known.server_id is not None:
+        differs = differs | ((F.col("server_id") != 0) & (F.col("server_id") != known.server_id))
+    if known.basename is not None:
+        differs = differs | (F.col("file_base") != known.basename)
+    if known.gtid_source is not None:
+        differs = differs | F.coalesce(F.expr(GTID_SOURCE) != known.gtid_source, F.lit(False))
+    if known.gtid_domain is not None:
+        differs = differs | F.coalesce(gtid_domain() != known.gtid_domain, F.lit(False))
+    rows = good.filter(differs).groupBy("partition").agg(F.min("offset").alias("o")).collect()
+    return {int(r["partition"]): int(r["o"]) for r in rows}
+
+
+GTID_SOURCE = (
+    "CASE WHEN gtid LIKE '%:%' THEN trim(substring_index(gtid, ':', 1)) "
+    "WHEN gtid RLIKE '^[0-9]+-[0-9]+-[0-9]+$' THEN regexp_extract(gtid, '^([0-9]+-[0-9]+)-', 1) END"
+)
+"""SQL of the GTID's source (:func:`cdclake.model.convergence.gtid_source`)."""
+
+
+def gtid_domain() -> Column:
+    from pyspark.sql import functions as F
+
+    return F.regexp_extract(F.trim(F.col("gtid")), MARIADB_GTID_PATTERN, 1).try_cast("bigint")

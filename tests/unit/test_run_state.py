@@ -1,0 +1,353 @@
+"""The apply's decisions without Spark (:mod:`cdclake.model.run_state`): the committed state's
+summary round trip, the start check, floors, identity, highest position, the full-snapshot rule,
+column defaults and the commit's summary.
+
+The lookups are in-memory tables of the facts a decision asks Kafka and the catalog for (the
+watermarks, offsets for a time, open quarantine records), so each case states them."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cdclake.errors import ConcurrentRunError, PositionOrderError, SchemaError
+from cdclake.model.config import TableConfig
+from cdclake.model.convergence import BatchSnapshot, SnapshotEnd, SnapshotProgress, SourceIdentity
+from cdclake.model.layout import COLUMN_DEFAULTS_PROPERTY, SummaryKeys
+from cdclake.model.offsets import OffsetRange
+from cdclake.model.plan import RunPlan
+from cdclake.model.position import BinlogPosition
+from cdclake.model.run_state import (
+    BatchStats,
+    ColumnDefault,
+    CommittedState,
+    GtidMissing,
+    UnknownColumn,
+    check_columns,
+    check_start,
+    column_defaults,
+    committed_state_of,
+    decide,
+)
+
+CFG = TableConfig(name="t", topic="dbz.shop.t", namespace="shop", table="t", primary_key=("id",))
+
+
+def plan(start=None, end=None, *, cfg=CFG, **kw) -> RunPlan:
+    start = start or {0: 10, 1: 20}
+    end = end or {0: 15, 1: 25}
+    return RunPlan(table=cfg, run_id="run-1", range=OffsetRange(topic=cfg.topic, start=start, end=end), **kw)
+
+
+@dataclass
+class Facts:
+    """What Kafka and the catalog answer (see the module docstring); ``asked`` records the questions."""
+
+    high: dict[int, int] = field(default_factory=lambda: {0: 15, 1: 25})
+    after: dict[int, int] = field(default_factory=lambda: {0: 15, 1: 25})
+    quarantine: int = 0
+    outside: dict[int, int] = field(default_factory=dict)
+    now: int = 10_000_000
+    asked: list[str] = field(default_factory=list)
+
+    def first_offsets_outside(self, known):
+        self.asked.append("outside")
+        return self.outside
+
+    def high_watermarks(self):
+        self.asked.append("high")
+        return self.high
+
+    def offsets_after(self, timestamp_ms):
+        self.asked.append("after")
+        return self.after
+
+    def open_quarantine(self):
+        self.asked.append("quarantine")
+        return self.quarantine
+
+    def now_ms(self):
+        return self.now
+
+
+def pos(f, p, r=0, k=1):
+    return BinlogPosition(f, p, r, k)
+
+
+def run(state, stats, p=None, *, defaults=None, snapshots=(), facts=None):
+    return decide(
+        state, stats, p or plan(), defaults=defaults or {}, snapshots=list(snapshots), lookups=facts or Facts()
+    )
+
+
+# --- the committed state and its summary ---------------------------------------------------------
+
+positions = st.builds(
+    BinlogPosition,
+    st.integers(-2, 2_000_000),
+    st.integers(0, 2**40),
+    st.integers(0, 1000),
+    st.integers(0, 1),
+)
+offsets = st.dictionaries(st.integers(0, 8), st.integers(0, 2**40), max_size=4)
+identities = st.builds(
+    SourceIdentity,
+    st.none() | st.integers(1, 2**32),
+    st.none() | st.sampled_from(["mysql-bin", "mariadb-bin"]),
+    st.none() | st.sampled_from(["0-1", "3E11FA47-71CA-11E1-9E33-C80AA9429562"]),
+    st.none() | st.integers(0, 9),
+)
+progresses = st.builds(
+    SnapshotProgress,
+    positions,
+    st.integers(0, 10_000),
+    st.booleans(),
+    st.none() | st.builds(SnapshotEnd, st.integers(0, 8), st.integers(0, 2**40), st.integers(0, 2**42)),
+)
+states = st.builds(
+    CommittedState,
+    st.none() | st.integers(1, 2**62),
+    st.none() | offsets,
+    st.none() | positions,
+    st.none() | st.sampled_from(["mysql-bin", "mariadb-bin"]),
+    st.none() | positions,
+    st.none() | progresses,
+    st.none() | identities,
+    st.none() | positions,
+    st.none() | positions,
+    st.none() | offsets,
+    st.none() | st.integers(0, 2**42),
+)
+
+
+@given(states)
+def test_the_committed_state_survives_its_summary(state):
+    assert CommittedState.from_summary(state.snapshot_id, state.to_summary()) == state
+
+
+def test_the_state_is_read_from_the_newest_commit_of_the_table_topic():
+    ours = {SummaryKeys.TOPIC: "t", SummaryKeys.END_OFFSETS: '{"0": 5}', SummaryKeys.TRUNCATE_FLOOR: "3:4:0:1"}
+    other = {SummaryKeys.TOPIC: "other", SummaryKeys.END_OFFSETS: '{"0": 9}'}
+    state = committed_state_of(42, [None, other, ours], "t")
+    assert (state.snapshot_id, state.offsets, state.truncate_floor) == (42, {0: 5}, pos(3, 4))
+    assert committed_state_of(42, [None, other], "t") == CommittedState(42)
+    assert committed_state_of(None, [ours], "t") == CommittedState(None)
+
+
+# --- the start check ------------------------------------------------------------------------------
+
+
+def test_the_run_starts_where_the_table_is():
+    assert check_start(None, plan())
+    assert check_start(CommittedState(1), plan())
+    assert check_start(CommittedState(1, {0: 10, 1: 20}), plan())
+
+
+def test_a_run_whose_range_is_committed_already_does_nothing():
+    assert not check_start(CommittedState(1, {0: 15, 1: 25}), plan())
+
+
+def test_a_run_behind_another_commit_stops_and_a_replay_does_not():
+    with pytest.raises(ConcurrentRunError, match=r"committed offsets \{\"0\":12,\"1\":20\} are not this run.s start"):
+        check_start(CommittedState(1, {0: 12, 1: 20}), plan())
+    assert check_start(CommittedState(1, {0: 12, 1: 20}), plan(replay=True))
+
+
+def test_an_unknown_column_names_where_it_is():
+    check_columns(BatchStats(events=1), CFG)
+    with pytest.raises(SchemaError, match=r"partition 1 offset 7: the event has column 'color'"):
+        check_columns(BatchStats(events=1, unknown_column=UnknownColumn(1, 7, "color")), CFG)
+
+
+# --- floors, high position, identity -------------------------------------------------------------
+
+
+def test_the_truncate_floor_is_the_newest_truncate_and_is_carried_forward():
+    state = CommittedState(7, {0: 10, 1: 20}, truncate_floor=pos(3, 100))
+    d = run(state, BatchStats(events=5, truncate=pos(3, 50), ops={"t": 1}))
+    assert d.state.truncate_floor == pos(3, 100)
+    assert d.truncate == pos(3, 50)
+    d = run(state, BatchStats(events=5, truncate=pos(4, 1), ops={"t": 1}))
+    assert d.state.truncate_floor == pos(4, 1)
+    assert d.summary[SummaryKeys.TRUNCATE_FLOOR] == "4:1:0:1"
+
+
+def test_the_high_position_is_the_greatest_ever_applied_with_its_record_time():
+    state = CommittedState(7, {0: 10, 1: 20}, high_position=pos(5, 10), high_position_ts=111)
+    assert run(state, BatchStats(events=1, high=pos(4, 99), high_timestamp_ms=222)).state.high_position_ts == 111
+    d = run(state, BatchStats(events=1, high=pos(5, 11), high_timestamp_ms=222))
+    assert (d.state.high_position, d.state.high_position_ts) == (pos(5, 11), 222)
+    assert run(CommittedState(7, {0: 10, 1: 20}), BatchStats(events=1)).state.high_position is None
+
+
+def test_events_of_another_binlog_history_stop_the_table_with_the_remedy():
+    state = CommittedState(7, {0: 10, 1: 20}, identity=SourceIdentity(1, "mysql-bin"))
+    facts = Facts(outside={1: 22})
+    stats = BatchStats(events=3, identities=(SourceIdentity(2, "mysql-bin"),))
+    with pytest.raises(PositionOrderError, match=r"server id: \['1', '2'\] \(the table's: 1\)") as e:
+        run(state, stats, facts=facts)
+    assert '"replay_from_offsets": {"0": 15, "1": 22}' in str(e.value)
+    assert '"accept_source_change": true' in str(e.value)
+
+
+def test_the_identity_is_learned_and_carried_with_the_basename():
+    stats = BatchStats(events=3, identities=(SourceIdentity(None, "mysql-bin"), SourceIdentity(5, None, "0-5")))
+    d = run(CommittedState(7, {0: 10, 1: 20}), stats)
+    assert d.state.identity == SourceIdentity(5, "mysql-bin", "0-5")
+    assert d.summary[SummaryKeys.BINLOG_BASENAME] == "mysql-bin"
+
+
+def test_a_gtid_table_stops_at_a_change_without_a_mariadb_gtid():
+    cfg = CFG.model_copy(update={"ordering": "gtid"})
+    stats = BatchStats(events=1, gtid_missing=GtidMissing(0, 12, "u", "3E11:5"))
+    with pytest.raises(PositionOrderError, match=r"partition 0 offset 12: .* source.gtid is '3E11:5'"):
+        run(CommittedState(7), stats, plan(cfg=cfg))
+
+
+def test_accepting_a_new_history_forgets_the_old_one_but_not_the_offsets_ever_committed():
+    old = SourceIdentity(1, "mysql-bin")
+    state = CommittedState(
+        7,
+        {0: 10, 1: 20},
+        truncate_floor=pos(9, 1),
+        identity=old,
+        high_position=pos(9, 5),
+        max_offsets={0: 30, 1: 40},
+        defaults_position=pos(8, 1),
+    )
+    stats = BatchStats(events=2, identities=(SourceIdentity(2, "mysql-bin"),), high=pos(1, 4), high_timestamp_ms=5)
+    d = run(state, stats, plan(accept_source_change=True, replay=True))
+    assert d.state.identity == SourceIdentity(2, "mysql-bin")
+    assert (d.state.truncate_floor, d.state.high_position, d.state.defaults_position) == (None, pos(1, 4), None)
+    assert d.state.max_offsets == {0: 30, 1: 40}
+    assert json.loads(d.summary[SummaryKeys.SOURCE_CHANGE_ACCEPTED]) == {
+        "identity": old.to_json(),
+        "high_position": "9:5:0:1",
+    }
+    assert column_defaults({COLUMN_DEFAULTS_PROPERTY: "{}"}, ["a"], plan(accept_source_change=True)) == {}
+
+
+# --- the full-snapshot rule ------------------------------------------------------------------------
+
+SNAP = pos(3, 400, 0, 0)
+END = SnapshotEnd(partition=1, offset=22, timestamp_ms=5_000)
+
+
+def test_a_snapshot_whose_end_record_and_partitions_are_applied_completes():
+    group = BatchSnapshot(SNAP, 4, True, END, {0: 10, 1: 20})
+    facts = Facts(after={0: 14, 1: 25})  # partition 0 has a record after the end, which the run applies
+    d = run(
+        CommittedState(7, {0: 10, 1: 20}), BatchStats(events=5, full_snapshot_reads=4), snapshots=[group], facts=facts
+    )
+    assert d.completed == SNAP
+    assert (d.state.snapshot_floor, d.state.snapshot) == (SNAP, None)
+    assert d.summary[SummaryKeys.SNAPSHOT_FLOOR] == SNAP.to_text()
+
+
+def test_a_snapshot_waits_for_a_partition_that_may_still_hold_its_records():
+    group = BatchSnapshot(SNAP, 4, True, END, {0: 10, 1: 20})
+    facts = Facts(after={0: 15, 1: 25}, high={0: 18, 1: 25}, now=END.timestamp_ms + 1)
+    d = run(
+        CommittedState(7, {0: 10, 1: 20}), BatchStats(events=5, full_snapshot_reads=4), snapshots=[group], facts=facts
+    )
+    assert d.completed is None
+    assert d.state.snapshot == SnapshotProgress(SNAP, 4, True, END)
+    assert "quarantine" not in facts.asked
+
+
+def test_open_quarantine_records_keep_a_complete_snapshot_from_deleting():
+    group = BatchSnapshot(SNAP, 4, True, END, {0: 10, 1: 20})
+    facts = Facts(after={0: 14, 1: 25}, quarantine=2)
+    d = run(
+        CommittedState(7, {0: 10, 1: 20}), BatchStats(events=5, full_snapshot_reads=4), snapshots=[group], facts=facts
+    )
+    assert d.completed is None and d.state.snapshot is not None
+
+
+def test_a_snapshot_that_is_not_authoritative_deletes_nothing_and_asks_nothing():
+    cfg = CFG.model_copy(update={"authoritative_snapshots": False})
+    group = BatchSnapshot(SNAP, 4, True, END, {0: 10, 1: 20})
+    facts = Facts()
+    d = run(CommittedState(7, {0: 10, 1: 20}), BatchStats(events=5), plan(cfg=cfg), snapshots=[group], facts=facts)
+    assert (d.completed, d.state.snapshot, facts.asked) == (None, None, [])
+
+
+def test_a_new_full_snapshot_below_the_high_position_means_the_positions_started_over():
+    state = CommittedState(7, {0: 10, 1: 20}, high_position=pos(9, 9), high_position_ts=1_000)
+    group = BatchSnapshot(SNAP, 4, True, None, {0: 11}, unseen=True, first_timestamp_ms=2_000)
+    with pytest.raises(PositionOrderError, match="binlog positions started over"):
+        run(state, BatchStats(events=4), snapshots=[group])
+    replayed = run(state, BatchStats(events=4), plan(replay=True), snapshots=[group])
+    assert replayed.state.snapshot == SnapshotProgress(SNAP, 4, True)
+
+
+def test_a_change_log_table_keeps_no_snapshot_progress():
+    cfg = CFG.model_copy(update={"write_mode": "changelog", "primary_key": ()})
+    state = CommittedState(7, {0: 10, 1: 20}, snapshot_floor=SNAP)
+    d = run(state, BatchStats(events=5), plan(cfg=cfg), snapshots=[BatchSnapshot(pos(4, 1, 0, 0), 4, True, END, {})])
+    assert (d.completed, d.state.snapshot, d.state.snapshot_floor) == (None, None, SNAP)
+
+
+# --- column defaults and the summary --------------------------------------------------------------
+
+
+def test_column_defaults_are_filled_once_past_the_last_filled_alter():
+    properties = {
+        COLUMN_DEFAULTS_PROPERTY: json.dumps(
+            {
+                "a": {"position": "5:1:0:1", "sql": "'x'", "exact": True},
+                "b": {"position": "6:1:0:1", "sql": "1", "exact": True},
+                "c": {"position": "6:2:0:1", "sql": "2", "exact": False},
+                "gone": {"position": "6:3:0:1", "sql": "3", "exact": True},
+            }
+        )
+    }
+    defaults = column_defaults(properties, ["id", "a", "b", "c"], plan())
+    assert defaults == {"a": ColumnDefault(pos(5, 1), "'x'"), "b": ColumnDefault(pos(6, 1), "1")}
+    d = run(CommittedState(7, {0: 10, 1: 20}, defaults_position=pos(5, 1)), BatchStats(events=1), defaults=defaults)
+    assert list(d.backfill) == ["b"]
+    assert d.summary[SummaryKeys.DEFAULTS_POSITION] == "6:1:0:1"
+
+
+def test_the_summary_holds_the_run_and_carries_the_state_forward():
+    state = CommittedState(7, {0: 10, 1: 20}, max_offsets={0: 12, 2: 3})
+    stats = BatchStats(
+        events=9,
+        tombstones=1,
+        bad=1,
+        held=2,
+        ops={"c": 2, "u": 3, "d": 1, "r": 1},
+        first=pos(3, 4, 1),
+        last=pos(3, 90),
+        last_source_ts_ms=1234,
+    )
+    d = run(state, stats)
+    s = d.summary
+    assert (s[SummaryKeys.EVENTS], s[SummaryKeys.TOMBSTONES], s[SummaryKeys.QUARANTINED]) == ("9", "1", "3")
+    assert (s[SummaryKeys.UPSERTS], s[SummaryKeys.DELETES]) == ("6", "1")
+    assert json.loads(s[SummaryKeys.OPS]) == {"c": 2, "u": 3, "d": 1, "r": 1}
+    assert (s[SummaryKeys.FIRST_POSITION], s[SummaryKeys.LAST_POSITION]) == ("3:4:1", "3:90:0")
+    assert json.loads(s[SummaryKeys.END_OFFSETS]) == {"0": 15, "1": 25}
+    assert json.loads(s[SummaryKeys.MAX_OFFSETS]) == {"0": 15, "1": 25, "2": 3}
+    assert s[SummaryKeys.LAST_SOURCE_TIMESTAMP] == "1234"
+    assert SummaryKeys.REPLAY not in s
+    assert committed_state_of(8, [dict(s)], CFG.topic) == CommittedState(8, *_fields_after(d.state))
+
+
+def _fields_after(state: CommittedState) -> tuple:
+    return (
+        state.offsets,
+        state.truncate_floor,
+        state.binlog_basename,
+        state.snapshot_floor,
+        state.snapshot,
+        state.identity,
+        state.high_position,
+        state.defaults_position,
+        state.max_offsets,
+        state.high_position_ts,
+    )
