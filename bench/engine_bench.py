@@ -5,11 +5,11 @@ the long-running Spark Connect server, against Airflow's floor and against ``spa
     .venv/bin/python bench/engine_bench.py --tables 5 --events-per-table 20 --big-events 20000  # smoke
 
 It starts a stack of its own (state in a temporary folder unless ``--state-dir``, free loopback
-ports): the Kafka broker, the Spark Connect server (:mod:`cdclake.local.engine`) and Airflow 3 as
+ports): the Kafka broker, the Spark Connect server (:mod:`cdclake_dev.engine`) and Airflow 3 as
 separate processes (``scheduler``, ``dag-processor``, ``triggerer``, ``api-server``; LocalExecutor;
-metadata DB: a throw-away PostgreSQL (Debian's, :class:`cdclake.local.parts.Postgres`, ``fsync=off``;
+metadata DB: a throw-away PostgreSQL (Debian's, :class:`cdclake_dev.parts.postgres.Postgres`, ``fsync=off``;
 Airflow needs ``psycopg2-binary`` and ``asyncpg`` for it) when installed, else SQLite under the state dir as
-``cdclake.local.airflow_env`` makes it, which locks up ("database is locked", HTTP 500 on trigger)
+``cdclake_dev.airflow_env`` makes it, which locks up ("database is locked", HTTP 500 on trigger)
 when tens of runs are triggered at once; ``--airflow-db``). Its DAGs
 folder holds ``dags/cdc_tables.py`` (one table DAG per entry of the bench's table config) and
 ``bench/dags/bench_trivial.py``. Every DAG run is triggered through the REST API
@@ -25,17 +25,17 @@ the starting Iceberg tables are zero-copy clones of one table of ``--base-rows``
    topic's end (the commit's snapshot timestamp). ``one_table_10k_s``: the same number of events in
    one table, the same way.
 3. Airflow is stopped; ``server_peak_gib_4x250k``: four Connect sessions (client processes, each
-   what the ``apply`` task runs: ``connect_session`` + ``apply_range``) apply ``--peak-events``
+   what the ``apply`` task runs: ``apply_plan`` in a ``connect_session``) apply ``--peak-events``
    events each into four tables at once; the Connect server's peak RSS (its JVM: ``VmHWM``
    reset through ``/proc/<pid>/clear_refs`` before, and sampled every 0.2 s).
 4. ``connect_over_submit_1m``: ``--big-events`` events applied once through a Connect session
-   (client process: start, session, ``apply_range``, stop) and once by
-   ``spark-submit spark_jobs/apply_cdc.py --plan ...`` (``bench/run.py``'s command: the table
-   DAG's ``submit`` engine settings), each into a clone of a table of ``--big-base-rows`` rows;
-   the ratio of wall times.
+   (client process: start, session, ``apply_plan``, stop) and once by
+   ``spark-submit spark_jobs/apply_cdc.py --plan ...`` (``bench/harness.py``'s ``spark_submit``:
+   the table DAG's ``submit`` engine settings), each into a clone of a table of
+   ``--big-base-rows`` rows; the ratio of wall times.
 
 Every table is compared with the source state its events were generated from
-(``bench/run.py``'s ``check_table``: ids, and every touched row's values and metadata; the
+(``bench/lake.py``'s ``check_table``: ids, and every touched row's values and metadata; the
 one-event table: the updated row). Results: ``<out>/engine-<time>.json`` and ``.md``; the last
 line printed is the headline as one JSON object. Targets are printed, never asserted; exit code 1
 when a run failed or a table differs from its source.
@@ -48,48 +48,55 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import uuid
-from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-from datetime import datetime, timezone
-from multiprocessing import get_context
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-BENCH_DIR = Path(__file__).resolve().parent
-ROOT = BENCH_DIR.parent
-for _p in (ROOT / "include", ROOT / "plugins", BENCH_DIR):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
-
-import workload as wl  # noqa: E402
-from cdclake.local.parts import AirflowProcesses, Postgres, postgres_bin_dir  # noqa: E402
-from cdclake.settings import Settings  # noqa: E402
-from run import (  # noqa: E402
-    RESULT_PREFIX,
-    Loaded,
-    Measured,
-    _free_port_pair,
-    check_table,
+import workload as wl
+from cdclake.settings import Settings
+from cdclake_dev.parts.airflow import AirflowProcesses
+from cdclake_dev.parts.postgres import Postgres, postgres_bin_dir
+from cdclake_dev.process import free_port
+from harness import (
+    BENCH_DIR,
+    BROKER,
+    ENGINE,
+    ROOT,
+    BenchRun,
+    add_run_options,
+    bench_parser,
+    checks_line,
+    checks_ok,
     child_env,
+    spark_submit,
+    stack_settings,
+    start_parts,
+    stop_parts,
+    summary_head,
+)
+from lake import (
+    Loaded,
+    check_one_event,
+    check_table,
     copy_table,
     create_base_table,
+    full_range,
     kafka_clients,
     load_workload,
-    machine_info,
-    measure,
     produce,
-    spark_submit,
 )
+from measure import RESULT_PREFIX, Measured, ServerMemory, measure, median_run, percentile, ratio, status_kib
 
-_T = TypeVar("_T")
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 TARGETS: dict[str, tuple[str, float]] = {
     "one_event_over_trivial": ("<=", 1.5),
@@ -99,38 +106,10 @@ TARGETS: dict[str, tuple[str, float]] = {
     "server_peak_gib_4x250k": ("<", 6.0),
 }
 """Each headline figure's target (printed and recorded, never asserted)."""
+PARTS = (BROKER, ENGINE)
+"""The stack of the bench's own (Airflow and its metadata DB are started apart, by the phases)."""
 CONNECT_URL_ENV = "BENCH_CONNECT_URL"
 """How ``_apply`` gets the server's URL with its token (never on a command line)."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def in_child(fn: Callable[..., _T], *args: Any) -> _T:
-    """``fn(*args)`` in a fresh (spawned) process: servers it starts outlive it and, orphaned, are
-    reaped by init when they stop (children of this long-lived process would linger as zombies,
-    and the stop functions would wait out their timeouts for them)."""
-    with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
-        return pool.submit(fn, *args).result()
-
-
-def start_servers(settings: Settings) -> list[str]:
-    from cdclake.local import engine, stack
-
-    return [stack.start_broker(settings), engine.start_engine(settings)]
-
-
-def stop_servers(settings: Settings) -> None:
-    from cdclake.local import engine, stack
-
-    for stop in (engine.stop_engine, stack.stop_broker):
-        try:
-            print(f"  {stop(settings)}", flush=True)
-        except Exception as exc:  # noqa: BLE001 - stop the other all the same
-            print(f"  {stop.__name__} failed: {exc}", flush=True)
 
 
 def stop_postgres(postgres: Postgres) -> None:
@@ -147,7 +126,7 @@ def _ts(text: str | None) -> float | None:
     return None if not text else datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
-# --- the Airflow metadata DB and processes (cdclake.local.parts) ----------------------------------------
+# --- the Airflow metadata DB and processes (cdclake_dev.parts) ----------------------------------------
 
 
 def postgres_available() -> bool:
@@ -165,10 +144,10 @@ def postgres_available() -> bool:
 def airflow_processes(
     settings: Settings, dags_dir: Path, logs: Path, parallelism: int, db_url: str | None
 ) -> AirflowProcesses:
-    """Airflow as separate processes (:class:`~cdclake.local.parts.AirflowProcesses`, LocalExecutor)
-    with the local stack's environment (:func:`cdclake.local.airflow_env.airflow_env`: connections,
+    """Airflow as separate processes (:class:`~cdclake_dev.parts.airflow.AirflowProcesses`, LocalExecutor)
+    with the local stack's environment (:func:`cdclake_dev.airflow_env.airflow_env`: connections,
     SQLite metadata DB under the state dir unless ``db_url``) and the bench's DAGs folder."""
-    from cdclake.local.airflow_env import airflow_env
+    from cdclake_dev.airflow_env import airflow_env
 
     env = airflow_env(settings, child_env(settings))
     env.update(
@@ -180,7 +159,7 @@ def airflow_processes(
     )
     if db_url:
         env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = db_url
-    return AirflowProcesses(env, logs, _free_port(), cwd=ROOT)
+    return AirflowProcesses(env, logs, free_port(), cwd=ROOT)
 
 
 def timeline(tis: list[dict[str, Any]], t0: float) -> list[dict[str, Any]]:
@@ -235,66 +214,6 @@ def engine_jvm_pid(settings: Settings) -> int:
     return next(p.pid for p in proc.children(recursive=True) if p.name() == "java")
 
 
-def _status_kib(pid: int, key: str) -> int | None:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1])
-    return None
-
-
-class MemorySampler:
-    """The RSS of one process, sampled every 0.2 s in a thread, and its ``VmHWM`` (reset at the
-    start where the kernel lets us: ``echo 5 > /proc/<pid>/clear_refs``)."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.peak = 0
-        self.samples = 0
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self.hwm_reset = False
-
-    def _sample(self) -> None:
-        import psutil
-
-        proc = psutil.Process(self.pid)
-        while not self._done.is_set():
-            try:
-                self.peak = max(self.peak, proc.memory_info().rss)
-                self.samples += 1
-            except psutil.NoSuchProcess:
-                return
-            self._done.wait(0.2)
-
-    def __enter__(self) -> MemorySampler:
-        try:
-            Path(f"/proc/{self.pid}/clear_refs").write_text("5")
-            self.hwm_reset = True
-        except OSError:
-            self.hwm_reset = False
-        self.rss_before = (_status_kib(self.pid, "VmRSS") or 0) * 1024
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._done.set()
-        self._thread.join()
-        self.hwm = (_status_kib(self.pid, "VmHWM") or 0) * 1024
-        self.rss_after = (_status_kib(self.pid, "VmRSS") or 0) * 1024
-
-    def figures(self) -> dict[str, Any]:
-        gib = 2**30
-        return {
-            "peak_gib": round(max(self.peak, self.hwm if self.hwm_reset else 0) / gib, 3),
-            "sampled_peak_gib": round(self.peak / gib, 3),
-            "vm_hwm_gib": round(self.hwm / gib, 3),
-            "vm_hwm_reset_before": self.hwm_reset,
-            "rss_before_gib": round(self.rss_before / gib, 3),
-            "rss_after_gib": round(self.rss_after / gib, 3),
-            "samples": self.samples,
-        }
-
-
 # --- tables and workloads ----------------------------------------------------------------------------
 
 
@@ -306,14 +225,6 @@ def table_config(entry: dict[str, Any]) -> Any:
     from cdclake.model.config import TableConfig
 
     return TableConfig.model_validate(entry)
-
-
-def full_range(settings: Settings, topic: str) -> Any:
-    from cdclake.io.kafka import topic_watermarks
-    from cdclake.model.offsets import OffsetRange
-
-    marks = topic_watermarks(kafka_clients(settings), topic)
-    return OffsetRange(topic=topic, start={p: 0 for p in marks.high}, end=dict(marks.high))
 
 
 def commit_time(catalog: Any, identifier: str, topic: str, ends: dict[int, int]) -> float | None:
@@ -329,18 +240,6 @@ def commit_time(catalog: Any, identifier: str, topic: str, ends: dict[int, int])
         if end and summary.get(SummaryKeys.TOPIC) == topic and decode_offsets(end) == ends:
             times.append(snap.timestamp_ms / 1000)
     return min(times) if times else None
-
-
-def check_one_event(catalog: Any, identifier: str, ev: wl.Event) -> bool:
-    from pyiceberg.expressions import EqualTo
-
-    row = catalog.load_table(identifier).scan(row_filter=EqualTo("id", ev.id)).to_arrow().to_pylist()
-    return (
-        len(row) == 1
-        and ev.after is not None
-        and row[0]["quantity"] == ev.after["quantity"]
-        and row[0]["_cdc_binlog_pos"] == ev.position[1]
-    )
 
 
 def untouched_base_ids(loaded: Loaded, base_rows: int, n: int) -> list[int]:
@@ -399,7 +298,7 @@ def phase_overhead(
         m = run("bench_trivial", f"{tag}_trivial_{rep}")
         out["trivial"].append(m)
         ev = wl.update_event(one.state, ids[rep - 1], decimal)
-        produce(kafka_clients(settings), one.topic, [ev], decimal, create=False)
+        produce(kafka_clients(settings), one.topic, [ev], create=False)
         e = run("cdc_e_one", f"{tag}_one_{rep}")
         out["one_event"].append(e)
         ok = ok and check_one_event(catalog, one_id, ev)
@@ -470,12 +369,11 @@ def phase_many(
 def _quantiles(values: list[float]) -> dict[str, float]:
     if not values:
         return {}
-    v = sorted(values)
     return {
-        "min": round(v[0], 2),
-        "p50": round(v[len(v) // 2], 2),
-        "p90": round(v[min(len(v) - 1, int(len(v) * 0.9))], 2),
-        "max": round(v[-1], 2),
+        "min": round(min(values), 2),
+        "p50": round(percentile(values, 0.5), 2),
+        "p90": round(percentile(values, 0.9), 2),
+        "max": round(max(values), 2),
     }
 
 
@@ -483,7 +381,7 @@ def plan_json(settings: Settings, entry: dict[str, Any], run_id: str) -> str:
     from cdclake.model.plan import RunPlan
 
     cfg = table_config(entry)
-    return RunPlan(table=cfg, run_id=run_id, range=full_range(settings, cfg.topic)).to_json()
+    return RunPlan(table=cfg, run_id=run_id, range=full_range(kafka_clients(settings), cfg.topic)).to_json()
 
 
 def connect_apply_cmd(plan: str) -> list[str]:
@@ -497,7 +395,7 @@ def phase_peak(
     pid = engine_jvm_pid(settings)
     procs = []
     t0 = time.monotonic()
-    with MemorySampler(pid) as mem:
+    with ServerMemory(pid) as mem:
         for k, plan in enumerate(plans):
             out = open(logs / f"peak_apply_{k}.log", "wb")  # noqa: SIM115 - closed below
             procs.append(
@@ -533,7 +431,7 @@ def phase_big(
     pid = engine_jvm_pid(settings)
     server: list[dict[str, Any]] = []
     for rep in range(1, reps + 1):
-        with MemorySampler(pid) as mem:
+        with ServerMemory(pid) as mem:
             out["connect"].append(measure(f"big_connect_r{rep}", connect_apply_cmd(connect_plans[rep - 1]), env, logs))
         server.append(mem.figures())
         cmd = spark_submit(
@@ -566,28 +464,16 @@ def run(args: argparse.Namespace) -> int:
 
     from cdclake.io.catalog import load_catalog
 
-    started = datetime.now(timezone.utc)
-    run_id = started.strftime("%Y%m%dT%H%M%SZ")
-    tag = uuid.uuid4().hex[:6]
-    out_dir = Path(args.out).resolve()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    work = Path(args.state_dir).resolve() if args.state_dir else Path(tempfile.mkdtemp(prefix="cdclake-engine-bench-"))
-    work.mkdir(parents=True, exist_ok=True)
-    logs = work / "logs"
-    logs.mkdir(exist_ok=True)
-    environ = {
-        "CDCLAKE_STATE_DIR": str(work / "stack"),
-        "CDCLAKE_KAFKA_BOOTSTRAP": f"127.0.0.1:{_free_port_pair()}",
-        "CDCLAKE_TABLES_CONFIG": str(work / "tables.yaml"),
-        "CDCLAKE_SPARK_CONNECT_PORT": str(_free_port()),
-    }
+    bench = BenchRun.begin(args, "engine", "cdclake-engine-bench-")
+    work, logs, tag = bench.work, bench.logs, bench.tag
+    environ: dict[str, str] = {}
     if args.engine_memory:
         environ["CDCLAKE_ENGINE_MEMORY"] = args.engine_memory
     if args.apply_slots:
         environ["CDCLAKE_APPLY_POOL_SLOTS"] = str(args.apply_slots)
-    settings = Settings.from_env(environ)
+    settings = stack_settings(work, PARTS, **environ)
     env = child_env(settings)
-    from cdclake.local.engine import engine_token, engine_url
+    from cdclake_dev.engine import engine_token, engine_url
 
     env[CONNECT_URL_ENV] = f"{engine_url(settings)}/;token={engine_token(settings)}"
     decimal = wl.decimal_supported()
@@ -615,16 +501,13 @@ def run(args: argparse.Namespace) -> int:
             "spark_master": settings.spark_master,
         }
     )
-    info: dict[str, Any] = {
-        "started": run_id,
-        "params": params,
-        "machine": machine_info(),
-        "airflow_metadata_db": {
+    info = bench.info(
+        params=params,
+        airflow_metadata_db={
             "postgres": "PostgreSQL (Debian; fsync=off), psycopg2 + asyncpg",
-            "sqlite": "SQLite (cdclake.local.airflow_env)",
+            "sqlite": "SQLite (cdclake_dev.airflow_env)",
         }[args.airflow_db],
-        "work_dir": str(work),
-    }
+    )
     many_events = args.tables * args.events_per_table
     print(
         f"engine benchmark: {args.tables} tables x {args.events_per_table} events (and {many_events:,} in one "
@@ -638,10 +521,7 @@ def run(args: argparse.Namespace) -> int:
     airflow: AirflowProcesses | None = None
     postgres: Postgres | None = None
     try:
-        t0 = time.monotonic()
-        for report in in_child(start_servers, settings):
-            print(f"  {report}", flush=True)
-        setup["servers_s"] = round(time.monotonic() - t0, 1)
+        setup["servers_s"] = start_parts(settings, PARTS)
         catalog = load_catalog(settings)
         catalog.create_namespace_if_not_exists(ns)
 
@@ -679,7 +559,7 @@ def run(args: argparse.Namespace) -> int:
         if args.airflow_db == "postgres":
             # not under the work dir: the postgres user must reach it (mkdtemp makes it 0700)
             pg_dir = Path(tempfile.mkdtemp(prefix="cdclake-bench-pg-"))
-            postgres = Postgres(pg_dir, _free_port())
+            postgres = Postgres(pg_dir, free_port())
             postgres.start()
             db_url = postgres.ensure_database("airflow", "airflow", secrets.token_urlsafe(16))
         from cdclake.settings import APPLY_POOL, APPLY_POOL_DESCRIPTION
@@ -761,16 +641,15 @@ def run(args: argparse.Namespace) -> int:
         phases["big"] = phase_big(settings, env, logs, plans["connect"], plans["submit"], args.big_reps)
         big_checks = [check_table(catalog, f"{ns}.big_{which}_r1", big, args.big_base_rows, decimal) for which in plans]
         checks["big"] = {"ok": all(c["ok"] for c in big_checks), "tables": big_checks}
-        info["server_vm_hwm_gib_whole_run"] = round((_status_kib(engine_jvm_pid(settings), "VmHWM") or 0) / 2**20, 3)
+        info["server_vm_hwm_gib_whole_run"] = round((status_kib(engine_jvm_pid(settings), "VmHWM") or 0) / 2**20, 3)
     finally:
         if airflow is not None:
             airflow.stop()
         if postgres is not None:
             stop_postgres(postgres)
-        stop_servers(settings)
+        stop_parts(settings, PARTS)
 
-    info["machine"]["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    headline = headline_of(phases, args, started)
+    headline = headline_of(phases, args, bench.started)
     result = {
         **info,
         "setup": setup,
@@ -779,16 +658,8 @@ def run(args: argparse.Namespace) -> int:
         "phases": phases,
         "checks": checks,
     }
-    stem = out_dir / f"engine-{run_id}"
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=2, default=str))
-    stem.with_suffix(".md").write_text(markdown(result))
-    print(markdown(result))
-    print(f"results: {stem}.json, {stem}.md")
-    if not args.keep_state and not args.state_dir:
-        shutil.rmtree(work, ignore_errors=True)
-    ok = all(c["ok"] for c in checks.values())
-    if not ok:
-        print("CHECK FAILED: " + json.dumps({k: c for k, c in checks.items() if not c["ok"]}, default=str)[:5000])
+    bench.finish(result, markdown)
+    ok = checks_ok(checks)
     print(json.dumps({**headline, "checks_ok": ok, "machine": info["machine"]}, default=str))
     return 0 if ok else 1
 
@@ -798,9 +669,6 @@ def met(value: float | None, op: str, target: float) -> bool:
 
 
 def headline_of(phases: dict[str, Any], args: argparse.Namespace, started: datetime) -> dict[str, Any]:
-    def ratio(a: float | None, b: float | None) -> float | None:
-        return round(a / b, 3) if a and b else None
-
     over = phases["overhead"]
     trivial = statistics.median(m["wall_s"] for m in over["trivial"])
     one = statistics.median(m["wall_s"] for m in over["one_event"])
@@ -828,15 +696,10 @@ def headline_of(phases: dict[str, Any], args: argparse.Namespace, started: datet
 
 
 def markdown(result: dict[str, Any]) -> str:
-    m, p, h = result["machine"], result["params"], result["headline"]
+    p, h = result["params"], result["headline"]
     ph = result["phases"]
     lines = [
-        f"### cdclake engine benchmark, {result['started']}",
-        "",
-        f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; {m['os']}; Python {m['python']}; "
-        f"{m['java']}. Load average (1 min) at start {m['load_avg_at_start'][0]}, at end "
-        f"{m.get('load_avg_at_end', ['?'])[0]} (the machine is shared).",
-        "",
+        *summary_head("cdclake engine benchmark", result),
         f"Airflow 3 (scheduler, dag-processor, triggerer, api-server; LocalExecutor, parallelism "
         f"{p['parallelism']}; metadata DB {result['airflow_metadata_db']}); Spark Connect server "
         f"`{p['spark_master']}`, heap {p['engine_memory']}, pool `cdc_apply` {p['apply_pool_slots']} slot(s). "
@@ -864,8 +727,7 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(f"| {label} | {h.get(key)} | {target} | {ok} |")
     over = ph["overhead"]
     lines += ["", "Where a one-event run's time goes (median rep; seconds after the trigger):", ""]
-    mid = sorted(over["one_event"], key=lambda r: r["wall_s"])[(len(over["one_event"]) - 1) // 2]
-    triv = sorted(over["trivial"], key=lambda r: r["wall_s"])[(len(over["trivial"]) - 1) // 2]
+    mid, triv = median_run(over["one_event"]), median_run(over["trivial"])
     lines += ["| run | task | scheduled | queued | start | end |", "|---|---|---:|---:|---:|---:|"]
     for name, r in (("trivial", triv), ("one event", mid)):
         for t in r["timeline"]:
@@ -895,13 +757,26 @@ def markdown(result: dict[str, Any]) -> str:
         f"Big apply: Connect client wall {big['connect_wall_s']} s (apply_range {big['connect_apply_range_s']} s), "
         f"spark-submit wall {big['submit_wall_s']} s (JVM alive {big['submit_jvm_s']} s).",
         "",
-        "Checks: " + ", ".join(f"{k} {'ok' if c['ok'] else 'FAILED'}" for k, c in result["checks"].items()),
+        checks_line(result["checks"]),
         "",
     ]
     return "\n".join(lines)
 
 
 # --- `_apply`: one apply in a session of the Connect server (what the table DAG's apply task runs) ---
+
+
+@contextmanager
+def _connect_session(url: str) -> Iterator[SparkSession]:
+    """A new session of the Connect server at ``url``, stopped when the ``with`` block ends (as
+    the table DAG's apply task has it from ``CdcLakeHook.spark_session``)."""
+    from cdclake.spark.session import connect_session
+
+    spark = connect_session(url)
+    try:
+        yield spark
+    finally:
+        spark.stop()
 
 
 def apply_main(argv: list[str]) -> int:
@@ -911,24 +786,19 @@ def apply_main(argv: list[str]) -> int:
     t0 = time.monotonic()
     from cdclake.io.kafka import KafkaClients
     from cdclake.model.plan import RunPlan
-    from cdclake.spark.apply import apply_range
-    from cdclake.spark.session import connect_session
+    from cdclake.runner import PhaseClock, apply_plan
 
     settings = Settings.from_env()
     plan = RunPlan.from_json(args.plan)
     kafka = KafkaClients.from_bootstrap(settings.kafka_bootstrap)
-    spark = connect_session(os.environ[CONNECT_URL_ENV])
-    session_s = time.monotonic() - t0
-    try:
-        t1 = time.monotonic()
-        result = apply_range(spark, settings, plan, kafka=kafka)
-        job_s = time.monotonic() - t1
-    finally:
-        spark.stop()
+    # session_s is the client's whole start: its imports and set-up, then the session's
+    clock = PhaseClock({"session": time.monotonic() - t0})
+    url = os.environ[CONNECT_URL_ENV]
+    result = apply_plan(lambda: _connect_session(url), settings, plan, kafka=kafka, clock=clock)
     out = {
         "table": plan.table.identifier,
-        "session_s": session_s,
-        "job_s": job_s,
+        "session_s": clock.seconds["session"],
+        "job_s": clock.seconds["apply"],
         "result": json.loads(result.to_json()),
     }
     print(RESULT_PREFIX + json.dumps(out), flush=True)
@@ -936,12 +806,7 @@ def apply_main(argv: list[str]) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="bench/engine_bench.py",
-        description=(__doc__ or "").splitlines()[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__,
-    )
+    parser = bench_parser("bench/engine_bench.py", __doc__)
     parser.add_argument("--tables", type=int, default=100, help="tables of the many-tables phase")
     parser.add_argument("--events-per-table", type=int, default=100, help="events of each of those tables")
     parser.add_argument("--base-rows", type=int, default=1_000, help="rows of the DAG phases' starting tables")
@@ -961,9 +826,7 @@ def build_parser() -> argparse.ArgumentParser:
         "locks up when many runs are triggered at once)",
     )
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds any one phase may take")
-    parser.add_argument("--out", default=str(BENCH_DIR / "results"), help="folder of the result files")
-    parser.add_argument("--state-dir", help="work folder (default: a temporary one, deleted afterwards)")
-    parser.add_argument("--keep-state", action="store_true", help="keep the temporary work folder")
+    add_run_options(parser)
     return parser
 
 

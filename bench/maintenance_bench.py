@@ -11,14 +11,16 @@ a classic local SparkSession (:func:`cdclake.spark.session.build_session`: the e
 is measured here). Then:
 
 1. the starting table: ``--base-rows`` rows of ``bench/workload.py``'s ``orders`` table (ids
-   ``0..base_rows-1``), bulk-loaded with pyiceberg in files of 250,000 rows (``bench/run.py``'s
+   ``0..base_rows-1``), bulk-loaded with pyiceberg in files of 250,000 rows (``bench/lake.py``'s
    ``create_base_table``: as a snapshot read wrote them);
 2. ``--runs`` apply runs of ``--changes-per-run`` Debezium change events each, through the real
    apply path: each run's events (``bench/workload.py``, one binlog continued from run to run:
    about 72 % updates, 18 % inserts, 10 % deletes over ``--keys-per-run`` keys, 80 % of them rows
    of the starting table spread over its whole id range, new ids for the rest) are produced into a
-   3-partition topic, then ``plan_next`` plans the run from the table's committed offsets and
-   ``apply_range`` applies it in one commit (merge-on-read: new data files and position deletes);
+   3-partition topic, then :func:`cdclake.runner.run_once` runs it as the table DAG does: plans
+   it from the table's committed offsets, syncs the schema (the bench's table has no schema-change
+   topic: nothing to sync) and applies it in one commit (merge-on-read: new data files and position
+   deletes), in the bench's one session;
 3. "before": the current snapshot's ``total-data-files``, ``total-delete-files`` (and records,
    position deletes, bytes), the ``files`` and ``manifests`` metadata tables, the snapshot count,
    the bytes and files of the table's ``metadata/`` folder on disk (``*.metadata.json``, manifest
@@ -50,75 +52,38 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
-import shutil
 import statistics
 import sys
-import tempfile
 import time
-import uuid
-from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
-from datetime import datetime, timezone
-from multiprocessing import get_context
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlsplit
 
-BENCH_DIR = Path(__file__).resolve().parent
-ROOT = BENCH_DIR.parent
-for _p in (ROOT / "include", BENCH_DIR):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
-
-import workload as wl  # noqa: E402
-from cdclake.settings import Settings  # noqa: E402
-from run import _free_port_pair, create_base_table, kafka_clients, machine_info, produce  # noqa: E402
-
-_T = TypeVar("_T")
+import workload as wl
+from cdclake.settings import Settings
+from harness import (
+    BROKER,
+    BenchRun,
+    add_run_options,
+    bench_parser,
+    checks_line,
+    checks_ok,
+    stack_settings,
+    start_parts,
+    stop_parts,
+    summary_head,
+)
+from lake import create_base_table, kafka_clients, produce
+from measure import median_seconds, percentile
 
 TABLE = "orders"
 EXISTING_FRACTION = 0.8
 """Share of each run's keys that are rows of the starting table (the rest: new ids)."""
 
 
-# --- the stack -------------------------------------------------------------------------------------
-
-
-def in_child(fn: Callable[..., _T], *args: Any) -> _T:
-    """``fn(*args)`` in a fresh (spawned) process: the broker it starts outlives it and, orphaned,
-    is reaped by init when it stops (a child of this process would linger as a zombie)."""
-    with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
-        return pool.submit(fn, *args).result()
-
-
-def start_broker(settings: Settings) -> str:
-    from cdclake.local import stack
-
-    return stack.start_broker(settings)
-
-
-def stop_broker(settings: Settings) -> None:
-    from cdclake.local import stack
-
-    try:
-        print(f"  {stack.stop_broker(settings)}", flush=True)
-    except Exception as exc:  # noqa: BLE001 - report, the results are written all the same
-        print(f"  stop_broker failed: {exc}", flush=True)
-
-
 # --- measuring a table -----------------------------------------------------------------------------
-
-
-def _median_s(fn: Callable[[], Any], reps: int) -> tuple[float, list[float], Any]:
-    """Median seconds of ``reps`` calls of ``fn``, every call's seconds, and the last result."""
-    times, out = [], None
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(round(time.perf_counter() - t0, 4))
-    return round(statistics.median(times), 4), times, out
 
 
 def folder_figures(location: str) -> dict[str, Any]:
@@ -198,7 +163,7 @@ def measure_table(
 
     name = f"{settings.catalog_name}.{ident}"
     out = file_figures(spark, settings, catalog, ident)
-    count_s, count_all, n = _median_s(
+    count_s, count_all, n = median_seconds(
         lambda: spark.sql(f"SELECT count(*) AS n FROM {name}").collect()[0]["n"], count_reps
     )
     columns = ", ".join(f"`{f.name}`" for f in catalog.load_table(ident).schema().fields)
@@ -209,9 +174,11 @@ def measure_table(
     scan_s = round(time.perf_counter() - t0, 4)
     spark_lookups, iceberg_lookups = [], []
     for k in keys:
-        s, _, rows = _median_s(lambda k=k: spark.sql(f"SELECT * FROM {name} WHERE id = {k}").collect(), 1)
+        s, _, rows = median_seconds(lambda k=k: spark.sql(f"SELECT * FROM {name} WHERE id = {k}").collect(), 1)
         spark_lookups.append({"id": k, "s": s, "rows": len(rows)})
-        s, _, arrow = _median_s(lambda k=k: catalog.load_table(ident).scan(row_filter=EqualTo("id", k)).to_arrow(), 1)
+        s, _, arrow = median_seconds(
+            lambda k=k: catalog.load_table(ident).scan(row_filter=EqualTo("id", k)).to_arrow(), 1
+        )
         iceberg_lookups.append({"id": k, "s": s, "rows": arrow.num_rows})
     out.update(
         {
@@ -280,8 +247,7 @@ def apply_run(
     Raises:
         RuntimeError: the run did not commit exactly its events.
     """
-    from cdclake.pipeline.planner import plan_next
-    from cdclake.spark.apply import apply_range
+    from cdclake.runner import run_once
 
     spec = wl.WorkloadSpec(
         events=args.changes_per_run,
@@ -294,24 +260,31 @@ def apply_run(
     events, state = wl.generate(spec, decimal, state)
     before = dict(state.ops)
     t0 = time.perf_counter()
-    produce(kafka, cfg.topic, events, decimal, create=r == 0)
+    produce(kafka, cfg.topic, events, create=r == 0)
     t1 = time.perf_counter()
-    plan = plan_next(catalog, kafka, cfg, f"bench-maintenance-{r}")
-    t2 = time.perf_counter()
-    result = apply_range(spark, settings, plan, kafka=kafka)
-    t3 = time.perf_counter()
-    if result.status != "committed" or plan.range.event_count != args.changes_per_run:
-        raise RuntimeError(f"run {r}: {result.status} with {plan.range.event_count} planned event(s)")
+    run = run_once(
+        cfg,
+        f"bench-maintenance-{r}",
+        settings=settings,
+        catalog=catalog,
+        kafka=kafka,
+        open_session=lambda: nullcontext(spark),
+    )
+    result, planned = run.result, run.plan.range.event_count
+    # nothing new (no result) fails as an empty range's apply did: status "empty"
+    status = "empty" if result is None else result.status
+    if result is None or status != "committed" or planned != args.changes_per_run:
+        raise RuntimeError(f"run {r}: {status} with {planned} planned event(s)")
     record = {
         "run": r,
-        "planned_events": plan.range.event_count,
-        "status": result.status,
+        "planned_events": planned,
+        "status": status,
         "snapshot_id": result.snapshot_id,
         "keys_changed": result.keys_changed,
         "ops": _ops_delta(before, dict(state.ops)),
         "produce_s": round(t1 - t0, 3),
-        "plan_s": round(t2 - t1, 3),
-        "apply_s": round(t3 - t2, 3),
+        "plan_s": run.seconds["plan"],
+        "apply_s": run.seconds["apply"],
     }
     return record, state
 
@@ -342,7 +315,7 @@ def run_stats(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
     tenth = max(1, len(values) // 10)
     return {
         "median": round(statistics.median(values), 3),
-        "p90": round(sorted(values)[min(len(values) - 1, int(len(values) * 0.9))], 3),
+        "p90": round(percentile(values, 0.9), 3),
         "total": round(sum(values), 1),
         "first_tenth_median": round(statistics.median(values[:tenth]), 3),
         "last_tenth_median": round(statistics.median(values[-tenth:]), 3),
@@ -357,44 +330,27 @@ def run(args: argparse.Namespace) -> int:
     from cdclake.model.layout import TOMBSTONES_SUFFIX, side_table
     from cdclake.spark.session import build_session
 
-    started = datetime.now(timezone.utc)
-    run_id = started.strftime("%Y%m%dT%H%M%SZ")
-    tag = uuid.uuid4().hex[:6]
-    out_dir = Path(args.out).resolve()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    work = Path(args.state_dir).resolve() if args.state_dir else Path(tempfile.mkdtemp(prefix="cdclake-maint-"))
-    work.mkdir(parents=True, exist_ok=True)
-    if args.external_broker:
-        settings = Settings.from_env()
-    else:
-        settings = Settings.from_env(
-            {
-                "CDCLAKE_STATE_DIR": str(work / "stack"),
-                "CDCLAKE_KAFKA_BOOTSTRAP": f"127.0.0.1:{_free_port_pair()}",
-                "CDCLAKE_TABLES_CONFIG": str(work / "tables.yaml"),
-            }
-        )
+    bench = BenchRun.begin(args, "maintenance", "cdclake-maint-")
+    parts = () if args.external_broker else (BROKER,)
+    settings = Settings.from_env() if args.external_broker else stack_settings(bench.work, parts)
     decimal = wl.decimal_supported()
-    ns = f"bench_{tag}"
-    cfg = table_config(ns, f"bench.{tag}.{TABLE}", args.retain_last)
+    ns = f"bench_{bench.tag}"
+    cfg = table_config(ns, f"bench.{bench.tag}.{TABLE}", args.retain_last)
     ident = cfg.identifier
     tombstones = side_table(ident, TOMBSTONES_SUFFIX)
-    info: dict[str, Any] = {
-        "started": run_id,
-        "date": started.isoformat(timespec="seconds"),
-        "table": ident,
-        "topic": cfg.topic,
-        "params": {k: v for k, v in vars(args).items() if k not in ("out", "state_dir", "keep_state")},
-        "machine": machine_info(),
-        "spark_master": settings.spark_master,
-        "decimal_column": "decimal(10,2)" if decimal else "binary",
-        "maintenance_policy": cfg.maintenance.model_dump(),
-        "tombstone_retention_hours": cfg.tombstone_retention_hours,
-        "work_dir": str(work),
-    }
+    info = bench.info(
+        date=bench.started.isoformat(timespec="seconds"),
+        table=ident,
+        topic=cfg.topic,
+        params={k: v for k, v in vars(args).items() if k not in ("out", "state_dir", "keep_state")},
+        spark_master=settings.spark_master,
+        decimal_column="decimal(10,2)" if decimal else "binary",
+        maintenance_policy=cfg.maintenance.model_dump(),
+        tombstone_retention_hours=cfg.tombstone_retention_hours,
+    )
     print(
         f"maintenance benchmark: {args.runs} run(s) x {args.changes_per_run:,} changes into {args.base_rows:,} rows; "
-        f"work dir {work}",
+        f"work dir {bench.work}",
         flush=True,
     )
     setup: dict[str, Any] = {}
@@ -402,10 +358,8 @@ def run(args: argparse.Namespace) -> int:
     checks: dict[str, Any] = {}
     spark = None
     try:
-        if not args.external_broker:
-            t0 = time.monotonic()
-            print(f"  {in_child(start_broker, settings)}", flush=True)
-            setup["broker_s"] = round(time.monotonic() - t0, 1)
+        if parts:
+            setup["broker_s"] = start_parts(settings, parts)
         t0 = time.monotonic()
         spark = build_session(settings, "cdclake-bench-maintenance")
         spark.sparkContext.setLogLevel("ERROR")
@@ -513,22 +467,12 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if spark is not None:
             spark.stop()
-        if not args.external_broker:
-            stop_broker(settings)
+        stop_parts(settings, parts)
 
-    info["machine"]["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     headline = headline_of(phases, args)
     result_doc = {**info, "setup": setup, "headline": headline, "phases": phases, "checks": checks}
-    stem = out_dir / f"maintenance-{run_id}"
-    stem.with_suffix(".json").write_text(json.dumps(result_doc, indent=2, default=str))
-    stem.with_suffix(".md").write_text(markdown(result_doc))
-    print(markdown(result_doc))
-    print(f"results: {stem}.json, {stem}.md")
-    if not args.keep_state and not args.state_dir:
-        shutil.rmtree(work, ignore_errors=True)
-    ok = all(c["ok"] for c in checks.values())
-    if not ok:
-        print("CHECK FAILED: " + json.dumps({k: c for k, c in checks.items() if not c["ok"]}, default=str)[:5000])
+    bench.finish(result_doc, markdown)
+    ok = checks_ok(checks)
     print(json.dumps({**headline, "checks_ok": ok, "machine": info["machine"], "date": info["date"]}, default=str))
     return 0 if ok else 1
 
@@ -607,16 +551,11 @@ def headline_of(phases: dict[str, Any], args: argparse.Namespace) -> dict[str, A
 
 
 def markdown(result: dict[str, Any]) -> str:
-    m, p, ph = result["machine"], result["params"], result["phases"]
+    p, ph = result["params"], result["phases"]
     b, a = ph["before"], ph["after"]
     ar = ph["apply_runs"]
     lines = [
-        f"### cdclake maintenance benchmark, {result['started']}",
-        "",
-        f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; {m['os']}; Python {m['python']}; "
-        f"{m['java']}; Spark `{result['spark_master']}` (a classic session). Load average (1 min) at start "
-        f"{m['load_avg_at_start'][0]}, at end {m.get('load_avg_at_end', ['?'])[0]} (the machine is shared).",
-        "",
+        *summary_head("cdclake maintenance benchmark", result, f"Spark `{result['spark_master']}` (a classic session)"),
         f"A table of {p['base_rows']:,} rows, then {p['runs']} apply run(s) of {p['changes_per_run']:,} changes "
         f"each over about {p['keys_per_run']:,} keys (ops {ar['ops']}); apply per run: median "
         f"{ar['apply_s']['median']} s, first tenth {ar['apply_s']['first_tenth_median']} s, last tenth "
@@ -669,21 +608,12 @@ def markdown(result: dict[str, Any]) -> str:
     ]
     for r in ph["maintenance"]["reports"]:
         lines.append(f"| {r['action']} | {r['table']} | {r['status']} | {r['seconds']:.2f} | {r['summary']} |")
-    lines += [
-        "",
-        "Checks: " + ", ".join(f"{k} {'ok' if c['ok'] else 'FAILED'}" for k, c in result["checks"].items()),
-        "",
-    ]
+    lines += ["", checks_line(result["checks"]), ""]
     return "\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="bench/maintenance_bench.py",
-        description=(__doc__ or "").splitlines()[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__,
-    )
+    parser = bench_parser("bench/maintenance_bench.py", __doc__)
     parser.add_argument("--base-rows", type=int, default=1_000_000, help="rows of the starting table")
     parser.add_argument("--runs", type=int, default=200, help="apply runs before maintenance")
     parser.add_argument("--changes-per-run", type=int, default=1_000, help="change events of each run")
@@ -697,14 +627,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="then one more apply run and maintenance again: the files the offsets guard kept go (file figures)",
     )
-    parser.add_argument("--out", default=str(BENCH_DIR / "results"), help="folder of the result files")
-    parser.add_argument("--state-dir", help="work folder (default: a temporary one, deleted afterwards)")
-    parser.add_argument("--keep-state", action="store_true", help="keep the temporary work folder")
-    parser.add_argument(
-        "--external-broker",
-        action="store_true",
-        help="use the broker and catalog of the CDCLAKE_* environment instead of starting a broker",
-    )
+    add_run_options(parser, external_broker=True)
     return parser
 
 

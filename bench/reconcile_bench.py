@@ -38,38 +38,37 @@ import logging
 import os
 import random
 import resource
-import shutil
-import socket
 import statistics
 import sys
-import tempfile
 import time
-from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from decimal import Decimal
-from multiprocessing import get_context
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-BENCH_DIR = Path(__file__).resolve().parent
-ROOT = BENCH_DIR.parent
-for _p in (ROOT / "include", BENCH_DIR):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
-
-from cdclake.io.source_db import SourceDatabase  # noqa: E402
-from cdclake.model.config import TableConfig  # noqa: E402
-from cdclake.model.types import ColumnSpec, decimal_encoding  # noqa: E402
-from cdclake.settings import Settings  # noqa: E402
-from run import _free_port_pair, machine_info  # noqa: E402
+from cdclake.io.source_db import SourceDatabase
+from cdclake.model.config import TableConfig
+from cdclake.model.types import ColumnSpec, decimal_encoding
+from cdclake.settings import Settings
+from harness import (
+    BROKER,
+    CONNECT,
+    MARIADB,
+    BenchRun,
+    add_run_options,
+    bench_parser,
+    in_child,
+    stack_settings,
+    start_parts,
+    stop_parts,
+    summary_head,
+)
+from measure import median_run, ratio
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyiceberg.catalog import Catalog
 
 log = logging.getLogger("reconcile_bench")
-_T = TypeVar("_T")
 
 DATABASE = "inventory"
 TABLE = "bench_recon"
@@ -102,6 +101,12 @@ SNAPSHOT_METADATA = {
 }
 """The metadata columns of every lake row (a snapshot read at the binlog's start); the other
 ``_cdc_*`` columns are null."""
+PARTS = (BROKER, MARIADB, CONNECT)
+"""The stack of the bench's own: reconcile's ``wait_for_lake`` sends a marker through the
+connector's signal table and waits for it on Kafka."""
+WORK_PARENT = ".bench"
+"""The checkout's folder (git-ignored) of the temporary work folder, rather than the system's
+temporary folder."""
 LAKE_FILE_ROWS = 250_000
 """Rows per pyiceberg append (one data file each) of the lake table."""
 EDITED, DELETED, ADDED = 4, 3, 3
@@ -150,25 +155,6 @@ def lake_arrow(rows: list[_RowTuple], schema: pa.Schema) -> pa.Table:
 # --- the stack -------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def bench_settings(state_dir: Path) -> Settings:
-    """Settings of the bench's own stack under ``state_dir`` (free ports, as the tests' are)."""
-    return Settings.from_env(
-        {
-            "CDCLAKE_STATE_DIR": str(state_dir / "stack"),
-            "CDCLAKE_KAFKA_BOOTSTRAP": f"127.0.0.1:{_free_port_pair()}",
-            "CDCLAKE_TABLES_CONFIG": str(state_dir / "tables.yaml"),
-            "CDCLAKE_MARIADB_PORT": str(_free_port()),
-            "CDCLAKE_CONNECT_PORT": str(_free_port()),
-        }
-    )
-
-
 def wait_for_connector(settings: Settings, db: SourceDatabase, timeout_s: float = 180.0) -> float:
     """Wait until the connector streams: a marker sent through its signal table shows on the
     signal table's topic (which reconcile's ``wait_for_lake`` needs to exist). A marker is sent
@@ -200,7 +186,7 @@ def wait_for_connector(settings: Settings, db: SourceDatabase, timeout_s: float 
 def load_source(settings: Settings, rows: int, batch: int) -> float:
     """Create the source table and load ``rows`` rows behind Debezium's back (``sql_log_bin =
     0``) in multi-row INSERTs of ``batch`` rows. Returns seconds."""
-    from cdclake.local.chain import mariadb_connect
+    from cdclake_dev.chain import mariadb_connect
 
     t0 = time.monotonic()
     insert = f"INSERT INTO {TABLE} (id, customer, qty, amount, placed, note) VALUES (%s, %s, %s, %s, %s, %s)"
@@ -264,27 +250,6 @@ def lake_files(catalog: Catalog, identifier: str) -> tuple[int, int]:
     scan reads."""
     files = catalog.load_table(identifier).inspect.files()
     return int(sum(files["file_size_in_bytes"].to_pylist())), files.num_rows
-
-
-def start_stack(settings: Settings) -> list[str]:
-    """Start the broker, MariaDB and Kafka Connect; meant to run in a child process (:func:`in_child`):
-    the servers outlive it and, orphaned, are reaped by init when they stop (children of this
-    long-lived process would linger as zombies, and the stop functions would wait out their
-    timeouts for them)."""
-    from cdclake.local import chain, stack
-
-    return [stack.start_broker(settings), chain.start_mariadb(settings), chain.start_connect(settings)]
-
-
-def stop_all(settings: Settings) -> None:
-    from cdclake.local import chain, stack
-
-    for stop in (chain.stop_connect, chain.stop_mariadb, stack.stop_broker):
-        t0 = time.monotonic()
-        try:
-            print(f"{stop(settings)} in {time.monotonic() - t0:.1f} s", flush=True)
-        except Exception as exc:  # noqa: BLE001 - stop the others all the same
-            print(f"{stop.__name__} failed: {exc}", flush=True)
 
 
 # --- measuring (each method in a process of its own) ----------------------------------------------
@@ -393,10 +358,12 @@ def measure_reconcile(settings: Settings, cfg: TableConfig, db: SourceDatabase, 
     scans = 0
     scan = rec._scan
 
-    def counting_scan(lake: Any, fields: Any) -> Any:  # counts reconcile's full scans of the table
+    def counting_scan(lake: Any, fields: Any, row_filter: Any = None) -> Any:
+        # counts reconcile's scans of the table (a row-level round's, filtered by its chunks' key
+        # ranges, counts as a full one: the lake bytes are an upper bound)
         nonlocal scans
         scans += 1
-        return scan(lake, fields)
+        return scan(lake, fields, row_filter)
 
     rec._scan = counting_scan
     timeline = _Timeline()
@@ -471,41 +438,16 @@ def measure_naive(settings: Settings, cfg: TableConfig, db: SourceDatabase) -> d
     return {**meter.figures(), "lake_scans": 1, "source_rows": len(source), "lake_rows": len(in_lake), "found": found}
 
 
-def in_child(fn: Callable[..., _T], *args: Any) -> _T:
-    """``fn(*args)`` in a fresh process (spawned: no state of this one's loading)."""
-    with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
-        return pool.submit(fn, *args).result()
-
-
 # --- the run --------------------------------------------------------------------------------------
-
-
-def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The run of median wall time (all figures of one run, not medians of each)."""
-    return sorted(runs, key=lambda r: r["wall_s"])[(len(runs) - 1) // 2]
-
-
-def _ratio(a: float | int | None, b: float | int | None) -> float | None:
-    return round(a / b, 2) if a and b else None
 
 
 def run(args: argparse.Namespace) -> int:
     from cdclake.io.catalog import load_catalog
     from cdclake.io.kafka import KafkaClients, ensure_topic
-    from cdclake.local import chain
+    from cdclake_dev import chain
 
-    started = datetime.now(timezone.utc)
-    run_id = started.strftime("%Y%m%dT%H%M%SZ")
-    out_dir = Path(args.out).resolve()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    bench_root = ROOT / ".bench"
-    if args.state_dir:
-        work = Path(args.state_dir).resolve()
-        work.mkdir(parents=True, exist_ok=True)
-    else:
-        bench_root.mkdir(exist_ok=True)
-        work = Path(tempfile.mkdtemp(prefix="reconcile-", dir=bench_root))
-    settings = bench_settings(work)
+    bench = BenchRun.begin(args, "reconcile", "reconcile-", WORK_PARENT)
+    settings = stack_settings(bench.work, PARTS)
     cfg = TableConfig.model_validate(
         {
             "name": TABLE,
@@ -516,23 +458,17 @@ def run(args: argparse.Namespace) -> int:
         }
     )
     db = chain.local_source(settings, database=DATABASE)
-    info: dict[str, Any] = {
-        "started": run_id,
-        "params": {"rows": args.rows, "chunk_rows": args.chunk_rows, "reps": args.reps, "seed": args.seed},
-        "machine": machine_info(),
-        "work_dir": str(work),
-    }
+    info = bench.info(params={"rows": args.rows, "chunk_rows": args.chunk_rows, "reps": args.reps, "seed": args.seed})
     print(
         f"reconcile benchmark: {args.rows:,} rows, {EDITED + DELETED + ADDED} differing, chunks of "
-        f"{args.chunk_rows:,} rows, {args.reps} repetition(s); work dir {work}",
+        f"{args.chunk_rows:,} rows, {args.reps} repetition(s); work dir {bench.work}",
         flush=True,
     )
     setup: dict[str, Any] = {}
     runs: dict[str, list[dict[str, Any]]] = {"reconcile": [], "naive": []}
     try:
         t0 = time.monotonic()
-        for report in in_child(start_stack, settings):
-            print(report, flush=True)
+        start_parts(settings, PARTS)
         setup["connector_ready_s"] = round(wait_for_connector(settings, db), 1)
         setup["stack_s"] = round(time.monotonic() - t0, 1)
         print(f"  stack up, connector streaming ({setup['stack_s']} s)", flush=True)
@@ -572,10 +508,9 @@ def run(args: argparse.Namespace) -> int:
                     flush=True,
                 )
     finally:
-        stop_all(settings)
+        stop_parts(settings, PARTS)
 
-    info["machine"]["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    rec, naive = _median_run(runs["reconcile"]), _median_run(runs["naive"])
+    rec, naive = median_run(runs["reconcile"]), median_run(runs["naive"])
     checks = {label: {"ok": bool(ms) and all(m["found"] == expected for m in ms)} for label, ms in runs.items()}
     headline = {
         "rows": args.rows,
@@ -592,12 +527,12 @@ def run(args: argparse.Namespace) -> int:
         "naive_lake_bytes": naive["lake_bytes_est"],
         "naive_process_read_bytes": naive["process_read_bytes"],
         "naive_peak_rss_mib": naive["peak_rss_mib"],
-        "speedup": _ratio(naive["wall_s"], rec["wall_s"]),
-        "source_bytes_ratio": _ratio(naive["source_bytes"], rec["source_bytes"]),
-        "lake_bytes_ratio": _ratio(naive["lake_bytes_est"], rec["lake_bytes_est"]),
+        "speedup": ratio(naive["wall_s"], rec["wall_s"], 2),
+        "source_bytes_ratio": ratio(naive["source_bytes"], rec["source_bytes"], 2),
+        "lake_bytes_ratio": ratio(naive["lake_bytes_est"], rec["lake_bytes_est"], 2),
         "found_all": all(c["ok"] for c in checks.values()),
         "machine": info["machine"],
-        "date": started.isoformat(timespec="seconds"),
+        "date": bench.started.isoformat(timespec="seconds"),
     }
     result = {
         **info,
@@ -608,17 +543,7 @@ def run(args: argparse.Namespace) -> int:
         "wall_s_median": {k: statistics.median(m["wall_s"] for m in ms) for k, ms in runs.items()},
         "checks": checks,
     }
-    stem = out_dir / f"reconcile-{run_id}"
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=2, default=str))
-    stem.with_suffix(".md").write_text(markdown(result))
-    print(markdown(result))
-    print(f"results: {stem}.json, {stem}.md")
-    if not args.keep_state and not args.state_dir:
-        shutil.rmtree(work, ignore_errors=True)
-        try:
-            bench_root.rmdir()  # only when empty
-        except OSError:
-            pass
+    bench.finish(result, markdown)
     if not headline["found_all"]:
         print("CORRECTNESS CHECK FAILED: " + json.dumps({"expected": expected, "checks": checks}))
     print(json.dumps(headline, default=str))
@@ -626,18 +551,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    m, p, h, s = result["machine"], result["params"], result["headline"], result["setup"]
-    rec, naive = _median_run(result["runs"]["reconcile"]), _median_run(result["runs"]["naive"])
+    p, h, s = result["params"], result["headline"], result["setup"]
+    rec, naive = median_run(result["runs"]["reconcile"]), median_run(result["runs"]["naive"])
 
     def mib(b: int) -> str:
         return f"{b / 2**20:,.2f}"
 
     lines = [
-        f"### cdclake reconcile benchmark, {result['started']}",
-        "",
-        f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; {m['os']}; Python {m['python']}. Load "
-        f"average (1 min) at start {m['load_avg_at_start'][0]}, at end {m.get('load_avg_at_end', ['?'])[0]}.",
-        "",
+        *summary_head("cdclake reconcile benchmark", result),
         f"Table: {p['rows']:,} rows (MariaDB, local; lake: {s['lake_files']} file(s), {mib(s['lake_bytes'])} MiB); "
         f"{h['differing_rows']} differing keys; reconcile chunks of {p['chunk_rows']:,} rows; run of median wall "
         f"time of {p['reps']}.",
@@ -671,20 +592,13 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="bench/reconcile_bench.py",
-        description=__doc__.splitlines()[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__,
-    )
+    parser = bench_parser("bench/reconcile_bench.py", __doc__)
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows of the table (default 1,000,000)")
     parser.add_argument("--chunk-rows", type=int, default=10_000, help="reconcile's rows per chunk")
     parser.add_argument("--reps", type=int, default=1, help="runs of each method (the median run is reported)")
     parser.add_argument("--seed", type=int, default=7, help="seed of the choice of differing keys")
     parser.add_argument("--insert-batch", type=int, default=10_000, help="rows per executemany of the source load")
-    parser.add_argument("--out", default=str(BENCH_DIR / "results"), help="folder of the result files")
-    parser.add_argument("--state-dir", help="work folder (default: a temporary one under .bench/, deleted afterwards)")
-    parser.add_argument("--keep-state", action="store_true", help="keep the temporary work folder")
+    add_run_options(parser, work_parent=WORK_PARENT)
     return parser
 
 

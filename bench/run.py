@@ -31,29 +31,45 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
-import threading
-import time
-import uuid
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta, timezone
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-BENCH_DIR = Path(__file__).resolve().parent
-ROOT = BENCH_DIR.parent
-for _p in (ROOT / "include", ROOT / "plugins", BENCH_DIR):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
-
-import workload as wl  # noqa: E402
-from cdclake.settings import Settings, spark_jars  # noqa: E402
+import workload as wl
+from cdclake.settings import Settings
+from harness import (
+    BENCH_DIR,
+    BROKER,
+    BenchRun,
+    add_run_options,
+    add_size_options,
+    bench_parser,
+    checks_line,
+    checks_ok,
+    child_env,
+    resolve_size,
+    spark_profile,
+    spark_submit,
+    stack_settings,
+    start_parts,
+    stop_parts,
+    summary_head,
+)
+from lake import (
+    Loaded,
+    check_one_event,
+    check_table,
+    copy_table,
+    create_base_table,
+    expected_rows,
+    kafka_clients,
+    load_workload,
+    produce,
+)
+from measure import Measured, measure, ratio, summarize
 
 SIZES: dict[str, dict[str, int]] = {
     "tiny": {
@@ -94,386 +110,9 @@ TARGETS = {
     "dag no-new/trivial": 1.5,
 }
 APPLY_PEAK_RSS_TARGET = 4 * 1024**3
-PARTITIONS = 3
-BASE_FILE_ROWS = 250_000
-"""Rows per data file of the starting tables (one pyiceberg append each)."""
-RESULT_PREFIX = "BENCH_STAGE_RESULT "
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
-# --- measuring a process tree --------------------------------------------------------------------
-
-
-@dataclass
-class Measured:
-    """One measured process: wall time, peak RSS of its tree, and what it reported."""
-
-    label: str
-    wall_s: float
-    peak_rss: int
-    returncode: int
-    spark_s: float | None
-    """How long a JVM (spark-submit) was alive in the tree; ``None``: no Spark started."""
-    result: dict[str, Any] = field(default_factory=dict)
-    load_avg: float = 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "wall_s": round(self.wall_s, 3),
-            "peak_rss_mib": round(self.peak_rss / 2**20, 1),
-            "spark_s": None if self.spark_s is None else round(self.spark_s, 3),
-            "load_avg_1m": self.load_avg,
-            **({"result": self.result} if self.result else {}),
-        }
-
-
-def measure(label: str, cmd: list[str], env: dict[str, str], log_dir: Path, timeout_s: float = 6 * 3600) -> Measured:
-    """Run ``cmd``, sampling the RSS of it and all its descendants every 0.1 s.
-
-    Raises:
-        RuntimeError: the process failed (the message carries the tail of its log).
-    """
-    import psutil
-
-    log = log_dir / f"{label}.log"
-    peak, java_first, java_last = 0, None, None
-    done = threading.Event()
-    with open(log, "wb") as out:
-        start = time.monotonic()
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
-
-        def sample() -> None:
-            nonlocal peak, java_first, java_last
-            try:
-                root = psutil.Process(proc.pid)
-            except psutil.NoSuchProcess:
-                return
-            while not done.is_set():
-                total, java = 0, False
-                try:
-                    procs = [root, *root.children(recursive=True)]
-                except psutil.NoSuchProcess:
-                    break
-                for p in procs:
-                    try:
-                        total += p.memory_info().rss
-                        java = java or p.name() == "java"
-                    except psutil.NoSuchProcess:
-                        pass
-                peak = max(peak, total)
-                if java:
-                    now = time.monotonic()
-                    java_first = java_first or now
-                    java_last = now
-                done.wait(0.1)
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-        try:
-            rc = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            rc = proc.wait()
-        wall = time.monotonic() - start
-        done.set()
-        sampler.join()
-    text = log.read_text(errors="replace")
-    if rc != 0:
-        raise RuntimeError(f"{label} failed (exit code {rc}); log {log}:\n{text[-4000:]}")
-    result = {}
-    for line in text.splitlines():
-        if line.startswith(RESULT_PREFIX):
-            result = json.loads(line[len(RESULT_PREFIX) :])
-    spark_s = None if java_first is None else java_last - java_first
-    m = Measured(label, wall, peak, rc, spark_s, result, round(os.getloadavg()[0], 2))
-    print(
-        f"  {label}: {wall:.1f} s wall, peak RSS {peak / 2**20:.0f} MiB"
-        + (f", job {result['job_s']:.1f} s" if "job_s" in result else ""),
-        flush=True,
-    )
-    return m
-
-
-# --- the bench's stack -----------------------------------------------------------------------------
-
-
-def _free_port_pair() -> int:
-    import socket
-
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        with socket.socket() as s:
-            if port < 65000 and s.connect_ex(("127.0.0.1", port + 1)) != 0:
-                return port
-    raise RuntimeError("no free pair of loopback ports")
-
-
-def child_env(settings: Settings) -> dict[str, str]:
-    """This process's environment with the bench's ``CDCLAKE_*`` settings and this checkout's
-    packages first on ``PYTHONPATH``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CDCLAKE_")}
-    env.update(
-        {
-            "CDCLAKE_STATE_DIR": str(settings.state_dir),
-            "CDCLAKE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-            "CDCLAKE_CATALOG_NAME": settings.catalog_name,
-            "CDCLAKE_CATALOG_URI": settings.catalog_uri,
-            "CDCLAKE_WAREHOUSE": settings.warehouse,
-            "CDCLAKE_TABLES_CONFIG": str(settings.tables_config),
-            "CDCLAKE_SPARK_MASTER": settings.spark_master,
-            # the overhead stage measures spark-submit's JVM start (issue 6); the shared Connect
-            # engine's overhead is bench/engine_bench.py's (make bench-engine)
-            "CDCLAKE_ENGINE": "submit",
-            "PYTHONPATH": os.pathsep.join([str(ROOT / "include"), str(ROOT / "plugins"), str(BENCH_DIR)]),
-            "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
-            "PYSPARK_PYTHON": sys.executable,
-            "PYSPARK_DRIVER_PYTHON": sys.executable,
-        }
-    )
-    return env
-
-
-def spark_submit(settings: Settings, script: Path, args: list[str], name: str, event_log: Path) -> list[str]:
-    """The ``spark-submit`` command the table DAG's apply task runs (same master, jars, confs,
-    driver memory), for ``script``, plus Spark's event log in ``event_log`` (for
-    :func:`spark_profile`)."""
-    from cdclake.spark.session import spark_conf
-
-    cmd = [
-        str(Path(sys.executable).parent / "spark-submit"),
-        "--master",
-        settings.spark_master,
-        "--name",
-        name,
-        "--driver-memory",
-        "2g",
-        "--jars",
-        ",".join(str(j) for j in spark_jars()),
-    ]
-    conf = {
-        **spark_conf(settings),
-        # the benchmark's local SQLite catalog has no credential: on the command line is fine here
-        **settings.spark_catalog_conf(),
-        "spark.eventLog.enabled": "true",
-        "spark.eventLog.dir": event_log.as_uri(),
-        "spark.eventLog.compress": "false",
-        "spark.eventLog.rolling.enabled": "false",
-    }
-    for key, value in conf.items():
-        cmd += ["--conf", f"{key}={value}"]
-    return cmd + [str(script), *args]
-
-
-def spark_profile(event_log: Path, plans: Path, top: int = 8) -> list[dict[str, Any]]:
-    """Where the newest Spark application's time went: its slowest SQL executions (queries: the
-    MERGE, counts, collects) from its event log, with duration and the plan's top node; their
-    whole physical plans are written to ``plans``."""
-    logs = sorted(
-        (f for f in event_log.iterdir() if f.is_file() and not f.name.startswith(".")), key=lambda f: f.stat().st_mtime
-    )
-    if not logs:
-        return []
-    execs: dict[int, dict[str, Any]] = {}
-    for line in logs[-1].read_text(errors="replace").splitlines():
-        if '"Event":"org.apache.spark.sql.execution.ui.SparkListenerSQLExecution' not in line:
-            continue
-        ev = json.loads(line)
-        if ev["Event"].endswith("SQLExecutionStart"):
-            plan = ev.get("physicalPlanDescription", "")
-            node = next((ln.strip() for ln in plan.splitlines() if ln.strip() and not ln.startswith("==")), "")
-            execs[ev["executionId"]] = {
-                "description": ev.get("description", "")[:160],
-                "plan": node[:160],
-                "start": ev["time"],
-                "full_plan": plan,
-            }
-        elif ev["Event"].endswith("SQLExecutionEnd") and ev["executionId"] in execs:
-            e = execs[ev["executionId"]]
-            e["seconds"] = round((ev["time"] - e.pop("start")) / 1000, 2)
-    slowest = sorted((e for e in execs.values() if "seconds" in e), key=lambda e: -e["seconds"])[:top]
-    plans.write_text("\n\n".join(f"=== {e['seconds']} s: {e['description']}\n{e.pop('full_plan')}" for e in slowest))
-    return slowest
-
-
-# --- workload into Kafka ----------------------------------------------------------------------------
-
-
-@dataclass
-class Loaded:
-    """A workload in Kafka: its topic, offset range, event coordinates and resulting source."""
-
-    topic: str
-    range_json: str
-    events: int
-    state: wl.SourceState
-    coords: list[tuple[int, int]]
-    """``(partition, offset)`` of each event, by event index."""
-    meta: list[tuple[str, tuple[int, int, int], int]]
-    """``(op, position, source ts_ms)`` of each event, by event index."""
-    bytes: int
-    load_s: float
-
-
-def kafka_clients(settings: Settings):  # noqa: ANN201
-    from cdclake.io.kafka import KafkaClients
-
-    return KafkaClients.from_bootstrap(settings.kafka_bootstrap)
-
-
-def produce(kafka, topic: str, events, decimal: bool, *, create: bool = True) -> tuple[list, list, int]:  # noqa: ANN001
-    """Produce ``events`` to ``topic`` keyed as Debezium keys them (``cdclake.model.keys.build_key``)
-    with Kafka's default partitioner, as ``cdclake.io.events.load_events`` does."""
-    from cdclake.io.kafka import ensure_topic
-    from cdclake.io.kafka import produce as produce_records
-    from cdclake.model.envelope import KafkaCoordinates, parse_value
-    from cdclake.model.keys import build_key
-
-    if create:
-        ensure_topic(kafka, topic, PARTITIONS)
-    meta: list[tuple[str, tuple[int, int, int], int]] = []
-    keys: dict[int, bytes] = {}
-    template = None
-    size = 0
-
-    def records():  # noqa: ANN202
-        nonlocal template, size
-        for ev in events:
-            if template is None:
-                template = parse_value(ev.value, "json_with_schema", KafkaCoordinates(topic))
-            key = keys.get(ev.id)
-            if key is None:
-                key = keys[ev.id] = build_key(
-                    replace(template, op="c", before=None, after={"id": ev.id}), ("id",), "json_with_schema"
-                )
-            meta.append((ev.op, ev.position, ev.ts_ms))
-            size += len(ev.value)
-            yield key, ev.value, None
-
-    coords = produce_records(
-        kafka,
-        topic,
-        records(),
-        **{"partitioner": "murmur2_random", "linger.ms": 20, "queue.buffering.max.kbytes": 512 * 1024},
-    )
-    return coords, meta, size
-
-
-def load_workload(
-    settings: Settings, topic: str, spec: wl.WorkloadSpec, decimal: bool, state: wl.SourceState | None = None
-) -> Loaded:
-    from cdclake.io.kafka import topic_watermarks
-    from cdclake.model.offsets import OffsetRange
-
-    t0 = time.monotonic()
-    events, state = wl.generate(spec, decimal, state)
-    kafka = kafka_clients(settings)
-    coords, meta, size = produce(kafka, topic, events, decimal)
-    marks = topic_watermarks(kafka, topic)
-    rng = OffsetRange(topic=topic, start={p: 0 for p in marks.high}, end=dict(marks.high))
-    if rng.event_count != spec.events:
-        raise RuntimeError(f"topic {topic!r} holds {rng.event_count} records, expected {spec.events}")
-    return Loaded(topic, rng.to_json(), spec.events, state, coords, meta, size, time.monotonic() - t0)
-
-
-# --- Iceberg tables -----------------------------------------------------------------------------
-
-
-def create_base_table(catalog, identifier: str, rows: int, decimal: bool) -> float:  # noqa: ANN001
-    """The starting table: ``rows`` rows (ids ``0..rows-1``) as a snapshot read wrote them."""
-    from cdclake.io.catalog import create_cdc_table
-    from cdclake.model.types import columns_from_connect
-
-    t0 = time.monotonic()
-    columns = columns_from_connect({"fields": wl.row_fields(decimal)})
-    table = create_cdc_table(catalog, identifier, columns, ("id",))
-    schema = table.schema().as_arrow()
-    for start in range(0, rows, BASE_FILE_ROWS):
-        table.append(wl.base_rows_arrow(start, min(start + BASE_FILE_ROWS, rows), schema, decimal))
-    return time.monotonic() - t0
-
-
-def copy_table(catalog, source: str, target: str) -> None:  # noqa: ANN001
-    """Register ``target`` on ``source``'s current metadata: a zero-copy clone (new files of
-    either go to the shared location under unique names; neither deletes files)."""
-    catalog.register_table(target, catalog.load_table(source).metadata_location)
-
-
-def expected_rows(loaded: Loaded, ids: list[int], decimal: bool, columns: list[str]) -> dict[int, dict[str, Any]]:
-    """The rows the table must hold for ``ids`` (touched, present keys): the source columns of
-    the last event per key (in binlog order) and that event's metadata."""
-    out = {}
-    for i in ids:
-        row = loaded.state.rows[i]
-        index = loaded.state.written_by[i]
-        op, (f, pos, r), ts_ms = loaded.meta[index]
-        part, offset = loaded.coords[index]
-        values = {c: wl.iceberg_value(c, row[c], decimal) for c in columns}
-        values.update(
-            {
-                "_cdc_op": op,
-                "_cdc_snapshot": False,
-                "_cdc_binlog_file_seq": f,
-                "_cdc_binlog_pos": pos,
-                "_cdc_binlog_row": r,
-                "_cdc_gtid_seq": f * 10_000_000 + pos,  # the GTID sequence the workload writes
-                "_cdc_source_ts": _EPOCH + timedelta(milliseconds=ts_ms),
-                "_cdc_kafka_partition": part,
-                "_cdc_kafka_offset": offset,
-            }
-        )
-        out[i] = values
-    return out
-
-
-def check_table(catalog, identifier: str, loaded: Loaded, existing_rows: int, decimal: bool) -> dict[str, Any]:  # noqa: ANN001
-    """Compare the table with the source state the events were generated from: the same ids, and
-    for every touched key the last event's values and metadata. Untouched rows are the starting
-    rows (their ids are checked)."""
-    import numpy as np
-    import pyarrow as pa
-
-    state = loaded.state
-    touched = np.array(sorted(state.rows), dtype=np.int64)
-    deleted = np.array(sorted(i for i, r in state.rows.items() if r is None), dtype=np.int64)
-    present_touched = np.array(sorted(i for i, r in state.rows.items() if r is not None), dtype=np.int64)
-    expected_ids = np.union1d(np.setdiff1d(np.arange(existing_rows, dtype=np.int64), deleted), present_touched)
-
-    table = catalog.load_table(identifier)
-    ids = table.scan(selected_fields=("id",)).to_arrow()["id"].to_numpy()
-    problems = []
-    if len(ids) != len(np.unique(ids)):
-        problems.append(f"{len(ids) - len(np.unique(ids))} duplicate id(s)")
-    if not np.array_equal(np.sort(ids), expected_ids):
-        missing = np.setdiff1d(expected_ids, ids)
-        extra = np.setdiff1d(ids, expected_ids)
-        problems.append(
-            f"ids differ: {len(missing)} missing (e.g. {missing[:5].tolist()}), "
-            f"{len(extra)} unexpected (e.g. {extra[:5].tolist()})"
-        )
-    from pyiceberg.expressions import In
-
-    columns = [f["field"] for f in wl.row_fields(decimal)]
-    arrow = (
-        table.scan(row_filter=In("id", present_touched.tolist())).to_arrow() if len(present_touched) else pa.table({})
-    )
-    got = {r["id"]: r for r in arrow.to_pylist()} if arrow.num_columns else {}
-    want = expected_rows(loaded, present_touched.tolist(), decimal, columns)
-    mismatched = [i for i, row in want.items() if i not in got or any(got[i][c] != v for c, v in row.items())]
-    if mismatched:
-        i = mismatched[0]
-        diff = {c: (got.get(i, {}).get(c), v) for c, v in want[i].items() if got.get(i, {}).get(c) != v}
-        problems.append(f"{len(mismatched)} touched row(s) differ; id {i}: (table, expected) {diff}")
-    return {
-        "table": identifier,
-        "rows": int(len(ids)),
-        "expected_rows": int(len(expected_ids)),
-        "touched_keys": int(len(touched)),
-        "checked_rows": len(want),
-        "ok": not problems,
-        "problems": problems,
-    }
+# --- the peer's input ----------------------------------------------------------------------------
 
 
 def peer_input(loaded: Loaded, arrow_schema, decimal: bool, work: Path) -> tuple[Path, Path]:  # noqa: ANN001
@@ -496,9 +135,9 @@ def peer_input(loaded: Loaded, arrow_schema, decimal: bool, work: Path) -> tuple
 
 def dag_run_main(args: argparse.Namespace) -> int:
     """``run.py _dag``: one ``airflow dags test`` run, of the table DAG through
-    ``cdclake.local.cli.run_table_dag`` or of the trivial DAG the same way (bench dags folder)."""
-    from cdclake.local.airflow_env import airflow_env
-    from cdclake.local.cli import run_table_dag
+    ``cdclake_dev.cli.run_table_dag`` or of the trivial DAG the same way (bench dags folder)."""
+    from cdclake_dev.airflow_env import airflow_env
+    from cdclake_dev.cli import run_table_dag
 
     settings = Settings.from_env()
     if args.table:
@@ -516,306 +155,215 @@ def dag_run_main(args: argparse.Namespace) -> int:
 # --- the run ------------------------------------------------------------------------------------------
 
 
-def _median(runs: list[Measured], attr: str) -> float | None:
-    values = [getattr(m, attr) if attr != "job_s" else m.result.get("job_s") for m in runs]
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
-
-
-def summarize(runs: list[Measured], events: int | None) -> dict[str, Any]:
-    wall = _median(runs, "wall_s")
-    job = _median(runs, "job_s")
-    out = {
-        "runs": [m.as_dict() for m in runs],
-        "wall_s": round(wall, 3),
-        "job_s": None if job is None else round(job, 3),
-        "peak_rss_mib": round(max(m.peak_rss for m in runs) / 2**20, 1),
-    }
-    if events:
-        out["events"] = events
-        out["events_per_s"] = round(events / wall, 1)
-        if job:
-            out["events_per_s_job"] = round(events / job, 1)
-    return out
-
-
-def machine_info() -> dict[str, Any]:
-    import psutil
-
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
-    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
-        "os": platform.platform(),
-        "python": platform.python_version(),
-        "java": java[0] if java else None,
-        "load_avg_at_start": [round(x, 2) for x in os.getloadavg()],
-    }
-
-
 def run(args: argparse.Namespace) -> int:
     from cdclake.io.catalog import load_catalog
-    from cdclake.local.cli import ensure_airflow_db
-    from cdclake.model.layout import TOMBSTONES_SUFFIX
 
-    preset = dict(SIZES[args.size])
-    for key in preset:
-        if getattr(args, key) is not None:
-            preset[key] = getattr(args, key)
-    p = argparse.Namespace(**preset)
-    run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    tag = uuid.uuid4().hex[:6]
-    out_dir = Path(args.out).resolve()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    work = Path(args.state_dir).resolve() if args.state_dir else Path(tempfile.mkdtemp(prefix="cdclake-bench-"))
-    work.mkdir(parents=True, exist_ok=True)
-    logs = work / "logs"
-    logs.mkdir(exist_ok=True)
-    if args.external_broker:
-        settings = Settings.from_env()
-    else:
-        settings = Settings.from_env(
-            {"CDCLAKE_STATE_DIR": str(work / "stack"), "CDCLAKE_KAFKA_BOOTSTRAP": f"127.0.0.1:{_free_port_pair()}"}
-        )
-    settings = settings.model_copy(update={"tables_config": work / "bench-tables.yaml"})
-    env = child_env(settings)
+    p = resolve_size(args, SIZES)
+    bench = BenchRun.begin(args, f"bench-{args.size}", "cdclake-bench-")
+    parts = () if args.external_broker else (BROKER,)
+    settings = Settings.from_env() if args.external_broker else stack_settings(bench.work, parts)
+    settings = settings.model_copy(update={"tables_config": bench.work / "tables.yaml"})
     decimal = wl.decimal_supported()
-    ns = f"bench_{tag}"
-    info = {
-        "started": run_id,
-        "size": args.size,
-        "params": vars(p),
-        "machine": machine_info(),
-        "decimal_column": "decimal(10,2)"
+    info = bench.info(
+        size=args.size,
+        params=vars(p),
+        decimal_column="decimal(10,2)"
         if decimal
         else "binary: cdclake does not map org.apache.kafka.connect.data.Decimal yet; same base64 bytes on the wire",
-        "spark_master": settings.spark_master,
-        "work_dir": str(work),
-    }
+        spark_master=settings.spark_master,
+    )
     print(
         f"cdclake benchmark, size {args.size}: {p.events} events over {p.keys} keys into {p.base_rows} rows; "
         f"growth {p.growth_events} events into {p.base_rows} and {p.big_rows} rows; {p.reps} repetition(s); "
-        f"work dir {work}",
+        f"work dir {bench.work}",
         flush=True,
     )
-
-    from cdclake.local import stack
-
-    started_broker = False
-    if not args.external_broker:
-        print(stack.start_broker(settings), flush=True)
-        started_broker = True
-    stages: dict[str, Any] = {}
-    checks: dict[str, Any] = {}
     try:
-        catalog = load_catalog(settings)
-        catalog.create_namespace_if_not_exists(ns)
-        setup: dict[str, Any] = {}
-        print("generating and loading the workload ...", flush=True)
-        main_spec = wl.WorkloadSpec(events=p.events, keys=p.keys, existing_rows=p.base_rows, new_id_start=p.big_rows)
-        main = load_workload(settings, f"bench.{tag}.orders", main_spec, decimal)
-        growth_spec = wl.WorkloadSpec(
-            events=p.growth_events, keys=p.growth_keys, existing_rows=p.base_rows, new_id_start=p.big_rows, seed=7
-        )
-        growth = load_workload(settings, f"bench.{tag}.orders_growth", growth_spec, decimal)
-        for name, loaded in (("workload", main), ("growth_workload", growth)):
-            setup[name] = {
-                "topic": loaded.topic,
-                "events": loaded.events,
-                "bytes": loaded.bytes,
-                "mean_event_bytes": round(loaded.bytes / loaded.events),
-                "ops": dict(loaded.state.ops),
-                "multi_row_binlog_events": loaded.state.multi_row_events,
-                "keys_touched": len(loaded.state.rows),
-                "load_s": round(loaded.load_s, 1),
-            }
-        print(
-            f"  loaded {main.events} + {growth.events} events ({main.bytes / 2**20:.0f} MiB + "
-            f"{growth.bytes / 2**20:.0f} MiB) in {main.load_s + growth.load_s:.0f} s",
-            flush=True,
-        )
-        print("writing the starting tables ...", flush=True)
-        setup["base_table_s"] = round(create_base_table(catalog, f"{ns}.base", p.base_rows, decimal), 1)
-        setup["big_table_s"] = round(create_base_table(catalog, f"{ns}.big", p.big_rows, decimal), 1)
-        info["setup"] = setup
-        arrow_schema = catalog.load_table(f"{ns}.base").schema().as_arrow()
-        upserts, deletes = peer_input(main, arrow_schema, decimal, work)
+        start_parts(settings, parts)
+        ctx = Context(bench, settings, load_catalog(settings), f"bench_{bench.tag}", p, decimal, child_env(settings))
+        ctx.catalog.create_namespace_if_not_exists(ctx.ns)
+        main_load, growth, info["setup"] = load(ctx)
+        stages, checks = measure_stages(ctx, main_load, growth)
+        overhead_stages, overhead_checks = measure_overhead(ctx, main_load)
+        stages.update(overhead_stages)
+        checks.update(overhead_checks)
+    finally:
+        stop_parts(settings, parts)
+    result = {**info, "stages": stages, "ratios": ratios(stages), "checks": checks}
+    bench.finish(result, markdown)
+    return 0 if checks_ok(checks, "CORRECTNESS CHECK FAILED") else 1
 
-        event_log = logs / "spark-events"
-        event_log.mkdir(exist_ok=True)
 
-        def stage(label: str, script: str, extra: list[str]) -> Measured:
-            m = measure(
-                label, spark_submit(settings, BENCH_DIR / script, extra, f"bench-{label}", event_log), env, logs
-            )
-            m.result["slowest_queries"] = spark_profile(event_log, logs / f"{label}-plans.txt")
-            return m
+@dataclass(frozen=True)
+class Context:
+    """What every stage of one run works with."""
 
-        runs: dict[str, list[Measured]] = {
-            k: [] for k in ("read_parse", "append", "apply", "peer", "growth_base", "growth_big")
+    bench: BenchRun
+    settings: Settings
+    catalog: Any
+    ns: str
+    """The run's namespace: its tables."""
+    p: argparse.Namespace
+    """The sizes (:func:`harness.resolve_size`)."""
+    decimal: bool
+    """Whether the ``price`` column is ``decimal(10,2)`` (:func:`workload.decimal_supported`)."""
+    env: dict[str, str]
+    """The measured processes' environment (:func:`harness.child_env`)."""
+
+    def measure(self, label: str, cmd: list[str]) -> Measured:
+        """``cmd`` measured (:func:`measure.measure`), its log in the run's logs."""
+        return measure(label, cmd, self.env, self.bench.logs)
+
+    def clone(self, source: str, target: str) -> None:
+        """Table ``target`` of the run's namespace as a zero-copy clone of ``source``."""
+        copy_table(self.catalog, f"{self.ns}.{source}", f"{self.ns}.{target}")
+
+    def check(self, table: str, loaded: Loaded) -> dict[str, Any]:
+        """Table ``table`` against the source ``loaded`` left (:func:`lake.check_table`)."""
+        return check_table(self.catalog, f"{self.ns}.{table}", loaded, self.p.base_rows, self.decimal)
+
+
+def load(ctx: Context) -> tuple[Loaded, Loaded, dict[str, Any]]:
+    """The main and the growth workload into their topics, and the starting tables ``base`` and
+    ``big``. Returns the two workloads and the setup's figures."""
+    p, tag = ctx.p, ctx.bench.tag
+    print("generating and loading the workload ...", flush=True)
+    main_spec = wl.WorkloadSpec(events=p.events, keys=p.keys, existing_rows=p.base_rows, new_id_start=p.big_rows)
+    main = load_workload(ctx.settings, f"bench.{tag}.orders", main_spec, ctx.decimal)
+    growth_spec = wl.WorkloadSpec(
+        events=p.growth_events, keys=p.growth_keys, existing_rows=p.base_rows, new_id_start=p.big_rows, seed=7
+    )
+    growth = load_workload(ctx.settings, f"bench.{tag}.orders_growth", growth_spec, ctx.decimal)
+    setup: dict[str, Any] = {}
+    for name, loaded in (("workload", main), ("growth_workload", growth)):
+        setup[name] = {
+            "topic": loaded.topic,
+            "events": loaded.events,
+            "bytes": loaded.bytes,
+            "mean_event_bytes": round(loaded.bytes / loaded.events),
+            "ops": dict(loaded.state.ops),
+            "multi_row_binlog_events": loaded.state.multi_row_events,
+            "keys_touched": len(loaded.state.rows),
+            "load_s": round(loaded.load_s, 1),
         }
-        from cdclake.io.catalog import create_cdc_table
-        from cdclake.model.types import columns_from_connect
+    print(
+        f"  loaded {main.events} + {growth.events} events ({main.bytes / 2**20:.0f} MiB + "
+        f"{growth.bytes / 2**20:.0f} MiB) in {main.load_s + growth.load_s:.0f} s",
+        flush=True,
+    )
+    print("writing the starting tables ...", flush=True)
+    for table, rows in (("base", p.base_rows), ("big", p.big_rows)):
+        setup[f"{table}_table_s"] = round(create_base_table(ctx.catalog, f"{ctx.ns}.{table}", rows, ctx.decimal), 1)
+    return main, growth, setup
 
-        for rep in range(1, p.reps + 1):
-            print(f"repetition {rep}/{p.reps}", flush=True)
-            runs["read_parse"].append(
-                stage(
-                    f"read_parse_r{rep}",
-                    "spark_stage.py",
-                    ["read_parse", "--range", main.range_json, "--namespace", ns, "--table", "base"],
-                )
-            )
-            create_cdc_table(
-                catalog, f"{ns}.append_r{rep}", columns_from_connect({"fields": wl.row_fields(decimal)}), ("id",)
-            )
-            runs["append"].append(
-                stage(
-                    f"append_r{rep}",
-                    "spark_stage.py",
-                    ["append", "--range", main.range_json, "--namespace", ns, "--table", f"append_r{rep}"],
-                )
-            )
-            copy_table(catalog, f"{ns}.base", f"{ns}.apply_r{rep}")
-            runs["apply"].append(
-                stage(
-                    f"apply_r{rep}",
-                    "spark_stage.py",
-                    ["apply", "--range", main.range_json, "--namespace", ns, "--table", f"apply_r{rep}"],
-                )
-            )
-            copy_table(catalog, f"{ns}.base", f"{ns}.peer_r{rep}")
-            runs["peer"].append(
-                measure(
-                    f"peer_r{rep}",
-                    [
-                        sys.executable,
-                        str(BENCH_DIR / "peer_upsert.py"),
-                        "--table",
-                        f"{ns}.peer_r{rep}",
-                        "--upserts",
-                        str(upserts),
-                        "--deletes",
-                        str(deletes),
-                    ],
-                    env,
-                    logs,
-                )
-            )
-            if rep == 1:
-                checks["apply"] = check_table(catalog, f"{ns}.apply_r1", main, p.base_rows, decimal)
-                checks["peer"] = check_table(catalog, f"{ns}.peer_r1", main, p.base_rows, decimal)
-                print(f"  check apply: {checks['apply']['ok']}, peer: {checks['peer']['ok']}", flush=True)
-            for which, base in (("growth_base", "base"), ("growth_big", "big")):
-                copy_table(catalog, f"{ns}.{base}", f"{ns}.{which}_r{rep}")
-                extra = ["apply", "--range", growth.range_json, "--namespace", ns, "--table", f"{which}_r{rep}"]
-                runs[which].append(
-                    stage(f"{which}_r{rep}", "spark_stage.py", extra + (["--count-after"] if rep == 1 else []))
-                )
-        # the growth batch deletes and updates only ids below base_rows (rows of both tables) and
-        # inserts ids from big_rows up (rows of neither)
-        final = growth.state.rows
-        net = sum(1 for i, r in final.items() if r is not None and i >= p.big_rows) - sum(
-            1 for i, r in final.items() if r is None and i < p.base_rows
+
+def measure_stages(ctx: Context, main: Loaded, growth: Loaded) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Stages 1 to 5, ``p.reps`` times each. Returns the stages' figures and the checks of the
+    tables they wrote against the source."""
+    from cdclake.io.catalog import create_cdc_table
+    from cdclake.model.types import columns_from_connect
+
+    p, logs = ctx.p, ctx.bench.logs
+    arrow_schema = ctx.catalog.load_table(f"{ctx.ns}.base").schema().as_arrow()
+    upserts, deletes = peer_input(main, arrow_schema, ctx.decimal, ctx.bench.work)
+    event_log = logs / "spark-events"
+    event_log.mkdir(exist_ok=True)
+
+    def stage(label: str, kind: str, loaded: Loaded, table: str, extra: tuple[str, ...] = ()) -> Measured:
+        args = [kind, "--range", loaded.range_json, "--namespace", ctx.ns, "--table", table, *extra]
+        m = ctx.measure(
+            label, spark_submit(ctx.settings, BENCH_DIR / "spark_stage.py", args, f"bench-{label}", event_log)
         )
-        for which, rows in (("growth_base", p.base_rows), ("growth_big", p.big_rows)):
-            got = runs[which][0].result.get("rows_after")
-            checks[which] = {"rows": got, "expected_rows": rows + net, "ok": got == rows + net}
+        m.result["slowest_queries"] = spark_profile(event_log, logs / f"{label}-plans.txt")
+        return m
 
-        for name in ("read_parse", "append", "apply", "peer"):
-            stages[name] = summarize(runs[name], p.events)
-        stages["growth_base"] = summarize(runs["growth_base"], p.growth_events) | {"table_rows": p.base_rows}
-        stages["growth_big"] = summarize(runs["growth_big"], p.growth_events) | {"table_rows": p.big_rows}
+    names = ("read_parse", "append", "apply", "peer", "growth_base", "growth_big")
+    runs: dict[str, list[Measured]] = {name: [] for name in names}
+    checks: dict[str, Any] = {}
+    for rep in range(1, p.reps + 1):
+        print(f"repetition {rep}/{p.reps}", flush=True)
+        runs["read_parse"].append(stage(f"read_parse_r{rep}", "read_parse", main, "base"))
+        columns = columns_from_connect({"fields": wl.row_fields(ctx.decimal)})
+        create_cdc_table(ctx.catalog, f"{ctx.ns}.append_r{rep}", columns, ("id",))
+        runs["append"].append(stage(f"append_r{rep}", "append", main, f"append_r{rep}"))
+        ctx.clone("base", f"apply_r{rep}")
+        runs["apply"].append(stage(f"apply_r{rep}", "apply", main, f"apply_r{rep}"))
+        ctx.clone("base", f"peer_r{rep}")
+        peer = [sys.executable, str(BENCH_DIR / "peer_upsert.py"), "--table", f"{ctx.ns}.peer_r{rep}"]
+        runs["peer"].append(ctx.measure(f"peer_r{rep}", [*peer, "--upserts", str(upserts), "--deletes", str(deletes)]))
+        if rep == 1:
+            checks["apply"], checks["peer"] = ctx.check("apply_r1", main), ctx.check("peer_r1", main)
+            print(f"  check apply: {checks['apply']['ok']}, peer: {checks['peer']['ok']}", flush=True)
+        for which, base in (("growth_base", "base"), ("growth_big", "big")):
+            ctx.clone(base, f"{which}_r{rep}")
+            count = ("--count-after",) if rep == 1 else ()
+            runs[which].append(stage(f"{which}_r{rep}", "apply", growth, f"{which}_r{rep}", count))
+    # the growth batch deletes and updates only ids below base_rows (rows of both tables) and
+    # inserts ids from big_rows up (rows of neither)
+    final = growth.state.rows
+    net = sum(1 for i, r in final.items() if r is not None and i >= p.big_rows) - sum(
+        1 for i, r in final.items() if r is None and i < p.base_rows
+    )
+    for which, rows in (("growth_base", p.base_rows), ("growth_big", p.big_rows)):
+        got = runs[which][0].result.get("rows_after")
+        checks[which] = {"rows": got, "expected_rows": rows + net, "ok": got == rows + net}
 
-        print("overhead: DAG runs (airflow dags test) ...", flush=True)
-        import yaml
+    stages = {name: summarize(runs[name], p.events) for name in ("read_parse", "append", "apply", "peer")}
+    stages["growth_base"] = summarize(runs["growth_base"], p.growth_events) | {"table_rows": p.base_rows}
+    stages["growth_big"] = summarize(runs["growth_big"], p.growth_events) | {"table_rows": p.big_rows}
+    return stages, checks
 
-        settings.tables_config.write_text(
-            yaml.safe_dump(
-                {
-                    "defaults": {"schedule": None, "retries": 0, "tags": ["bench"]},
-                    "tables": [
-                        {
-                            "name": "bench_orders",
-                            "topic": main.topic,
-                            "namespace": ns,
-                            "table": "orders",
-                            "primary_key": ["id"],
-                        }
-                    ],
-                }
-            )
-        )
-        copy_table(catalog, f"{ns}.apply_r1", f"{ns}.orders")
-        copy_table(catalog, f"{ns}.apply_r1{TOMBSTONES_SUFFIX}", f"{ns}.orders{TOMBSTONES_SUFFIX}")
-        ensure_airflow_db(settings)
-        dag = [sys.executable, str(BENCH_DIR / "run.py"), "_dag"]
-        table = catalog.load_table(f"{ns}.orders")
-        before = table.current_snapshot().snapshot_id
-        dag_runs: dict[str, list[Measured]] = {"trivial": [], "no_new": [], "one_event": []}
-        if p.reps > 1:  # first runs after a migration pay for cold caches: not measured
-            measure("warmup_trivial", dag + ["--trivial"], env, logs)
-            measure("warmup_no_new", dag + ["--table", "bench_orders"], env, logs)
-        for rep in range(1, p.reps + 1):
-            dag_runs["trivial"].append(measure(f"dag_trivial_r{rep}", dag + ["--trivial"], env, logs))
-            dag_runs["no_new"].append(measure(f"dag_no_new_r{rep}", dag + ["--table", "bench_orders"], env, logs))
-        no_new_ok = table.refresh().current_snapshot().snapshot_id == before
-        one_ok = True
-        for rep in range(1, p.reps + 1):
-            ev = wl.update_event(main.state, rep, decimal)
-            produce(kafka_clients(settings), main.topic, [ev], decimal, create=False)
-            dag_runs["one_event"].append(measure(f"dag_one_event_r{rep}", dag + ["--table", "bench_orders"], env, logs))
-            from pyiceberg.expressions import EqualTo
 
-            row = table.refresh().scan(row_filter=EqualTo("id", rep)).to_arrow().to_pylist()
-            one_ok = (
-                one_ok
-                and len(row) == 1
-                and row[0]["quantity"] == ev.after["quantity"]
-                and row[0]["_cdc_binlog_pos"] == ev.position[1]
-            )
-        checks["dag_no_new"] = {
+def measure_overhead(ctx: Context, main: Loaded) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Stage 6, the DAG runs (``run.py _dag``), ``p.reps`` times each. Returns their figures and
+    the checks that they did what they should."""
+    import yaml
+
+    from cdclake.model.layout import TOMBSTONES_SUFFIX
+    from cdclake_dev.cli import ensure_airflow_db
+
+    print("overhead: DAG runs (airflow dags test) ...", flush=True)
+    reps = ctx.p.reps
+    entry = {"name": "bench_orders", "topic": main.topic, "namespace": ctx.ns, "table": "orders", "primary_key": ["id"]}
+    ctx.settings.tables_config.write_text(
+        yaml.safe_dump({"defaults": {"schedule": None, "retries": 0, "tags": ["bench"]}, "tables": [entry]})
+    )
+    ctx.clone("apply_r1", "orders")
+    ctx.clone(f"apply_r1{TOMBSTONES_SUFFIX}", f"orders{TOMBSTONES_SUFFIX}")
+    ensure_airflow_db(ctx.settings)
+    trivial = [sys.executable, str(BENCH_DIR / "run.py"), "_dag", "--trivial"]
+    table_dag = [sys.executable, str(BENCH_DIR / "run.py"), "_dag", "--table", "bench_orders"]
+    table = ctx.catalog.load_table(f"{ctx.ns}.orders")
+    before = table.current_snapshot().snapshot_id
+    dag_runs: dict[str, list[Measured]] = {"trivial": [], "no_new": [], "one_event": []}
+    if reps > 1:  # first runs after a migration pay for cold caches: not measured
+        ctx.measure("warmup_trivial", trivial)
+        ctx.measure("warmup_no_new", table_dag)
+    for rep in range(1, reps + 1):
+        dag_runs["trivial"].append(ctx.measure(f"dag_trivial_r{rep}", trivial))
+        dag_runs["no_new"].append(ctx.measure(f"dag_no_new_r{rep}", table_dag))
+    no_new_ok = table.refresh().current_snapshot().snapshot_id == before
+    one_ok = True
+    for rep in range(1, reps + 1):
+        ev = wl.update_event(main.state, rep, ctx.decimal)
+        produce(kafka_clients(ctx.settings), main.topic, [ev], create=False)
+        dag_runs["one_event"].append(ctx.measure(f"dag_one_event_r{rep}", table_dag))
+        one_ok = check_one_event(ctx.catalog, f"{ctx.ns}.orders", ev) and one_ok
+    checks = {
+        "dag_no_new": {
             "ok": no_new_ok and all(m.spark_s is None for m in dag_runs["no_new"]),
             "snapshot_unchanged": no_new_ok,
             "spark_started": any(m.spark_s is not None for m in dag_runs["no_new"]),
-        }
-        checks["dag_one_event"] = {"ok": one_ok}
-        for name, ms in dag_runs.items():
-            stages[f"dag_{name}"] = summarize(ms, None)
-        stages["dag_one_event"]["spark_s"] = round(statistics.median(m.spark_s or 0 for m in dag_runs["one_event"]), 3)
-    finally:
-        if started_broker:
-            print(stack.stop_broker(settings), flush=True)
-    info["machine"]["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    result = {**info, "stages": stages, "ratios": ratios(stages), "checks": checks}
-    stem = out_dir / f"bench-{args.size}-{run_id}"
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=2, default=str))
-    stem.with_suffix(".md").write_text(markdown(result))
-    print(markdown(result))
-    print(f"results: {stem}.json, {stem}.md")
-    if not args.keep_state and not args.state_dir:
-        shutil.rmtree(work, ignore_errors=True)
-    ok = all(c["ok"] for c in checks.values())
-    if not ok:
-        print("CORRECTNESS CHECK FAILED: " + json.dumps({k: c for k, c in checks.items() if not c["ok"]}, default=str))
-    return 0 if ok else 1
+        },
+        "dag_one_event": {"ok": one_ok},
+    }
+    stages = {f"dag_{name}": summarize(ms, None) for name, ms in dag_runs.items()}
+    stages["dag_one_event"]["spark_s"] = round(statistics.median(m.spark_s or 0 for m in dag_runs["one_event"]), 3)
+    return stages, checks
 
 
 def ratios(stages: dict[str, Any]) -> dict[str, Any]:
     """Each target ratio (medians of wall seconds), whether it is met, and the job-only ratio."""
-
-    def ratio(a: str, b: str, key: str = "wall_s") -> float | None:
-        x, y = stages[a].get(key), stages[b].get(key)
-        return round(x / y, 3) if x and y else None
 
     pairs = {
         "apply/append": ("apply", "append"),
@@ -826,10 +374,10 @@ def ratios(stages: dict[str, Any]) -> dict[str, Any]:
     }
     out = {}
     for name, (a, b) in pairs.items():
-        value = ratio(a, b)
+        value = ratio(stages[a]["wall_s"], stages[b]["wall_s"])
         out[name] = {
             "wall": value,
-            "job": ratio(a, b, "job_s"),
+            "job": ratio(stages[a].get("job_s"), stages[b].get("job_s")),
             "target": TARGETS[name],
             "met": value is not None and value <= TARGETS[name],
         }
@@ -843,15 +391,9 @@ def ratios(stages: dict[str, Any]) -> dict[str, Any]:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    m = result["machine"]
     p = result["params"]
     lines = [
-        f"### cdclake benchmark: size {result['size']}, {result['started']}",
-        "",
-        f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; {m['os']}; Python {m['python']}; "
-        f"{m['java']}; Spark `{result['spark_master']}`. Load average (1 min) at start {m['load_avg_at_start'][0]}, "
-        f"at end {m.get('load_avg_at_end', ['?'])[0]} (the machine is shared).",
-        "",
+        *summary_head(f"cdclake benchmark: size {result['size']}", result, f"Spark `{result['spark_master']}`"),
         f"Workload: {p['events']:,} events over {p['keys']:,} keys into a table of {p['base_rows']:,} rows; growth batch "
         f"{p['growth_events']:,} events into {p['base_rows']:,} and {p['big_rows']:,} rows; median of {p['reps']} run(s). "
         f"Decimal column: {result['decimal_column']}.",
@@ -883,37 +425,28 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {name} | {r['wall']} | {r.get('job') if r.get('job') is not None else ''} | <= {r['target']} | "
             f"{'yes' if r['met'] else '**no**'} |"
         )
-    lines += [
-        "",
-        "Checks: " + ", ".join(f"{k} {'ok' if c['ok'] else 'FAILED'}" for k, c in result["checks"].items()),
-        "",
-    ]
+    lines += ["", checks_line(result["checks"]), ""]
     return "\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="bench/run.py",
-        description=__doc__.splitlines()[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__,
+    parser = bench_parser("bench/run.py", __doc__)
+    add_size_options(
+        parser,
+        SIZES,
+        "full",
+        "preset (full: issue 6's workload)",
+        {
+            "events": "events of the main workload",
+            "keys": "keys the main workload touches",
+            "base_rows": "rows of the starting table",
+            "big_rows": "rows of the big table of the growth stage",
+            "growth_events": "events of the growth batch",
+            "growth_keys": "keys of the growth batch",
+            "reps": "repetitions of each measurement (median)",
+        },
     )
-    parser.add_argument("--size", choices=sorted(SIZES), default="full", help="preset (full: issue 6's workload)")
-    parser.add_argument("--events", type=int, help="events of the main workload")
-    parser.add_argument("--keys", type=int, help="keys the main workload touches")
-    parser.add_argument("--base-rows", type=int, help="rows of the starting table")
-    parser.add_argument("--big-rows", type=int, help="rows of the big table of the growth stage")
-    parser.add_argument("--growth-events", type=int, help="events of the growth batch")
-    parser.add_argument("--growth-keys", type=int, help="keys of the growth batch")
-    parser.add_argument("--reps", type=int, help="repetitions of each measurement (median)")
-    parser.add_argument("--out", default=str(BENCH_DIR / "results"), help="folder of the result files")
-    parser.add_argument("--state-dir", help="work folder (default: a temporary one, deleted afterwards)")
-    parser.add_argument("--keep-state", action="store_true", help="keep the temporary work folder")
-    parser.add_argument(
-        "--external-broker",
-        action="store_true",
-        help="use the broker and catalog of the CDCLAKE_* environment instead of starting a broker",
-    )
+    add_run_options(parser, external_broker=True)
     return parser
 
 

@@ -1,5 +1,6 @@
 """spark-submit entry point of the benchmark's Spark stages (``bench/run.py`` builds the command
-the way the table DAG's ``apply`` task does: same jars, ``--conf`` settings and driver memory).
+with ``bench/harness.py``'s ``spark_submit``, the way the table DAG's ``apply`` task does: same
+jars, ``--conf`` settings and driver memory).
 
 Stages, on one Kafka offset range of the workload topic:
 
@@ -73,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         t1 = time.monotonic()
         if args.stage == "apply":
             plan = RunPlan(table=cfg, run_id=f"bench-{args.table}", range=offset_range)
+            # the apply alone, not cdclake.runner.apply_plan: the session is the driver's, timed
+            # apart (session_s), and job_s times every stage the same way
             result = apply_range(spark, settings, plan, kafka=kafka)
             out.update(result=json.loads(result.to_json()))
         else:

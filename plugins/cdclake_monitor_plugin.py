@@ -1,7 +1,7 @@
 """The Airflow plugin of cdclake's "CDC tables" page (:mod:`cdclake_airflow.monitor`).
 
 Airflow finds it in ``[core] plugins_folder`` (the project's ``plugins/``; the local stack sets
-``AIRFLOW__CORE__PLUGINS_FOLDER``, :mod:`cdclake.local.airflow_env`): the api-server mounts the
+``AIRFLOW__CORE__PLUGINS_FOLDER``, :mod:`cdclake_dev.airflow_env`): the api-server mounts the
 FastAPI app at ``/cdc`` and the UI lists "CDC tables" in its navigation (an external view shown in
 the UI's frame, at ``/plugin/cdc-tables``).
 

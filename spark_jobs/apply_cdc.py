@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from functools import partial
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,21 +29,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
-    from pyspark.sql import SparkSession
-
     from cdclake.model.plan import RunPlan
+    from cdclake.runner import apply_plan
     from cdclake.settings import Settings
-    from cdclake.spark.apply import apply_range
-    from cdclake.spark.session import job_connections, set_catalog
+    from cdclake.spark.session import job_connections, submit_session
 
     settings, kafka = job_connections(args.connections_file, Settings.from_env(), args.bootstrap_servers)
     plan = RunPlan.from_json(args.plan)
-    spark = SparkSession.builder.appName(f"cdc-apply-{plan.table.name}").getOrCreate()
-    try:
-        set_catalog(spark, settings)
-        result = apply_range(spark, settings, plan, kafka=kafka)
-    finally:
-        spark.stop()
+    session = partial(submit_session, settings, f"cdc-apply-{plan.table.name}")
+    result = apply_plan(session, settings, plan, kafka=kafka)
     print(f"CDC_APPLY_RESULT {result.to_json()}", flush=True)  # the task reads this line
     return 0
 

@@ -25,22 +25,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
-    from pyspark.sql import SparkSession
-
     from cdclake.model.config import TableConfig
     from cdclake.settings import Settings
     from cdclake.spark.maintenance import maintain_table
-    from cdclake.spark.session import job_connections, set_catalog
+    from cdclake.spark.session import job_connections, submit_session
 
     settings, _ = job_connections(args.connections_file, Settings.from_env())
     cfg = TableConfig.model_validate_json(args.table)
     actions = [a for a in args.actions.split(",") if a] or None
-    spark = SparkSession.builder.appName(f"cdc-maintenance-{cfg.name}").getOrCreate()
-    try:
-        set_catalog(spark, settings)
+    with submit_session(settings, f"cdc-maintenance-{cfg.name}") as spark:
         result = maintain_table(spark, settings, cfg, actions=actions, dry_run=args.dry_run)
-    finally:
-        spark.stop()
     print(f"CDC_MAINTENANCE_RESULT {result.to_json()}", flush=True)  # the job's one line of output
     return 0
 

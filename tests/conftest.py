@@ -63,8 +63,8 @@ def fixtures_dir() -> DebeziumFiles:
 @pytest.fixture(scope="session")
 def stack_settings(tmp_path_factory: pytest.TempPathFactory):
     """The tests' stack settings; the Spark Connect server that DAG runs start on demand
-    (:func:`cdclake.local.cli.run_table_dag`) is stopped at the end of the session."""
-    from cdclake.local import engine
+    (:func:`cdclake_dev.cli.run_table_dag`) is stopped at the end of the session."""
+    from cdclake_dev import engine
 
     state = tmp_path_factory.mktemp("stack")
     settings = Settings.from_env(
@@ -88,7 +88,7 @@ def stack_settings(tmp_path_factory: pytest.TempPathFactory):
 def kafka(stack_settings: Settings):
     """A running KRaft broker; yields the :class:`~cdclake.io.kafka.KafkaClients` of it."""
     from cdclake.io.kafka import KafkaClients
-    from cdclake.local import stack
+    from cdclake_dev import stack
 
     report = stack.start_broker(stack_settings)
     assert "started" in report, f"the tests need a broker of their own: {report}"
@@ -100,7 +100,7 @@ def kafka(stack_settings: Settings):
 def chain(stack_settings: Settings, kafka):
     """The real source chain: MariaDB and Kafka Connect with the Debezium MariaDB connector
     (JsonConverter with schemas), streaming into the tests' broker under topic prefix ``chain``."""
-    from cdclake.local import chain as source_chain
+    from cdclake_dev import chain as source_chain
 
     source_chain.start_mariadb(stack_settings)
     source_chain.start_connect(stack_settings)
@@ -113,7 +113,7 @@ def chain(stack_settings: Settings, kafka):
 def engine(stack_settings: Settings) -> str:
     """The shared Spark Connect server of the tests' stack (stopped with ``stack_settings``);
     yields its URL with the token, for :func:`cdclake.spark.session.connect_session`."""
-    from cdclake.local import engine as local_engine
+    from cdclake_dev import engine as local_engine
 
     local_engine.start_engine(stack_settings)
     return f"{local_engine.engine_url(stack_settings)}/;token={local_engine.engine_token(stack_settings)}"

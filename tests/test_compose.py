@@ -1,5 +1,5 @@
 """docker-compose.yaml cannot start here (no Docker engine): check that it describes the topology
-the tests run (``cdclake.local.production``, tests/production/test_topology.py): the same services
+the tests run (``cdclake_dev.production``, tests/production/test_topology.py): the same services
 and ports, the same ``CDCLAKE_*`` and Airflow variables, the same mounted config files, the same
 connections, and no credential in the file."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import yaml
 
-from cdclake.local import production
-from cdclake.local.chain import CONNECTOR_CONFIG, connector_env
 from cdclake.settings import PROJECT_ROOT, Settings
+from cdclake_dev import production
+from cdclake_dev.chain import CONNECTOR_CONFIG, connector_env
 
 COMPOSE = PROJECT_ROOT / "docker-compose.yaml"
 AIRFLOW_SERVICES = ("airflow-api-server", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")
@@ -114,7 +114,7 @@ def test_kafka_serves_scram_for_the_pipeline_and_plaintext_inside():
 
 
 def test_the_engine_is_the_connect_server_on_the_master_without_a_catalog():
-    from cdclake.local.engine import SERVER_CLASS
+    from cdclake_dev.engine import SERVER_CLASS
 
     command = " ".join(services()["spark-connect"]["command"])
     assert SERVER_CLASS in command
@@ -124,7 +124,7 @@ def test_the_engine_is_the_connect_server_on_the_master_without_a_catalog():
 
 
 def test_the_rest_catalog_and_s3_settings_match_the_local_servers():
-    from cdclake.local.parts import catalog_env
+    from cdclake_dev.parts.rest_catalog import catalog_env
 
     rest = services()["iceberg-rest"]["environment"]
     local = catalog_env(

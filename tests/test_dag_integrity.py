@@ -10,9 +10,9 @@ import textwrap
 
 import pytest
 
-from cdclake.local.airflow_env import airflow_env
 from cdclake.model.config import load_tables
 from cdclake.settings import PROJECT_ROOT, Settings
+from cdclake_dev.airflow_env import airflow_env
 
 HEAVY_MODULES = ("pyspark", "confluent_kafka", "pyiceberg", "pyarrow", "pandas")
 
@@ -229,12 +229,15 @@ def test_bootstrap_refuses_a_filtered_blocking_snapshot_of_an_authoritative_tabl
 
 def test_reconcile_selects_configured_tables_only():
     from cdclake.errors import ConfigError
-    from cdclake_airflow.reconcile_dag import select_tables
+    from cdclake.model.selection import select_tables
+    from cdclake_airflow.reconcile_dag import RECONCILED
+    from tests.conftest import make_table
 
-    assert select_tables([], ["a", "b"]) == ["a", "b"]
-    assert select_tables(["b"], ["a", "b"]) == ["b"]
+    tables = [make_table(name="a"), make_table(name="b")]
+    assert [t.name for t in select_tables(tables, [], among=RECONCILED)] == ["a", "b"]
+    assert [t.name for t in select_tables(tables, ["b"], among=RECONCILED)] == ["b"]
     with pytest.raises(ConfigError, match=r"\['c'\]"):
-        select_tables(["c"], ["a", "b"])
+        select_tables(tables, ["c"], among=RECONCILED)
 
 
 def test_a_running_task_builds_only_its_own_table_dag(monkeypatch):

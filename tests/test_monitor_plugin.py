@@ -8,10 +8,10 @@ import subprocess
 import sys
 import textwrap
 
-from cdclake.local.airflow_env import airflow_env
-from cdclake.pipeline.status import Activity, LastCommit, TableStatus
+from cdclake.model.status import Activity, LastCommit, TableStatus
 from cdclake.settings import PROJECT_ROOT, Settings
 from cdclake_airflow.monitor import format_duration, hourly_svg, render_page
+from cdclake_dev.airflow_env import airflow_env
 
 HEAVY = ("fastapi", "airflow.api_fastapi.core_api.security", "pyiceberg", "confluent_kafka", "pyspark")
 

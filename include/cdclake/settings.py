@@ -77,7 +77,7 @@ _KNOWN = {
 
 class ConnectionIds:
     """Airflow connection ids of the DAGs (the local stack defines them in
-    :mod:`cdclake.local.airflow_env`; a deployment creates them in Airflow)."""
+    :mod:`cdclake_dev.airflow_env`; a deployment creates them in Airflow)."""
 
     SPARK = "spark_default"
     """type ``spark``: the Spark master of the ``submit`` engine (without it the provider falls
@@ -188,6 +188,20 @@ class Settings(BaseModel):
                 apply_pool_slots=int(env.get("CDCLAKE_APPLY_POOL_SLOTS", "2")),
             )
         )
+
+    def to_env(self) -> dict[str, str]:
+        """These settings as the ``CDCLAKE_*`` variables :meth:`from_env` reads back to them, for
+        a child process (a CLI run, Airflow's tasks, a benchmark's measured process).
+
+        Every field is written, so that the child resolves nothing of its own. The catalog
+        properties of :meth:`with_catalog` (credentials) are not: no variable carries them.
+
+        Returns:
+            ``CDCLAKE_<FIELD>`` -> value, e.g. ``CDCLAKE_STATE_DIR`` -> ``/abs/.stack``.
+        """
+        # field names are the variables' names after the prefix (catalog_properties is excluded
+        # from dumps)
+        return {_ENV_PREFIX + name.upper(): str(value) for name, value in self.model_dump().items()}
 
     def with_catalog(self, properties: Mapping[str, object]) -> Settings:
         """These settings with the catalog an Airflow connection's ``extra`` describes

@@ -92,7 +92,7 @@ else
   say "Chromium installed"
 fi
 
-# --- 3c. PostgreSQL (Debian package) for the production parts (cdclake.local.parts.Postgres: catalog and
+# --- 3c. PostgreSQL (Debian package) for the production parts (cdclake_dev.parts.postgres: catalog and
 # Airflow metadata DBs); any version, the newest under /usr/lib/postgresql is used
 if ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
   apt_install PostgreSQL postgresql
@@ -102,7 +102,7 @@ fi
 
 # --- 4. Airflow metadata DB -----------------------------------------------------------------------
 .venv/bin/python - <<'PY'
-from cdclake.local.cli import ensure_airflow_db
+from cdclake_dev.cli import ensure_airflow_db
 from cdclake.settings import Settings
 ensure_airflow_db(Settings.from_env())
 PY

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator
@@ -71,22 +71,21 @@ def prepare(tables_json: str, **context: Any) -> dict[str, Any]:
     """Check the trigger form; the run's plan: tables (with their configs), data collections,
     signal id and type."""
     from cdclake.model.config import TableConfig
+    from cdclake.model.selection import select_tables
     from cdclake.model.snapshot import build_signal, signal_id
 
-    configured = {c["name"]: TableConfig.model_validate(c) for c in json.loads(tables_json)}
     params = context["params"]
-    names = list(params.get("tables") or [])
-    if not names:
+    if not params.get("tables"):
         raise ConfigError("choose at least one table in the trigger form ('tables')")
-    unknown_tables = sorted(set(names) - set(configured))
-    if unknown_tables:
-        raise ConfigError(f"no table(s) {unknown_tables} in the table config; configured: {sorted(configured)}")
-    collections = {n: data_collection(configured[n]) for n in names}
+    configured = [TableConfig.model_validate(c) for c in json.loads(tables_json)]
+    chosen = {c.name: c for c in select_tables(configured, params["tables"])}
+    names = list(chosen)
+    collections = {n: data_collection(chosen[n]) for n in names}
     conditions = params.get("additional_conditions") or {}
     unknown = sorted(set(conditions) - set(names))
     if unknown:
         raise ConfigError(f"additional_conditions names table(s) not chosen: {unknown}; chosen: {names}")
-    filtered = sorted(n for n, f in conditions.items() if f and configured[n].authoritative_snapshots)
+    filtered = sorted(n for n, f in conditions.items() if f and chosen[n].authoritative_snapshots)
     if params["snapshot_type"] == "blocking" and filtered:
         # a blocking snapshot carries the markers of a full one, filter or not: applied as
         # authoritative it would delete every row the filter left out (model/convergence.py)
@@ -108,7 +107,7 @@ def prepare(tables_json: str, **context: Any) -> dict[str, Any]:
         "action": action,
         "snapshot_type": params["snapshot_type"],
         "tables": names,
-        "configs": {n: configured[n].model_dump(mode="json") for n in names},
+        "configs": {n: chosen[n].model_dump(mode="json") for n in names},
         "collections": collections,
         "signal": {"id": signal.id, "type": signal.type, "data": signal.data},
     }
@@ -119,13 +118,13 @@ def prepare(tables_json: str, **context: Any) -> dict[str, Any]:
 def ensure_tables(plan: dict[str, Any]) -> dict[str, str]:
     """Make sure each chosen Iceberg table exists with the source table's current schema, from the
     connector's schema-change topic (see :mod:`cdclake.pipeline.schema_sync`)."""
-    from cdclake.io.catalog import load_catalog
     from cdclake.pipeline.schema_sync import sync_table_schema
-    from cdclake_airflow.connections import kafka_clients, task_settings
+    from cdclake_airflow.hooks import CdcLakeHook
 
     if plan["action"] != "execute":
         return {}
-    catalog, kafka = load_catalog(task_settings()), kafka_clients()
+    hook = CdcLakeHook()
+    catalog, kafka = hook.catalog, hook.kafka
     done = {}
     for name, cfg in _configs(plan).items():
         result = sync_table_schema(catalog, kafka, cfg)
@@ -144,18 +143,19 @@ def send_signal(plan: dict[str, Any]) -> dict[str, Any]:
     from cdclake.io.source_db import send_source_signal
     from cdclake.model.snapshot import Signal
     from cdclake.pipeline.snapshot import send_kafka_signal
-    from cdclake_airflow.connections import kafka_clients, source_database, task_settings
+    from cdclake_airflow.hooks import CdcLakeHook
 
-    settings = task_settings()
+    hook = CdcLakeHook()
+    settings = hook.settings
     s = plan["signal"]
     signal = Signal(s["id"], s["type"], s["data"])
     sent_ms = int(time.time() * 1000)
     ids = [signal.id]
     if settings.signal_channel == "kafka":
-        offset = send_kafka_signal(kafka_clients(), settings.signal_topic, settings.topic_prefix, signal)
+        offset = send_kafka_signal(hook.kafka, settings.signal_topic, settings.topic_prefix, signal)
         ids.append(str(offset))  # the connector names a Kafka-channel signal by its offset
     else:
-        send_source_signal(source_database(), settings.signal_table, signal)
+        send_source_signal(hook.source_database(), settings.signal_table, signal)
     return {"signal_ids": ids, "sent_ms": sent_ms - 60_000}
 
 
@@ -171,10 +171,10 @@ def check_snapshot(plan: dict[str, Any], sent: dict[str, Any], end: dict[str, An
     from cdclake.io.kafka import topic_watermarks
     from cdclake.model.snapshot import check_scan, scan_results
     from cdclake.pipeline.snapshot import read_notifications
-    from cdclake_airflow.connections import kafka_clients, task_settings
+    from cdclake_airflow.hooks import CdcLakeHook
 
-    settings = task_settings()
-    kafka = kafka_clients()
+    hook = CdcLakeHook()
+    settings, kafka = hook.settings, hook.kafka
     collections = list(plan["collections"].values())
     results = scan_results(
         read_notifications(kafka, settings.notification_topic),
@@ -205,11 +205,11 @@ def applied(target: dict[str, Any]) -> Any:
     """Sensor: has the table committed offsets at or past the noted end offsets?"""
     from airflow.sdk import PokeReturnValue
 
-    from cdclake.io.catalog import committed_offsets, load_catalog, load_table_or_none
+    from cdclake.io.catalog import committed_offsets, load_table_or_none
     from cdclake.model.snapshot import caught_up
-    from cdclake_airflow.connections import task_settings
+    from cdclake_airflow.hooks import CdcLakeHook
 
-    table = load_table_or_none(load_catalog(task_settings()), target["identifier"])
+    table = load_table_or_none(CdcLakeHook().catalog, target["identifier"])
     committed = committed_offsets(table, target["topic"])
     end = {int(p): o for p, o in target["end_offsets"].items()}
     done = caught_up(committed, end)
@@ -270,35 +270,25 @@ class NotificationSensor(BaseSensorOperator):
 def build_bootstrap_dag(settings: Settings, tables: list[TableConfig]) -> DAG:
     """The DAG ``cdc_snapshot_bootstrap`` for the configured ``tables``."""
     from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
-    from airflow.sdk import DAG, Param, task
+    from airflow.sdk import Param, task
 
-    names = [t.name for t in tables]
-    with DAG(
-        dag_id=DAG_ID,
-        description="Snapshot-bootstrap Iceberg tables through Debezium signals (manual)",
+    from cdclake_airflow.params import tables_dag, tables_param
+
+    with tables_dag(
+        DAG_ID,
+        "Snapshot-bootstrap Iceberg tables through Debezium signals (manual)",
+        __doc__,
         schedule=None,
-        start_date=datetime(2026, 1, 1),
-        catchup=False,
-        max_active_runs=1,
-        default_args={
-            "owner": "data-platform",
+        tags=["cdc", "bootstrap"],
+        task_defaults={
             "retries": 2,
             "retry_delay": timedelta(seconds=30),
             "execution_timeout": timedelta(minutes=30),
         },
-        tags=["cdc", "bootstrap"],
-        doc_md=__doc__,
         # the sensor's apply_function takes lists and numbers from XCom, not their str()
         render_template_as_native_obj=True,
         params={
-            "tables": Param(
-                names[:1],
-                type="array",
-                items={"type": "string", "enum": names} if names else {"type": "string"},
-                title="Tables",
-                description="Tables of the table config to snapshot.",
-                examples=names,
-            ),
+            "tables": tables_param([t.name for t in tables], "snapshot", empty_means_all=False),
             "snapshot_type": Param(
                 "incremental",
                 type="string",

@@ -15,7 +15,7 @@ Every 15 minutes (pyiceberg and confluent-kafka; no Spark, no engine slot):
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from cdclake.settings import Settings
@@ -31,18 +31,17 @@ DAG_ID = "cdc_freshness"
 
 
 def status(**context: Any) -> dict[str, dict[str, Any]]:
-    """The ``status`` task: every table's :class:`~cdclake.pipeline.status.TableStatus` (JSON, by
+    """The ``status`` task: every table's :class:`~cdclake.model.status.TableStatus` (JSON, by
     table name), its gauges emitted."""
-    from cdclake.io.catalog import load_catalog
     from cdclake.model.config import load_tables
     from cdclake.pipeline.status import status_of_tables
-    from cdclake_airflow.connections import kafka_clients, task_settings
+    from cdclake_airflow.hooks import CdcLakeHook
     from cdclake_airflow.metrics import emit_status
 
-    settings = task_settings()
-    tables = list(load_tables(settings.tables_config).tables)
+    hook = CdcLakeHook()
+    tables = list(load_tables(hook.settings.tables_config).tables)
     out: dict[str, dict[str, Any]] = {}
-    for st in status_of_tables(load_catalog(settings), kafka_clients(), tables):
+    for st in status_of_tables(hook.catalog, hook.kafka, tables):
         figures = emit_status(st)
         log.info(
             "table %s: %s%s",
@@ -93,19 +92,18 @@ def check_freshness(name: str, statuses: dict[str, dict[str, Any]]) -> dict[str,
 
 def build_freshness_dag(settings: Settings, tables: list[TableConfig], schedule: str | None = "*/15 * * * *") -> DAG:
     """The DAG ``cdc_freshness`` over the configured ``tables``."""
-    from airflow.sdk import DAG, task
+    from airflow.sdk import task
+
+    from cdclake_airflow.params import tables_dag
 
     judged = [t.name for t in tables if t.freshness_minutes is not None]
-    with DAG(
-        dag_id=DAG_ID,
-        description="Every table's lag as metrics; a failed check per table behind its freshness target",
+    with tables_dag(
+        DAG_ID,
+        "Every table's lag as metrics; a failed check per table behind its freshness target",
+        __doc__,
         schedule=schedule,
-        start_date=datetime(2026, 1, 1),
-        catchup=False,
-        max_active_runs=1,
-        default_args={"owner": "data-platform", "retries": 0, "execution_timeout": timedelta(minutes=10)},
         tags=["cdc", "monitoring"],
-        doc_md=__doc__,
+        task_defaults={"retries": 0, "execution_timeout": timedelta(minutes=10)},
     ) as dag:
         statuses = task(task_id="status")(status)()
         if judged:

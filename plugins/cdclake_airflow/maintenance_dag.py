@@ -22,7 +22,7 @@ import json
 import logging
 import os
 import sys
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from cdclake.settings import APPLY_POOL, PROJECT_ROOT, ConnectionIds, Settings, jars_dir
@@ -42,29 +42,24 @@ def maintain(name: str, **context: Any) -> dict[str, Any]:
     """Maintain table ``name`` (``connect`` engine) with the run's Params.
 
     Returns:
-        The :class:`~cdclake.spark.maintenance.MaintenanceResult` as a dict.
+        The :class:`~cdclake.model.maintenance.MaintenanceResult` as a dict.
 
     Raises:
         EngineUnavailableError: the Spark Connect server does not accept connections.
         ConfigError: an unknown table or action.
     """
-    from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
-
     from cdclake.model.config import load_tables
-    from cdclake.spark.maintenance import check_actions, maintain_table
-    from cdclake.spark.session import connect_session
-    from cdclake_airflow.connections import task_settings
+    from cdclake.model.maintenance import check_actions
+    from cdclake.spark.maintenance import maintain_table
+    from cdclake_airflow.hooks import CdcLakeHook
 
     params = context["params"]
-    settings = task_settings()
+    hook = CdcLakeHook()
+    settings = hook.settings
     cfg = load_tables(settings.tables_config).get(name)
     actions = check_actions(params.get("actions") or None)
-    url = SparkConnectHook(ConnectionIds.SPARK_CONNECT).get_connection_url()
-    spark = connect_session(url, settings=settings, conn_id=ConnectionIds.SPARK_CONNECT)
-    try:
+    with hook.spark_session() as spark:
         result = maintain_table(spark, settings, cfg, actions=actions, dry_run=bool(params.get("dry_run")))
-    finally:
-        spark.stop()
     out: dict[str, Any] = json.loads(result.to_json())
     return out
 
@@ -72,7 +67,7 @@ def maintain(name: str, **context: Any) -> dict[str, Any]:
 def submit_args(name: str, **context: Any) -> list[str]:
     """The ``spark_jobs/maintain_table.py`` arguments of table ``name`` (``submit`` engine)."""
     from cdclake.model.config import load_tables
-    from cdclake.spark.maintenance import check_actions
+    from cdclake.model.maintenance import check_actions
 
     params = context["params"]
     cfg = load_tables(Settings.from_env().tables_config).get(name)
@@ -105,29 +100,20 @@ def _submit_task(settings: Settings) -> Any:
 def build_maintenance_dag(settings: Settings, tables: list[TableConfig], schedule: str | None = "@daily") -> DAG:
     """The DAG ``cdc_maintenance`` over the configured ``tables`` (its maintain task as
     ``settings.engine`` says)."""
-    from airflow.sdk import DAG, Param, task
+    from airflow.sdk import Param, task
 
-    from cdclake.spark.maintenance import ACTIONS
-    from cdclake_airflow.params import select_tables, tables_param
+    from cdclake.model.maintenance import ACTIONS
+    from cdclake_airflow.params import select_tables_task, tables_dag, tables_param
 
-    names = [t.name for t in tables]
-    with DAG(
-        dag_id=DAG_ID,
-        description="Iceberg table maintenance: compaction, snapshot expiry, orphan files, tombstone expiry",
+    with tables_dag(
+        DAG_ID,
+        "Iceberg table maintenance: compaction, snapshot expiry, orphan files, tombstone expiry",
+        __doc__,
         schedule=schedule,
-        start_date=datetime(2026, 1, 1),
-        catchup=False,
-        max_active_runs=1,
-        default_args={
-            "owner": "data-platform",
-            "retries": 2,
-            "retry_delay": timedelta(minutes=5),
-            "execution_timeout": timedelta(hours=6),
-        },
         tags=["cdc", "maintenance"],
-        doc_md=__doc__,
+        task_defaults={"retries": 2, "retry_delay": timedelta(minutes=5), "execution_timeout": timedelta(hours=6)},
         params={
-            "tables": tables_param(names, "maintain"),
+            "tables": tables_param([t.name for t in tables], "maintain"),
             "actions": Param(
                 [],
                 type="array",
@@ -144,7 +130,7 @@ def build_maintenance_dag(settings: Settings, tables: list[TableConfig], schedul
             ),
         },
     ) as dag:
-        chosen = task(task_id="select_tables")(lambda **ctx: select_tables(ctx["params"]["tables"], names))()
+        chosen = select_tables_task(tables)
         if settings.engine == "connect":
             task(task_id="maintain", pool=APPLY_POOL)(maintain).expand(name=chosen)
         else:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from cdclake.pipeline.status import TableStatus
+    from cdclake.model.status import TableStatus
 
 log = logging.getLogger(__name__)
 

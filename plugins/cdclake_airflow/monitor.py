@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
     from cdclake.io.kafka import KafkaClients
     from cdclake.model.config import TableConfig
-    from cdclake.settings import Settings
+    from cdclake_airflow.hooks import CdcLakeHook
 
 log = logging.getLogger(__name__)
 
@@ -54,21 +54,21 @@ REFRESH_SECONDS = 60
 # --- the figures ---------------------------------------------------------------------------------
 
 
-def kafka_for_request(settings: "Settings") -> "tuple[KafkaClients, str]":
-    """``(Kafka clients, where their config came from)``: the Airflow connection ``kafka_default``
-    (:func:`cdclake_airflow.connections.kafka_clients`, resolved now, through Airflow's secrets
-    backends: environment variables, the metadata DB, a configured backend); when it cannot be
-    resolved, ``bootstrap.servers`` of the settings (``CDCLAKE_KAFKA_BOOTSTRAP``)."""
+def kafka_for_request(hook: "CdcLakeHook") -> "tuple[KafkaClients, str]":
+    """``(Kafka clients, where their config came from)``: the hook's Airflow connection
+    ``kafka_default`` (:attr:`cdclake_airflow.hooks.CdcLakeHook.kafka`, resolved now, through
+    Airflow's secrets backends: environment variables, the metadata DB, a configured backend); when
+    it cannot be resolved, ``bootstrap.servers`` of the hook's settings (``CDCLAKE_KAFKA_BOOTSTRAP``)."""
     from cdclake.io.kafka import KafkaClients
-    from cdclake_airflow.connections import ConnectionIds, kafka_clients
 
+    conn_id = hook.kafka_conn_id
     try:
-        return kafka_clients(), f"Airflow connection {ConnectionIds.KAFKA}"
+        return hook.kafka, f"Airflow connection {conn_id}"
     except Exception as e:  # a missing or malformed connection: the settings still name a broker
-        log.warning("Airflow connection %s unusable (%s): using CDCLAKE_KAFKA_BOOTSTRAP", ConnectionIds.KAFKA, e)
+        log.warning("Airflow connection %s unusable (%s): using CDCLAKE_KAFKA_BOOTSTRAP", conn_id, e)
         return (
-            KafkaClients.from_bootstrap(settings.kafka_bootstrap),
-            f"CDCLAKE_KAFKA_BOOTSTRAP (connection {ConnectionIds.KAFKA} unusable: {type(e).__name__})",
+            KafkaClients.from_bootstrap(hook.settings.kafka_bootstrap),
+            f"CDCLAKE_KAFKA_BOOTSTRAP (connection {conn_id} unusable: {type(e).__name__})",
         )
 
 
@@ -132,25 +132,22 @@ def tables_payload(user: Any, session: "Session", freshness_minutes: int | None 
     """What both routes show: ``{"checked_at_ms", "kafka", "tables"}``.
 
     ``tables`` holds, for each configured table ``user`` may read (config order),
-    :class:`~cdclake.pipeline.status.TableStatus` as JSON (``model_dump(mode="json")``: its
+    :class:`~cdclake.model.status.TableStatus` as JSON (``model_dump(mode="json")``: its
     units, epoch ms and durations in ms) plus ``dag_id`` and ``last_run`` (:func:`last_runs`,
     ``None`` when the DAG never ran). ``kafka`` names where the Kafka client config came from
     (:func:`kafka_for_request`). Freshness: ``freshness_minutes`` for every table when given,
     else each table's ``freshness_minutes`` of the table config (unset: not judged).
     """
-    from cdclake.io.catalog import load_catalog
     from cdclake.model.config import load_tables
     from cdclake.pipeline.status import status_of_tables
-    from cdclake_airflow.connections import task_settings
+    from cdclake_airflow.hooks import CdcLakeHook
 
-    settings = task_settings()
-    tables = readable_tables(user, load_tables(settings.tables_config).tables, session)
-    kafka, kafka_source = kafka_for_request(settings)
+    hook = CdcLakeHook()
+    tables = readable_tables(user, load_tables(hook.settings.tables_config).tables, session)
+    kafka, kafka_source = kafka_for_request(hook)
     now_ms = int(time.time() * 1000)
     # None: each table's freshness_minutes of the table config
-    statuses = status_of_tables(
-        load_catalog(settings), kafka, tables, now_ms=now_ms, freshness_minutes=freshness_minutes
-    )
+    statuses = status_of_tables(hook.catalog, kafka, tables, now_ms=now_ms, freshness_minutes=freshness_minutes)
     runs = last_runs(session, [t.dag_id for t in tables])
     return {
         "checked_at_ms": now_ms,
@@ -170,9 +167,9 @@ def _e(value: object) -> str:
 
 
 def format_duration(ms: int | None) -> str:
-    """:func:`cdclake.pipeline.status.format_duration` (imported when first used: Airflow's plugin
+    """:func:`cdclake.model.status.format_duration` (imported when first used: Airflow's plugin
     loader imports this module in every Airflow process)."""
-    from cdclake.pipeline.status import format_duration as _format
+    from cdclake.model.status import format_duration as _format
 
     return _format(ms)
 

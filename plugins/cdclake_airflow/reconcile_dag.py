@@ -18,7 +18,7 @@ Daily, and manual with Params: the tables, a primary-key range, the mode (``repo
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from cdclake.settings import Settings
@@ -32,22 +32,11 @@ log = logging.getLogger(__name__)
 
 DAG_ID = "cdc_reconcile"
 
-
-def select_tables(names: list[str] | None, configured: list[str]) -> list[str]:
-    """The tables a run reconciles: the ``tables`` Param, or every upsert table
-    (:func:`cdclake_airflow.params.select_tables`).
-
-    Raises:
-        ConfigError: a name that is not an upsert table of the table config.
-    """
-    from cdclake_airflow.params import select_tables as choose
-
-    return choose(
-        names,
-        configured,
-        "upsert tables of the table config (changelog tables do not mirror their source, so reconcile "
-        "does not compare them)",
-    )
+RECONCILED = (
+    "among the upsert tables of the table config (changelog tables do not mirror their source, so reconcile "
+    "does not compare them)"
+)
+"""The tables a run may reconcile, as the message of an unknown name says it."""
 
 
 def reconcile(name: str, **context: Any) -> dict[str, Any]:
@@ -57,13 +46,14 @@ def reconcile(name: str, **context: Any) -> dict[str, Any]:
         DriftError: differences remain and the table's ``reconcile.on_difference`` is ``fail``.
     """
     from cdclake.errors import DriftError
-    from cdclake.io.catalog import load_catalog
     from cdclake.model.config import load_tables
-    from cdclake.pipeline.reconcile import ReconcileParams, poll_catch_up, reconcile_table
-    from cdclake_airflow.connections import kafka_clients, source_database, task_settings
+    from cdclake.pipeline.catch_up import poll_catch_up
+    from cdclake.pipeline.reconcile import ReconcileParams, reconcile_table
+    from cdclake_airflow.hooks import CdcLakeHook
 
     params = context["params"]
-    settings = task_settings()
+    hook = CdcLakeHook()
+    settings = hook.settings
     cfg = load_tables(settings.tables_config).get(name)
     key_range = params.get("key_range")
     run = ReconcileParams(
@@ -73,8 +63,8 @@ def reconcile(name: str, **context: Any) -> dict[str, Any]:
         ignored_columns=cfg.reconcile.ignored_columns,
         run_id=str(context["run_id"]),
     )
-    catch_up = poll_catch_up(load_catalog(settings), cfg, timeout_s=60.0 * float(params["catch_up_timeout_minutes"]))
-    result = reconcile_table(settings, kafka_clients(), cfg, source_database(), run, catch_up)
+    catch_up = poll_catch_up(hook.catalog, cfg, timeout_s=60.0 * float(params["catch_up_timeout_minutes"]))
+    result = reconcile_table(settings, hook.kafka, cfg, hook.source_database(), run, catch_up)
     outcome = {
         "table": cfg.identifier,
         "differences": result.differences,
@@ -91,24 +81,21 @@ def reconcile(name: str, **context: Any) -> dict[str, Any]:
 
 
 def build_reconcile_dag(settings: Settings, tables: list[TableConfig], schedule: str | None = "@daily") -> DAG:
-    """The DAG ``cdc_reconcile`` over the configured ``tables``."""
-    from airflow.sdk import DAG, Param, task
+    """The DAG ``cdc_reconcile`` over the upsert tables of the configured ``tables``."""
+    from airflow.sdk import Param, task
 
-    from cdclake_airflow.params import tables_param
+    from cdclake_airflow.params import select_tables_task, tables_dag, tables_param
 
-    names = [t.name for t in tables if t.write_mode == "upsert"]
-    with DAG(
-        dag_id=DAG_ID,
-        description="Compare each Iceberg table with its source table; repair the differences (report or repair)",
+    upserts = [t for t in tables if t.write_mode == "upsert"]
+    with tables_dag(
+        DAG_ID,
+        "Compare each Iceberg table with its source table; repair the differences (report or repair)",
+        __doc__,
         schedule=schedule,
-        start_date=datetime(2026, 1, 1),
-        catchup=False,
-        max_active_runs=1,
-        default_args={"owner": "data-platform", "retries": 0, "execution_timeout": timedelta(hours=6)},
         tags=["cdc", "reconcile"],
-        doc_md=__doc__,
+        task_defaults={"retries": 0, "execution_timeout": timedelta(hours=6)},
         params={
-            "tables": tables_param(names, "reconcile"),
+            "tables": tables_param([t.name for t in upserts], "reconcile"),
             "mode": Param(
                 "report",
                 type="string",
@@ -132,6 +119,6 @@ def build_reconcile_dag(settings: Settings, tables: list[TableConfig], schedule:
             ),
         },
     ) as dag:
-        chosen = task(task_id="select_tables")(lambda **ctx: select_tables(ctx["params"]["tables"], names))()
+        chosen = select_tables_task(upserts, RECONCILED)
         task(task_id="reconcile")(reconcile).expand(name=chosen)
     return dag

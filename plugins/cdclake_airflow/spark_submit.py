@@ -2,7 +2,7 @@
 
 :class:`CdcSparkSubmitOperator` is the Spark provider's ``SparkSubmitOperator``; when it runs, it
 resolves the task's connections (the Iceberg catalog's properties and the Kafka client config,
-:mod:`cdclake_airflow.connections`), writes them to a file readable by the task's user only
+:class:`cdclake_airflow.hooks.CdcLakeHook`), writes them to a file readable by the task's user only
 (mode 0600, in a private temporary folder), passes the job ``--connections-file <path>`` and
 deletes the file when the job ends. The job reads it with :func:`cdclake.spark.session.job_connections`. So the
 DAG, its rendered fields, the serialized DAG and the ``spark-submit`` command line carry only the
@@ -20,8 +20,6 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from cdclake.settings import ConnectionIds
-
 CONNECTIONS_ARG = "--connections-file"
 
 
@@ -30,11 +28,12 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
     (``--connections-file``; see the module docstring). Arguments as ``SparkSubmitOperator``'s."""
 
     def execute(self, context: Any) -> None:
-        from cdclake_airflow.connections import catalog_properties, kafka_config
+        from cdclake_airflow.hooks import CdcLakeHook
 
+        connections = CdcLakeHook()
         folder = Path(tempfile.mkdtemp(prefix="cdclake-run-"))  # mode 0700
         path = folder / "connections.json"
-        doc = {"catalog": catalog_properties(), "kafka": kafka_config(ConnectionIds.KAFKA)}
+        doc = {"catalog": connections.catalog_properties(), "kafka": connections.kafka_config()}
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as out:
             json.dump(doc, out)

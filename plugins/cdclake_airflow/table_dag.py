@@ -2,13 +2,15 @@
 
 * ``connect`` (the default): one task, **apply**, in the Airflow pool ``cdc_apply``. It plans,
   syncs the schema, applies in a new session of the shared Spark Connect server (connection
-  ``spark_connect_default``) and publishes, one phase after the other in one process: a run
-  costs its events, not four task start-ups. With nothing new it is *skipped*. Its log ends with
-  one line telling the run: range, events by op, quarantined, keys changed, snapshot, seconds per
-  phase.
+  ``spark_connect_default``) and publishes, one phase after the other in one process
+  (:func:`cdclake.runner.run_once`): a run costs its events, not four task start-ups. With
+  nothing new it is *skipped*. Its log ends with one line telling the run: range, events by op,
+  quarantined, keys changed, snapshot, seconds per phase.
 * ``submit``: ``plan -> schema_sync -> apply -> publish``, where ``apply`` is
   ``spark_jobs/apply_cdc.py`` through ``SparkSubmitOperator`` (connection ``spark_default``), for
   clusters reached through ``spark-submit`` (YARN, Kubernetes, standalone).
+
+The tasks take their connections from :class:`cdclake_airflow.hooks.CdcLakeHook` when they run.
 
 The phases, whichever the shape:
 
@@ -44,9 +46,8 @@ if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
 
-    from cdclake.io.kafka import KafkaClients
     from cdclake.model.config import TableConfig
-    from cdclake.model.plan import RunPlan
+    from cdclake_airflow.hooks import CdcLakeHook
 
 log = logging.getLogger(__name__)
 
@@ -81,61 +82,28 @@ def _replay_params(params: dict[str, Any]) -> tuple[dict[int, int] | None, int |
     return offsets, stamp
 
 
-def _clients() -> tuple[Settings, Catalog, KafkaClients]:
-    """The task's settings with the catalog of connection ``iceberg_catalog``, the catalog, and
-    the Kafka clients (connection ``kafka_default``), resolved once per task and passed to every
-    phase."""
-    from cdclake.io.catalog import load_catalog
-    from cdclake_airflow.connections import kafka_clients, task_settings
-
-    settings = task_settings()
-    return settings, load_catalog(settings), kafka_clients()
-
-
-def _plan(catalog: Catalog, kafka: KafkaClients, table_json: str, context: dict[str, Any]) -> RunPlan:
-    from cdclake.model.config import TableConfig
-    from cdclake.pipeline.planner import plan_next
-
-    cfg = TableConfig.model_validate_json(table_json)
+def _plan_params(context: dict[str, Any]) -> dict[str, Any]:
+    """The trigger form's replay as :func:`cdclake.pipeline.planner.plan_next`'s keywords."""
     params = context.get("params") or {}
     offsets, stamp = _replay_params(params)
-    return plan_next(
-        catalog,
-        kafka,
-        cfg,
-        context["run_id"],
-        replay_from_offsets=offsets,
-        replay_from_timestamp_ms=stamp,
-        accept_source_change=bool(params.get("accept_source_change")),
-    )
+    return {
+        "replay_from_offsets": offsets,
+        "replay_from_timestamp_ms": stamp,
+        "accept_source_change": bool(params.get("accept_source_change")),
+    }
 
 
-def _sync(catalog: Catalog, kafka: KafkaClients, planned: RunPlan) -> RunPlan:
-    from cdclake.pipeline.schema_sync import sync_for_range
+def _publish(catalog: Catalog, cfg: TableConfig, asset: Any, context: dict[str, Any]) -> tuple[Table, dict[str, Any]]:
+    """Attach the table's current snapshot and its CDC summary figures to the run's asset event.
 
-    result = sync_for_range(catalog, kafka, planned.table, planned.range)
-    for line in result.applied:
-        log.info("schema change applied: %s", line)
-    if result.capped_before is not None:
-        log.info(
-            "batch capped before the barrier change %s; planned %s, applying up to %s",
-            result.capped_before,
-            planned.range.end,
-            result.offset_range.end,
-        )
-    return planned.model_copy(
-        update={
-            "range": result.offset_range,
-            "schema_changes_applied": result.applied,
-            "capped_before": result.capped_before,
-        }
-    )
-
-
-def _published(table: Table, cfg: TableConfig) -> dict[str, Any]:
-    """The asset event's extra: the table's current snapshot and its CDC summary figures."""
+    Returns:
+        The table, and the event's extra: ``table``, ``snapshot_id``, the summary keys of the
+        run (run id, end offsets, events, upserts, deletes, ops, tombstones, last position) and
+        ``total_records``.
+    """
     from cdclake.model.layout import SummaryKeys
 
+    table = catalog.load_table(cfg.identifier)
     snap = table.current_snapshot()
     summary = snap.summary if snap is not None else None
     keys = (
@@ -152,7 +120,8 @@ def _published(table: Table, cfg: TableConfig) -> dict[str, Any]:
     if summary is not None:
         extra.update({k: summary.get(k) for k in keys if summary.get(k) is not None})
         extra["total_records"] = summary.get("total-records")
-    return extra
+    context["outlet_events"][asset].extra = extra
+    return table, extra
 
 
 def plan(table_json: str, **context: Any) -> str | None:
@@ -166,7 +135,13 @@ def plan(table_json: str, **context: Any) -> str | None:
         OffsetsOutOfRangeError: committed offsets fell below the low watermark (see the message).
         ConfigError: the table has no primary key and is not configured as a change log.
     """
-    planned = _plan(*_clients()[1:], table_json, context)
+    from cdclake.model.config import TableConfig
+    from cdclake.pipeline.planner import plan_next
+    from cdclake_airflow.hooks import CdcLakeHook
+
+    hook = CdcLakeHook()
+    cfg = TableConfig.model_validate_json(table_json)
+    planned = plan_next(hook.catalog, hook.kafka, cfg, context["run_id"], **_plan_params(context))
     if planned.range.is_empty:
         log.info("nothing new: skipping schema sync, apply and publish (no Spark job, no commit)")
         return None
@@ -175,8 +150,7 @@ def plan(table_json: str, **context: Any) -> str | None:
 
 def schema_sync(**context: Any) -> str:
     """The ``schema_sync`` task (``submit`` engine): apply the table's schema changes up to the
-    planned batch and return the plan to apply (the planned one, or capped before a barrier
-    change).
+    planned batch and return the plan to apply (:func:`cdclake.runner.sync_schema`).
 
     Raises:
         SchemaChangeError: a change that stops the table (incompatible type under
@@ -184,112 +158,72 @@ def schema_sync(**context: Any) -> str:
         SchemaError: the table config's primary key is not the source table's.
     """
     from cdclake.model.plan import RunPlan
+    from cdclake.runner import sync_schema
+    from cdclake_airflow.hooks import CdcLakeHook
 
-    return _sync(*_clients()[1:], RunPlan.from_json(context["ti"].xcom_pull(task_ids="plan"))).to_json()
-
-
-CONCURRENT_COMMIT_ATTEMPTS = 3
-"""How many times the ``connect`` engine's ``apply`` task plans and applies again, in the same
-try, when another commit (table maintenance, a manual run) moved the table under it."""
+    hook = CdcLakeHook()
+    return sync_schema(hook.catalog, hook.kafka, RunPlan.from_json(context["ti"].xcom_pull(task_ids="plan"))).to_json()
 
 
 def apply(table_json: str, asset: Any, **context: Any) -> dict[str, Any]:
-    """The ``apply`` task of the ``connect`` engine, one task for the whole run: plan, schema
-    sync, apply in a new session of the Spark Connect server (connection
-    ``spark_connect_default``, resolved now), publish.
+    """The ``apply`` task of the ``connect`` engine, one task for the whole run
+    (:func:`cdclake.runner.run_once`: plan, schema sync, apply in a new session of the Spark
+    Connect server, planning again after a concurrent commit), then publish.
 
-    With nothing new the task is skipped (no session, no commit, no asset event). When another
-    commit lands between the plan and the fast-forward (``ConcurrentRunError``: table
-    maintenance, a manual run), the run plans again from the table's offsets and applies again,
-    up to :data:`CONCURRENT_COMMIT_ATTEMPTS` times; nothing is lost or applied twice, since the
-    losing commit was discarded whole.
+    With nothing new the task is skipped (no session, no commit, no asset event).
 
     Returns:
         The :class:`~cdclake.spark.apply.ApplyResult` as a dict (the XCom), plus ``plan``
-        (the applied range) and ``seconds`` per phase.
+        (the applied range) and ``seconds`` per phase (``publish`` included).
 
     Raises:
-        EngineUnavailableError: the server does not accept connections (nothing was applied; the
-            task's ordinary retry runs again).
-        ConcurrentRunError: still losing after :data:`CONCURRENT_COMMIT_ATTEMPTS` attempts.
-        OffsetsOutOfRangeError, ConfigError, SchemaChangeError, SchemaError, BadBatchError,
-            PositionOrderError: see :func:`plan`, :func:`schema_sync` and
-            :func:`cdclake.spark.apply.apply_range`.
+        EngineUnavailableError, ConcurrentRunError, OffsetsOutOfRangeError, ConfigError,
+            SchemaChangeError, SchemaError, BadBatchError, PositionOrderError: see
+            :func:`cdclake.runner.run_once` (the task's ordinary retry runs again).
     """
-    import time
-
-    from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
     from airflow.sdk.exceptions import AirflowSkipException
 
-    from cdclake.errors import ConcurrentRunError
-    from cdclake.spark.apply import apply_range
-    from cdclake.spark.session import connect_session
+    from cdclake.model.config import TableConfig
+    from cdclake.runner import PhaseClock, run_once
+    from cdclake_airflow.hooks import CdcLakeHook
+    from cdclake_airflow.metrics import emit_run
 
-    seconds: dict[str, float] = {}
-    settings, catalog, kafka = _clients()
-
-    def timed(phase: str, started: float) -> None:
-        seconds[phase] = round(seconds.get(phase, 0.0) + time.monotonic() - started, 3)
-
-    for attempt in range(1, CONCURRENT_COMMIT_ATTEMPTS + 1):
-        t = time.monotonic()
-        planned = _plan(catalog, kafka, table_json, context)
-        timed("plan", t)
-        if planned.range.is_empty:
-            raise AirflowSkipException("nothing new: no Spark session, no commit, no asset event")
-        t = time.monotonic()
-        planned = _sync(catalog, kafka, planned)
-        timed("schema_sync", t)
-        t = time.monotonic()
-        hook = SparkConnectHook(ConnectionIds.SPARK_CONNECT)
-        spark = connect_session(hook.get_connection_url(), settings=settings, conn_id=ConnectionIds.SPARK_CONNECT)
-        timed("session", t)
-        t = time.monotonic()
-        try:
-            result = apply_range(spark, settings, planned, kafka=kafka)
-        except ConcurrentRunError:
-            if attempt == CONCURRENT_COMMIT_ATTEMPTS:
-                raise
-            log.warning(
-                "another commit moved table %s during this run (attempt %d of %d); planning again from "
-                "the table's offsets",
-                planned.table.identifier,
-                attempt,
-                CONCURRENT_COMMIT_ATTEMPTS,
-            )
-            continue
-        finally:
-            spark.stop()
-            timed("apply", t)
-        break
-    t = time.monotonic()
-    table = catalog.load_table(planned.table.identifier)
-    extra = _published(table, planned.table)
-    context["outlet_events"][asset].extra = extra
-    timed("publish", t)
-    out: dict[str, Any] = json.loads(result.to_json())
-    out["plan"] = json.loads(planned.range.to_json())
-    out["seconds"] = seconds
-    if result.status == "committed":
-        from cdclake_airflow.metrics import emit_run
-
-        emit_run(planned.table.name, out)
-        _record_lineage(hook, kafka, table, planned.table)
+    hook = CdcLakeHook()
+    cfg = TableConfig.model_validate_json(table_json)
+    run = run_once(
+        cfg,
+        context["run_id"],
+        settings=hook.settings,
+        catalog=hook.catalog,
+        kafka=hook.kafka,
+        open_session=hook.spark_session,
+        **_plan_params(context),
+    )
+    if run.result is None:
+        raise AirflowSkipException("nothing new: no Spark session, no commit, no asset event")
+    clock = PhaseClock(run.seconds)
+    with clock.phase("publish"):
+        table, _ = _publish(hook.catalog, cfg, asset, context)
+    out: dict[str, Any] = {**json.loads(run.result.to_json()), "plan": json.loads(run.plan.range.to_json())}
+    out["seconds"] = clock.seconds
+    if run.result.status == "committed":
+        emit_run(cfg.name, out)
+        _record_lineage(hook, table, cfg)
     log.info(
         "run of table %s: %s; %d event(s) %s, %d quarantined, %d key(s) changed, snapshot %s; seconds %s",
-        planned.table.identifier,
-        result.status,
-        result.events,
-        result.ops or {},
-        result.quarantined,
-        result.keys_changed,
-        result.snapshot_id,
-        seconds,
+        cfg.identifier,
+        run.result.status,
+        run.result.events,
+        run.result.ops or {},
+        run.result.quarantined,
+        run.result.keys_changed,
+        run.result.snapshot_id,
+        clock.seconds,
     )
     return out
 
 
-def _record_lineage(hook: Any, kafka: KafkaClients, table: Table, cfg: TableConfig) -> None:
+def _record_lineage(hook: CdcLakeHook, table: Table, cfg: TableConfig) -> None:
     """Report the run's lineage to Airflow's hook-lineage collector: the Kafka topic in
     (``kafka://<first bootstrap server>/<topic>``, the Kafka provider's asset URI), the Iceberg
     table out, as its location (``file://...`` or ``s3://...``: OpenLineage names an Iceberg
@@ -301,7 +235,7 @@ def _record_lineage(hook: Any, kafka: KafkaClients, table: Table, cfg: TableConf
     collector = get_hook_lineage_collector()
     if isinstance(collector, NoOpCollector):  # no lineage reader (OpenLineage) is installed
         return
-    collector.add_input_asset(context=hook, uri=f"kafka://{kafka.bootstrap.split(',')[0].strip()}/{cfg.topic}")
+    collector.add_input_asset(context=hook, uri=f"kafka://{hook.kafka.bootstrap.split(',')[0].strip()}/{cfg.topic}")
     location = table.location()
     collector.add_output_asset(context=hook, uri=location if "://" in location else f"file://{location}")
     collector.add_output_asset(context=hook, uri=table_asset_uri(Settings.from_env(), cfg))
@@ -310,15 +244,13 @@ def _record_lineage(hook: Any, kafka: KafkaClients, table: Table, cfg: TableConf
 def publish(asset: Any, **context: Any) -> dict[str, Any]:
     """The ``publish`` task (``submit`` engine): attach the committed snapshot's facts to the
     asset event."""
-    from cdclake.io.catalog import load_catalog
     from cdclake.model.layout import SummaryKeys
     from cdclake.model.plan import RunPlan
-    from cdclake_airflow.connections import task_settings
+    from cdclake_airflow.hooks import CdcLakeHook
     from cdclake_airflow.metrics import emit_run
 
     cfg = RunPlan.from_json(context["ti"].xcom_pull(task_ids="schema_sync")).table
-    extra = _published(load_catalog(task_settings()).load_table(cfg.identifier), cfg)
-    context["outlet_events"][asset].extra = extra
+    _, extra = _publish(CdcLakeHook().catalog, cfg, asset, context)
     log.info("published %s: %s", asset.uri, extra)
     if extra.get(SummaryKeys.RUN_ID) == context["run_id"]:  # this run committed (not a retry's no-op)
         emit_run(

@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 from cdclake.io.catalog import load_catalog
-from cdclake.local import chain as source_chain
-from cdclake.local.airflow_env import airflow_env
-from cdclake.local.cli import ensure_airflow_db
+from cdclake_dev import chain as source_chain
+from cdclake_dev.airflow_env import airflow_env
+from cdclake_dev.cli import ensure_airflow_db
 
 pytestmark = pytest.mark.e2e
 

@@ -14,11 +14,11 @@ import pytest
 import yaml
 
 from cdclake.io.catalog import load_catalog
-from cdclake.local import chain as source_chain
-from cdclake.local.cli import ensure_airflow_db, run_table_dag
 from cdclake.model.convergence import SNAPSHOT_SETTLE_MS
 from cdclake.model.layout import SummaryKeys
 from cdclake.model.snapshot import build_signal
+from cdclake_dev import chain as source_chain
+from cdclake_dev.cli import ensure_airflow_db, run_table_dag
 from tests.e2e.test_chain import wait_for_note
 
 pytestmark = pytest.mark.e2e

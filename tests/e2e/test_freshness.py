@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from cdclake.io.events import load_events, read_event_file
-from cdclake.local.cli import ensure_airflow_db, run_airflow, run_table_dag
 from cdclake.model.config import load_tables
+from cdclake_dev.cli import ensure_airflow_db, run_airflow, run_table_dag
 
 pytestmark = pytest.mark.e2e
 

@@ -28,10 +28,10 @@ import yaml
 
 from cdclake.io.catalog import load_catalog
 from cdclake.io.events import load_events, read_event_file
-from cdclake.local.airflow_env import airflow_env
-from cdclake.local.cli import ensure_airflow_db, run_table_dag
 from cdclake.model.config import load_tables
 from cdclake.settings import PROJECT_ROOT
+from cdclake_dev.airflow_env import airflow_env
+from cdclake_dev.cli import ensure_airflow_db, run_table_dag
 
 pytestmark = pytest.mark.e2e
 

@@ -17,11 +17,11 @@ import yaml
 
 from cdclake.io.catalog import committed_offsets, load_catalog, load_table_or_none
 from cdclake.io.kafka import KafkaClients, topic_watermarks
-from cdclake.local import chain as source_chain
-from cdclake.local.cli import ensure_airflow_db, run_airflow
 from cdclake.model.config import load_tables
 from cdclake.model.snapshot import caught_up
 from cdclake.pipeline.reconcile import RECONCILE_TABLE, ReconcileParams, reconcile_table
+from cdclake_dev import chain as source_chain
+from cdclake_dev.cli import ensure_airflow_db, run_airflow
 from tests.conftest import apply_offsets, plan_offsets
 from tests.e2e.test_chain import wait_for_note
 

@@ -10,9 +10,9 @@ import yaml
 
 from cdclake.io.catalog import committed_offsets, load_catalog
 from cdclake.io.events import load_events, read_event_file
-from cdclake.local.cli import ensure_airflow_db, run_table_dag
 from cdclake.model.config import load_tables
 from cdclake.model.layout import SummaryKeys
+from cdclake_dev.cli import ensure_airflow_db, run_table_dag
 from tests.integration.test_apply import CUSTOMER_COLUMNS, CUSTOMERS_FINAL, PRODUCT_COLUMNS, PRODUCTS_FINAL, table_rows
 
 pytestmark = pytest.mark.e2e

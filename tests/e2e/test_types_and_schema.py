@@ -13,8 +13,8 @@ import yaml
 
 from cdclake.io.catalog import committed_offsets, load_catalog
 from cdclake.io.kafka import KafkaClients, topic_watermarks
-from cdclake.local import chain as source_chain
-from cdclake.local.cli import ensure_airflow_db, run_table_dag
+from cdclake_dev import chain as source_chain
+from cdclake_dev.cli import ensure_airflow_db, run_table_dag
 
 pytestmark = pytest.mark.e2e
 

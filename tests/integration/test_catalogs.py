@@ -19,7 +19,6 @@ import pytest
 
 from cdclake.io.catalog import committed_offsets, load_catalog
 from cdclake.io.kafka import ensure_topic
-from cdclake.local.parts import Postgres, RestCatalogServer, S3Proxy
 from cdclake.model.layout import (
     QUARANTINE_SUFFIX,
     RUN_BRANCH_PREFIX,
@@ -32,6 +31,9 @@ from cdclake.model.layout import (
 from cdclake.settings import Settings
 from cdclake.spark import commit as commit_module
 from cdclake.spark.session import set_catalog
+from cdclake_dev.parts.postgres import Postgres
+from cdclake_dev.parts.rest_catalog import RestCatalogServer
+from cdclake_dev.parts.s3 import S3Proxy
 from tests.conftest import _free_port, apply_offsets, make_table, plan_offsets
 from tests.integration.test_apply import produce_raw
 from tests.integration.test_contract import ev, key

@@ -1,5 +1,5 @@
 """The apply contract over the shared engine: a real Spark Connect server (the tests' own, started
-by :mod:`cdclake.local.engine` with the Iceberg runtime and the tests' SQLite catalog), real Kafka.
+by :mod:`cdclake_dev.engine` with the Iceberg runtime and the tests' SQLite catalog), real Kafka.
 
 Each run is a session of its own in a client process of its own, as in the table DAG's ``apply``
 task (a Connect session switches its whole Python process to Connect mode, so none is made in the
@@ -24,10 +24,10 @@ from cdclake.errors import EngineUnavailableError
 from cdclake.io.catalog import committed_offsets, load_catalog
 from cdclake.io.kafka import ensure_topic, produce
 from cdclake.io.maintenance import remove_stale_run_branches
-from cdclake.local import engine as local_engine
 from cdclake.model.layout import QUARANTINE_SUFFIX, RUN_BRANCH_PREFIX, SummaryKeys, side_table
 from cdclake.model.plan import RunPlan
 from cdclake.spark.session import connect_session
+from cdclake_dev import engine as local_engine
 from tests.conftest import _free_port, make_table, plan_offsets
 from tests.integration.test_apply import produce_raw
 from tests.integration.test_contract import COLUMNS, ev, key

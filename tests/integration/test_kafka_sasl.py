@@ -1,6 +1,6 @@
 """The pipeline's Kafka clients against SASL_PLAINTEXT with SCRAM-SHA-512: a broker of this module's
 own (state dir and ports of its own, not the suite's broker) serving a SASL/SCRAM listener
-(:class:`cdclake.local.stack.SaslListener`); confluent-kafka clients and Spark's Kafka source read
+(:class:`cdclake_dev.stack.SaslListener`); confluent-kafka clients and Spark's Kafka source read
 and write through it with the credentials of one client config (:class:`KafkaClients`)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from cdclake.io.kafka import KafkaClients, ensure_topic, produce, read_partition, topic_watermarks
-from cdclake.local import stack
 from cdclake.settings import Settings
+from cdclake_dev import stack
 from tests.conftest import _free_port, _free_port_pair
 
 pytestmark = pytest.mark.integration

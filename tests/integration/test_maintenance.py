@@ -15,15 +15,9 @@ from cdclake.errors import ConfigError
 from cdclake.io.catalog import committed_offsets, load_catalog
 from cdclake.io.kafka import ensure_topic
 from cdclake.model.layout import QUARANTINE_SUFFIX, RUN_BRANCH_PREFIX, TOMBSTONES_SUFFIX, side_table
+from cdclake.model.maintenance import ACTIONS, RefInfo, SnapshotInfo, lost_commit_race, snapshots_to_expire
 from cdclake.spark import maintenance
-from cdclake.spark.maintenance import (
-    ACTIONS,
-    RefInfo,
-    SnapshotInfo,
-    lost_commit_race,
-    maintain_table,
-    snapshots_to_expire,
-)
+from cdclake.spark.maintenance import maintain_table
 from tests.conftest import apply_offsets, make_table, plan_offsets
 from tests.integration.test_apply import produce_raw, run_once
 from tests.integration.test_contract import COLUMNS, ev, key

@@ -1,4 +1,4 @@
-"""The production parts' launchers (:mod:`cdclake.local.parts`) for real: PostgreSQL, s3proxy and
+"""The production parts' launchers (:mod:`cdclake_dev.parts`) for real: PostgreSQL, s3proxy and
 Iceberg's REST catalog server over a JdbcCatalog in that PostgreSQL, written to through pyiceberg's
 ``RestCatalog`` with its files in s3proxy's folder; a Spark standalone master with one worker.
 Every part is stopped at the end and its processes are checked gone."""
@@ -17,7 +17,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from cdclake.local.parts import AirflowProcesses, Postgres, RestCatalogServer, S3Proxy, SparkStandalone, catalog_env
+from cdclake_dev.parts.airflow import AirflowProcesses
+from cdclake_dev.parts.postgres import Postgres
+from cdclake_dev.parts.rest_catalog import RestCatalogServer, catalog_env
+from cdclake_dev.parts.s3 import S3Proxy
+from cdclake_dev.parts.spark_cluster import SparkStandalone
 from tests.conftest import _free_port
 from tests.processes import group_alive, pid_in
 

@@ -17,8 +17,9 @@ from cdclake.io.catalog import load_catalog
 from cdclake.io.kafka import ensure_topic
 from cdclake.model.offsets import OffsetRange
 from cdclake.model.reconcile import Chunk, ChunkOutcome
+from cdclake.model.status import TableStatus
 from cdclake.pipeline.reconcile import ReconcileParams, ReconcileResult, write_result
-from cdclake.pipeline.status import TableStatus, status_of_tables, table_status
+from cdclake.pipeline.status import status_of_tables, table_status
 from tests.conftest import ROOT, apply_offsets, make_table
 from tests.integration.test_apply import produce_raw, run_once
 
@@ -222,16 +223,7 @@ def run_cli(settings, tables: list, *args: str) -> subprocess.CompletedProcess:
     config = Path(settings.state_dir) / f"status-{os.getpid()}-{time.monotonic_ns()}.yaml"
     config.write_text(yaml.safe_dump({"tables": [t.model_dump(mode="json", include={*_CONFIG_KEYS}) for t in tables]}))
     env = {k: v for k, v in os.environ.items() if not k.startswith("CDCLAKE_")}
-    env.update(
-        {
-            "CDCLAKE_STATE_DIR": str(settings.state_dir),
-            "CDCLAKE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-            "CDCLAKE_CATALOG_NAME": settings.catalog_name,
-            "CDCLAKE_CATALOG_URI": settings.catalog_uri,
-            "CDCLAKE_WAREHOUSE": settings.warehouse,
-            "CDCLAKE_TABLES_CONFIG": str(config),
-        }
-    )
+    env.update({**settings.to_env(), "CDCLAKE_TABLES_CONFIG": str(config)})
     return subprocess.run(
         [str(Path(sys.executable).parent / "cdclake"), "status", *args],
         env=env,

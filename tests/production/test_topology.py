@@ -1,4 +1,4 @@
-"""The production topology, for real on one machine (``cdclake.local.production``, the same code
+"""The production topology, for real on one machine (``cdclake_dev.production``, the same code
 as ``make demo-production``): PostgreSQL (Airflow's metadata DB, the catalog's database), the
 Iceberg REST catalog, an S3 server (s3proxy) holding the warehouse, a Spark standalone master and
 worker running the applies in client mode (the Connect server's sessions and a ``spark-submit``
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from cdclake.local import production
-from cdclake.local.production import Ports, Topology
 from cdclake.settings import PROJECT_ROOT
+from cdclake_dev import production, production_demo
+from cdclake_dev.production import Ports, Topology
 from tests.conftest import _free_port, _free_port_pair
 
 pytestmark = pytest.mark.production
@@ -52,12 +52,12 @@ def topology() -> Iterator[Topology]:
 
 
 @pytest.fixture(scope="module")
-def demo(topology: Topology) -> production.DemoResult:
-    airflow = production.bring_up(topology)
-    return production.run_workload(topology, airflow)
+def demo(topology: Topology) -> production_demo.DemoResult:
+    airflow = production_demo.bring_up(topology)
+    return production_demo.run_workload(topology, airflow)
 
 
-def test_every_table_equals_its_source_after_triggered_and_scheduled_runs(demo: production.DemoResult):
+def test_every_table_equals_its_source_after_triggered_and_scheduled_runs(demo: production_demo.DemoResult):
     assert demo.differences and all(not d for d in demo.differences.values()), demo.differences
     assert (demo.reconcile_state, demo.maintenance_state) == ("success", "success")  # on S3, through the REST catalog
     assert not [(r["dag_id"], r["dag_run_id"]) for r in demo.runs if r["state"] == "failed"]
@@ -89,7 +89,7 @@ def test_the_applies_ran_on_the_spark_cluster_and_the_warehouse_is_on_s3(demo, t
 
 
 def _secret_values(topology: Topology) -> dict[str, str]:
-    from cdclake.local.engine import engine_token
+    from cdclake_dev.engine import engine_token
 
     values = dict(topology.secrets)
     values["connect_token"] = engine_token(topology.settings)

@@ -1,4 +1,4 @@
-"""The apply's decisions without Spark (:mod:`cdclake.model.run_state`): the committed state's
+"""The apply's decisions without Spark (:mod:`cdclake.model.run_state`, :mod:`cdclake.model.decision`): the committed state's
 summary round trip, the start check, floors, identity, highest position, the full-snapshot rule,
 column defaults and the commit's summary.
 
@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from cdclake.errors import ConcurrentRunError, PositionOrderError, SchemaError
 from cdclake.model.config import TableConfig
 from cdclake.model.convergence import BatchSnapshot, SnapshotEnd, SnapshotProgress, SourceIdentity
+from cdclake.model.decision import check_columns, check_start, column_defaults, decide
 from cdclake.model.layout import COLUMN_DEFAULTS_PROPERTY, SummaryKeys
 from cdclake.model.offsets import OffsetRange
 from cdclake.model.plan import RunPlan
@@ -27,11 +28,7 @@ from cdclake.model.run_state import (
     CommittedState,
     GtidMissing,
     UnknownColumn,
-    check_columns,
-    check_start,
-    column_defaults,
     committed_state_of,
-    decide,
 )
 
 CFG = TableConfig(name="t", topic="dbz.shop.t", namespace="shop", table="t", primary_key=("id",))
@@ -113,7 +110,6 @@ states = st.builds(
     st.none() | st.integers(1, 2**62),
     st.none() | offsets,
     st.none() | positions,
-    st.none() | st.sampled_from(["mysql-bin", "mariadb-bin"]),
     st.none() | positions,
     st.none() | progresses,
     st.none() | identities,
@@ -342,7 +338,6 @@ def _fields_after(state: CommittedState) -> tuple:
     return (
         state.offsets,
         state.truncate_floor,
-        state.binlog_basename,
         state.snapshot_floor,
         state.snapshot,
         state.identity,

@@ -250,3 +250,41 @@ def test_spark_log_level_defaults_to_warn_and_reaches_the_spark_conf():
     assert spark_conf(chatty)["spark.log.level"] == "INFO"
     with pytest.raises(ValueError, match="spark_log_level"):
         Settings.from_env({"CDCLAKE_SPARK_LOG_LEVEL": "LOUD"})
+
+
+def test_to_env_round_trips_through_from_env_and_carries_every_field(tmp_path):
+    s = Settings.from_env(
+        {
+            "CDCLAKE_STATE_DIR": str(tmp_path),
+            "CDCLAKE_KAFKA_BOOTSTRAP": "broker:9092",
+            "CDCLAKE_CATALOG_NAME": "prod",
+            "CDCLAKE_CATALOG_TYPE": "rest",
+            "CDCLAKE_CATALOG_URI": "http://catalog:8181",
+            "CDCLAKE_WAREHOUSE": "s3://bucket/wh",
+            "CDCLAKE_TABLES_CONFIG": "/etc/cdclake/tables.yaml",
+            "CDCLAKE_SPARK_MASTER": "spark://m:7077",
+            "CDCLAKE_MARIADB_PORT": "3307",
+            "CDCLAKE_CONNECT_PORT": "8084",
+            "CDCLAKE_TOPIC_PREFIX": "shop",
+            "CDCLAKE_SIGNAL_CHANNEL": "kafka",
+            "CDCLAKE_SIGNAL_TABLE": "shop.signals",
+            "CDCLAKE_ENGINE": "submit",
+            "CDCLAKE_SPARK_CONNECT_PORT": "15003",
+            "CDCLAKE_ENGINE_MEMORY": "8g",
+            "CDCLAKE_SPARK_LOG_LEVEL": "info",
+            "CDCLAKE_APPLY_POOL_SLOTS": "3",
+        }
+    )
+    env = s.to_env()
+    assert Settings.from_env(env) == s
+    # a default is written too: the child resolves nothing of its own
+    assert Settings.from_env({}).to_env()["CDCLAKE_ENGINE"] == "connect"
+    assert env["CDCLAKE_SPARK_LOG_LEVEL"] == "INFO" and env["CDCLAKE_MARIADB_PORT"] == "3307"
+    assert {k.removeprefix("CDCLAKE_").lower() for k in env} == set(Settings.model_fields) - {"catalog_properties"}
+
+
+def test_to_env_never_carries_the_catalog_connections_credentials():
+    s = Settings.from_env({}).with_catalog({"jdbc.user": "iceberg", "jdbc.password": "p@ss:word", **S3_PROPS})
+    env = s.to_env()
+    assert Settings.from_env(env) == s.model_copy(update={"catalog_properties": {}})
+    assert not [v for v in env.values() if "p@ss:word" in v or "very-secret" in v]

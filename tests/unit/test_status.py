@@ -9,10 +9,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from cdclake.errors import ConfigError
-from cdclake.local.cli import format_status_table
 from cdclake.model.layout import SummaryKeys
-from cdclake.pipeline import status as st
-from cdclake.pipeline.status import (
+from cdclake.model.selection import select_tables
+from cdclake.model.status import (
     Activity,
     LastCommit,
     ReconcileSummary,
@@ -22,10 +21,11 @@ from cdclake.pipeline.status import (
     freshness_verdict,
     partition_lag,
     reconcile_summary,
-    select_tables,
     time_lag,
 )
+from cdclake.pipeline import status as st
 from cdclake.settings import Settings
+from cdclake_dev.views import format_status_table
 from tests.conftest import make_table
 
 HOUR = 3_600_000

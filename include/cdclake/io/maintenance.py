@@ -8,6 +8,7 @@ import time
 from typing import TYPE_CHECKING
 
 from cdclake.io.catalog import load_table_or_none
+from cdclake.io.positions import expressions
 from cdclake.model.layout import QUARANTINE_SUFFIX, RUN_BRANCH_PREFIX, TOMBSTONES_SUFFIX, side_table
 
 if TYPE_CHECKING:
@@ -25,14 +26,13 @@ def expire_tombstones(catalog: Catalog, identifier: str, retention_hours: int, *
     Returns:
         The number of tombstones removed.
     """
-    from pyiceberg.expressions import LessThan
-
+    e = expressions()
     table = load_table_or_none(catalog, side_table(identifier, TOMBSTONES_SUFFIX))
     if table is None:
         return 0
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     cutoff_us = (now_ms - retention_hours * 3600 * 1000) * 1000
-    expired = LessThan("_cdc_recorded_at", cutoff_us)
+    expired = e.LessThan("_cdc_recorded_at", cutoff_us)
     n = table.scan(row_filter=expired, selected_fields=("_cdc_recorded_at",)).to_arrow().num_rows
     if n:
         table.delete(delete_filter=expired, snapshot_properties={"cdc.maintenance": "expire-tombstones"})
@@ -53,14 +53,14 @@ def release_quarantined(catalog: Catalog, identifier: str, partition: int, offse
         LookupError: no open quarantine entry at that partition and offset.
     """
     import pyarrow as pa
-    from pyiceberg.expressions import And, EqualTo, In, Or
 
+    e = expressions()
     table = load_table_or_none(catalog, side_table(identifier, QUARANTINE_SUFFIX))
     if table is None:
         raise LookupError(f"table {identifier} has no quarantine table")
-    match = And(
-        And(EqualTo("partition", partition), EqualTo("status", "open")),
-        Or(EqualTo("offset", offset), EqualTo("held_back_behind", offset)),
+    match = e.And(
+        e.And(e.EqualTo("partition", partition), e.EqualTo("status", "open")),
+        e.Or(e.EqualTo("offset", offset), e.EqualTo("held_back_behind", offset)),
     )
     rows = table.scan(row_filter=match).to_arrow()
     if not any(r["offset"] == offset and r["held_back_behind"] is None for r in rows.to_pylist()):
@@ -70,7 +70,7 @@ def release_quarantined(catalog: Catalog, identifier: str, partition: int, offse
         status, rows.schema.field(status), pa.array(["released"] * rows.num_rows, rows.schema.field(status).type)
     )
     # the rewrite filter names the entries by their (non-null) coordinates
-    coordinates = And(EqualTo("partition", partition), In("offset", set(rows["offset"].to_pylist())))
+    coordinates = e.And(e.EqualTo("partition", partition), e.In("offset", set(rows["offset"].to_pylist())))
     table.overwrite(
         released, overwrite_filter=coordinates, snapshot_properties={"cdc.maintenance": "release-quarantined"}
     )

@@ -152,19 +152,37 @@ def consistent_read(db: SourceDatabase) -> Iterator[tuple[Any, SourceRead]]:
             cur.execute("COMMIT")
 
 
-def chunk_bounds(
-    db: SourceDatabase,
-    database: str,
-    table: str,
-    key: Sequence[CompareColumn],
-    chunk_rows: int,
-    where: tuple[str, list[Any]] = ("1=1", []),
-) -> list[Chunk]:
+@dataclass(frozen=True)
+class ComparedTable:
+    """The source table reconcile compares, and which of its rows.
+
+    Attributes:
+        database: the source database.
+        table: the source table.
+        key: its primary-key columns, in key order.
+        columns: the columns compared.
+        where: ``(SQL condition with %s marks, its parameters)`` on the rows (a key range);
+            ``("1=1", [])``: every row.
+    """
+
+    database: str
+    table: str
+    key: Sequence[CompareColumn]
+    columns: Sequence[CompareColumn]
+    where: tuple[str, list[Any]] = ("1=1", [])
+
+    @property
+    def target(self) -> str:
+        """```database`.`table``` for a PyMySQL statement (``%`` doubled)."""
+        return pyformat(f"{quote(self.database)}.{quote(self.table)}")
+
+
+def chunk_bounds(db: SourceDatabase, source: ComparedTable, chunk_rows: int) -> list[Chunk]:
     """Cut the table's primary-key order every ``chunk_rows`` keys (keyset pagination: each step
-    reads ``chunk_rows`` index entries). ``where`` limits the keys (a key range)."""
+    reads ``chunk_rows`` index entries), within ``source.where``."""
+    key, where, target = source.key, source.where, source.target
     order = ", ".join(key_order_sql(key))
     names = pyformat(", ".join(quote(c.name) for c in key))
-    target = pyformat(f"{quote(database)}.{quote(table)}")
     chunks: list[Chunk] = []
     lower: KeyTuple | None = None
     with db.connect() as connection, connection.cursor() as cur:
@@ -186,25 +204,18 @@ def chunk_bounds(
 
 
 def chunk_digests(
-    db: SourceDatabase,
-    database: str,
-    table: str,
-    key: Sequence[CompareColumn],
-    columns: Sequence[CompareColumn],
-    chunks: Sequence[Chunk],
-    where: tuple[str, list[Any]] = ("1=1", []),
+    db: SourceDatabase, source: ComparedTable, chunks: Sequence[Chunk]
 ) -> list[tuple[Digest, SourceRead]]:
     """Each chunk's digest, each in a consistent read of its own (the rows of one chunk are locked
     by nothing and read at one position)."""
-    target = pyformat(f"{quote(database)}.{quote(table)}")
     out = []
     for chunk in chunks:
-        clause, params = range_sql(key, chunk.lower, chunk.upper)
+        clause, params = range_sql(source.key, chunk.lower, chunk.upper)
         with consistent_read(db) as (cur, read):
             cur.execute(
-                f"SELECT COUNT(*), COALESCE(BIT_XOR({pyformat(row_hash_sql(columns))}), 0) FROM {target} "
-                f"WHERE {clause} AND ({where[0]})",
-                [*params, *where[1]],
+                f"SELECT COUNT(*), COALESCE(BIT_XOR({pyformat(row_hash_sql(source.columns))}), 0) "
+                f"FROM {source.target} WHERE {clause} AND ({source.where[0]})",
+                [*params, *source.where[1]],
             )
             count, xor = cur.fetchone()
         out.append((Digest(int(count), int(xor)), read))
@@ -212,17 +223,11 @@ def chunk_digests(
 
 
 def chunk_rows(
-    db: SourceDatabase,
-    database: str,
-    table: str,
-    key: Sequence[CompareColumn],
-    columns: Sequence[CompareColumn],
-    chunks: Sequence[Chunk],
-    where: tuple[str, list[Any]] = ("1=1", []),
+    db: SourceDatabase, source: ComparedTable, chunks: Sequence[Chunk]
 ) -> tuple[dict[KeyTuple, tuple[list[str | None], list[Any]]], SourceRead]:
     """The rows of ``chunks`` in one consistent read: ``{key: (canonical texts, raw values)}`` (raw
     values for the floating-point comparison) and the read's position."""
-    target = pyformat(f"{quote(database)}.{quote(table)}")
+    key, columns, where = source.key, source.columns, source.where
     texts = pyformat(", ".join(canonical_sql(c) for c in columns))
     raws = pyformat(", ".join(quote(c.name) for c in columns))
     keys = pyformat(", ".join(quote(c.name) for c in key))
@@ -232,7 +237,8 @@ def chunk_rows(
         for chunk in chunks:
             clause, params = range_sql(key, chunk.lower, chunk.upper)
             cur.execute(
-                f"SELECT {keys}, {texts}, {raws} FROM {target} WHERE {clause} AND ({where[0]})", [*params, *where[1]]
+                f"SELECT {keys}, {texts}, {raws} FROM {source.target} WHERE {clause} AND ({where[0]})",
+                [*params, *where[1]],
             )
             for r in cur.fetchall():
                 k = tuple(r[: len(key)])

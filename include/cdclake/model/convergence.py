@@ -284,7 +284,8 @@ class SourceIdentity:
     Attributes:
         server_id: ``source.server_id`` of the change events (snapshot reads carry 0).
         basename: the binlog file basename (``mysql-bin``).
-        gtid_source: the GTID's source: MariaDB ``<domain>-<server>``, MySQL the server UUID.
+        gtid_source: the GTID's source: MariaDB ``<domain>-<server>``, MySQL the server UUID
+            (:func:`cdclake.model.position.gtid_source`).
         gtid_domain: under GTID ordering, the MariaDB GTID domain; then the other fields are not
             kept (a failover changes them, and the GTID sequence orders across it).
     """
@@ -317,17 +318,6 @@ class SourceIdentity:
             self.gtid_source if self.gtid_source is not None else other.gtid_source,
             self.gtid_domain if self.gtid_domain is not None else other.gtid_domain,
         )
-
-
-def gtid_source(gtid: str | None) -> str | None:
-    """The source part of a GTID: MariaDB ``0-1-123`` -> ``0-1``; MySQL ``<uuid>:123`` (or an
-    interval set) -> ``<uuid>``; ``None`` when there is none."""
-    if not gtid:
-        return None
-    if ":" in gtid:
-        return gtid.split(":", 1)[0].strip()
-    parts = gtid.split("-")
-    return "-".join(parts[:2]) if len(parts) == 3 else gtid
 
 
 def identity_changes(known: SourceIdentity | None, seen: Iterable[SourceIdentity]) -> list[str]:

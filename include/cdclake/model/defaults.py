@@ -87,13 +87,30 @@ Literals, by the column's encoding (:mod:`cdclake.model.types`); surrounding quo
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 import re
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
+from cdclake.model.mysql_literals import (
+    LiteralError,
+    ZeroDate,
+    binary_value,
+    bit_value,
+    date_value,
+    datetime_value,
+    ddl_text,
+    decimal_text,
+    enum_value,
+    number,
+    plain,
+    round_half_up,
+    set_value,
+    time_us,
+    unquote,
+    year,
+)
 from cdclake.model.types import (
     DECIMAL,
     SPATIAL_ENCODINGS,
@@ -187,18 +204,6 @@ _CURRENT_TIME = re.compile(
 )
 _DEBEZIUM_CURRENT_TIMESTAMP = "1970-01-01 00:00:00"
 """What Debezium's DDL parser writes for ``DEFAULT CURRENT_TIMESTAMP`` and ``DEFAULT NOW()``."""
-_NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
-_HEX = re.compile(r"^(?:0x([0-9a-fA-F]*)|[xX]'([0-9a-fA-F]*)')$")
-_BITSTR = re.compile(r"^(?:0b([01]*)|[bB]'([01]*)')$")
-_INTRODUCER = re.compile(r"^_[A-Za-z0-9]+(?=['\"])")
-_QUOTED = re.compile(r"""^(?:'(?:[^'\\]|''|\\.)*'|"(?:[^"\\]|""|\\.)*")$""", re.DOTALL)
-_MYSQL_ESCAPES = {"0": "\0", "b": "\b", "n": "\n", "r": "\r", "t": "\t", "Z": "\x1a"}
-_DATE = re.compile(r"^(\d{4})-(\d{1,2})-(\d{1,2})$|^(\d{4})(\d{2})(\d{2})$")
-_DATETIME = re.compile(r"^(\d{4})-(\d{1,2})-(\d{1,2})(?:[ T](\d{1,2}):(\d{1,2})(?::(\d{1,2})(?:\.(\d*))?)?)?$")
-_TIME = re.compile(r"^([+-])?(?:(\d+) )?(\d+):(\d{1,2})(?::(\d{1,2})(?:\.(\d*))?)?$")
-_TIME_DIGITS = re.compile(r"^([+-])?(\d{1,7})(?:\.(\d*))?$")
-_MAX_TIME_US = (838 * 3600 + 59 * 60 + 59) * 1_000_000
-_EPOCH = dt.datetime(1970, 1, 1)
 
 
 def spark_string_literal(text: str) -> str:
@@ -245,97 +250,39 @@ def _type_label(column: dict[str, Any]) -> str:
     return str(column.get("typeExpression") or column.get("typeName") or "?").upper()
 
 
-# --- literal text --------------------------------------------------------------------------------
+def _fsp(column: dict[str, Any]) -> int:
+    """The column's fractional-second digits (``length`` of a DATETIME, TIMESTAMP or TIME; 0 without)."""
+    length = _int_or_none(column.get("length"))
+    return min(length, 6) if length is not None else 0
 
 
-def _unquote(text: str) -> str:
-    """A complete MySQL string literal (``'it''s'``, ``"a\\nb"``, ``_utf8mb4'x'``) -> its value;
-    any other text as it is."""
-    text = _INTRODUCER.sub("", text, count=1)
-    if not _QUOTED.match(text):
-        return text
-    quote, body = text[0], text[1:-1]
-    out: list[str] = []
-    i = 0
-    while i < len(body):
-        ch = body[i]
-        if ch == "\\" and i + 1 < len(body):
-            nxt = body[i + 1]
-            out.append(_MYSQL_ESCAPES.get(nxt, nxt))
-            i += 2
-        elif ch == quote and i + 1 < len(body) and body[i + 1] == quote:
-            out.append(quote)
-            i += 2
-        else:
-            out.append(ch)
-            i += 1
-    return "".join(out)
+def _binary_bytes(text: str, column: dict[str, Any]) -> bytes:
+    """A BINARY/VARBINARY/BLOB default -> the bytes the source stores (BINARY(n) padded)."""
+    length = _int_or_none(column.get("length"))
+    return binary_value(text, length if _base_type(column) == "BINARY" else None)
 
 
-def _show(expression: str) -> str:
-    """The default as a DDL would write it, for ``reason``."""
-    if _QUOTED.match(expression) or _NUMBER.match(expression) or _HEX.match(expression) or _BITSTR.match(expression):
-        return expression
-    if expression.upper() in ("TRUE", "FALSE", "NULL") or expression.startswith("("):
-        return expression
-    return "'" + expression.replace("'", "''") + "'"
+def _enum_values(column: dict[str, Any]) -> list[str] | None:
+    values = column.get("enumValues")
+    if not isinstance(values, list) or not values:
+        return None
+    return [unquote(str(v)) for v in values]
 
 
-def _bits_value(text: str) -> int | None:
-    """``0x41``, ``X'41'``, ``b'101'``, ``0b101`` -> the unsigned number; else ``None``."""
-    m = _HEX.match(text)
-    if m is not None:
-        digits = m.group(1) if m.group(1) is not None else m.group(2)
-        return int(digits, 16) if digits else 0
-    m = _BITSTR.match(text)
-    if m is not None:
-        digits = m.group(1) if m.group(1) is not None else m.group(2)
-        return int(digits, 2) if digits else 0
-    return None
-
-
-def _number(text: str) -> Decimal:
-    """A numeric default -> its exact value (``TRUE`` 1, ``FALSE`` 0, hex and bit values unsigned)."""
-    upper = text.strip().upper()
-    if upper in ("TRUE", "FALSE"):
-        return Decimal(1 if upper == "TRUE" else 0)
-    bits = _bits_value(text.strip())
-    if bits is not None:
-        return Decimal(bits)
-    value = _unquote(text).strip()
-    if not _NUMBER.match(value):
-        raise _Inexact(f"{_show(text)} is not a number this version converts")
-    return Decimal(value)
-
-
-def _round(value: Decimal, scale: int) -> Decimal:
-    try:
-        return value.quantize(Decimal(1).scaleb(-scale), rounding=ROUND_HALF_UP)
-    except InvalidOperation as e:  # more digits than the context holds
-        raise _Inexact(f"{value} does not fit the column") from e
-
-
-def _plain(value: Decimal) -> str:
-    text = format(value, "f")
-    return text[1:] if text.startswith("-") and value == 0 else text
+def _optional(column: dict[str, Any], spec: ColumnSpec) -> bool:
+    optional = column.get("optional")
+    return bool(optional) if optional is not None else not spec.required
 
 
 # --- literal conversions, by encoding ------------------------------------------------------------
 
 
 def _integer_sql(value: Decimal, spec: ColumnSpec) -> str:
-    number = int(_round(value, 0))
+    n = int(round_half_up(value, 0))
     low, high = _INT_RANGES.get(spec.iceberg_type, _INT_RANGES["long"])
-    if not low <= number <= high:
-        raise _Inexact(f"{number} is out of the range of an Iceberg {spec.iceberg_type}")
-    return _cast(str(number), spec.iceberg_type)
-
-
-def _decimal_text(value: Decimal, precision: int | None, scale: int) -> str:
-    rounded = _round(value, scale)
-    if precision is not None and len(rounded.as_tuple().digits) > precision and rounded != 0:
-        raise _Inexact(f"{_plain(rounded)} has more digits than DECIMAL({precision},{scale})")
-    return _plain(rounded)
+    if not low <= n <= high:
+        raise _Inexact(f"{n} is out of the range of an Iceberg {spec.iceberg_type}")
+    return _cast(str(n), spec.iceberg_type)
 
 
 def _decimal_sql(text: str, encoding: str, spec: ColumnSpec) -> str:
@@ -345,77 +292,19 @@ def _decimal_sql(text: str, encoding: str, spec: ColumnSpec) -> str:
     target = parse_decimal_type(spec.iceberg_type)
     if target is not None:
         precision = target[0] if precision is None else min(precision, target[0])
-    return _cast(_decimal_text(_number(text), precision, scale), spec.iceberg_type)
+    return _cast(decimal_text(number(text), precision, scale), spec.iceberg_type)
 
 
 def _float_sql(text: str, column: dict[str, Any], spec: ColumnSpec) -> str:
-    value = _number(text)
+    value = number(text)
     scale = _int_or_none(column.get("scale"))
     if scale is not None:  # FLOAT(M,D), DOUBLE(M,D), a DECIMAL read as double: rounded to D digits
-        value = _round(value, scale)
+        value = round_half_up(value, scale)
     as_float = float(value)
     limit = _FLOAT_MAX if spec.iceberg_type == "float" else math.inf
     if not math.isfinite(as_float) or abs(as_float) > limit:
         raise _Inexact(f"{value} is out of the range of an Iceberg {spec.iceberg_type}")
     return _cast(repr(as_float), spec.iceberg_type)
-
-
-def _boolean_sql(text: str) -> str:
-    value = _number(text)
-    return "TRUE" if value != 0 else "FALSE"
-
-
-def _year_sql(text: str, spec: ColumnSpec) -> str:
-    value = _unquote(text).strip()
-    number = int(_round(_number(text), 0))
-    if number == 0:
-        raise _Inexact(f"YEAR {_show(text)} is the zero year 0000 (or 2000 when written as a string)")
-    if 1 <= number <= 69:
-        number += 2000
-    elif 70 <= number <= 99:
-        number += 1900
-    elif not 1901 <= number <= 2155:
-        raise _Inexact(f"YEAR {value} is out of MySQL's range 1901..2155")
-    return _cast(str(number), spec.iceberg_type)
-
-
-def _enum_values(column: dict[str, Any]) -> list[str] | None:
-    values = column.get("enumValues")
-    if not isinstance(values, list) or not values:
-        return None
-    return [_unquote(str(v)) for v in values]
-
-
-def _enum_member(value: str, members: list[str]) -> str | None:
-    if value in members:
-        return value
-    folded = [m for m in members if m.casefold() == value.casefold()]
-    return folded[0] if folded else None
-
-
-def _enum_sql(text: str, column: dict[str, Any], spec: ColumnSpec) -> str:
-    value = _unquote(text)
-    members = _enum_values(column)
-    if members is not None:
-        member = _enum_member(value, members)
-        if member is None:
-            raise _Inexact(f"{_show(text)} is not one of the ENUM values {members}")
-        value = member
-    return _cast(value, spec.iceberg_type)
-
-
-def _set_sql(text: str, column: dict[str, Any], spec: ColumnSpec) -> str:
-    value = _unquote(text)
-    members = _enum_values(column)
-    if members is None or value == "":
-        return _cast(value, spec.iceberg_type)
-    chosen: set[str] = set()
-    for item in value.split(","):
-        member = _enum_member(item, members)
-        if member is None:
-            raise _Inexact(f"{item!r} of {_show(text)} is not one of the SET members {members}")
-        chosen.add(member)
-    return _cast(",".join(m for m in members if m in chosen), spec.iceberg_type)
 
 
 def _zero_date(spec: ColumnSpec, column: dict[str, Any], what: str) -> _Inexact:
@@ -426,148 +315,29 @@ def _zero_date(spec: ColumnSpec, column: dict[str, Any], what: str) -> _Inexact:
     return _Inexact(f"{what} is a zero date, not representable; Debezium emits the epoch in a NOT NULL column", sql)
 
 
-def _date_sql(text: str, column: dict[str, Any], spec: ColumnSpec) -> str:
-    value = _unquote(text).strip().split(" ")[0].split("T")[0]
-    m = _DATE.match(value)
-    if m is None:
-        raise _Inexact(f"DATE {_show(text)} is not a YYYY-MM-DD literal this version converts")
-    year, month, day = (int(g) for g in (m.groups()[:3] if m.group(1) else m.groups()[3:]))
-    if month == 0 or day == 0:
-        if year == month == day == 0:
-            raise _zero_date(spec, column, f"DATE {_show(text)}")
-        raise _Inexact(f"DATE {_show(text)} has a zero month or day, not representable")
-    try:
-        return _cast(dt.date(year, month, day).isoformat(), spec.iceberg_type)
-    except ValueError as e:
-        raise _Inexact(f"DATE {_show(text)} is not a valid date: {e}") from e
-
-
-def _fraction_us(digits: str | None, fsp: int) -> int:
-    """Fractional-second digits rounded half up to ``fsp`` digits, in microseconds (may be 10^6)."""
-    if not digits:
-        return 0
-    rounded = _round(Decimal("0." + digits), fsp)
-    return int(rounded * 1_000_000)
-
-
-def _fsp(column: dict[str, Any]) -> int:
-    length = _int_or_none(column.get("length"))
-    return min(length, 6) if length is not None else 0
-
-
-def _datetime(text: str, column: dict[str, Any], spec: ColumnSpec, encoding: str) -> dt.datetime:
-    value = _unquote(text).strip()
-    m = _DATETIME.match(value)
-    if m is None:
-        raise _Inexact(f"{_show(text)} is not a YYYY-MM-DD HH:MM:SS literal this version converts")
-    year, month, day, hour, minute, second = (int(g or 0) for g in m.groups()[:6])
-    if month == 0 or day == 0:
-        if year == month == day == hour == minute == second == 0 and not (m.group(7) or "").strip("0"):
-            raise _zero_date(spec, column, _show(text))
-        raise _Inexact(f"{_show(text)} has a zero month or day, not representable")
-    try:
-        moment = dt.datetime(year, month, day, hour, minute, second)
-    except ValueError as e:
-        raise _Inexact(f"{_show(text)} is not a valid date and time: {e}") from e
-    moment += dt.timedelta(microseconds=_fraction_us(m.group(7), _fsp(column)))
-    if encoding in _MILLIS_ENCODINGS:
-        moment = moment.replace(microsecond=moment.microsecond // 1000 * 1000)
-    return moment
-
-
-def _timestamp_sql(text: str, column: dict[str, Any], spec: ColumnSpec, encoding: str) -> str:
-    return _cast(_datetime(text, column, spec, encoding).isoformat(sep=" "), spec.iceberg_type)
-
-
 def _zoned_timestamp_sql(text: str, column: dict[str, Any], spec: ColumnSpec, encoding: str) -> str:
-    moment = _datetime(text, column, spec, encoding)
+    moment = datetime_value(text, _fsp(column), millis=encoding in _MILLIS_ENCODINGS)
     sql = _cast(moment.isoformat(sep=" ") + "+00:00", spec.iceberg_type)
     raise _Inexact(
-        f"TIMESTAMP {_show(text)} is read in the time zone of the session that ran the ALTER, "
+        f"TIMESTAMP {ddl_text(text)} is read in the time zone of the session that ran the ALTER, "
         "not known to the lake; sql reads it as UTC",
         sql,
     )
-
-
-def _time_us(text: str, column: dict[str, Any], encoding: str) -> int:
-    value = _unquote(text).strip()
-    fsp = _fsp(column)
-    m = _TIME.match(value)
-    if m is not None:
-        sign, days, hours, minutes, seconds, fraction = m.groups()
-        if int(minutes) > 59 or int(seconds or 0) > 59:
-            raise _Inexact(f"TIME {_show(text)} has minutes or seconds above 59")
-        total = (int(days or 0) * 24 + int(hours)) * 3600 + int(minutes) * 60 + int(seconds or 0)
-    else:
-        m = _TIME_DIGITS.match(value)
-        if m is None:
-            raise _Inexact(f"TIME {_show(text)} is not a [-][D ]HH:MM:SS literal this version converts")
-        sign, digits, fraction = m.groups()
-        digits = digits.zfill(6)
-        hours, minutes, seconds = int(digits[:-4]), int(digits[-4:-2]), int(digits[-2:])
-        if minutes > 59 or seconds > 59:
-            raise _Inexact(f"TIME {_show(text)} has minutes or seconds above 59")
-        total = hours * 3600 + minutes * 60 + seconds
-    micros = total * 1_000_000 + _fraction_us(fraction, fsp)
-    if encoding in _MILLIS_ENCODINGS:
-        micros = micros // 1000 * 1000
-    if micros > _MAX_TIME_US:
-        raise _Inexact(f"TIME {_show(text)} is out of MySQL's range -838:59:59..838:59:59")
-    return -micros if sign == "-" else micros
-
-
-def _binary_bytes(text: str, column: dict[str, Any]) -> bytes:
-    """A BINARY/VARBINARY/BLOB default -> the bytes the source stores (BINARY(n) padded)."""
-    stripped = text.strip()
-    number = _bits_value(stripped)
-    if number is not None:
-        m = _HEX.match(stripped)
-        digits = (m.group(1) if m.group(1) is not None else m.group(2)) if m else None
-        if digits is not None:
-            data = bytes.fromhex(digits if len(digits) % 2 == 0 else "0" + digits)
-        else:
-            data = number.to_bytes((number.bit_length() + 7) // 8, "big") if number else b""
-    else:
-        data = _unquote(text).encode("utf-8")
-    length = _int_or_none(column.get("length"))
-    if _base_type(column) == "BINARY" and length is not None:
-        if len(data) > length:
-            raise _Inexact(f"{_show(text)} is longer than BINARY({length})")
-        data = data.ljust(length, b"\0")
-    return data
-
-
-def _bits_sql(text: str, column: dict[str, Any]) -> str:
-    stripped = _unquote(text).strip()
-    number = _bits_value(stripped)
-    if number is None:
-        if re.fullmatch(r"[01]+", stripped):  # Debezium writes b'101' as 101
-            number = int(stripped, 2)
-        elif re.fullmatch(r"\d+", stripped):
-            number = int(stripped)
-        else:
-            raise _Inexact(f"BIT {_show(text)} is not a bit value this version converts")
-    width = _int_or_none(column.get("length"))
-    if width is None:
-        raise _Inexact(f"BIT {_show(text)}: the column's length (n of BIT(n)) is not known")
-    if number >= 2**width:
-        raise _Inexact(f"BIT {_show(text)} does not fit BIT({width})")
-    return _hex_sql(number.to_bytes((width + 7) // 8, "big"))
 
 
 def _string_sql(text: str, column: dict[str, Any], spec: ColumnSpec) -> str:
     base = _base_type(column)
     if base in _DECIMAL_TYPES:  # decimal.handling.mode=string: the decimal text with the scale's digits
         scale = _int_or_none(column.get("scale")) or 0
-        return _cast(_decimal_text(_number(text), _int_or_none(column.get("length")), scale), spec.iceberg_type)
+        return _cast(decimal_text(number(text), _int_or_none(column.get("length")), scale), spec.iceberg_type)
     if base in _BINARY_TYPES:  # binary.handling.mode base64 or hex: its text form of the bytes
         if _binary_bytes(text, column):
             raise _Inexact(
-                f"{_show(text)} of a {base} column stored as text (binary.handling.mode base64 or hex): "
+                f"{ddl_text(text)} of a {base} column stored as text (binary.handling.mode base64 or hex): "
                 "the mode is not known here"
             )
         return _cast("", spec.iceberg_type)
-    value = _unquote(text)
+    value = unquote(text)
     if base in ("CHAR", "NCHAR", "CHARACTER", "NATIONAL"):
         value = value.rstrip(" ")  # MySQL strips a CHAR's trailing spaces when it reads it
     return _cast(value, spec.iceberg_type)
@@ -602,38 +372,39 @@ def _literal_sql(text: str, column: dict[str, Any], spec: ColumnSpec) -> str | N
             _cast("NULL", spec.iceberg_type),
         )
     if encoding in SPATIAL_ENCODINGS or spec.iceberg_type.startswith("struct"):
-        raise _Inexact(f"DEFAULT {_show(text)} of a spatial column is not converted")
+        raise _Inexact(f"DEFAULT {ddl_text(text)} of a spatial column is not converted")
     if encoding.startswith(DECIMAL + "("):
         return _decimal_sql(text, encoding, spec)
     if encoding == _YEAR:
-        return _year_sql(text, spec)
+        return _cast(str(year(text)), spec.iceberg_type)
     if encoding in _INTEGER_ENCODINGS:
-        return _integer_sql(_number(text), spec)
+        return _integer_sql(number(text), spec)
     if encoding in _FLOAT_ENCODINGS:
         return _float_sql(text, column, spec)
     if encoding == "boolean":
-        return _boolean_sql(text)
+        return "TRUE" if number(text) != 0 else "FALSE"
     if encoding in _DATE_ENCODINGS:
-        return _date_sql(text, column, spec)
+        return _cast(date_value(text).isoformat(), spec.iceberg_type)
     if encoding in _TIMESTAMP_ENCODINGS:
-        return _timestamp_sql(text, column, spec, encoding)
+        moment = datetime_value(text, _fsp(column), millis=encoding in _MILLIS_ENCODINGS)
+        return _cast(moment.isoformat(sep=" "), spec.iceberg_type)
     if encoding == _ZONED_TIMESTAMP:
         return _zoned_timestamp_sql(text, column, spec, encoding)
     if encoding in TIME_ENCODINGS:
-        return _cast(str(_time_us(text, column, encoding)), spec.iceberg_type)
+        return _cast(str(time_us(text, _fsp(column), millis=encoding in _MILLIS_ENCODINGS)), spec.iceberg_type)
     if encoding == _ENUM:
-        return _enum_sql(text, column, spec)
+        return _cast(enum_value(text, _enum_values(column)), spec.iceberg_type)
     if encoding == _ENUM_SET:
-        return _set_sql(text, column, spec)
+        return _cast(set_value(text, _enum_values(column)), spec.iceberg_type)
     if encoding == _JSON:
-        return _cast(_unquote(text), spec.iceberg_type)
+        return _cast(unquote(text), spec.iceberg_type)
     if encoding == _BITS:
-        return _bits_sql(text, column)
+        return _hex_sql(bit_value(text, _int_or_none(column.get("length"))))
     if encoding == "bytes":
         return _hex_sql(_binary_bytes(text, column))
     if encoding == "string":
         return _string_sql(text, column, spec)
-    raise _Inexact(f"DEFAULT {_show(text)} of a column encoded {encoding}: not converted by this version")
+    raise _Inexact(f"DEFAULT {ddl_text(text)} of a column encoded {encoding}: not converted by this version")
 
 
 # --- implicit defaults ---------------------------------------------------------------------------
@@ -662,7 +433,7 @@ def _implicit_sql(column: dict[str, Any], spec: ColumnSpec) -> tuple[str, str]:
     if encoding.startswith(DECIMAL + "("):
         dec = parse_decimal_encoding(encoding)
         scale = dec[1] if dec is not None else 0
-        zero = _plain(_round(Decimal(0), max(scale, 0)))
+        zero = plain(round_half_up(Decimal(0), max(scale, 0)))
         return _cast(zero, spec.iceberg_type), zero
     if encoding in _INTEGER_ENCODINGS or encoding in TIME_ENCODINGS:
         return _cast("0", spec.iceberg_type), "0" if encoding in _INTEGER_ENCODINGS else "'00:00:00' (0 microseconds)"
@@ -688,7 +459,7 @@ def _implicit_sql(column: dict[str, Any], spec: ColumnSpec) -> tuple[str, str]:
     if encoding == "string":
         if base in _DECIMAL_TYPES:
             scale = _int_or_none(column.get("scale")) or 0
-            zero = _plain(_round(Decimal(0), scale))
+            zero = plain(round_half_up(Decimal(0), scale))
             return _cast(zero, spec.iceberg_type), zero
         if base in _BINARY_TYPES and _binary_bytes("", column):
             raise _Inexact(
@@ -700,11 +471,6 @@ def _implicit_sql(column: dict[str, Any], spec: ColumnSpec) -> tuple[str, str]:
 
 
 # --- the entry point -----------------------------------------------------------------------------
-
-
-def _optional(column: dict[str, Any], spec: ColumnSpec) -> bool:
-    optional = column.get("optional")
-    return bool(optional) if optional is not None else not spec.required
 
 
 def added_column_default(column: dict[str, Any], spec: ColumnSpec) -> ColumnDefault:
@@ -738,7 +504,7 @@ def added_column_default(column: dict[str, Any], spec: ColumnSpec) -> ColumnDefa
         if expression is not None:
             text = str(expression)
             sql = _literal_sql(text, column, spec)
-            return ColumnDefault(name, sql, True, f"DEFAULT {_show(text.strip())}")
+            return ColumnDefault(name, sql, True, f"DEFAULT {ddl_text(text.strip())}")
         if has_default:
             raise _Inexact(
                 "DEFAULT (expression): Debezium sends no text for it; computed by the source at ALTER time; "
@@ -750,3 +516,8 @@ def added_column_default(column: dict[str, Any], spec: ColumnSpec) -> ColumnDefa
         return ColumnDefault(name, sql, True, f"implicit default of a NOT NULL {label} column: {value}")
     except _Inexact as e:
         return ColumnDefault(name, e.sql, False, e.why)
+    except ZeroDate as e:
+        zero = _zero_date(spec, column, e.what)
+        return ColumnDefault(name, zero.sql, False, zero.why)
+    except LiteralError as e:
+        return ColumnDefault(name, None, False, str(e))

@@ -26,6 +26,7 @@ cannot be used.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +40,16 @@ ORDERINGS = ("binlog", "gtid")
 """How events are ordered: by binlog coordinates (the default) or by MariaDB GTID sequence."""
 
 MARIADB_GTID_PATTERN = r"^([0-9]+)-([0-9]+)-([0-9]+)$"
-"""A MariaDB GTID ``<domain>-<server>-<sequence>``; groups 1-3. Shared with the Spark job."""
+"""A MariaDB GTID ``<domain>-<server>-<sequence>``: groups :data:`GTID_DOMAIN_GROUP`,
+:data:`GTID_SERVER_GROUP` and :data:`GTID_SEQUENCE_GROUP`. Shared with the Spark codec
+(:mod:`cdclake.spark.positions`)."""
+
+GTID_DOMAIN_GROUP = 1
+GTID_SERVER_GROUP = 2
+GTID_SEQUENCE_GROUP = 3
+
+MYSQL_GTID_SEPARATOR = ":"
+"""Separates a MySQL GTID's source (the server UUID) from its transaction numbers."""
 
 _MARIADB_GTID = re.compile(MARIADB_GTID_PATTERN)
 
@@ -71,13 +81,35 @@ def split_binlog_file(name: str) -> tuple[str, int]:
 
 
 def parse_mariadb_gtid(gtid: str) -> tuple[int, int, int] | None:
-    """``(domain, server, sequence)`` of a MariaDB GTID, ``None`` for anything else (a MySQL GTID).
+    """``(domain, server, sequence)`` of a MariaDB GTID (white space around it ignored), ``None``
+    for anything else (a MySQL GTID).
 
     >>> parse_mariadb_gtid("0-223344-164")
     (0, 223344, 164)
     """
     m = _MARIADB_GTID.match(gtid.strip())
-    return None if m is None else (int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    if m is None:
+        return None
+    return int(m.group(GTID_DOMAIN_GROUP)), int(m.group(GTID_SERVER_GROUP)), int(m.group(GTID_SEQUENCE_GROUP))
+
+
+def gtid_source(gtid: str | None) -> str | None:
+    """The source part of a GTID, which names the binlog history it belongs to
+    (:class:`~cdclake.model.convergence.SourceIdentity`): a MySQL GTID ``<uuid>:<n>`` (or an
+    interval set) -> the server UUID, spaces around it stripped; a MariaDB GTID ``0-1-123`` (as
+    written, without spaces around it) -> ``<domain>-<server>`` ``0-1``; anything else (``None``,
+    empty, malformed) -> ``None``. The Spark column of the same rule is
+    :func:`cdclake.spark.positions.gtid_source`.
+
+    >>> gtid_source("0-184054-1234")
+    '0-184054'
+    """
+    if not gtid:
+        return None
+    if MYSQL_GTID_SEPARATOR in gtid:
+        return gtid.split(MYSQL_GTID_SEPARATOR, 1)[0].strip(" ")  # as Spark's trim: spaces only
+    m = _MARIADB_GTID.match(gtid)
+    return None if m is None else f"{m.group(GTID_DOMAIN_GROUP)}-{m.group(GTID_SERVER_GROUP)}"
 
 
 def is_snapshot_read(op: str, snapshot: Any) -> bool:
@@ -126,7 +158,7 @@ class BinlogPosition:
                 raise ValueError(f"source.gtid {gtid!r} is not a MariaDB GTID <domain>-<server>-<sequence>")
             seq = parsed[2] if parsed else NO_GTID
         row = source.get("row") or 0
-        rank = 0 if is_snapshot_read(op, source.get("snapshot")) else 1
+        rank = SNAPSHOT_RANK if is_snapshot_read(op, source.get("snapshot")) else CHANGE_RANK
         return cls(seq, pos, int(row), rank)
 
     def to_text(self) -> str:
@@ -151,3 +183,75 @@ class BinlogPosition:
         """``<file seq>:<pos>:<row>``: the event part of the position, without the rank
         (``cdc.first-position``, ``cdc.last-position``)."""
         return f"{self.file_seq}:{self.pos}:{self.row}"
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any], ordering: str, *, change: bool = False) -> BinlogPosition:
+        """The position of the event that wrote a lake row (or a tombstone, ``change=True``),
+        read from its metadata columns by :func:`position_parts` (a missing column reads as NULL).
+
+        Raises:
+            ValueError: an unknown ``ordering``.
+        """
+        return cls(*(part.read(row) for part in position_parts(ordering, change=change)))
+
+
+SNAPSHOT_RANK = 0
+"""Change rank of a snapshot read: below a change at the same position."""
+
+CHANGE_RANK = 1
+"""Change rank of a change (``c``/``u``/``d``/``t``)."""
+
+
+@dataclass(frozen=True)
+class PositionPart:
+    """One component of a row's position, read from one of its metadata columns
+    (:data:`cdclake.model.layout.METADATA_COLUMNS`, :data:`~cdclake.model.layout.TOMBSTONE_COLUMNS`).
+
+    Every engine's codec is generated from these parts: the Python reading (:meth:`read`,
+    :meth:`BinlogPosition.from_row`), Spark columns and SQL (:mod:`cdclake.spark.positions`) and
+    pyiceberg row filters (:mod:`cdclake.io.positions`).
+
+    Attributes:
+        field: the :class:`BinlogPosition` attribute (also the field name of Spark's struct).
+        column: the metadata column read; ``None``: none, the part is always ``if_null``.
+        if_null: the value of a NULL column; for a boolean column (``when_true``), of false too.
+        bits: the width of the value: 64 (Iceberg ``long``, Spark ``bigint``) or 32 (``int``).
+        when_true: for a boolean column, the value when it is true; ``None`` for an integer column.
+    """
+
+    field: str
+    column: str | None
+    if_null: int
+    bits: int
+    when_true: int | None = None
+
+    def read(self, row: Mapping[str, Any]) -> int:
+        """This part's value in ``row`` (column name -> value; ``None`` or absent: NULL)."""
+        value = row.get(self.column) if self.column is not None else None
+        if self.when_true is not None:
+            return self.when_true if value is True else self.if_null
+        return self.if_null if value is None else int(value)
+
+
+def position_parts(ordering: str, *, change: bool = False) -> tuple[PositionPart, ...]:
+    """The order of rows by the position of the event that wrote them: the parts of
+    :class:`BinlogPosition`, in sort order, over a row's metadata columns.
+
+    The first part is the binlog file's sequence number (``_cdc_binlog_file_seq``), or under
+    ``ordering`` ``gtid`` the GTID's (``_cdc_gtid_seq``); a row without one reads
+    :data:`NO_GTID`. ``pos`` and ``row`` read -1 when NULL. The change rank is
+    :data:`SNAPSHOT_RANK` when ``_cdc_snapshot`` is true, else :data:`CHANGE_RANK`; with
+    ``change=True`` always :data:`CHANGE_RANK` (a tombstone records a delete, which is a change,
+    and its table has no ``_cdc_snapshot``).
+
+    Raises:
+        ValueError: an ``ordering`` not in :data:`ORDERINGS`.
+    """
+    if ordering not in ORDERINGS:
+        raise ValueError(f"ordering {ordering!r} is not one of {ORDERINGS}")
+    return (
+        PositionPart("file_seq", "_cdc_gtid_seq" if ordering == "gtid" else "_cdc_binlog_file_seq", NO_GTID, 64),
+        PositionPart("pos", "_cdc_binlog_pos", -1, 64),
+        PositionPart("row", "_cdc_binlog_row", -1, 32),
+        PositionPart("change_rank", None if change else "_cdc_snapshot", CHANGE_RANK, 32, when_true=SNAPSHOT_RANK),
+    )

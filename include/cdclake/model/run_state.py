@@ -1,48 +1,26 @@
-"""The state a CDC table carries from run to run, and the decisions one run makes (pure: no Spark,
+"""The state a CDC table carries from run to run, and the statistics of one batch (pure: no Spark,
 no Kafka, no catalog).
 
-An apply run is ``read -> parse -> stats -> decide -> write -> commit`` (:mod:`cdclake.spark.apply`).
-This module is the *decide*: given the table's :class:`CommittedState` (decoded from the snapshot
-summary of its newest CDC commit), the :class:`BatchStats` of the batch (one statistics pass) and the
-:class:`~cdclake.model.plan.RunPlan`, :func:`decide` returns the :class:`RunDecision`: which floors
-discard which events, whether the source identity still holds, the highest position, the full
-snapshot's progress or completion (:mod:`cdclake.model.convergence`), the column defaults to fill in,
-and the snapshot summary of the commit, in which :meth:`CommittedState.to_summary` encodes the state
-that :meth:`CommittedState.from_summary` decodes (the carry-forward rules live here and nowhere else).
-
-The few facts a decision needs from Kafka or the catalog (watermarks, offsets for a time, open
-quarantine records, where a changed identity starts) are asked through :class:`RunLookups`, and only
-when the batch makes the question arise.
-
-Rules: ``docs/architecture.md``, "The apply contract".
+:class:`CommittedState` is what the snapshot summary of a table's newest CDC commit records:
+:meth:`CommittedState.from_summary` decodes it and :meth:`CommittedState.to_summary` encodes it, so
+its carry-forward rules live here and nowhere else (keys: :class:`~cdclake.model.layout.SummaryKeys`).
+:class:`BatchStats` is what one statistics pass over a batch found
+(:func:`cdclake.spark.stats.batch_stats`). :mod:`cdclake.model.decision` decides a run from both.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import NamedTuple, Protocol
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
-from cdclake.errors import ConcurrentRunError, PositionOrderError, SchemaError
-from cdclake.model.config import TableConfig
 from cdclake.model.convergence import (
-    BatchSnapshot,
     SnapshotProgress,
     SourceIdentity,
-    advance_snapshot,
-    identity_changes,
-    merge_identities,
-    pending_partitions,
-    progress_after_completion,
 )
-from cdclake.model.layout import COLUMN_DEFAULTS_PROPERTY, SummaryKeys
+from cdclake.model.layout import SummaryKeys
 from cdclake.model.offsets import Offsets, decode_offsets, encode_offsets
-from cdclake.model.plan import RunPlan
 from cdclake.model.position import BinlogPosition
-
-log = logging.getLogger(__name__)
 
 APPLIED_OPS = ("c", "u", "d", "r", "t")
 """The Debezium ops an apply counts one by one (create, update, delete, read, truncate)."""
@@ -57,7 +35,6 @@ class CommittedState:
             ``None`` for a table without snapshots.
         offsets: the end offsets of the newest CDC commit, ``None`` when it never committed.
         truncate_floor: the newest truncate applied; events at or below it are discarded.
-        binlog_basename: the binlog basename of the events applied so far.
         snapshot_floor: the newest complete full snapshot; events below it are discarded.
         snapshot: the full snapshot in progress, if any.
         identity: the source identity of the events applied so far.
@@ -70,7 +47,6 @@ class CommittedState:
     snapshot_id: int | None
     offsets: Offsets | None = None
     truncate_floor: BinlogPosition | None = None
-    binlog_basename: str | None = None
     snapshot_floor: BinlogPosition | None = None
     snapshot: SnapshotProgress | None = None
     identity: SourceIdentity | None = None
@@ -95,7 +71,6 @@ class CommittedState:
             snapshot_id,
             decode_offsets(end) if end is not None else None,
             _position(summary, SummaryKeys.TRUNCATE_FLOOR),
-            summary.get(SummaryKeys.BINLOG_BASENAME),
             _position(summary, SummaryKeys.SNAPSHOT_FLOOR),
             SnapshotProgress.from_json(snapshot) if snapshot else None,
             SourceIdentity.from_json(identity) if identity else None,
@@ -115,8 +90,8 @@ class CommittedState:
             out[SummaryKeys.TRUNCATE_FLOOR] = self.truncate_floor.to_text()
         if self.identity is not None:
             out[SummaryKeys.SOURCE_IDENTITY] = self.identity.to_json()
-        if self.binlog_basename is not None:
-            out[SummaryKeys.BINLOG_BASENAME] = self.binlog_basename
+            if self.identity.basename is not None:  # the basename alone (docs/architecture.md)
+                out[SummaryKeys.BINLOG_BASENAME] = self.identity.basename
         if self.high_position is not None:
             out[SummaryKeys.HIGH_POSITION] = self.high_position.to_text()
         if self.high_position_ts is not None:
@@ -237,378 +212,3 @@ class ColumnDefault(NamedTuple):
     """Position of the ``ALTER TABLE ... ADD COLUMN``."""
     sql: str
     """Spark SQL of the default value."""
-
-
-class RunLookups(Protocol):
-    """The facts a decision may need from outside (Kafka, the catalog, Spark), asked lazily."""
-
-    def first_offsets_outside(self, known: SourceIdentity) -> Mapping[int, int]:
-        """Per partition, the first offset of a batch event whose identity differs from ``known``."""
-        ...
-
-    def high_watermarks(self) -> Offsets:
-        """The table's topic's high watermarks now."""
-        ...
-
-    def offsets_after(self, timestamp_ms: int) -> Mapping[int, int]:
-        """Per partition, the first offset stamped at or after ``timestamp_ms`` (the high
-        watermark where none is)."""
-        ...
-
-    def open_quarantine(self) -> int:
-        """Records of the table open in the quarantine."""
-        ...
-
-    def now_ms(self) -> int:
-        """The time now (epoch ms)."""
-        ...
-
-
-@dataclass(frozen=True)
-class Convergence:
-    """The full-snapshot rule's outcome for one batch (:mod:`cdclake.model.convergence`).
-
-    Attributes:
-        snapshot_floor: events below it are discarded (the newest complete full snapshot).
-        completed: the position of the snapshot this commit completes (rows and tombstones below
-            it are deleted), else ``None``.
-        progress: the snapshot still in progress after this commit.
-    """
-
-    snapshot_floor: BinlogPosition | None
-    completed: BinlogPosition | None = None
-    progress: SnapshotProgress | None = None
-
-
-@dataclass(frozen=True)
-class RunDecision:
-    """What one run writes, decided before anything is written.
-
-    Attributes:
-        state: the state the commit records (its ``snapshot_id`` is the run's base snapshot).
-        truncate: the batch's newest truncate, whose rows below it the merge deletes.
-        completed: the full snapshot this commit completes (rows below it that the batch does not
-            rewrite are deleted, and tombstones below it dropped), else ``None``.
-        backfill: columns whose default is filled, in this commit, into the rows below the ALTER.
-        summary: the commit's snapshot-summary properties, but for
-            :attr:`~cdclake.model.layout.SummaryKeys.SNAPSHOT_COMPLETED` (it counts rows the write
-            deletes).
-    """
-
-    state: CommittedState
-    truncate: BinlogPosition | None
-    completed: BinlogPosition | None
-    backfill: Mapping[str, ColumnDefault]
-    summary: Mapping[str, str]
-
-
-def check_start(state: CommittedState | None, plan: RunPlan) -> bool:
-    """Whether the run applies its range: the table's committed offsets must be the range's start
-    (or the table has none, or the run is a manual replay, which starts wherever the operator said).
-
-    Returns:
-        ``True`` to apply; ``False`` when the table is at the range's end already (an Airflow retry
-        after the commit: nothing to do).
-
-    Raises:
-        ConcurrentRunError: the committed offsets are neither the range's start nor its end.
-    """
-    if state is None or state.offsets is None or plan.replay or state.offsets == plan.range.start:
-        return True
-    if state.offsets == plan.range.end:
-        return False
-    raise ConcurrentRunError(
-        f"table {plan.table.identifier}: committed offsets {encode_offsets(state.offsets)} are not "
-        f"this run's start {encode_offsets(plan.range.start)}; another run committed "
-        "in between. Nothing was committed; the next run plans from the table's offsets."
-    )
-
-
-def check_columns(stats: BatchStats, cfg: TableConfig) -> None:
-    """Stop when an event's row image has a column the Iceberg table lacks (its schema change
-    was not synced): parsing would drop the column silently.
-
-    Raises:
-        SchemaError: names the topic, partition, offset and column of the first such event.
-    """
-    first = stats.unknown_column
-    if first is not None:
-        raise SchemaError(
-            f"topic {cfg.topic!r} partition {first.partition} offset {first.offset}: the event has "
-            f"column {first.column!r}, which Iceberg table {cfg.identifier} lacks (its schema change "
-            f"was not applied; schema-change topic {cfg.schema_change_topic!r}). Nothing was committed "
-            "and the offsets did not move; the column is never dropped silently."
-        )
-
-
-def starting_state(committed: CommittedState, plan: RunPlan) -> CommittedState:
-    """The state the run's decisions start from: the committed one, or, for a run that accepts a
-    new binlog history, :meth:`CommittedState.accepting_new_history`."""
-    return committed.accepting_new_history() if plan.accept_source_change else committed
-
-
-def column_defaults(properties: Mapping[str, str], columns: Iterable[str], plan: RunPlan) -> dict[str, ColumnDefault]:
-    """``{column: ColumnDefault}`` of the table's columns added with a default the lake knows exactly
-    (table property ``cdc.column-defaults``, written by schema sync); none for a run that accepts a
-    new binlog history (their ALTER positions belong to the old history)."""
-    if plan.accept_source_change:
-        return {}
-    entries = json.loads(properties.get(COLUMN_DEFAULTS_PROPERTY, "{}"))
-    names = set(columns)
-    return {
-        c: ColumnDefault(BinlogPosition.from_text(e["position"]), e["sql"])
-        for c, e in entries.items()
-        if e.get("sql") and e.get("exact") and c in names
-    }
-
-
-def decide(
-    committed: CommittedState,
-    stats: BatchStats,
-    plan: RunPlan,
-    *,
-    defaults: Mapping[str, ColumnDefault],
-    snapshots: Sequence[BatchSnapshot],
-    lookups: RunLookups,
-) -> RunDecision:
-    """Decide everything one run writes (see the module docstring).
-
-    Args:
-        committed: the table's committed state, read when the run started.
-        stats: the batch's statistics.
-        plan: the run plan.
-        defaults: :func:`column_defaults`.
-        snapshots: the batch's full-snapshot records, one group per snapshot position (upsert
-            tables; empty when ``stats.full_snapshot_reads`` is 0).
-        lookups: where the outside facts come from.
-
-    Raises:
-        PositionOrderError: the events come from another binlog history than the table's; a GTID
-            table meets an event without a MariaDB GTID; a forward run meets a full snapshot below
-            the table's highest applied position.
-    """
-    cfg = plan.table
-    state = starting_state(committed, plan)
-    identity = _identity_after(state, stats, plan, lookups)
-    floors = [p for p in (state.truncate_floor, stats.truncate) if p is not None]
-    floor = max(floors) if floors else None
-    if cfg.write_mode == "upsert":
-        conv = converge(state, snapshots, plan, lookups)
-    else:
-        conv = Convergence(state.snapshot_floor)
-    high = _high_after(state, stats)
-    backfill = {
-        c: d for c, d in defaults.items() if state.defaults_position is None or d.position > state.defaults_position
-    }
-    done = [p for p in [state.defaults_position, *(d.position for d in backfill.values())] if p is not None]
-    most = dict(committed.max_offsets or {})
-    for p, o in plan.range.end.items():
-        most[p] = max(o, most.get(p, 0))
-    after = CommittedState(
-        snapshot_id=state.snapshot_id,
-        offsets=plan.range.end,
-        truncate_floor=floor,
-        binlog_basename=identity.basename if identity is not None else None,
-        snapshot_floor=conv.snapshot_floor,
-        snapshot=conv.progress,
-        identity=identity,
-        high_position=high[0] if high is not None else None,
-        defaults_position=max(done) if done else None,
-        max_offsets=most,
-        high_position_ts=high[1] if high is not None else None,
-    )
-    summary = {**_run_summary(plan, stats), **after.to_summary()}
-    if plan.accept_source_change:
-        summary[SummaryKeys.SOURCE_CHANGE_ACCEPTED] = json.dumps(
-            {
-                "identity": committed.identity.to_json() if committed.identity else None,
-                "high_position": committed.high_position.to_text() if committed.high_position else None,
-            }
-        )
-    return RunDecision(after, stats.truncate, conv.completed, backfill, summary)
-
-
-def _run_summary(plan: RunPlan, stats: BatchStats) -> dict[str, str]:
-    """The summary properties that describe the run itself (not carried forward)."""
-    ops = dict(stats.ops)
-    out = {
-        SummaryKeys.TOPIC: plan.table.topic,
-        SummaryKeys.START_OFFSETS: encode_offsets(plan.range.start),
-        SummaryKeys.RUN_ID: plan.run_id,
-        SummaryKeys.EVENTS: str(stats.events),
-        SummaryKeys.TOMBSTONES: str(stats.tombstones),
-        SummaryKeys.UPSERTS: str(sum(v for k, v in ops.items() if k in ("c", "u", "r"))),
-        SummaryKeys.DELETES: str(ops.get("d", 0)),
-        SummaryKeys.OPS: json.dumps(ops, sort_keys=True),
-        SummaryKeys.QUARANTINED: str(stats.quarantined),
-    }
-    if stats.last_source_ts_ms is not None:
-        out[SummaryKeys.LAST_SOURCE_TIMESTAMP] = str(stats.last_source_ts_ms)
-    if plan.replay:
-        out[SummaryKeys.REPLAY] = "true"
-    if stats.first is not None and stats.last is not None:
-        out[SummaryKeys.FIRST_POSITION] = stats.first.to_event_text()
-        out[SummaryKeys.LAST_POSITION] = stats.last.to_event_text()
-    return out
-
-
-def _high_after(state: CommittedState, stats: BatchStats) -> tuple[BinlogPosition, int] | None:
-    """The greatest position applied after this batch, with the Kafka timestamp of its record."""
-    known = (state.high_position, state.high_position_ts or 0) if state.high_position is not None else None
-    if stats.high is None:
-        return known
-    batch = (stats.high, stats.high_timestamp_ms or 0)
-    if known is None or batch[0] > known[0]:
-        return batch
-    return known
-
-
-def accept_remedy(plan: RunPlan, first: Mapping[int, int]) -> str:
-    """The operator's way out of a binlog-history change (docs/operations.md, "A new binlog history"):
-    a replay from ``first`` (per partition, the first record of the new history; the range's end
-    elsewhere) that accepts the new history."""
-    offsets = {str(p): o for p, o in sorted({**plan.range.end, **first}.items())}
-    return (
-        "To go on with the new history, trigger this table's DAG with "
-        f'{{"accept_source_change": true, "replay_from_offsets": {json.dumps(offsets)}}} (the first record '
-        "of the new history in each partition; the old history's rows stay readable until a full snapshot "
-        "of the new history completes), then, unless the connector took a new snapshot itself, re-snapshot "
-        "the table with the cdc_snapshot_bootstrap DAG (snapshot_type blocking)."
-    )
-
-
-def _identity_after(
-    state: CommittedState, stats: BatchStats, plan: RunPlan, lookups: RunLookups
-) -> SourceIdentity | None:
-    """The table's source identity after this batch; positions of different binlog histories are
-    not comparable.
-
-    Raises:
-        PositionOrderError: under GTID ordering, a change event without a MariaDB GTID; events from
-            another server, binlog basename or GTID source than the table's (or from several): names
-            what changed, where the first such record of each partition is, and the remedy.
-    """
-    cfg = plan.table
-    missing = stats.gtid_missing
-    if cfg.ordering == "gtid" and missing is not None:
-        raise PositionOrderError(
-            f"topic {cfg.topic!r} partition {missing.partition} offset {missing.offset}: the table is ordered "
-            f"by GTID (ordering: gtid), but this op {missing.op!r} event's source.gtid is {missing.gtid!r}, not a "
-            "MariaDB GTID <domain>-<server>-<sequence>. GTID ordering needs a MariaDB source with GTIDs (MySQL "
-            "GTIDs have no order across servers); set ordering: binlog for this source. Nothing was committed."
-        )
-    changes = identity_changes(state.identity, stats.identities)
-    if changes:
-        known = state.identity
-        first = lookups.first_offsets_outside(known) if known is not None else {}
-        raise PositionOrderError(
-            f"topic {cfg.topic!r}: the events come from another binlog history than the table's "
-            f"({'; '.join(changes)}): a failover to another server, or a new binlog. Positions of "
-            "different binlog histories are not comparable, so nothing was committed. " + accept_remedy(plan, first)
-        )
-    return merge_identities(state.identity, stats.identities)
-
-
-def converge(
-    state: CommittedState, snapshots: Sequence[BatchSnapshot], plan: RunPlan, lookups: RunLookups
-) -> Convergence:
-    """Apply the full-snapshot rule to this batch (:mod:`cdclake.model.convergence`): fold the batch's
-    full-snapshot records into the snapshot in progress, and complete the newest snapshot whose end
-    record is applied and whose partitions are done (:func:`~cdclake.model.convergence.pending_partitions`),
-    unless records of the table are open in the quarantine.
-
-    Raises:
-        PositionOrderError: a forward run meets a full snapshot below the table's highest applied
-            position: the source's binlog positions started over (``RESET MASTER``, another server).
-    """
-    cfg = plan.table
-    if not plan.replay and state.high_position is not None:
-        _check_snapshots_above_high(state, snapshots, plan)
-    step = advance_snapshot(state.snapshot, snapshots, state.snapshot_floor)
-    for note in step.notes:
-        log.info("table %s: %s", cfg.identifier, note)
-    progress = step.progress
-    if not cfg.authoritative_snapshots:
-        for older in step.ended:
-            log.info(
-                "table %s: %s ended; authoritative_snapshots is false: it deletes no row it did not read",
-                cfg.identifier,
-                older.describe(),
-            )
-        if progress is not None and progress.end is not None:
-            log.info(
-                "table %s: %s ended; authoritative_snapshots is false: it deletes no row it did not read",
-                cfg.identifier,
-                progress.describe(),
-            )
-            progress = None
-        elif progress is not None:
-            progress = replace(progress, ended=())
-        return Convergence(state.snapshot_floor, None, progress)
-    candidates = [p for p in (*step.ended, progress) if p is not None and p.end is not None]
-    if not candidates:
-        if progress is not None:
-            log.info("table %s: %s in progress", cfg.identifier, progress.describe())
-        return Convergence(state.snapshot_floor, None, progress)
-    now_ms = lookups.now_ms()
-    high = lookups.high_watermarks()
-    open_quarantine: int | None = None
-    for candidate in reversed(candidates):  # the newest complete one wins
-        end = candidate.end
-        assert end is not None
-        after = lookups.offsets_after(end.timestamp_ms + 1)
-        first_after = {p: (o if o < high.get(p, 0) else None) for p, o in after.items()}
-        pending = pending_partitions(end, plan.range.end, first_after, high, now_ms)
-        if pending:
-            log.info(
-                "table %s: %s: its end record is applied; waiting for partition(s) %s, which may still hold "
-                "records Debezium sent before it (complete once a later record of theirs is applied, or "
-                "once they were read to their end a minute after it)",
-                cfg.identifier,
-                candidate.describe(),
-                pending,
-            )
-            continue
-        open_quarantine = lookups.open_quarantine() if open_quarantine is None else open_quarantine
-        if open_quarantine:
-            log.warning(
-                "table %s: %s is complete, but %d record(s) of the table are open in the quarantine: rows "
-                "are deleted by it only once they are released",
-                cfg.identifier,
-                candidate.describe(),
-                open_quarantine,
-            )
-            break
-        log.info(
-            "table %s: %s COMPLETE: rows and tombstones below %s that it did not read are deleted in this commit",
-            cfg.identifier,
-            candidate.describe(),
-            candidate.position.to_event_text(),
-        )
-        return Convergence(
-            candidate.position, candidate.position, progress_after_completion(progress, candidate.position)
-        )
-    return Convergence(state.snapshot_floor, None, progress)
-
-
-def _check_snapshots_above_high(state: CommittedState, snapshots: Sequence[BatchSnapshot], plan: RunPlan) -> None:
-    """A full snapshot first produced after the table's highest position was applied, at a lower
-    position, not the one in progress and above the snapshot floor, means the positions started over.
-
-    Raises:
-        PositionOrderError: names the snapshot's position, where its first records are, and the remedy.
-    """
-    high = state.high_position
-    assert high is not None
-    in_progress = state.snapshot.position if state.snapshot else None
-    for g in snapshots:
-        above_floor = state.snapshot_floor is None or g.position > state.snapshot_floor
-        produced_after_high = g.first_timestamp_ms > (state.high_position_ts or 0)
-        if g.unseen and produced_after_high and above_floor and g.position != in_progress and g.position < high:
-            raise PositionOrderError(
-                f"topic {plan.table.topic!r}: a full snapshot at binlog position {g.position.to_event_text()} "
-                f"(partition/offset of its first records: {dict(sorted(g.first_offsets.items()))}) is below "
-                f"the table's highest applied position {high.to_event_text()}: the source's "
-                "binlog positions started over (RESET MASTER, or another server). Nothing was committed. "
-                + accept_remedy(plan, dict(g.first_offsets))
-            )

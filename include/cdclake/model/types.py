@@ -126,7 +126,7 @@ SPATIAL_ENCODINGS = frozenset(
     }
 )
 
-_PRIMITIVES = {
+CONNECT_PRIMITIVES = {
     "int8": "int",
     "int16": "int",
     "int32": "int",
@@ -139,6 +139,7 @@ _PRIMITIVES = {
     "string": "string",
     "bytes": "binary",
 }
+"""Connect primitive type -> the Iceberg type of a column it carries without a semantic type."""
 
 _SEMANTIC: dict[str, tuple[frozenset[str], str]] = {
     # semantic type -> (Connect types it may carry, Iceberg type)
@@ -265,8 +266,8 @@ def iceberg_type_of_encoding(encoding: str) -> str:
         return _decimal_iceberg_type(*dec)
     if encoding in _SEMANTIC:
         return _SEMANTIC[encoding][1]
-    if encoding in _PRIMITIVES:
-        return _PRIMITIVES[encoding]
+    if encoding in CONNECT_PRIMITIVES:
+        return CONNECT_PRIMITIVES[encoding]
     raise SchemaError(f"unknown column encoding {encoding!r}")
 
 
@@ -320,7 +321,7 @@ def column_from_connect(field: dict[str, Any]) -> ColumnSpec:
             )
         encoding = semantic
     else:
-        primitive = _PRIMITIVES.get(ctype)
+        primitive = CONNECT_PRIMITIVES.get(ctype)
         if primitive is None:
             raise SchemaError(f"column {name!r}: Connect type {ctype!r} is not supported")
         iceberg, encoding = primitive, ctype

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cdclake.errors import TopicNotFoundError
-from cdclake.io.catalog import iceberg_type, load_table_or_none
+from cdclake.io.catalog import ancestry, iceberg_type, load_table_or_none
 from cdclake.io.kafka import KafkaClients, read_partition, topic_watermarks
 from cdclake.model.ddl import ddl_effects
 from cdclake.model.layout import SCHEMA_INDEX_OFFSETS_KEY, SIDE_TABLE_PROPERTIES
@@ -166,14 +166,8 @@ def indexed_offsets(table: Table) -> dict[str, dict[int, int]]:
     """``{topic: {partition: next offset}}`` indexed so far: the summary of the newest snapshot in
     the current snapshot's ancestry that carries :data:`SCHEMA_INDEX_OFFSETS_KEY` (a maintenance
     snapshot, which adds no record, is walked past); ``{}`` for an empty index."""
-    from pyiceberg.table.snapshots import ancestors_of
-
-    current = table.current_snapshot()
-    if current is None:
-        return {}
-    for snapshot in ancestors_of(current, table.metadata):
-        summary = snapshot.summary.additional_properties if snapshot.summary is not None else {}
-        text = summary.get(SCHEMA_INDEX_OFFSETS_KEY)
+    for _, _, summary in ancestry(table):
+        text = None if summary is None else summary.get(SCHEMA_INDEX_OFFSETS_KEY)
         if text is not None:
             doc = json.loads(text)
             return {topic: {int(p): int(o) for p, o in offsets.items()} for topic, offsets in doc.items()}

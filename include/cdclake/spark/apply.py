@@ -3,7 +3,7 @@
 This is the apply contract (``docs/architecture.md``, "The apply contract"), as
 ``read -> parse -> stats -> decide -> write -> commit``; each step lives in the module named:
 
-1. **Start check** (:func:`cdclake.model.run_state.check_start`). The table's committed offsets
+1. **Start check** (:func:`cdclake.model.decision.check_start`). The table's committed offsets
    must be the range's start; if they are its end, the range is already applied (an Airflow retry
    after the commit) and nothing happens; anything else is another run's commit
    (:class:`~cdclake.errors.ConcurrentRunError`). A manual replay (``plan.replay``) starts wherever
@@ -15,7 +15,7 @@ This is the apply contract (``docs/architecture.md``, "The apply contract"), as
    :class:`~cdclake.model.run_state.BatchStats`.
 5. **Bad records** (:mod:`cdclake.spark.quarantine`): quarantined with the records of their key
    held back behind them, or the run fails naming them (``bad_records: fail``).
-6. **Decide** (:func:`cdclake.model.run_state.decide`, pure): events are ordered by binlog position
+6. **Decide** (:func:`cdclake.model.decision.decide`, pure): events are ordered by binlog position
    ``(file sequence number, pos, row, change rank)`` (:mod:`cdclake.model.position`), so events of
    another binlog basename or server stop the table (:class:`~cdclake.errors.PositionOrderError`);
    a truncate (``op: t``) at position T becomes the table's *truncate floor*, below which events
@@ -41,6 +41,14 @@ from typing import TYPE_CHECKING
 from cdclake.io.catalog import check_ordering, committed_state, ensure_columns, load_catalog, load_table_or_none
 from cdclake.io.kafka import KafkaClients, offsets_for_time, topic_watermarks
 from cdclake.model.convergence import SourceIdentity
+from cdclake.model.decision import (
+    RunDecision,
+    check_columns,
+    check_start,
+    column_defaults,
+    decide,
+    starting_state,
+)
 from cdclake.model.layout import (
     COLUMN_DEFAULTS_PROPERTY,
     METADATA_COLUMNS,
@@ -51,20 +59,13 @@ from cdclake.model.layout import (
 from cdclake.model.offsets import Offsets
 from cdclake.model.plan import RunPlan
 from cdclake.model.position import BinlogPosition
-from cdclake.model.run_state import (
-    BatchStats,
-    ColumnDefault,
-    RunDecision,
-    check_columns,
-    check_start,
-    column_defaults,
-    decide,
-    starting_state,
-)
+from cdclake.model.run_state import BatchStats, ColumnDefault
 from cdclake.settings import Settings
 from cdclake.spark.commit import commit, demote_rows, merge
 from cdclake.spark.context import ApplyContext, resolve_table, source_columns
-from cdclake.spark.parse import parse_records, position_literal, position_struct, unknown_columns_floor
+from cdclake.spark.names import quote_identifier
+from cdclake.spark.parse import parse_records, unknown_columns_floor
+from cdclake.spark.positions import position_column, position_literal, position_literal_sql, position_sql
 from cdclake.spark.quarantine import bad_batch, split_bad_and_held, write_quarantine
 from cdclake.spark.read import read_range
 from cdclake.spark.reduce import apply_tombstones, reduce_latest
@@ -186,8 +187,8 @@ def apply_range(
 
 
 class _Lookups:
-    """The outside facts :func:`~cdclake.model.run_state.decide` may ask for
-    (:class:`~cdclake.model.run_state.RunLookups`): the batch, the topic, the quarantine."""
+    """The outside facts :func:`~cdclake.model.decision.decide` may ask for
+    (:class:`~cdclake.model.decision.RunLookups`): the batch, the topic, the quarantine."""
 
     def __init__(self, ctx: ApplyContext, good: DataFrame) -> None:
         self._ctx = ctx
@@ -246,7 +247,7 @@ def _fill_defaults(good: DataFrame, defaults: Mapping[str, ColumnDefault]) -> Da
     for column, (position, sql) in defaults.items():
         image = image.withField(
             column,
-            F.when(F.col("position") < F.expr(position_literal(position)), F.expr(sql)).otherwise(image[column]),
+            F.when(F.col("position") < position_literal(position), F.expr(sql)).otherwise(image[column]),
         )
     return good.withColumn("image", image) if defaults else good
 
@@ -273,9 +274,9 @@ def _write(ctx: ApplyContext, good: DataFrame, stats: BatchStats, decision: RunD
     state = decision.state
     rows = good.filter("op <> 't'")
     if state.truncate_floor is not None:
-        rows = rows.filter(F.col("position") > F.expr(position_literal(state.truncate_floor)))
+        rows = rows.filter(F.col("position") > position_literal(state.truncate_floor))
     if state.snapshot_floor is not None:
-        rows = rows.filter(F.col("position") >= F.expr(position_literal(state.snapshot_floor)))
+        rows = rows.filter(F.col("position") >= position_literal(state.snapshot_floor))
     survivors = apply_tombstones(ctx, reduce_latest(rows, ctx.cfg.primary_key), record=bool(stats.ops.get("d")))
     source = survivors.select(*image, *meta_cols).persist(StorageLevel.MEMORY_AND_DISK)
     try:
@@ -301,9 +302,10 @@ def _write(ctx: ApplyContext, good: DataFrame, stats: BatchStats, decision: RunD
                     sql,
                     position.to_event_text(),
                 )
+                name = quote_identifier(column)
                 ctx.spark.sql(
-                    f"UPDATE {target} SET `{column}` = {sql} "
-                    f"WHERE {position_struct(ordering=ctx.cfg.ordering)} < {position_literal(position)} AND NOT (`{column}` <=> {sql})"
+                    f"UPDATE {target} SET {name} = {sql} "
+                    f"WHERE {position_sql(ctx.cfg.ordering)} < {position_literal_sql(position)} AND NOT ({name} <=> {sql})"
                 )
 
         snapshot_id = commit(ctx, properties, write)
@@ -315,12 +317,9 @@ def _write(ctx: ApplyContext, good: DataFrame, stats: BatchStats, decision: RunD
 def _rows_below(ctx: ApplyContext, source: DataFrame, position: BinlogPosition) -> int:
     """Rows of the table below ``position`` whose key the merge source does not hold: the rows a
     completed full snapshot deletes."""
-    from pyspark.sql import functions as F
 
     keys = list(ctx.cfg.primary_key)
-    below = ctx.spark.table(ctx.spark_name()).filter(
-        F.expr(position_struct(ordering=ctx.cfg.ordering)) < F.expr(position_literal(position))
-    )
+    below = ctx.spark.table(ctx.spark_name()).filter(position_column(ctx.cfg.ordering) < position_literal(position))
     if ctx.plan.accept_source_change:
         below = ctx.spark.table(ctx.spark_name())
     return below.select(*keys).join(source.select(*keys), keys, "left_anti").count()
@@ -333,5 +332,5 @@ def _drop_tombstones_below(ctx: ApplyContext, position: BinlogPosition) -> None:
         return
     ctx.spark.sql(
         f"DELETE FROM {ctx.spark_name(TOMBSTONES_SUFFIX)} "
-        f"WHERE {position_struct(change=True, ordering=ctx.cfg.ordering)} < {position_literal(position)}"
+        f"WHERE {position_sql(ctx.cfg.ordering, change=True)} < {position_literal_sql(position)}"
     )

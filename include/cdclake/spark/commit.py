@@ -1,4 +1,4 @@
-"""The commit of one run (Spark + pyiceberg): ``MERGE INTO`` a branch created at the run's base
+"""The commit of one run (Spark + pyiceberg): a merge into a branch created at the run's base
 snapshot, the snapshot summary properties of :class:`~cdclake.model.layout.SummaryKeys` set on
 the Spark session for that commit, then ``main`` fast-forwarded to the branch. The fast-forward is
 Iceberg's optimistic check: it fails if ``main`` moved since the run read it (another run
@@ -18,7 +18,9 @@ from cdclake.errors import ConcurrentRunError
 from cdclake.model.layout import RUN_BRANCH_PREFIX
 from cdclake.model.position import DEMOTED, BinlogPosition
 from cdclake.spark.context import ApplyContext
-from cdclake.spark.parse import position_literal, position_struct
+from cdclake.spark.merge import SOURCE, merge_into, source_column
+from cdclake.spark.names import quote_identifier
+from cdclake.spark.positions import position_column, position_literal
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -76,34 +78,30 @@ def merge(
     truncate: BinlogPosition | None,
     completed_snapshot: BinlogPosition | None = None,
 ) -> None:
-    """The ``MERGE INTO`` of a reduced batch (one row per key) into ``target``: a row is replaced
-    or deleted only by an event at a strictly greater position; a truncate in the batch deletes
-    every row below it, and a full snapshot completed by the batch every row below its position
-    that the batch does not rewrite (:mod:`cdclake.model.convergence`)."""
-
-    def q(name: str) -> str:
-        return f"`{name}`"
-
-    on = " AND ".join(f"t.{q(c)} = s.{q(c)}" for c in ctx.cfg.primary_key)
-    newer = f"{position_struct('s.', ordering=ctx.cfg.ordering)} > {position_struct('t.', ordering=ctx.cfg.ordering)}"
-    below = [p for p in (truncate, completed_snapshot) if p is not None]
-    truncate_clause = (
-        f"WHEN NOT MATCHED BY SOURCE AND {position_struct('t.', ordering=ctx.cfg.ordering)} < {position_literal(max(below))} THEN DELETE"
-        if below
-        else ""
+    """The merge of a reduced batch (one row per key) into ``target`` (a name
+    :func:`~cdclake.spark.names.quote_identifier` made), with ``DataFrame.mergeInto``: a row is
+    replaced or deleted only by an event at a strictly greater position; a truncate in the batch
+    deletes every row below it, and a full snapshot completed by the batch every row below its
+    position that the batch does not rewrite (:mod:`cdclake.model.convergence`)."""
+    ordering = ctx.cfg.ordering
+    newer = position_column(ordering, SOURCE) > position_column(ordering, target)
+    deleting = source_column("_cdc_op") == "d"
+    values = {quote_identifier(c): source_column(c) for c in all_cols}
+    writer = (
+        merge_into(source, target, ctx.cfg.primary_key)
+        .whenMatched(deleting & newer)
+        .delete()
+        .whenMatched(~deleting & newer)
+        .update(values)
+        .whenNotMatched(~deleting)
+        .insert(values)
     )
-    with ctx.temp_view(source, "cdc_batch") as view:
-        ctx.spark.sql(f"""
-            MERGE INTO {target} t
-            USING {view} s
-            ON {on}
-            WHEN MATCHED AND s._cdc_op = 'd' AND {newer} THEN DELETE
-            WHEN MATCHED AND s._cdc_op <> 'd' AND {newer} THEN
-              UPDATE SET {", ".join(f"t.{q(c)} = s.{q(c)}" for c in all_cols)}
-            WHEN NOT MATCHED AND s._cdc_op <> 'd' THEN
-              INSERT ({", ".join(q(c) for c in all_cols)}) VALUES ({", ".join(f"s.{q(c)}" for c in all_cols)})
-            {truncate_clause}
-        """)
+    below = [p for p in (truncate, completed_snapshot) if p is not None]
+    if below:
+        writer = writer.whenNotMatchedBySource(
+            position_column(ordering, target) < position_literal(max(below))
+        ).delete()
+    writer.merge()
 
 
 def demote_rows(ctx: ApplyContext, target: str) -> None:
@@ -111,19 +109,22 @@ def demote_rows(ctx: ApplyContext, target: str) -> None:
     GTID sequence :data:`~cdclake.model.position.DEMOTED`, below events without a GTID), keeping
     its values: the rows of an abandoned binlog history, which events of the new history replace
     and the new history's next complete full snapshot deletes (``accept_source_change``)."""
-    ctx.spark.sql(f"UPDATE {target} SET _cdc_binlog_file_seq = -1, _cdc_gtid_seq = {DEMOTED}")
+    file_seq, gtid_seq = quote_identifier("_cdc_binlog_file_seq"), quote_identifier("_cdc_gtid_seq")
+    ctx.spark.sql(f"UPDATE {target} SET {file_seq} = -1, {gtid_seq} = {DEMOTED}")
 
 
 def commit(ctx: ApplyContext, properties: dict[str, str], write: Callable[[str], None]) -> int:
     """Run ``write(target)`` as one commit on top of the run's base snapshot (the table's current
-    snapshot when the run started) and return its id.
+    snapshot when the run started) and return its id. ``target`` is the quoted Spark SQL name
+    (:func:`~cdclake.spark.names.quote_identifier`) of the run's branch, or of the table itself.
 
     The write goes to a branch created at the base snapshot; ``main`` is then fast-forwarded to it,
     which Iceberg refuses when ``main`` moved since the base (another run committed). A write that
     changes no row still commits (an empty append), so that its offsets are recorded.
 
     Raises:
-        ConcurrentRunError: ``main`` is no longer at ``base_snapshot_id``.
+        ConcurrentRunError: ``main`` is no longer at ``base_snapshot_id``, or another commit changed
+            the table while the run branch was created.
     """
     spark, cfg = ctx.spark, ctx.cfg
     base_snapshot_id = ctx.state.snapshot_id
@@ -133,12 +134,23 @@ def commit(ctx: ApplyContext, properties: dict[str, str], write: Callable[[str],
         debug_pause("before_fast_forward", "main")  # a table without snapshots is written directly
     else:
         branch = f"{RUN_BRANCH_PREFIX}{uuid.uuid4().hex[:12]}"
-        spark.sql(f"ALTER TABLE {target} CREATE BRANCH `{branch}` AS OF VERSION {base_snapshot_id}")
+        try:
+            spark.sql(f"ALTER TABLE {target} CREATE BRANCH {quote_identifier(branch)} AS OF VERSION {base_snapshot_id}")
+        except Exception as e:  # noqa: BLE001 - Spark wraps Iceberg's error in several types
+            # another commit (a racing run, maintenance) changed the table's metadata between this
+            # run's read of it and the branch's creation
+            if "CommitFailedException" not in str(e):
+                raise
+            raise ConcurrentRunError(
+                f"table {cfg.identifier}: another commit changed the table while this run created its "
+                f"branch at snapshot {base_snapshot_id}; nothing was committed. The next run plans from "
+                "the table's offsets."
+            ) from e
     try:
         for key, value in properties.items():
             spark.conf.set(SNAPSHOT_PROPERTY_PREFIX + key, value)
         try:
-            write(f"{target}.`branch_{branch}`" if branch else target)
+            write(f"{target}.{quote_identifier(f'branch_{branch}')}" if branch else target)
         finally:
             for key in properties:
                 spark.conf.unset(SNAPSHOT_PROPERTY_PREFIX + key)
@@ -153,9 +165,8 @@ def commit(ctx: ApplyContext, properties: dict[str, str], write: Callable[[str],
         if branch:
             debug_pause("before_fast_forward", branch)
             try:
-                spark.sql(
-                    f"CALL {ctx.settings.catalog_name}.system.fast_forward('{cfg.identifier}', 'main', '{branch}')"
-                )
+                procedure = quote_identifier(ctx.settings.catalog_name, "system", "fast_forward")
+                spark.sql(f"CALL {procedure}('{cfg.identifier}', 'main', '{branch}')")
             except Exception as e:  # noqa: BLE001 - Spark wraps Iceberg's error in several types
                 if "not an ancestor" not in str(e):
                     raise
@@ -170,6 +181,6 @@ def commit(ctx: ApplyContext, properties: dict[str, str], write: Callable[[str],
         snapshot_id = current.snapshot_id
     finally:
         if branch:
-            spark.sql(f"ALTER TABLE {target} DROP BRANCH IF EXISTS `{branch}`")
+            spark.sql(f"ALTER TABLE {target} DROP BRANCH IF EXISTS {quote_identifier(branch)}")
     debug_pause("after_commit", snapshot_id)
     return snapshot_id

@@ -3,9 +3,6 @@ Iceberg table, committed state, source columns, Kafka clients) and handed to eac
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -19,6 +16,7 @@ from cdclake.model.plan import RunPlan
 from cdclake.model.run_state import CommittedState
 from cdclake.model.types import ColumnSpec, columns_from_config, columns_from_connect
 from cdclake.settings import Settings
+from cdclake.spark.names import quote_identifier
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -55,8 +53,9 @@ class ApplyContext:
         return self.plan.table
 
     def spark_name(self, suffix: str = "") -> str:
-        """The Spark SQL name of the table (or its side table ``suffix``): ``<catalog>.<ns>.<table><suffix>``."""
-        return f"{self.settings.catalog_name}.{side_table(self.cfg.identifier, suffix)}"
+        """The Spark SQL name of the table (or its side table ``suffix``), each part quoted
+        (:func:`~cdclake.spark.names.quote_identifier`): ``<catalog>.<ns>.<table><suffix>``."""
+        return quote_identifier(self.settings.catalog_name, *side_table(self.cfg.identifier, suffix).split("."))
 
     def side_table(
         self, suffix: str, columns: list[tuple[str, str, bool]] | None = None, docs: dict[str, str] | None = None
@@ -67,16 +66,6 @@ class ApplyContext:
         if columns is None:
             return load_table_or_none(self.catalog, identifier)
         return ensure_side_table(self.catalog, identifier, columns, docs)
-
-    @contextmanager
-    def temp_view(self, df: DataFrame, prefix: str) -> Iterator[str]:
-        """``df`` as a uniquely named temporary view, dropped on exit."""
-        view = f"{prefix}_{uuid.uuid4().hex}"
-        df.createOrReplaceTempView(view)
-        try:
-            yield view
-        finally:
-            self.spark.catalog.dropTempView(view)
 
 
 def source_columns(table: Table) -> tuple[ColumnSpec, ...]:

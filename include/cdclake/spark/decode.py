@@ -12,7 +12,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cdclake.errors import SchemaError
+from cdclake.model.defaults import spark_type
 from cdclake.model.types import (
+    CONNECT_PRIMITIVES,
     SPATIAL_ENCODINGS,
     VARIABLE_SCALE_DECIMAL,
     iceberg_type_of_encoding,
@@ -24,16 +26,8 @@ if TYPE_CHECKING:
 
 
 _JSON_READ_TYPE = {
-    "int8": "int",
-    "int16": "int",
-    "int32": "int",
-    "int64": "bigint",
-    "float": "float",
-    "float32": "float",
-    "double": "double",
-    "float64": "double",
-    "boolean": "boolean",
-    "string": "string",
+    # a Connect primitive reads as the Spark type of its Iceberg type; bytes as their base64 text
+    **{encoding: spark_type(iceberg_type).lower() for encoding, iceberg_type in CONNECT_PRIMITIVES.items()},
     "bytes": "string",
     "io.debezium.time.Date": "int",
     "org.apache.kafka.connect.data.Date": "int",

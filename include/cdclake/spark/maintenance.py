@@ -1,8 +1,8 @@
 """Table upkeep with Iceberg's own Spark procedures, for one CDC table and its side tables.
 
-:func:`maintain_table` runs the actions of :data:`ACTIONS`, in that order, on the table
-``<catalog>.<namespace>.<table>`` of a :class:`~cdclake.model.config.TableConfig` (settings in its
-``maintenance:`` block, :class:`~cdclake.model.config.MaintenancePolicy`):
+:func:`maintain_table` runs the actions of :data:`~cdclake.model.maintenance.ACTIONS`, in that
+order, on the table ``<catalog>.<namespace>.<table>`` of a :class:`~cdclake.model.config.TableConfig`
+(settings in its ``maintenance:`` block, :class:`~cdclake.model.config.MaintenancePolicy`):
 
 1. ``remove_stale_run_branches``: run branches older than :data:`RUN_BRANCH_MAX_AGE_MS` (6 h),
    left by killed applies (:func:`cdclake.io.maintenance.remove_stale_run_branches`, pyiceberg).
@@ -15,7 +15,7 @@
 5. ``rewrite_manifests``.
 6. ``expire_snapshots``: snapshots older than the time-travel window ``snapshot_retention_hours``,
    keeping the newest ``retain_last`` and NEVER the newest snapshot that carries the table's
-   committed Kafka offsets (see :func:`expiry_cutoff_ms`).
+   committed Kafka offsets (see :func:`~cdclake.model.maintenance.expiry_cutoff_ms`).
 7. ``remove_orphan_files``: files no snapshot references, older than ``orphan_file_age_hours``
    (at least 24 h: an apply in flight writes its files before its commit).
 
@@ -43,16 +43,14 @@ table, with its figures.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict
-
-from cdclake.errors import ConfigError
-from cdclake.io.catalog import load_catalog, load_table_or_none
+from cdclake.io.catalog import ancestry, load_catalog, load_table_or_none
 from cdclake.io.maintenance import expire_tombstones, remove_stale_run_branches
 from cdclake.model.config import TableConfig
 from cdclake.model.layout import (
@@ -61,8 +59,21 @@ from cdclake.model.layout import (
     TOMBSTONES_SUFFIX,
     side_table,
 )
-from cdclake.model.run_state import committed_state_of
+from cdclake.model.maintenance import (
+    RACE_EXCEPTIONS,
+    SIDE_TABLE_ACTIONS,
+    ActionReport,
+    MaintenanceResult,
+    RefInfo,
+    SnapshotInfo,
+    Status,
+    check_actions,
+    expiry_cutoff_ms,
+    lost_commit_race,
+    snapshots_to_expire,
+)
 from cdclake.settings import Settings
+from cdclake.spark.names import quote_identifier
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -70,20 +81,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
-
-ACTIONS: tuple[str, ...] = (
-    "remove_stale_run_branches",
-    "expire_tombstones",
-    "rewrite_position_delete_files",
-    "rewrite_data_files",
-    "rewrite_manifests",
-    "expire_snapshots",
-    "remove_orphan_files",
-)
-"""The maintenance actions, in the order :func:`maintain_table` runs them."""
-
-SIDE_TABLE_ACTIONS = frozenset(ACTIONS[2:])
-"""The actions that also run on the side tables (the procedures; 1-2 concern the table alone)."""
 
 RUN_BRANCH_MAX_AGE_MS = 6 * 3600 * 1000
 """Run branches whose snapshot is older than this (6 h, in ms) were left by killed applies."""
@@ -113,98 +110,6 @@ DEFAULT_TARGET_FILE_SIZE = 512 * 1024 * 1024
 _MIB = 1024 * 1024
 _HOUR_MS = 3600 * 1000
 
-Status = Literal["done", "dry_run", "skipped", "lost_race"]
-"""``done``: the action ran (it may have found nothing to do: see its figures); ``dry_run``: it
-reports what it would do, nothing changed; ``skipped``: nothing to work on (no snapshot, no
-tombstone table); ``lost_race``: it lost the commit race on every attempt, nothing changed."""
-
-
-class ActionReport(BaseModel):
-    """What one action did (or would do) on one table.
-
-    Attributes:
-        action: one of :data:`ACTIONS`.
-        table: ``namespace.table`` it ran on (the CDC table or a side table).
-        status: see :data:`Status`.
-        summary: one sentence for humans.
-        figures: counts, as the procedure returned them (``rewritten_data_files_count``, ...) or,
-            in a dry run, the candidates found (``candidate_data_files``, ...).
-        snapshot_ids: ``expire_snapshots``: the snapshots expired (dry run: that would be).
-        branches: ``remove_stale_run_branches``: the branches removed (dry run: that would be).
-        attempts: how many times it ran (more than 1 after a lost commit race).
-        seconds: wall-clock time it took, retries included.
-    """
-
-    model_config = ConfigDict(frozen=True)
-
-    action: str
-    table: str
-    status: Status
-    summary: str
-    figures: dict[str, int] = {}
-    snapshot_ids: tuple[int, ...] = ()
-    branches: tuple[str, ...] = ()
-    attempts: int = 1
-    seconds: float = 0.0
-
-
-class MaintenanceResult(BaseModel):
-    """The outcome of :func:`maintain_table`.
-
-    Attributes:
-        table: the CDC table, ``namespace.table``.
-        dry_run: whether it only reported.
-        actions: the actions run, in order.
-        snapshot_id_before: the table's current snapshot when maintenance started (``None``: the
-            table does not exist or has no snapshot).
-        snapshot_id_after: its current snapshot when maintenance ended.
-        reports: one per action and table, in the order they ran.
-        seconds: wall-clock time of the whole run.
-    """
-
-    model_config = ConfigDict(frozen=True)
-
-    table: str
-    dry_run: bool
-    actions: tuple[str, ...]
-    snapshot_id_before: int | None
-    snapshot_id_after: int | None
-    reports: tuple[ActionReport, ...]
-    seconds: float
-
-    def to_json(self) -> str:
-        return self.model_dump_json()
-
-    @classmethod
-    def from_json(cls, text: str) -> MaintenanceResult:
-        return cls.model_validate_json(text)
-
-    def report(self, action: str, table: str | None = None) -> ActionReport:
-        """The report of ``action`` on ``table`` (default: the CDC table).
-
-        Raises:
-            KeyError: that action did not run on that table.
-        """
-        table = table or self.table
-        for r in self.reports:
-            if r.action == action and r.table == table:
-                return r
-        raise KeyError(f"no report of {action!r} on {table!r}")
-
-
-def check_actions(actions: Sequence[str] | None) -> tuple[str, ...]:
-    """The actions to run, in :data:`ACTIONS` order (``None`` or empty: all of them).
-
-    Raises:
-        ConfigError: a name that is not one of :data:`ACTIONS` (the message lists them).
-    """
-    if not actions:
-        return ACTIONS
-    unknown = sorted(set(actions) - set(ACTIONS))
-    if unknown:
-        raise ConfigError(f"unknown maintenance action(s) {unknown}; known: {list(ACTIONS)}")
-    return tuple(a for a in ACTIONS if a in actions)
-
 
 def maintain_table(
     spark: SparkSession,
@@ -215,7 +120,7 @@ def maintain_table(
     dry_run: bool = False,
     now_ms: int | None = None,
 ) -> MaintenanceResult:
-    """Run the maintenance ``actions`` (default: all of :data:`ACTIONS`, always in that order) on
+    """Run the maintenance ``actions`` (default: all of :data:`~cdclake.model.maintenance.ACTIONS`, always in that order) on
     ``cfg``'s table and its side tables (see the module docstring).
 
     Args:
@@ -223,14 +128,14 @@ def maintain_table(
             and the Iceberg SQL extensions.
         settings: where the catalog is (pyiceberg reads the same catalog).
         cfg: the table; its ``maintenance`` block and ``tombstone_retention_hours`` apply.
-        actions: names out of :data:`ACTIONS`.
+        actions: names out of :data:`~cdclake.model.maintenance.ACTIONS`.
         dry_run: commit nothing and delete nothing; report what would be done.
         now_ms: "now" in epoch ms for the age rules (tests); default: the clock. Orphan-file age
             is always counted from the earlier of ``now_ms`` and the clock, so that a ``now_ms``
             in the future never makes fresh files orphans.
 
     Returns:
-        One :class:`ActionReport` per action and table. A table that does not exist yet gets one
+        One :class:`~cdclake.model.maintenance.ActionReport` per action and table. A table that does not exist yet gets one
         ``skipped`` report per action.
 
     Raises:
@@ -281,133 +186,6 @@ def maintain_table(
     )
 
 
-def lost_commit_race(error: BaseException) -> bool:
-    """Whether ``error`` (or an error it was raised from) is a lost optimistic commit: Iceberg's
-    ``CommitFailedException`` (the table moved under the commit) or ``ValidationException`` (a
-    concurrent commit conflicts with a rewrite, e.g. new deletes on a rewritten file), as
-    Spark (``Py4JJavaError``, a captured exception) or Spark Connect (``SparkConnectGrpcException``)
-    wraps them, naming the Java class in the message or the JVM stack trace; or pyiceberg's
-    ``CommitFailedException``. ``CommitStateUnknownException`` is not one: the commit may have
-    happened."""
-    markers = ("CommitFailedException", "ValidationException")
-    seen: set[int] = set()
-    err: BaseException | None = error
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        names = [cls.__name__ for cls in type(err).__mro__]
-        text = " ".join([str(err), str(getattr(err, "_stackTrace", "") or "")])
-        if any(m in names for m in markers) or any(f"iceberg.exceptions.{m}" in text for m in markers):
-            return True
-        err = err.__cause__ or err.__context__
-    return False
-
-
-def expiry_cutoff_ms(
-    ancestry: Sequence[tuple[int, int, Mapping[str, str] | None]], topic: str, window_cut_ms: int
-) -> tuple[int, int | None]:
-    """The ``older_than`` of ``expire_snapshots`` (epoch ms) that keeps the table's offsets.
-
-    The apply finds its committed offsets in the newest snapshot of the current snapshot's
-    ancestry that carries ``cdc.kafka.end-offsets`` for ``topic``
-    (:func:`cdclake.model.run_state.committed_state_of`); maintenance commits carry none. Iceberg
-    (``RemoveSnapshots``) keeps a branch's ancestors from its head back while their timestamp is
-    at or after ``older_than`` (or fewer than ``retain_last`` are kept): so ``older_than`` is at
-    most the timestamp of that snapshot and of every snapshot between it and the head (clocks of
-    different writers need not agree).
-
-    Args:
-        ancestry: ``(snapshot id, timestamp ms, summary)`` from the current snapshot back, newest
-            first.
-        topic: the table's Kafka topic.
-        window_cut_ms: now minus the time-travel window.
-
-    Returns:
-        ``(older_than ms, id of the offset-carrying snapshot or None when there is none)``.
-    """
-    guard: int | None = None
-    for snapshot_id, timestamp_ms, summary in ancestry:
-        guard = timestamp_ms if guard is None else min(guard, timestamp_ms)
-        if committed_state_of(snapshot_id, [summary], topic).offsets is not None:
-            return min(window_cut_ms, guard), snapshot_id
-    return window_cut_ms, None
-
-
-@dataclass(frozen=True)
-class SnapshotInfo:
-    """A snapshot as the expiry rule sees it."""
-
-    snapshot_id: int
-    parent_id: int | None
-    timestamp_ms: int
-
-
-@dataclass(frozen=True)
-class RefInfo:
-    """A branch or tag as the expiry rule sees it (the ``refs`` of the table metadata)."""
-
-    snapshot_id: int
-    is_branch: bool
-    min_snapshots_to_keep: int | None = None
-    max_snapshot_age_ms: int | None = None
-    max_ref_age_ms: int | None = None
-
-
-def snapshots_to_expire(
-    snapshots: Sequence[SnapshotInfo],
-    refs: Mapping[str, RefInfo],
-    older_than_ms: int,
-    retain_last: int,
-    now_ms: int,
-) -> list[int]:
-    """The snapshot ids ``expire_snapshots(older_than, retain_last)`` expires (for a dry run):
-    Iceberg 1.11's ``RemoveSnapshots`` rule. A ref (not ``main``) older than its
-    ``max_ref_age_ms`` is dropped first; each branch keeps its ancestors from its head back while
-    fewer than ``min_snapshots_to_keep`` (default ``retain_last``) are kept or they are at or after
-    its ``older_than`` (``now - max_snapshot_age_ms``, default ``older_than_ms``); a tag keeps its
-    snapshot; a snapshot no ref reaches is kept when at or after ``older_than_ms``.
-
-    Returns:
-        The ids, oldest first.
-    """
-    by_id = {s.snapshot_id: s for s in snapshots}
-
-    def ancestors(head: int) -> list[SnapshotInfo]:
-        out, cur = [], by_id.get(head)
-        while cur is not None:
-            out.append(cur)
-            cur = by_id.get(cur.parent_id) if cur.parent_id is not None else None
-        return out
-
-    live: dict[str, RefInfo] = {}
-    for name, ref in refs.items():
-        head = by_id.get(ref.snapshot_id)
-        if name != "main" and ref.max_ref_age_ms is not None and head is not None:
-            if now_ms - head.timestamp_ms > ref.max_ref_age_ms:
-                continue
-        live[name] = ref
-    keep: set[int] = set()
-    reachable: set[int] = set()
-    for ref in live.values():
-        if not ref.is_branch:
-            keep.add(ref.snapshot_id)
-            reachable.add(ref.snapshot_id)
-            continue
-        cut = now_ms - ref.max_snapshot_age_ms if ref.max_snapshot_age_ms is not None else older_than_ms
-        minimum = ref.min_snapshots_to_keep if ref.min_snapshots_to_keep is not None else retain_last
-        kept = 0
-        lineage = ancestors(ref.snapshot_id)
-        reachable.update(s.snapshot_id for s in lineage)
-        for snap in lineage:
-            if kept < minimum or snap.timestamp_ms >= cut:
-                keep.add(snap.snapshot_id)
-                kept += 1
-            else:
-                break
-    keep.update(s.snapshot_id for s in snapshots if s.snapshot_id not in reachable and s.timestamp_ms >= older_than_ms)
-    gone = [s for s in snapshots if s.snapshot_id not in keep]
-    return [s.snapshot_id for s in sorted(gone, key=lambda s: (s.timestamp_ms, s.snapshot_id))]
-
-
 @dataclass
 class _Outcome:
     """What an action function returns (the runner adds status, timing and attempts)."""
@@ -417,6 +195,20 @@ class _Outcome:
     snapshot_ids: tuple[int, ...] = ()
     branches: tuple[str, ...] = ()
     skipped: bool = False
+
+
+def _on_snapshot(action: Callable[[_Maintenance, str, Table], _Outcome]) -> Callable[[_Maintenance, str], _Outcome]:
+    """An action on the current snapshot of ``ident``: ``skipped`` ("no snapshot") when the table
+    does not exist or has none; else ``action`` with the table freshly loaded (each attempt)."""
+
+    @functools.wraps(action)
+    def run(self: _Maintenance, ident: str) -> _Outcome:
+        table = self._table(ident)
+        if table is None:
+            return _Outcome("no snapshot", skipped=True)
+        return action(self, ident, table)
+
+    return run
 
 
 class _Maintenance:
@@ -490,7 +282,8 @@ class _Maintenance:
     # --- helpers ------------------------------------------------------------------------------
 
     def _spark_name(self, ident: str) -> str:
-        return f"{self.settings.catalog_name}.{ident}"
+        """The quoted Spark SQL name of the table ``<namespace>.<table>`` in the catalog."""
+        return quote_identifier(self.settings.catalog_name, *ident.split("."))
 
     def _sql(self, statement: str) -> list[dict[str, Any]]:
         """Run ``statement`` and return its rows as dicts (works over Spark Connect)."""
@@ -500,7 +293,27 @@ class _Maintenance:
     def _call(self, procedure: str, ident: str, args: Mapping[str, str]) -> list[dict[str, Any]]:
         """``CALL <catalog>.system.<procedure>(table => '<ident>', <name> => <SQL expression>...)``."""
         named = "".join(f", {k} => {v}" for k, v in args.items())
-        return self._sql(f"CALL {self.settings.catalog_name}.system.{procedure}(table => '{ident}'{named})")
+        return self._sql(
+            f"CALL {quote_identifier(self.settings.catalog_name)}.system.{procedure}(table => '{ident}'{named})"
+        )
+
+    def _count(self, rows: str) -> int:
+        """``SELECT count(*) FROM <rows>``: ``rows`` is a table name, with a ``WHERE`` clause if any."""
+        return int(self._sql(f"SELECT count(*) AS n FROM {rows}")[0]["n"])
+
+    def _rewrite(
+        self, procedure: str, ident: str, options: Mapping[str, str], files: str, what: str, *, failed: bool = False
+    ) -> _Outcome:
+        """Run the rewrite ``procedure`` with ``options``. Its outcome says ``rewrote <n> <what> into
+        <m>`` from the procedure's figures ``rewritten_<files>_count`` and ``added_<files>_count``,
+        and with ``failed``, ``, <k> failed`` from ``failed_<files>_count``."""
+        figures = self._figures(self._call(procedure, ident, self._options(options)))
+        summary = (
+            f"rewrote {figures.get(f'rewritten_{files}_count', 0)} {what} into {figures.get(f'added_{files}_count', 0)}"
+        )
+        if failed:
+            summary += f", {figures.get(f'failed_{files}_count', 0)} failed"
+        return _Outcome(summary, figures)
 
     @staticmethod
     def _options(options: Mapping[str, str]) -> dict[str, str]:
@@ -571,19 +384,13 @@ class _Maintenance:
         if self.dry_run:
             # the rule of cdclake.io.maintenance.expire_tombstones, counted without deleting
             cutoff_us = (self.now_ms - hours * _HOUR_MS) * 1000
-            rows = self._sql(
-                f"SELECT count(*) AS n FROM {self._spark_name(tombstones)} "
-                f"WHERE _cdc_recorded_at < timestamp_micros({cutoff_us})"
-            )
-            n = int(rows[0]["n"])
+            n = self._count(f"{self._spark_name(tombstones)} WHERE _cdc_recorded_at < timestamp_micros({cutoff_us})")
             return _Outcome(f"would delete {n} tombstone(s) older than {hours} h", {"expired_tombstones": n})
         n = expire_tombstones(self.catalog, ident, hours, now_ms=self.now_ms)
         return _Outcome(f"deleted {n} tombstone(s) older than {hours} h", {"expired_tombstones": n})
 
-    def _rewrite_position_delete_files(self, ident: str) -> _Outcome:
-        table = self._table(ident)
-        if table is None:
-            return _Outcome("no snapshot", skipped=True)
+    @_on_snapshot
+    def _rewrite_position_delete_files(self, ident: str, table: Table) -> _Outcome:
         if self.dry_run:
             rows = self._sql(
                 "SELECT count_if(content = 1) AS position_delete_files, count_if(content = 2) AS equality_delete_files "
@@ -592,17 +399,10 @@ class _Maintenance:
             figures = {k: int(v) for k, v in rows[0].items()}
             return _Outcome(f"would compact up to {figures['position_delete_files']} position delete file(s)", figures)
         options = {"min-input-files": str(MIN_INPUT_FILES), **self._size_options()}
-        figures = self._figures(self._call("rewrite_position_delete_files", ident, self._options(options)))
-        return _Outcome(
-            f"rewrote {figures.get('rewritten_delete_files_count', 0)} position delete file(s) into "
-            f"{figures.get('added_delete_files_count', 0)}",
-            figures,
-        )
+        return self._rewrite("rewrite_position_delete_files", ident, options, "delete_files", "position delete file(s)")
 
-    def _rewrite_data_files(self, ident: str) -> _Outcome:
-        table = self._table(ident)
-        if table is None:
-            return _Outcome("no snapshot", skipped=True)
+    @_on_snapshot
+    def _rewrite_data_files(self, ident: str, table: Table) -> _Outcome:
         threshold = self.policy.delete_file_threshold
         if self.dry_run:
             # BinPackRewriteFilePlanner's file filter: outside [0.75, 1.8] x target size, or with
@@ -623,8 +423,7 @@ class _Maintenance:
                   ON f.file_path = d.file_path
             """)
             figures = {k: int(v or 0) for k, v in rows[0].items()}
-            deletes = self._sql(f"SELECT count(*) AS n FROM {name}.delete_files")
-            figures["delete_files"] = int(deletes[0]["n"])
+            figures["delete_files"] = self._count(f"{name}.delete_files")
             return _Outcome(
                 f"would rewrite up to {figures['candidate_data_files']} of {figures['data_files']} data file(s) "
                 f"({figures['data_files_with_deletes']} with deletes, {figures['delete_files']} delete file(s))",
@@ -638,44 +437,23 @@ class _Maintenance:
             "remove-dangling-deletes": "true",
             **self._size_options(),
         }
-        figures = self._figures(self._call("rewrite_data_files", ident, self._options(options)))
-        return _Outcome(
-            f"rewrote {figures.get('rewritten_data_files_count', 0)} data file(s) into "
-            f"{figures.get('added_data_files_count', 0)}, {figures.get('failed_data_files_count', 0)} failed",
-            figures,
-        )
+        return self._rewrite("rewrite_data_files", ident, options, "data_files", "data file(s)", failed=True)
 
-    def _rewrite_manifests(self, ident: str) -> _Outcome:
-        table = self._table(ident)
-        if table is None:
-            return _Outcome("no snapshot", skipped=True)
+    @_on_snapshot
+    def _rewrite_manifests(self, ident: str, table: Table) -> _Outcome:
         if self.dry_run:
-            rows = self._sql(f"SELECT count(*) AS n FROM {self._spark_name(ident)}.manifests")
-            n = int(rows[0]["n"])
+            n = self._count(f"{self._spark_name(ident)}.manifests")
             return _Outcome(f"would rewrite up to {n} manifest(s)", {"manifests": n})
-        figures = self._figures(self._call("rewrite_manifests", ident, {}))
-        return _Outcome(
-            f"rewrote {figures.get('rewritten_manifests_count', 0)} manifest(s) into "
-            f"{figures.get('added_manifests_count', 0)}",
-            figures,
-        )
+        return self._rewrite("rewrite_manifests", ident, {}, "manifests", "manifest(s)")
 
-    def _expire_snapshots(self, ident: str) -> _Outcome:
+    @_on_snapshot
+    def _expire_snapshots(self, ident: str, table: Table) -> _Outcome:
         from pyiceberg.table.refs import SnapshotRefType
-        from pyiceberg.table.snapshots import ancestors_of
 
-        table = self._table(ident)
-        if table is None:
-            return _Outcome("no snapshot", skipped=True)
         window_cut = self.now_ms - self.policy.snapshot_retention_hours * _HOUR_MS
         kept = None
         if ident == self.cfg.identifier:
-            current = table.current_snapshot()
-            ancestry = [
-                (s.snapshot_id, s.timestamp_ms, s.summary.additional_properties if s.summary else None)
-                for s in (ancestors_of(current, table.metadata) if current else ())
-            ]
-            older_than, kept = expiry_cutoff_ms(ancestry, self.cfg.topic, window_cut)
+            older_than, kept = expiry_cutoff_ms(list(ancestry(table)), self.cfg.topic, window_cut)
         else:
             older_than = window_cut
         retain_last = self.policy.retain_last
@@ -720,15 +498,13 @@ class _Maintenance:
             snapshot_ids=tuple(gone),
         )
 
-    def _remove_orphan_files(self, ident: str) -> _Outcome:
+    @_on_snapshot
+    def _remove_orphan_files(self, ident: str, table: Table) -> _Outcome:
         # A local warehouse is listed through Hadoop's FileSystem. An object store (s3://) has no
         # Hadoop FileSystem here (the catalog's S3FileIO is the only client): list it with the
         # FileIO's prefix listing, under "<location>/". The slash matters: a side table's location
         # (<table>__cdc_tombstones) starts with the table's location as a string, so a prefix
         # listing without it would count the side table's files as orphans.
-        table = self._table(ident)
-        if table is None:
-            return _Outcome("no snapshot", skipped=True)
         hours = max(self.policy.orphan_file_age_hours, MIN_ORPHAN_AGE_HOURS)
         older_than = min(self.now_ms, int(time.time() * 1000)) - hours * _HOUR_MS
         args = {"older_than": f"timestamp_millis({older_than})", "dry_run": "true" if self.dry_run else "false"}
@@ -743,7 +519,7 @@ class _Maintenance:
 def _race_line(error: BaseException) -> str:
     """The line of ``error``'s message that names the Iceberg exception (else its first line)."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    named = [line for line in lines if "CommitFailedException" in line or "ValidationException" in line]
+    named = [line for line in lines if any(m in line for m in RACE_EXCEPTIONS)]
     return (named or lines or [type(error).__name__])[0][:300]
 
 

@@ -7,22 +7,23 @@ are in :mod:`cdclake.model.envelope` (both are tested against the same captured 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from cdclake.errors import SchemaError
-from cdclake.model.config import TableConfig
 from cdclake.model.layout import SCHEMA_CHANGE_POSITION_PROPERTY
-from cdclake.model.position import BINLOG_FILE_PATTERN, MARIADB_GTID_PATTERN, NO_GTID, SNAPSHOT_MARKERS, BinlogPosition
+from cdclake.model.position import BINLOG_FILE_PATTERN, SNAPSHOT_MARKERS, SNAPSHOT_RANK, BinlogPosition
 from cdclake.model.types import ColumnSpec
 from cdclake.spark.decode import decode, is_fallible, is_json_null, json_read_type
+from cdclake.spark.names import quote_identifier
+from cdclake.spark.positions import gtid_sequence, position_column
+from cdclake.spark.read import KAFKA_RECORD_COLUMNS
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
-    from pyspark.sql import DataFrame, Row
+    from pyspark.sql import DataFrame
 
 
 def _envelope_ddl(columns: list[tuple[str, str]], value_format: str) -> str:
-    row = ",".join(f"`{name}`:{typ}" for name, typ in columns)
+    row = ",".join(f"{quote_identifier(name)}:{typ}" for name, typ in columns)
     envelope = (
         f"struct<before:struct<{row}>,after:struct<{row}>,"
         "source:struct<connector:string,name:string,server_id:bigint,file:string,pos:bigint,"
@@ -32,34 +33,6 @@ def _envelope_ddl(columns: list[tuple[str, str]], value_format: str) -> str:
     if value_format == "json_with_schema":
         return f"struct<payload:{envelope},_corrupt_record:string>"
     return envelope[:-1] + ",_corrupt_record:string>"
-
-
-def position_struct(prefix: str = "", *, change: bool = False, ordering: str = "binlog") -> str:
-    """SQL of an event's comparable position ``named_struct(f, p, r, k)`` from its columns.
-
-    ``prefix`` qualifies the metadata columns (``t.``); ``k`` is the change rank (0 for a snapshot
-    read, 1 for a change), so that struct comparison is the order of :mod:`cdclake.model.position`.
-    ``change=True`` fixes ``k`` at 1 (tombstones: a delete is always a change). ``f`` is the binlog
-    file's sequence number, or under ``ordering`` ``gtid`` the GTID's (``NO_GTID`` without one).
-    """
-    rank = "1" if change else f"CASE WHEN {prefix}_cdc_snapshot THEN 0 ELSE 1 END"
-    first = f"{prefix}_cdc_gtid_seq" if ordering == "gtid" else f"{prefix}_cdc_binlog_file_seq"
-    return (
-        f"named_struct('f', coalesce({first}, {NO_GTID}), "
-        f"'p', coalesce({prefix}_cdc_binlog_pos, -1), 'r', coalesce({prefix}_cdc_binlog_row, -1), "
-        f"'k', {rank})"
-    )
-
-
-def position_literal(position: BinlogPosition) -> str:
-    """SQL of ``position`` as a struct comparable with :func:`position_struct`."""
-    f, p, r, k = position.file_seq, position.pos, position.row, position.change_rank
-    return f"named_struct('f', CAST({f} AS BIGINT), 'p', CAST({p} AS BIGINT), 'r', {r}, 'k', {k})"
-
-
-def position_of(row: Any) -> BinlogPosition:
-    """The :class:`BinlogPosition` of a collected ``position`` struct (``f``, ``p``, ``r``, ``k``)."""
-    return BinlogPosition(int(row["f"]), int(row["p"]), int(row["r"]), int(row["k"]))
 
 
 def parse_records(
@@ -76,7 +49,7 @@ def parse_records(
     ``gtid`` (``source.gtid``) and the metadata columns of
     :data:`cdclake.model.layout.METADATA_COLUMNS` (``_cdc_op``, ``_cdc_snapshot``, ``_cdc_binlog_*``,
     ``_cdc_gtid_seq``, ``_cdc_source_ts``, ``_cdc_kafka_*``), ``position`` (struct in
-    ``ordering``, see :func:`position_struct`),
+    ``ordering``, see :func:`cdclake.spark.positions.position_column`),
     ``image`` (struct of the source columns, decoded), ``error`` (null when the record can be
     applied, else the reason), ``unknown_column`` (the first name in the applied image, ``after``
     or for a delete ``before``, that is not one of ``columns``; else null).
@@ -90,12 +63,12 @@ def parse_records(
     # fraction as a double and so loses NUMERIC-encoded decimals' digits.
     parsed = F.from_json(text, ddl, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"})
     env = "j.payload" if value_format == "json_with_schema" else "j"
-    df = raw.select("topic", "partition", "offset", "timestamp", "key", "value", parsed.alias("j")).withColumn(
+    df = raw.select(*KAFKA_RECORD_COLUMNS, parsed.alias("j")).withColumn(
         "_image_raw",
         F.when(F.col(f"{env}.op") == "d", F.col(f"{env}.before")).otherwise(F.col(f"{env}.after")),
     )
     # The names in the applied image's JSON that are not source columns, which from_json drops
-    # silently (see check_no_unknown_columns). Only the names are read, so re-serializing is
+    # silently (see cdclake.model.decision.check_columns). Only the names are read, so re-serializing is
     # harmless here.
     path = "$.payload" if value_format == "json_with_schema" else "$"
     image_json = F.when(F.col(f"{env}.op") == "d", F.get_json_object(text, f"{path}.before")).otherwise(
@@ -105,7 +78,7 @@ def parse_records(
         F.coalesce(F.json_object_keys(image_json), F.array().cast("array<string>")),
         F.array(*[F.lit(c.name) for c in columns]).cast("array<string>"),
     )
-    raw_sql = {c.name: "_image_raw.`{}`".format(c.name.replace("`", "``")) for c in columns}
+    raw_sql = {c.name: f"_image_raw.{quote_identifier(c.name)}" for c in columns}
     # decoded once, in a column of its own: the fit check below reads it rather than decode again
     df = df.withColumn("_image", F.struct(*[decode(raw_sql[c.name], c.encoding).alias(c.name) for c in columns]))
     op = F.col(f"{env}.op")
@@ -160,12 +133,7 @@ def parse_records(
     )
     ts_ms = F.col(f"{src}.ts_ms")
     out = df.select(
-        "topic",
-        "partition",
-        "offset",
-        "timestamp",
-        "key",
-        "value",
+        *KAFKA_RECORD_COLUMNS,
         F.col("value").isNull().alias("is_tombstone"),
         op.alias("op"),
         F.regexp_extract(file, BINLOG_FILE_PATTERN, 1).alias("file_base"),
@@ -177,9 +145,7 @@ def parse_records(
         F.regexp_extract(file, BINLOG_FILE_PATTERN, 2).try_cast("bigint").alias("_cdc_binlog_file_seq"),
         F.col(f"{src}.pos").alias("_cdc_binlog_pos"),
         F.coalesce(F.col(f"{src}.row"), F.lit(0)).alias("_cdc_binlog_row"),
-        F.regexp_extract(F.trim(F.col(f"{src}.gtid")), MARIADB_GTID_PATTERN, 3)
-        .try_cast("bigint")
-        .alias("_cdc_gtid_seq"),
+        gtid_sequence(F.col(f"{src}.gtid")).alias("_cdc_gtid_seq"),
         # Debezium 1.x snapshot reads carry ts_ms 0: unknown, not 1970
         F.when(ts_ms > 0, F.timestamp_millis(ts_ms)).alias("_cdc_source_ts"),
         F.col("partition").alias("_cdc_kafka_partition"),
@@ -188,7 +154,7 @@ def parse_records(
         error.alias("error"),
         F.when(F.col(env).isNotNull(), F.try_element_at(unknown, F.lit(1))).alias("unknown_column"),
     )
-    return out.withColumn("position", F.expr(position_struct(ordering=ordering)))
+    return out.withColumn("position", position_column(ordering))
 
 
 def unknown_columns_floor(table: Table) -> BinlogPosition | None:
@@ -202,24 +168,4 @@ def unknown_columns_floor(table: Table) -> BinlogPosition | None:
     if floor is None:
         return None
     done = BinlogPosition.from_text(floor)
-    return BinlogPosition(done.file_seq, done.pos, done.row, 0)
-
-
-def check_no_unknown_columns(first: Row | None, cfg: TableConfig) -> None:
-    """Stop when an event's row image has a column the Iceberg table lacks (its schema change
-    was not synced): ``from_json`` would drop the column silently.
-
-    ``first`` is the batch's first such event at or above :func:`unknown_columns_floor`
-    (``partition``, ``offset``, ``unknown_column``; from :func:`parse_records`'s
-    ``unknown_column``), found by the apply's one statistics pass, or ``None``.
-
-    Raises:
-        SchemaError: names the topic, partition, offset and column of the first such event.
-    """
-    if first is not None:
-        raise SchemaError(
-            f"topic {cfg.topic!r} partition {first['partition']} offset {first['offset']}: the event has "
-            f"column {first['unknown_column']!r}, which Iceberg table {cfg.identifier} lacks (its schema change "
-            f"was not applied; schema-change topic {cfg.schema_change_topic!r}). Nothing was committed "
-            "and the offsets did not move; the column is never dropped silently."
-        )
+    return BinlogPosition(done.file_seq, done.pos, done.row, SNAPSHOT_RANK)

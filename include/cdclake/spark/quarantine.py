@@ -21,6 +21,8 @@ from cdclake.model.layout import QUARANTINE_COLUMNS, QUARANTINE_SUFFIX
 from cdclake.model.types import ColumnSpec
 from cdclake.spark.context import ApplyContext
 from cdclake.spark.decode import json_read_type
+from cdclake.spark.merge import merge_into
+from cdclake.spark.read import KAFKA_RECORD_COLUMNS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -69,19 +71,14 @@ def write_quarantine(ctx: ApplyContext, raw: DataFrame, records: DataFrame) -> N
     from pyspark.sql import functions as F
 
     records = records.select("partition", "offset", "error", "held_back_behind").join(
-        raw.select("topic", "partition", "offset", "timestamp", "key", "value"), ["partition", "offset"]
+        raw.select(*KAFKA_RECORD_COLUMNS), ["partition", "offset"]
     )
 
     ctx.side_table(
         QUARANTINE_SUFFIX, [(n, t, False) for n, t, _ in QUARANTINE_COLUMNS], {n: d for n, _, d in QUARANTINE_COLUMNS}
     )
     rows = records.select(
-        "topic",
-        "partition",
-        "offset",
-        "timestamp",
-        "key",
-        "value",
+        *KAFKA_RECORD_COLUMNS,
         F.coalesce(
             "error",
             F.concat(
@@ -95,12 +92,8 @@ def write_quarantine(ctx: ApplyContext, raw: DataFrame, records: DataFrame) -> N
         F.current_timestamp().alias("quarantined_at"),
         F.lit("open").alias("status"),
     )
-    with ctx.temp_view(rows, "cdc_quarantine") as view:
-        ctx.spark.sql(
-            f"MERGE INTO {ctx.spark_name(QUARANTINE_SUFFIX)} t USING {view} s "
-            "ON t.topic = s.topic AND t.partition = s.partition AND t.offset = s.offset "
-            "WHEN NOT MATCHED THEN INSERT *"
-        )
+    target = ctx.spark_name(QUARANTINE_SUFFIX)
+    merge_into(rows, target, ("topic", "partition", "offset")).whenNotMatched().insertAll().merge()
 
 
 def bad_batch(ctx: ApplyContext, parsed: DataFrame, total: int) -> BadBatchError:

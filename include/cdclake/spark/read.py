@@ -11,6 +11,9 @@ from cdclake.model.offsets import OffsetRange
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+KAFKA_RECORD_COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "value")
+"""The columns of Spark's Kafka source a run keeps from each record (``read_range``'s rows)."""
+
 RECORDS_PER_SPARK_PARTITION = 50_000
 """Above this many records, the Kafka read is split into Spark partitions of about this size
 (the Kafka source's ``minPartitions``): one task per Kafka partition would cache gigabytes of

@@ -4,11 +4,14 @@ deleted row back (``docs/architecture.md``, "The apply contract")."""
 
 from __future__ import annotations
 
+import operator
+from functools import reduce
 from typing import TYPE_CHECKING
 
 from cdclake.model.layout import TOMBSTONE_COLUMNS, TOMBSTONES_SUFFIX
 from cdclake.spark.context import ApplyContext
-from cdclake.spark.parse import position_struct
+from cdclake.spark.merge import SOURCE, merge_into
+from cdclake.spark.positions import position_column
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -48,12 +51,9 @@ def apply_tombstones(ctx: ApplyContext, reduced: DataFrame, *, record: bool = Tr
     name = ctx.spark_name(TOMBSTONES_SUFFIX)
     tomb = ctx.spark.table(name).select(
         *[F.col(c).alias(f"_tomb_{c}") for c in cfg.primary_key],
-        F.expr(position_struct(change=True, ordering=ctx.cfg.ordering)).alias("_tomb_position"),
+        position_column(cfg.ordering, change=True).alias("_tomb_position"),
     )
-    cond = None
-    for c in cfg.primary_key:
-        part = F.col("image")[c] == F.col(f"_tomb_{c}")
-        cond = part if cond is None else cond & part
+    cond = reduce(operator.and_, [F.col("image")[c] == F.col(f"_tomb_{c}") for c in cfg.primary_key])
     joined = reduced.join(tomb, cond, "left")
     survivors = joined.filter(
         F.col("_tomb_position").isNull() | (F.col("_cdc_op") == "d") | (F.col("position") > F.col("_tomb_position"))
@@ -70,12 +70,6 @@ def apply_tombstones(ctx: ApplyContext, reduced: DataFrame, *, record: bool = Tr
         "_cdc_source_ts",
         F.current_timestamp().alias("_cdc_recorded_at"),
     )
-    on = " AND ".join(f"t.`{c}` = s.`{c}`" for c in cfg.primary_key)
-    with ctx.temp_view(deletes, "cdc_tombstones") as view:
-        ctx.spark.sql(
-            f"MERGE INTO {name} t USING {view} s ON {on} "
-            f"WHEN MATCHED AND {position_struct('s.', change=True, ordering=ctx.cfg.ordering)} > {position_struct('t.', change=True, ordering=ctx.cfg.ordering)} "
-            "THEN UPDATE SET * "
-            "WHEN NOT MATCHED THEN INSERT *"
-        )
+    newer = position_column(cfg.ordering, SOURCE, change=True) > position_column(cfg.ordering, name, change=True)
+    merge_into(deletes, name, cfg.primary_key).whenMatched(newer).updateAll().whenNotMatched().insertAll().merge()
     return survivors

@@ -2,8 +2,9 @@
 
 * ``connect`` engine (the default): the table DAG's ``apply`` task opens a session of the
   long-running Spark Connect server with :func:`connect_session`; the server was started with
-  :func:`spark_conf` (:mod:`cdclake.local.engine`).
-* ``submit`` engine: ``spark-submit`` runs get :func:`spark_conf` on the command line.
+  :func:`spark_conf` (:mod:`cdclake_dev.engine`).
+* ``submit`` engine: ``spark-submit`` runs get :func:`spark_conf` on the command line, and their
+  driver (``spark_jobs/``) opens its session with :func:`submit_session`.
 * Tests, the CLI and benchmarks build an in-process local session with :func:`build_session`.
 
 The Iceberg catalog, credentials included, is not part of :func:`spark_conf`: each session gets it
@@ -14,6 +15,8 @@ credential is on a command line, in a server's start-up settings, or in a DAG.
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -83,6 +86,22 @@ def build_session(settings: Settings, app_name: str = "cdclake") -> SparkSession
     for key, value in {**spark_conf(settings), **settings.spark_catalog_conf()}.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+@contextmanager
+def submit_session(settings: Settings, app_name: str) -> Iterator[SparkSession]:
+    """The session of a ``spark-submit`` driver (``spark_jobs/``): ``getOrCreate`` with the
+    settings ``spark-submit`` passed (:func:`spark_conf`) and application name ``app_name``, the
+    catalog of ``settings`` registered (:func:`set_catalog`); stopped when the ``with`` block
+    ends."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.appName(app_name).getOrCreate()
+    try:
+        set_catalog(spark, settings)
+        yield spark
+    finally:
+        spark.stop()
 
 
 def _public_url(url: str) -> str:

@@ -1,6 +1,6 @@
 """The statistics of a parsed batch (Spark): one aggregation pass gives the typed
 :class:`~cdclake.model.run_state.BatchStats` the run's decisions are made from
-(:func:`cdclake.model.run_state.decide`), plus the two rarer queries a decision may ask for (the
+(:func:`cdclake.model.decision.decide`), plus the two rarer queries a decision may ask for (the
 full-snapshot groups, and where a changed source identity starts).
 
 A small batch costs a few Spark jobs, not one per question (a job is about 0.3 s even on a one-row
@@ -21,12 +21,12 @@ from cdclake.model.convergence import (
     SourceIdentity,
 )
 from cdclake.model.offsets import Offsets
-from cdclake.model.position import MARIADB_GTID_PATTERN, BinlogPosition
+from cdclake.model.position import BinlogPosition
 from cdclake.model.run_state import APPLIED_OPS, BatchStats, GtidMissing, UnknownColumn
-from cdclake.spark.parse import position_literal, position_of
+from cdclake.spark.positions import gtid_domain, gtid_source, position_literal, position_of
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import DataFrame
 
 GOOD = "not is_tombstone and error is null and held_back_behind is null"
 """The records a run applies: not a Kafka tombstone, not bad, not held back."""
@@ -47,7 +47,7 @@ def batch_stats(parsed: DataFrame, cfg: TableConfig, unknown_floor: BinlogPositi
     good = F.expr(GOOD)
     unknown = F.col("unknown_column").isNotNull()
     if unknown_floor is not None:
-        unknown = unknown & (F.col("position") >= F.expr(position_literal(unknown_floor)))
+        unknown = unknown & (F.col("position") >= position_literal(unknown_floor))
     aggs = [
         F.count(F.lit(1)).alias("events"),
         F.sum(F.col("is_tombstone").cast("int")).alias("tombstones"),
@@ -71,7 +71,7 @@ def batch_stats(parsed: DataFrame, cfg: TableConfig, unknown_floor: BinlogPositi
         missing = good & F.col("_cdc_gtid_seq").isNull() & (F.col("gtid").isNotNull() | ~F.col("_cdc_snapshot"))
         aggs += [
             F.min(F.when(missing, F.struct("partition", "offset", "op", "gtid"))).alias("gtid_missing"),
-            F.collect_set(F.when(good, gtid_domain())).alias("gtid_domains"),
+            F.collect_set(F.when(good, gtid_domain(F.col("gtid")))).alias("gtid_domains"),
         ]
     else:
         aggs.append(
@@ -82,7 +82,7 @@ def batch_stats(parsed: DataFrame, cfg: TableConfig, unknown_floor: BinlogPositi
                         # snapshot reads carry server_id 0: only changes name the server that wrote them
                         F.when(F.col("server_id") != 0, F.col("server_id")).alias("server_id"),
                         F.col("file_base").alias("basename"),
-                        F.expr(GTID_SOURCE).alias("gtid_source"),
+                        gtid_source(F.col("gtid")).alias("gtid_source"),
                     ),
                 )
             ).alias("identities")
@@ -183,21 +183,8 @@ def first_offsets_outside(good: DataFrame, known: SourceIdentity) -> dict[int, i
     if known.basename is not None:
         differs = differs | (F.col("file_base") != known.basename)
     if known.gtid_source is not None:
-        differs = differs | F.coalesce(F.expr(GTID_SOURCE) != known.gtid_source, F.lit(False))
+        differs = differs | F.coalesce(gtid_source(F.col("gtid")) != known.gtid_source, F.lit(False))
     if known.gtid_domain is not None:
-        differs = differs | F.coalesce(gtid_domain() != known.gtid_domain, F.lit(False))
+        differs = differs | F.coalesce(gtid_domain(F.col("gtid")) != known.gtid_domain, F.lit(False))
     rows = good.filter(differs).groupBy("partition").agg(F.min("offset").alias("o")).collect()
     return {int(r["partition"]): int(r["o"]) for r in rows}
-
-
-GTID_SOURCE = (
-    "CASE WHEN gtid LIKE '%:%' THEN trim(substring_index(gtid, ':', 1)) "
-    "WHEN gtid RLIKE '^[0-9]+-[0-9]+-[0-9]+$' THEN regexp_extract(gtid, '^([0-9]+-[0-9]+)-', 1) END"
-)
-"""SQL of the GTID's source (:func:`cdclake.model.convergence.gtid_source`)."""
-
-
-def gtid_domain() -> Column:
-    from pyspark.sql import functions as F
-
-    return F.regexp_extract(F.trim(F.col("gtid")), MARIADB_GTID_PATTERN, 1).try_cast("bigint")

@@ -12,7 +12,8 @@ standalone) -> the local Kafka broker.
   (the same file ``docker-compose.yaml`` mounts); its ``${env:...}`` placeholders are filled from
   :func:`connector_env`. Offsets are kept in ``<state_dir>/connect/offsets``.
 
-Starting and stopping are idempotent and say what they did.
+Both run as :class:`~cdclake_dev.process.Daemon` s. Starting and stopping are idempotent and say
+what they did.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cdclake.io.source_db import SourceDatabase
-from cdclake.local.stack import java_executable, port_open, terminate
 from cdclake.settings import PROJECT_ROOT, Settings, jars_dir
+from cdclake_dev.process import LOOPBACK, Daemon, port_open
+from cdclake_dev.stack import kafka_classpath
+from cdclake_dev.system import java_executable
 
 if TYPE_CHECKING:
     from pymysql.connections import Connection
@@ -61,34 +64,24 @@ def _connect_dir(settings: Settings) -> Path:
     return settings.state_dir / "connect"
 
 
-def _running(pid_file: Path) -> int | None:
-    try:
-        pid = int(pid_file.read_text().strip())
-        os.kill(pid, 0)
-        return pid
-    except (FileNotFoundError, ValueError, ProcessLookupError):
-        return None
+def _mariadb(settings: Settings) -> Daemon:
+    """``mariadbd``: it writes the same pid file itself; its own log is ``error.log``, where its
+    output goes too."""
+    base = _mariadb_dir(settings)
+    return Daemon("MariaDB", base / "mariadbd.pid", base / "error.log")
 
 
-def _stop(pid_file: Path, what: str, *, hard: bool = False, timeout_s: float = 60.0) -> str:
-    pid = _running(pid_file)
+def _connect(settings: Settings) -> Daemon:
+    """The Connect worker: output ``connect.out`` (its log4j log is ``connect.log``)."""
+    base = _connect_dir(settings)
+    return Daemon("Kafka Connect", base / "connect.pid", base / "connect.out")
+
+
+def _stop(daemon: Daemon, *, hard: bool = False, timeout_s: float = 60.0) -> str:
+    pid = daemon.stop(hard=hard, timeout_s=timeout_s)
     if pid is None:
-        return f"{what} not running"
-    terminate(pid, hard=hard, timeout_s=timeout_s)
-    pid_file.unlink(missing_ok=True)
-    return f"{what} {'killed (SIGKILL)' if hard else 'stopped'} (pid {pid})"
-
-
-def _wait_port(port: int, proc: subprocess.Popen, log: Path, what: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            break
-        if port_open("127.0.0.1", port):
-            return
-        time.sleep(0.3)
-    tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
-    raise RuntimeError(f"{what} did not start on port {port}:\n{tail}")
+        return f"{daemon.name} not running"
+    return f"{daemon.name} {'killed (SIGKILL)' if hard else 'stopped'} (pid {pid})"
 
 
 def local_source(
@@ -112,15 +105,16 @@ def start_mariadb(settings: Settings, *, cdc_password: str = DB_PASSWORD, timeou
 
     Raises:
         FileNotFoundError: MariaDB is not installed (``make setup-chain`` installs it).
-        RuntimeError: the server did not start (the message carries its error log).
+        RuntimeError: the server exited or did not listen within ``timeout_s`` seconds (it is
+            stopped; the message carries its error log).
     """
     mariadbd = shutil.which("mariadbd") or "/usr/sbin/mariadbd"
     if not Path(mariadbd).exists():
         raise FileNotFoundError("mariadbd not found: run `make setup-chain` (Debian package mariadb-server)")
     base = _mariadb_dir(settings)
     datadir = base / "data"
-    pid_file = base / "mariadbd.pid"
-    pid = _running(pid_file)
+    server = _mariadb(settings)
+    pid = server.pid
     if pid is None:
         base.mkdir(parents=True, exist_ok=True)
         if not (datadir / "mysql").exists():
@@ -136,18 +130,18 @@ def start_mariadb(settings: Settings, *, cdc_password: str = DB_PASSWORD, timeou
                 check=True,
                 capture_output=True,
             )
-        log = base / "error.log"
-        proc = subprocess.Popen(
+        (base / "binlog").mkdir(exist_ok=True)
+        pid = server.start(
             [
                 mariadbd,
                 "--no-defaults",
                 f"--datadir={datadir}",
                 "--user=root",
                 f"--port={settings.mariadb_port}",
-                "--bind-address=127.0.0.1",
+                f"--bind-address={LOOPBACK}",
                 f"--socket={base / 'mariadbd.sock'}",
-                f"--pid-file={pid_file}",
-                f"--log-error={log}",
+                f"--pid-file={server.pid_file}",
+                f"--log-error={server.log_file}",
                 f"--server-id={SERVER_ID}",
                 f"--log-bin={base / 'binlog' / 'mysql-bin'}",
                 "--binlog-format=ROW",
@@ -158,13 +152,11 @@ def start_mariadb(settings: Settings, *, cdc_password: str = DB_PASSWORD, timeou
                 "--character-set-server=utf8mb4",
                 "--collation-server=utf8mb4_general_ci",
             ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
+            ready=lambda: port_open(LOOPBACK, settings.mariadb_port),
+            timeout_s=timeout_s,
+            poll_s=0.3,
         )
-        (base / "binlog").mkdir(exist_ok=True)
-        _wait_port(settings.mariadb_port, proc, log, "MariaDB", timeout_s)
-        report = f"MariaDB started on 127.0.0.1:{settings.mariadb_port} (pid {proc.pid}, data {datadir})"
+        report = f"MariaDB started on 127.0.0.1:{settings.mariadb_port} (pid {pid}, data {datadir})"
     else:
         report = f"MariaDB already running on 127.0.0.1:{settings.mariadb_port} (pid {pid})"
     for _ in range(50):
@@ -185,7 +177,8 @@ def start_mariadb(settings: Settings, *, cdc_password: str = DB_PASSWORD, timeou
 
 
 def stop_mariadb(settings: Settings) -> str:
-    return _stop(_mariadb_dir(settings) / "mariadbd.pid", "MariaDB")
+    """Stop the local MariaDB (SIGTERM: a clean shutdown; SIGKILL after 60 s)."""
+    return _stop(_mariadb(settings))
 
 
 def connector_env(
@@ -207,7 +200,7 @@ def connector_env(
 
 
 _WORKER = """\
-# Generated by cdclake.local.chain: Kafka Connect standalone worker of the local chain.
+# Generated by cdclake_dev.chain: Kafka Connect standalone worker of the local chain.
 bootstrap.servers={bootstrap}
 listeners=http://127.0.0.1:{port}
 plugin.path={plugins}
@@ -237,14 +230,15 @@ def start_connect(
 
     Raises:
         FileNotFoundError: the connector plugin was not fetched (``make setup-chain``).
-        RuntimeError: the worker did not start (the message carries its log).
+        RuntimeError: the worker exited or did not listen within ``timeout_s`` seconds (it is
+            stopped; the message carries its output).
     """
     plugins = jars_dir("connect-plugins")
     if not (plugins / "debezium-connector-mariadb").is_dir():
         raise FileNotFoundError(f"no Debezium plugin in {plugins}: run `make setup-chain` first")
     base = _connect_dir(settings)
-    pid_file = base / "connect.pid"
-    pid = _running(pid_file)
+    worker_process = _connect(settings)
+    pid = worker_process.pid
     if pid is not None:
         return f"Kafka Connect already running on 127.0.0.1:{settings.connect_port} (pid {pid})"
     base.mkdir(parents=True, exist_ok=True)
@@ -273,28 +267,25 @@ def start_connect(
     env.update(
         connector_env(settings, schemas_enable=schemas_enable, snapshot_mode=snapshot_mode, db_password=db_password)
     )
-    with open(base / "connect.out", "ab") as out:
-        proc = subprocess.Popen(
-            [
-                java_executable(),
-                "-Xms256m",
-                "-Xmx1g",
-                f"-Dlog4j2.configurationFile={log4j}",
-                "-cp",
-                str(jars_dir("kafka") / "*"),
-                "org.apache.kafka.connect.cli.ConnectStandalone",
-                str(worker),
-                str(CONNECTOR_CONFIG),
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
-    pid_file.write_text(str(proc.pid))
-    _wait_port(settings.connect_port, proc, base / "connect.out", "Kafka Connect", timeout_s)
+    pid = worker_process.start(
+        [
+            java_executable(),
+            "-Xms256m",
+            "-Xmx1g",
+            f"-Dlog4j2.configurationFile={log4j}",
+            "-cp",
+            kafka_classpath(),
+            "org.apache.kafka.connect.cli.ConnectStandalone",
+            str(worker),
+            str(CONNECTOR_CONFIG),
+        ],
+        env=env,
+        ready=lambda: port_open(LOOPBACK, settings.connect_port),
+        timeout_s=timeout_s,
+        poll_s=0.3,
+    )
     return (
-        f"Kafka Connect started on 127.0.0.1:{settings.connect_port} (pid {proc.pid}) with "
+        f"Kafka Connect started on 127.0.0.1:{settings.connect_port} (pid {pid}) with "
         f"{CONNECTOR_CONFIG.name}, topic prefix {settings.topic_prefix!r}"
     )
 
@@ -319,4 +310,4 @@ def connect_offsets_file(settings: Settings) -> Path:
 
 def stop_connect(settings: Settings, *, hard: bool = False) -> str:
     """Stop the Connect worker; ``hard=True`` kills it with SIGKILL (a crash)."""
-    return _stop(_connect_dir(settings) / "connect.pid", "Kafka Connect", hard=hard)
+    return _stop(_connect(settings), hard=hard)

@@ -5,7 +5,7 @@ and SQLite metadata DB under the state dir, the project's ``dags/`` and ``plugin
 the two connections the table DAGs use:
 
 * ``spark_connect_default`` (type ``spark_connect``): the local Spark Connect server of the
-  ``connect`` engine (:mod:`cdclake.local.engine`), its token as the password.
+  ``connect`` engine (:mod:`cdclake_dev.engine`), its token as the password.
 * ``spark_default`` (type ``spark``): the Spark master of the ``submit`` engine. Without it the
   Spark provider falls back to ``--master yarn``; the local stack sets ``local[2]``
   (``CDCLAKE_SPARK_MASTER``).
@@ -23,8 +23,8 @@ import json
 import os
 import sys
 
-from cdclake.local.engine import engine_token
 from cdclake.settings import PROJECT_ROOT, ConnectionIds, Settings
+from cdclake_dev.engine import engine_token
 
 
 def airflow_env(settings: Settings, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -80,22 +80,7 @@ def airflow_env(settings: Settings, base: dict[str, str] | None = None) -> dict[
                 }
             ),
             # the CDCLAKE_* settings the tasks read, pinned to what this process resolved
-            "CDCLAKE_STATE_DIR": str(settings.state_dir),
-            "CDCLAKE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-            "CDCLAKE_CATALOG_NAME": settings.catalog_name,
-            "CDCLAKE_CATALOG_URI": settings.catalog_uri,
-            "CDCLAKE_WAREHOUSE": settings.warehouse,
-            "CDCLAKE_TABLES_CONFIG": str(settings.tables_config),
-            "CDCLAKE_SPARK_MASTER": settings.spark_master,
-            "CDCLAKE_MARIADB_PORT": str(settings.mariadb_port),
-            "CDCLAKE_CONNECT_PORT": str(settings.connect_port),
-            "CDCLAKE_TOPIC_PREFIX": settings.topic_prefix,
-            "CDCLAKE_SIGNAL_CHANNEL": settings.signal_channel,
-            "CDCLAKE_SIGNAL_TABLE": settings.signal_table,
-            "CDCLAKE_ENGINE": settings.engine,
-            "CDCLAKE_SPARK_CONNECT_PORT": str(settings.spark_connect_port),
-            "CDCLAKE_ENGINE_MEMORY": settings.engine_memory,
-            "CDCLAKE_APPLY_POOL_SLOTS": str(settings.apply_pool_slots),
+            **settings.to_env(),
             # spark-submit of the pip package finds its Spark home through python3 on PATH
             "PATH": venv_bin + os.pathsep + env.get("PATH", ""),
             "PYTHONPATH": os.pathsep.join(

@@ -22,8 +22,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cdclake.local import engine
 from cdclake.settings import APPLY_POOL, APPLY_POOL_DESCRIPTION, PROJECT_ROOT, Settings
+from cdclake_dev import engine
+from cdclake_dev.views import format_status_table, show_table
 
 DEMO_FILES = {
     "inventory_products": Path("flink/debezium-data-schema-include.txt"),
@@ -40,7 +41,7 @@ def _settings() -> Settings:
 
 
 def cmd_stack(args: argparse.Namespace) -> int:
-    from cdclake.local import stack
+    from cdclake_dev import stack
 
     settings = _settings()
     with_engine = settings.engine == "connect"
@@ -85,8 +86,8 @@ def cmd_engine(args: argparse.Namespace) -> int:
 
 
 def cmd_chain(args: argparse.Namespace) -> int:
-    from cdclake.local import chain as source_chain
-    from cdclake.local import stack
+    from cdclake_dev import chain as source_chain
+    from cdclake_dev import stack
 
     settings = _settings()
     if args.action == "start":
@@ -137,7 +138,7 @@ def cmd_load(args: argparse.Namespace) -> int:
 
 def run_airflow(argv: list[str], settings: Settings | None = None, **kwargs: Any) -> subprocess.CompletedProcess:
     """Run the ``airflow`` CLI of this virtual environment with the local stack's environment."""
-    from cdclake.local.airflow_env import airflow_env
+    from cdclake_dev.airflow_env import airflow_env
 
     settings = settings or _settings()
     settings.airflow_home.mkdir(parents=True, exist_ok=True)
@@ -211,8 +212,8 @@ def run_maintenance(
     import json
 
     from cdclake.model.config import load_tables
-    from cdclake.pipeline.status import select_tables
-    from cdclake.spark.maintenance import check_actions
+    from cdclake.model.maintenance import check_actions
+    from cdclake.model.selection import select_tables
 
     settings = settings or _settings()
     select_tables(load_tables(settings.tables_config).tables, tables)  # unknown names: ConfigError
@@ -247,10 +248,10 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     the same in Airflow); the table's DAG is run to catch the lake up."""
     from cdclake.io.catalog import committed_offsets, load_catalog, load_table_or_none
     from cdclake.io.kafka import KafkaClients
-    from cdclake.local.chain import local_source
     from cdclake.model.config import load_tables
     from cdclake.model.snapshot import caught_up
     from cdclake.pipeline.reconcile import ReconcileParams, reconcile_table
+    from cdclake_dev.chain import local_source
 
     settings = _settings()
     cfg = load_tables(settings.tables_config).get(args.table)
@@ -309,104 +310,9 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
     return 0
 
 
-def show_table(name: str, *, limit: int, metadata_columns: bool, settings: Settings | None = None) -> str:
-    """The table as text: identifier fields, schema, committed offsets, snapshot summary, rows."""
-    from cdclake.io.catalog import load_catalog, load_table_or_none
-    from cdclake.model.config import load_tables
-    from cdclake.model.layout import METADATA_COLUMNS
-
-    settings = settings or _settings()
-    cfg = load_tables(settings.tables_config).get(name)
-    table = load_table_or_none(load_catalog(settings), cfg.identifier)
-    if table is None:
-        return f"{settings.catalog_name}.{cfg.identifier}: no such table yet (run the DAG first)\n"
-    schema = table.schema()
-    keys = [schema.find_field(i).name for i in schema.identifier_field_ids]
-    out = [f"== {settings.catalog_name}.{cfg.identifier} ==", str(schema), f"identifier fields: {keys}", ""]
-    snap = table.current_snapshot()
-    if snap is not None and snap.summary is not None:
-        out.append(f"current snapshot {snap.snapshot_id} ({snap.summary.operation.value}); summary:")
-        for key, value in sorted(snap.summary.additional_properties.items()):
-            if key.startswith("cdc.") or key in ("total-records", "total-data-files", "total-delete-files"):
-                out.append(f"  {key} = {value}")
-        out.append("")
-    arrow = table.scan().to_arrow()
-    if not metadata_columns:
-        arrow = arrow.drop_columns([c for c, _, _ in METADATA_COLUMNS])
-    arrow = arrow.sort_by([(c, "ascending") for c in cfg.primary_key])
-    out.append(f"{arrow.num_rows} row(s)")
-    if arrow.num_rows:
-        import pandas as pd
-
-        # floats as Python prints them: the exact value stored, not a rounded display
-        with pd.option_context(
-            "display.float_format", lambda v: repr(float(v)), "display.max_colwidth", 80, "display.width", 200
-        ):
-            out.append(arrow.slice(0, limit).to_pandas().to_string(index=False))
-    else:
-        out.append("")
-    return "\n".join(out) + "\n"
-
-
 def cmd_show(args: argparse.Namespace) -> int:
     sys.stdout.write(show_table(args.table, limit=args.limit, metadata_columns=args.metadata))
     return 0
-
-
-def format_status_table(statuses: list[Any], *, with_fresh: bool = False) -> str:
-    """:class:`~cdclake.pipeline.status.TableStatus` list as a terminal table, one row per table,
-    then each table's problems."""
-    from cdclake.pipeline.status import format_duration
-
-    def reconcile(st: Any) -> str:
-        rec = st.last_reconcile
-        if rec is None:
-            return "never"
-        diffs = rec.only_in_source + rec.only_in_lake + rec.differing
-        verdict = "clean" if rec.clean else f"{diffs} diff{'s' if diffs != 1 else ''}"
-        return f"{verdict}{' (repaired)' if rec.repaired else ''}, {format_duration(rec.age_ms)} ago"
-
-    header = [
-        "table",
-        "lag events",
-        "lag time",
-        "last commit",
-        "snapshot id",
-        "events 24h",
-        "quarantine",
-        "schema",
-        "snapshot run",
-        "last reconcile",
-    ] + (["fresh"] if with_fresh else [])
-    rows = [header]
-    for st in statuses:
-        row = [
-            st.name if st.table_exists else f"{st.name} (no table)",
-            "-" if st.lag_events is None else str(st.lag_events),
-            format_duration(st.lag_ms),
-            "never" if st.last_commit is None else f"{format_duration(st.last_commit.age_ms)} ago",
-            "-" if st.last_commit is None else str(st.last_commit.snapshot_id),
-            str(st.activity_24h.events),
-            str(st.open_quarantine),
-            "-" if st.schema_id is None else f"{st.schema_id} ({st.column_count} cols)",
-            "yes" if st.snapshot_in_progress is not None else "no",
-            reconcile(st),
-        ]
-        if with_fresh:
-            row.append({True: "yes", False: "NO", None: "-"}[st.fresh])
-        rows.append(row)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    numeric = {1, 2, 3, 4, 5, 6}
-    lines = [
-        "  ".join(
-            cell.rjust(w) if i in numeric else cell.ljust(w) for i, (cell, w) in enumerate(zip(r, widths, strict=True))
-        ).rstrip()
-        for r in rows
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    for st in statuses:
-        lines.extend(f"{st.name}: {problem}" for problem in st.problems)
-    return "\n".join(lines) + "\n"
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -417,7 +323,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     from cdclake.io.catalog import load_catalog
     from cdclake.io.kafka import KafkaClients
     from cdclake.model.config import load_tables
-    from cdclake.pipeline.status import select_tables, status_of_tables
+    from cdclake.model.selection import select_tables
+    from cdclake.pipeline.status import status_of_tables
 
     settings = _settings()
     try:
@@ -448,8 +355,8 @@ def cmd_airflow(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from cdclake.io.events import load_events
     from cdclake.io.kafka import KafkaClients, topic_watermarks
-    from cdclake.local import stack
     from cdclake.model.config import load_tables
+    from cdclake_dev import stack
 
     settings = _settings()
     kafka = KafkaClients.from_bootstrap(settings.kafka_bootstrap)
@@ -478,7 +385,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_production(args: argparse.Namespace) -> int:
-    from cdclake.local import production
+    from cdclake_dev import production, production_demo
 
     topology = production.Topology(Path(args.state_dir))
     if args.action == "stop":
@@ -492,7 +399,7 @@ def cmd_production(args: argparse.Namespace) -> int:
         for cfg in load_tables(settings.tables_config).tables:
             sys.stdout.write(show_table(cfg.name, limit=10, metadata_columns=False, settings=settings))
 
-    result = production.demo(
+    result = production_demo.demo(
         topology, say=lambda line: print(line, flush=True), keep=args.keep, show_tables=show_tables
     )
     if args.keep:

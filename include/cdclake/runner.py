@@ -1,0 +1,234 @@
+"""One run of one table, whoever runs it: plan, schema sync, apply in a Spark session, with the
+concurrent-commit retries, each phase timed.
+
+* :func:`run_once` is the whole run, as the table DAG's ``apply`` task (``connect`` engine) runs it.
+* :func:`sync_schema` and :func:`apply_plan` are its phases for callers that run them apart: the
+  ``submit`` engine's ``schema_sync`` task and its ``spark-submit`` job (``spark_jobs/apply_cdc.py``).
+  The plan phase is :func:`cdclake.pipeline.planner.plan_next`.
+
+The caller owns the connections (catalog, Kafka, how a Spark session is opened): the Airflow
+hook ``cdclake_airflow.hooks.CdcLakeHook`` resolves them from Airflow connections; a caller outside
+Airflow builds them from ``CDCLAKE_*``. Orchestrator reactions (skipping a task, asset events, metrics, lineage) are the
+caller's too; this module imports no Airflow.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from cdclake.errors import ConcurrentRunError
+from cdclake.pipeline.planner import plan_next
+from cdclake.pipeline.schema_sync import sync_for_range
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyspark.sql import SparkSession
+
+    from cdclake.io.kafka import KafkaClients
+    from cdclake.model.config import TableConfig
+    from cdclake.model.offsets import Offsets
+    from cdclake.model.plan import RunPlan
+    from cdclake.settings import Settings
+    from cdclake.spark.apply import ApplyResult
+
+log = logging.getLogger(__name__)
+
+SessionFactory = Callable[[], AbstractContextManager["SparkSession"]]
+"""The Spark session of one apply, with the run's catalog registered, as a context manager: one
+that opens a session and stops it on exit (a session of the Spark Connect server,
+:func:`cdclake.spark.session.connect_session` with ``settings``; a ``spark-submit`` driver's session,
+:func:`cdclake.spark.session.submit_session`), or one that lends a session its caller keeps
+(``contextlib.nullcontext(spark)``)."""
+
+CONCURRENT_COMMIT_ATTEMPTS = 3
+"""How many times :func:`run_once` plans and applies, when another commit (table maintenance, a
+manual run) moved the table under it."""
+
+
+class PhaseClock:
+    """Wall-clock seconds per phase of a run, summed over the phase's repeats (a run planning
+    again after a concurrent commit), rounded to ms; phases in the order first timed.
+
+    Args:
+        seconds: phases timed already (a caller timing its own phases after :func:`run_once`'s).
+    """
+
+    def __init__(self, seconds: Mapping[str, float] | None = None) -> None:
+        self.seconds: dict[str, float] = dict(seconds or {})
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time the ``with`` block as phase ``name`` (also when it raises)."""
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.seconds[name] = round(self.seconds.get(name, 0.0) + time.monotonic() - started, 3)
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What :func:`run_once` did.
+
+    Attributes:
+        plan: the plan applied (capped by schema sync before a barrier change, if it was), or
+            the empty plan when there was nothing new.
+        result: the apply's result; ``None`` when there was nothing new (no session, no commit).
+        seconds: wall-clock seconds per phase: ``plan``, and unless nothing was new
+            ``schema_sync``, ``session`` (opening it) and ``apply`` (stopping the session
+            included); each summed over the attempts.
+    """
+
+    plan: RunPlan
+    result: ApplyResult | None
+    seconds: dict[str, float]
+
+
+def sync_schema(catalog: Catalog, kafka: KafkaClients, plan: RunPlan) -> RunPlan:
+    """The schema sync phase: apply the table's schema changes up to ``plan``'s batch
+    (:func:`cdclake.pipeline.schema_sync.sync_for_range`), logging each change and a cap.
+
+    Returns:
+        The plan to apply: ``plan`` with schema sync's range (capped before a barrier change, or
+        the same), the changes applied and the change it was capped before.
+
+    Raises:
+        SchemaChangeError: a change that stops the table (incompatible type under
+            ``incompatible: fail``, table renamed or dropped); nothing was applied.
+        SchemaError: the table config's primary key is not the source table's.
+    """
+    result = sync_for_range(catalog, kafka, plan.table, plan.range)
+    for line in result.applied:
+        log.info("schema change applied: %s", line)
+    if result.capped_before is not None:
+        log.info(
+            "batch capped before the barrier change %s; planned %s, applying up to %s",
+            result.capped_before,
+            plan.range.end,
+            result.offset_range.end,
+        )
+    return plan.model_copy(
+        update={
+            "range": result.offset_range,
+            "schema_changes_applied": result.applied,
+            "capped_before": result.capped_before,
+        }
+    )
+
+
+def apply_plan(
+    open_session: SessionFactory,
+    settings: Settings,
+    plan: RunPlan,
+    *,
+    kafka: KafkaClients | None = None,
+    clock: PhaseClock | None = None,
+) -> ApplyResult:
+    """The apply phase: enter a session, apply ``plan`` in it
+    (:func:`cdclake.spark.apply.apply_range`), exit the session, whatever happened.
+
+    Args:
+        open_session: the session (see :data:`SessionFactory`).
+        kafka: the Kafka clients; default: plaintext to ``settings.kafka_bootstrap``.
+        clock: times phases ``session`` (entering it) and ``apply`` (exiting it included).
+
+    Raises:
+        EngineUnavailableError: the Spark Connect server does not accept connections (nothing
+            was applied).
+        ConcurrentRunError, ConfigError, BadBatchError, PositionOrderError: see
+            :func:`cdclake.spark.apply.apply_range`.
+    """
+    # the Spark apply loads only where a run applies (the submit engine's plan and schema_sync
+    # tasks never do)
+    from cdclake.spark.apply import apply_range
+
+    clock = clock or PhaseClock()
+    session = ExitStack()
+    with clock.phase("session"):
+        spark = session.enter_context(open_session())
+    with clock.phase("apply"), session:
+        return apply_range(spark, settings, plan, kafka=kafka)
+
+
+def run_once(
+    cfg: TableConfig,
+    run_id: str,
+    *,
+    settings: Settings,
+    catalog: Catalog,
+    kafka: KafkaClients,
+    open_session: SessionFactory,
+    replay_from_offsets: Offsets | None = None,
+    replay_from_timestamp_ms: int | None = None,
+    accept_source_change: bool = False,
+    attempts: int = CONCURRENT_COMMIT_ATTEMPTS,
+) -> RunOutcome:
+    """Run table ``cfg`` once: plan (:func:`cdclake.pipeline.planner.plan_next`), and unless
+    nothing is new, :func:`sync_schema` and :func:`apply_plan` in a new session.
+
+    With nothing new it stops after the plan: no schema sync, no session, no commit. When another
+    commit lands between the plan and the fast-forward (``ConcurrentRunError``: table
+    maintenance, a manual run), it plans again from the table's offsets and applies again, up to
+    ``attempts`` times in all; nothing is lost or applied twice, since the losing commit was
+    discarded whole.
+
+    Args:
+        cfg: the table.
+        run_id: recorded in the commit's snapshot summary (the Airflow run id).
+        settings: the run's settings, its catalog included.
+        catalog: the Iceberg catalog of ``settings``.
+        kafka: the clients of the cluster holding the table's topics.
+        open_session: the Spark session of each attempt (see :data:`SessionFactory`).
+        replay_from_offsets, replay_from_timestamp_ms, accept_source_change: a manual replay
+            (see :func:`~cdclake.pipeline.planner.plan_next`).
+        attempts: how many times to plan and apply in all (>= 1).
+
+    Returns:
+        The applied plan, the apply's result (``None``: nothing new) and seconds per phase.
+
+    Raises:
+        ValueError: ``attempts`` below 1.
+        ConcurrentRunError: still losing after ``attempts`` attempts.
+        EngineUnavailableError: the Spark Connect server does not accept connections (nothing
+            was applied).
+        OffsetsOutOfRangeError, TopicNotFoundError, ConfigError, SchemaChangeError, SchemaError,
+            BadBatchError, PositionOrderError: see :func:`~cdclake.pipeline.planner.plan_next`,
+            :func:`sync_schema` and :func:`cdclake.spark.apply.apply_range`.
+    """
+    if attempts < 1:
+        raise ValueError(f"attempts must be at least 1, got {attempts}")
+    clock = PhaseClock()
+    attempt = 1
+    while True:
+        with clock.phase("plan"):
+            plan = plan_next(
+                catalog,
+                kafka,
+                cfg,
+                run_id,
+                replay_from_offsets=replay_from_offsets,
+                replay_from_timestamp_ms=replay_from_timestamp_ms,
+                accept_source_change=accept_source_change,
+            )
+        if plan.range.is_empty:
+            return RunOutcome(plan, None, clock.seconds)
+        with clock.phase("schema_sync"):
+            plan = sync_schema(catalog, kafka, plan)
+        try:
+            return RunOutcome(plan, apply_plan(open_session, settings, plan, kafka=kafka, clock=clock), clock.seconds)
+        except ConcurrentRunError:
+            if attempt == attempts:
+                raise
+            log.warning(
+                "another commit moved table %s during this run (attempt %d of %d); planning again from "
+                "the table's offsets",
+                cfg.identifier,
+                attempt,
+                attempts,
+            )
+            attempt += 1

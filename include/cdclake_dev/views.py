@@ -1,0 +1,103 @@
+"""The text views of the ``cdclake`` commands: an Iceberg table of the local stack, the status
+figures of the configured tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cdclake.settings import Settings
+
+
+def show_table(name: str, *, limit: int, metadata_columns: bool, settings: Settings | None = None) -> str:
+    """The table as text: identifier fields, schema, committed offsets, snapshot summary, rows."""
+    from cdclake.io.catalog import load_catalog, load_table_or_none
+    from cdclake.model.config import load_tables
+    from cdclake.model.layout import METADATA_COLUMNS
+
+    settings = settings or Settings.from_env()
+    cfg = load_tables(settings.tables_config).get(name)
+    table = load_table_or_none(load_catalog(settings), cfg.identifier)
+    if table is None:
+        return f"{settings.catalog_name}.{cfg.identifier}: no such table yet (run the DAG first)\n"
+    schema = table.schema()
+    keys = [schema.find_field(i).name for i in schema.identifier_field_ids]
+    out = [f"== {settings.catalog_name}.{cfg.identifier} ==", str(schema), f"identifier fields: {keys}", ""]
+    snap = table.current_snapshot()
+    if snap is not None and snap.summary is not None:
+        out.append(f"current snapshot {snap.snapshot_id} ({snap.summary.operation.value}); summary:")
+        for key, value in sorted(snap.summary.additional_properties.items()):
+            if key.startswith("cdc.") or key in ("total-records", "total-data-files", "total-delete-files"):
+                out.append(f"  {key} = {value}")
+        out.append("")
+    arrow = table.scan().to_arrow()
+    if not metadata_columns:
+        arrow = arrow.drop_columns([c for c, _, _ in METADATA_COLUMNS])
+    arrow = arrow.sort_by([(c, "ascending") for c in cfg.primary_key])
+    out.append(f"{arrow.num_rows} row(s)")
+    if arrow.num_rows:
+        import pandas as pd
+
+        # floats as Python prints them: the exact value stored, not a rounded display
+        with pd.option_context(
+            "display.float_format", lambda v: repr(float(v)), "display.max_colwidth", 80, "display.width", 200
+        ):
+            out.append(arrow.slice(0, limit).to_pandas().to_string(index=False))
+    else:
+        out.append("")
+    return "\n".join(out) + "\n"
+
+
+def format_status_table(statuses: list[Any], *, with_fresh: bool = False) -> str:
+    """:class:`~cdclake.pipeline.status.TableStatus` list as a terminal table, one row per table,
+    then each table's problems."""
+    from cdclake.model.status import format_duration
+
+    def reconcile(st: Any) -> str:
+        rec = st.last_reconcile
+        if rec is None:
+            return "never"
+        diffs = rec.only_in_source + rec.only_in_lake + rec.differing
+        verdict = "clean" if rec.clean else f"{diffs} diff{'s' if diffs != 1 else ''}"
+        return f"{verdict}{' (repaired)' if rec.repaired else ''}, {format_duration(rec.age_ms)} ago"
+
+    header = [
+        "table",
+        "lag events",
+        "lag time",
+        "last commit",
+        "snapshot id",
+        "events 24h",
+        "quarantine",
+        "schema",
+        "snapshot run",
+        "last reconcile",
+    ] + (["fresh"] if with_fresh else [])
+    rows = [header]
+    for st in statuses:
+        row = [
+            st.name if st.table_exists else f"{st.name} (no table)",
+            "-" if st.lag_events is None else str(st.lag_events),
+            format_duration(st.lag_ms),
+            "never" if st.last_commit is None else f"{format_duration(st.last_commit.age_ms)} ago",
+            "-" if st.last_commit is None else str(st.last_commit.snapshot_id),
+            str(st.activity_24h.events),
+            str(st.open_quarantine),
+            "-" if st.schema_id is None else f"{st.schema_id} ({st.column_count} cols)",
+            "yes" if st.snapshot_in_progress is not None else "no",
+            reconcile(st),
+        ]
+        if with_fresh:
+            row.append({True: "yes", False: "NO", None: "-"}[st.fresh])
+        rows.append(row)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    numeric = {1, 2, 3, 4, 5, 6}
+    lines = [
+        "  ".join(
+            cell.rjust(w) if i in numeric else cell.ljust(w) for i, (cell, w) in enumerate(zip(r, widths, strict=True))
+        ).rstrip()
+        for r in rows
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    for st in statuses:
+        lines.extend(f"{st.name}: {problem}" for problem in st.problems)
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,145 @@
+"""The Airflow hook of cdclake's tasks: the Airflow connections they use, resolved when a task
+runs (never at DAG-parse time), and the clients built from them; the one place they are built.
+
+:class:`CdcLakeHook` owns the Kafka connection (``kafka_default``), the Iceberg catalog
+(``iceberg_catalog`` merged into ``CDCLAKE_*``), the Spark Connect engine
+(``spark_connect_default``) and the source database (``cdc_source_db``), the ids of
+:class:`cdclake.settings.ConnectionIds`; each client is built on first use, once per hook.
+
+Every credential a task uses comes from here: the Kafka client config (SASL/SSL included), the
+Iceberg catalog's properties (JDBC password, S3 keys, REST token), the source database's login,
+the Spark Connect token. Airflow masks the connections' passwords and sensitive extra keys in task
+logs; this project never logs them nor passes them on a command line: the Spark Connect URL (its
+token) goes only to the session, and an error names the server without it
+(:func:`cdclake.spark.session.connect_session`); a ``spark-submit`` job gets the catalog and Kafka
+config in a private file (:mod:`cdclake_airflow.spark_submit`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseHook
+
+from cdclake.settings import ConnectionIds, Settings
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyspark.sql import SparkSession
+
+    from cdclake.io.kafka import KafkaClients
+    from cdclake.io.source_db import SourceDatabase
+
+
+class CdcLakeHook(BaseHook):
+    """The connections of cdclake's tasks (see the module docstring); a table run passes its
+    members to :func:`cdclake.runner.run_once`.
+
+    Args:
+        kafka_conn_id: the Kafka connection (its ``extra`` is the librdkafka client config, as
+            the Apache Kafka provider defines the connection).
+        catalog_conn_id: the optional Iceberg catalog connection (its ``extra`` holds the
+            catalog's properties).
+        spark_connect_conn_id: the Spark Connect server's connection (host, port, token).
+        source_db_conn_id: the source database's MySQL connection (host, port, login, password,
+            schema).
+    """
+
+    def __init__(
+        self,
+        *,
+        kafka_conn_id: str = ConnectionIds.KAFKA,
+        catalog_conn_id: str = ConnectionIds.ICEBERG_CATALOG,
+        spark_connect_conn_id: str = ConnectionIds.SPARK_CONNECT,
+        source_db_conn_id: str = ConnectionIds.SOURCE_DB,
+    ) -> None:
+        super().__init__()
+        self.kafka_conn_id = kafka_conn_id
+        self.catalog_conn_id = catalog_conn_id
+        self.spark_connect_conn_id = spark_connect_conn_id
+        self.source_db_conn_id = source_db_conn_id
+
+    def kafka_config(self) -> dict[str, Any]:
+        """The librdkafka client config of connection ``kafka_conn_id``: its whole ``extra``
+        (security settings included)."""
+        return dict(self.get_connection(self.kafka_conn_id).extra_dejson)
+
+    def catalog_properties(self) -> dict[str, Any] | None:
+        """The Iceberg catalog properties of connection ``catalog_conn_id`` (its ``extra``), or
+        ``None`` when no such connection is defined (the embedded default: the catalog is the
+        environment's)."""
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        try:
+            conn = self.get_connection(self.catalog_conn_id)
+        except AirflowNotFoundException:
+            return None
+        return dict(conn.extra_dejson)
+
+    @cached_property
+    def settings(self) -> Settings:
+        """The settings a task runs with: ``CDCLAKE_*`` (:meth:`Settings.from_env`) with the
+        catalog of connection ``catalog_conn_id`` when it is defined
+        (:meth:`Settings.with_catalog`).
+
+        Raises:
+            ValueError: an unknown ``CDCLAKE_*`` variable, or a malformed catalog property.
+        """
+        settings = Settings.from_env()
+        props = self.catalog_properties()
+        return settings if props is None else settings.with_catalog(props)
+
+    @cached_property
+    def catalog(self) -> Catalog:
+        """The pyiceberg catalog of :attr:`settings`."""
+        from cdclake.io.catalog import load_catalog
+
+        return load_catalog(self.settings)
+
+    @cached_property
+    def kafka(self) -> KafkaClients:
+        """The Kafka clients of connection ``kafka_conn_id`` (:meth:`kafka_config`).
+
+        Raises:
+            ConfigError: the connection has no ``bootstrap.servers`` in its extra.
+        """
+        from cdclake.io.kafka import KafkaClients
+
+        return KafkaClients(self.kafka_config())
+
+    def source_database(self) -> SourceDatabase:
+        """The source database of connection ``source_db_conn_id`` (its host, port, login,
+        password and schema; unset: ``127.0.0.1``, 3306, ``root``, no password, no database)."""
+        from cdclake.io.source_db import SourceDatabase
+
+        conn = self.get_connection(self.source_db_conn_id)
+        return SourceDatabase(
+            conn.host or "127.0.0.1",
+            int(conn.port or 3306),
+            conn.login or "root",
+            conn.password or "",
+            conn.schema or None,
+        )
+
+    @contextmanager
+    def spark_session(self) -> Iterator[SparkSession]:
+        """A new session of the Spark Connect server of connection ``spark_connect_conn_id`` (its
+        URL as the Spark provider's ``SparkConnectHook`` builds it), with the catalog of
+        :attr:`settings` registered; stopped when the ``with`` block ends.
+
+        Raises:
+            EngineUnavailableError: the server does not accept connections.
+        """
+        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+        from cdclake.spark.session import connect_session
+
+        url = SparkConnectHook(self.spark_connect_conn_id).get_connection_url()
+        spark = connect_session(url, settings=self.settings, conn_id=self.spark_connect_conn_id)
+        try:
+            yield spark
+        finally:
+            spark.stop()

@@ -1,0 +1,131 @@
+"""One table run (:func:`cdclake.runner.run_once`) on a real Kafka broker, the tests' Spark
+session with the Iceberg runtime and their SQLite catalog: what it opens, applies, times, and how
+it plans again when another commit moves the table under it.
+
+The run exits every session it enters; the sessions here lend the tests' shared one (stopping it
+would end it for every later test) and count the exits. The Spark Connect sessions of the
+table DAG are tests/e2e/test_table_dag.py's."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+
+import pytest
+
+from cdclake.errors import ConcurrentRunError
+from cdclake.io.catalog import committed_offsets, load_catalog
+from cdclake.io.events import load_events
+from cdclake.io.kafka import ensure_topic
+from cdclake.model.layout import SummaryKeys
+from cdclake.model.offsets import OffsetRange
+from cdclake.runner import run_once
+from tests.conftest import apply_offsets, make_table
+from tests.integration.test_apply import PRODUCT_COLUMNS, PRODUCTS_FINAL, table_rows
+
+pytestmark = pytest.mark.integration
+
+PRODUCTS = "flink/debezium-data-schema-include.txt"
+"""16 events of inventory.products (json_with_schema)."""
+
+
+class LentSessions:
+    """A :data:`~cdclake.runner.SessionFactory` lending the tests' shared session; counts the
+    sessions entered and exited.
+
+    Args:
+        spark: the tests' session.
+        before_open: called with the number of the session about to be entered (1, 2, ...).
+    """
+
+    def __init__(self, spark, before_open=None) -> None:
+        self.spark = spark
+        self.before_open = before_open
+        self.opened = 0
+        self.closed = 0
+
+    @contextmanager
+    def __call__(self):
+        self.opened += 1
+        if self.before_open is not None:
+            self.before_open(self.opened)
+        try:
+            yield self.spark
+        finally:
+            self.closed += 1
+
+
+def _run(settings, kafka, cfg, sessions, run_id: str = "scheduled__1", **options):
+    return run_once(
+        cfg,
+        run_id,
+        settings=settings,
+        catalog=load_catalog(settings),
+        kafka=kafka,
+        open_session=sessions,
+        **options,
+    )
+
+
+def _intruder(spark, settings, cfg, end: int):
+    """Before the first session opens, another run commits ``[0, end)`` of partition 0."""
+
+    def before_open(n: int) -> None:
+        if n == 1:
+            apply_offsets(spark, settings, cfg, OffsetRange(topic=cfg.topic, start={0: 0}, end={0: end}), "intruder")
+
+    return before_open
+
+
+def test_a_run_with_nothing_new_stops_after_the_plan(spark, kafka, stack_settings):
+    cfg = make_table()
+    ensure_topic(kafka, cfg.topic, 2)
+    sessions = LentSessions(spark)
+    outcome = _run(stack_settings, kafka, cfg, sessions)
+    assert outcome.result is None
+    assert outcome.plan.range.is_empty
+    assert sessions.opened == 0
+    assert list(outcome.seconds) == ["plan"]
+    assert load_catalog(stack_settings).table_exists(cfg.identifier) is False
+
+
+def test_a_run_applies_its_plan_in_one_session_and_exits_it(spark, kafka, stack_settings, fixtures_dir):
+    cfg = make_table()
+    load_events(fixtures_dir / PRODUCTS, cfg, kafka, partitions=3)
+    sessions = LentSessions(spark)
+    outcome = _run(stack_settings, kafka, cfg, sessions)
+    assert outcome.result is not None and outcome.result.status == "committed"
+    assert outcome.result.events == 16
+    assert (sessions.opened, sessions.closed) == (1, 1)
+    assert list(outcome.seconds) == ["plan", "schema_sync", "session", "apply"]
+    assert all(s >= 0 for s in outcome.seconds.values())
+    table = load_catalog(stack_settings).load_table(cfg.identifier)
+    assert committed_offsets(table, cfg.topic) == outcome.plan.range.end
+    assert table.current_snapshot().summary[SummaryKeys.RUN_ID] == "scheduled__1"
+    assert table_rows(stack_settings, cfg, PRODUCT_COLUMNS) == PRODUCTS_FINAL
+
+
+def test_a_run_plans_again_from_the_table_after_a_concurrent_commit(spark, kafka, stack_settings, fixtures_dir, caplog):
+    cfg = make_table()
+    load_events(fixtures_dir / PRODUCTS, cfg, kafka, partitions=1)
+    sessions = LentSessions(spark, _intruder(spark, stack_settings, cfg, 5))
+    with caplog.at_level(logging.WARNING, logger="cdclake.runner"):
+        outcome = _run(stack_settings, kafka, cfg, sessions)
+    assert "(attempt 1 of 3); planning again from the table's offsets" in caplog.text
+    assert outcome.result is not None and outcome.result.status == "committed"
+    assert outcome.plan.range.start == {0: 5}
+    assert outcome.result.events == 11
+    assert (sessions.opened, sessions.closed) == (2, 2)
+    assert list(outcome.seconds) == ["plan", "schema_sync", "session", "apply"]
+    assert table_rows(stack_settings, cfg, PRODUCT_COLUMNS) == PRODUCTS_FINAL
+
+
+def test_a_run_still_losing_after_its_attempts_raises_and_exits_its_session(spark, kafka, stack_settings, fixtures_dir):
+    cfg = make_table()
+    load_events(fixtures_dir / PRODUCTS, cfg, kafka, partitions=1)
+    sessions = LentSessions(spark, _intruder(spark, stack_settings, cfg, 5))
+    with pytest.raises(ConcurrentRunError, match="another run committed"):
+        _run(stack_settings, kafka, cfg, sessions, attempts=1)
+    assert (sessions.opened, sessions.closed) == (1, 1)
+    table = load_catalog(stack_settings).load_table(cfg.identifier)
+    assert committed_offsets(table, cfg.topic) == {0: 5}

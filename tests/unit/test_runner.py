@@ -1,0 +1,40 @@
+"""The pure parts of one table run (include/cdclake/runner.py): its phase clock and its
+arguments; the run itself is tests/integration/test_runner.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdclake import runner
+from cdclake.runner import PhaseClock, run_once
+from tests.conftest import make_table
+
+
+def test_phase_clock_sums_a_repeated_phase_in_first_timed_order(monkeypatch):
+    ticks = iter([0.0, 1.0, 1.0, 1.25, 5.0, 5.0004])
+    monkeypatch.setattr(runner.time, "monotonic", lambda: next(ticks))
+    clock = PhaseClock({"earlier": 2.0})
+    with clock.phase("plan"):
+        pass
+    with clock.phase("apply"):
+        pass
+    with clock.phase("plan"):
+        pass
+    assert clock.seconds == {"earlier": 2.0, "plan": 1.0, "apply": 0.25}
+
+
+def test_phase_clock_times_a_phase_that_raises(monkeypatch):
+    ticks = iter([0.0, 0.5])
+    monkeypatch.setattr(runner.time, "monotonic", lambda: next(ticks))
+    clock = PhaseClock()
+    with pytest.raises(RuntimeError), clock.phase("session"):
+        raise RuntimeError("no server")
+    assert clock.seconds == {"session": 0.5}
+
+
+def test_run_once_refuses_fewer_than_one_attempt_before_touching_anything():
+    def never() -> None:
+        raise AssertionError("no session may be opened")
+
+    with pytest.raises(ValueError, match="attempts must be at least 1, got 0"):
+        run_once(make_table(), "r", settings=None, catalog=None, kafka=None, open_session=never, attempts=0)
