@@ -11,7 +11,8 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from cdclake.errors import ConcurrentRunError
@@ -113,6 +114,19 @@ def demote_rows(ctx: ApplyContext, target: str) -> None:
     ctx.spark.sql(f"UPDATE {target} SET {file_seq} = -1, {gtid_seq} = {DEMOTED}")
 
 
+@contextmanager
+def _refused_as_concurrent(marker: str, message: str) -> Iterator[None]:
+    """Turn Iceberg's refusal of a change because another commit moved the table (its error text
+    holds ``marker``) into :class:`~cdclake.errors.ConcurrentRunError` with ``message``; any other
+    error passes through."""
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 - Spark wraps Iceberg's error in several types
+        if marker not in str(e):
+            raise
+        raise ConcurrentRunError(message) from e
+
+
 def commit(ctx: ApplyContext, properties: dict[str, str], write: Callable[[str], None]) -> int:
     """Run ``write(target)`` as one commit on top of the run's base snapshot (the table's current
     snapshot when the run started) and return its id. ``target`` is the quoted Spark SQL name
@@ -134,18 +148,15 @@ def commit(ctx: ApplyContext, properties: dict[str, str], write: Callable[[str],
         debug_pause("before_fast_forward", "main")  # a table without snapshots is written directly
     else:
         branch = f"{RUN_BRANCH_PREFIX}{uuid.uuid4().hex[:12]}"
-        try:
+        # another commit (a racing run, maintenance) may change the table's metadata between this
+        # run's read of it and the branch's creation
+        with _refused_as_concurrent(
+            "CommitFailedException",
+            f"table {cfg.identifier}: another commit changed the table while this run created its "
+            f"branch at snapshot {base_snapshot_id}; nothing was committed. The next run plans from "
+            "the table's offsets.",
+        ):
             spark.sql(f"ALTER TABLE {target} CREATE BRANCH {quote_identifier(branch)} AS OF VERSION {base_snapshot_id}")
-        except Exception as e:  # noqa: BLE001 - Spark wraps Iceberg's error in several types
-            # another commit (a racing run, maintenance) changed the table's metadata between this
-            # run's read of it and the branch's creation
-            if "CommitFailedException" not in str(e):
-                raise
-            raise ConcurrentRunError(
-                f"table {cfg.identifier}: another commit changed the table while this run created its "
-                f"branch at snapshot {base_snapshot_id}; nothing was committed. The next run plans from "
-                "the table's offsets."
-            ) from e
     try:
         for key, value in properties.items():
             spark.conf.set(SNAPSHOT_PROPERTY_PREFIX + key, value)
@@ -164,17 +175,14 @@ def commit(ctx: ApplyContext, properties: dict[str, str], write: Callable[[str],
             table.append(empty, snapshot_properties=properties, branch=ref)
         if branch:
             debug_pause("before_fast_forward", branch)
-            try:
-                procedure = quote_identifier(ctx.settings.catalog_name, "system", "fast_forward")
+            procedure = quote_identifier(ctx.settings.catalog_name, "system", "fast_forward")
+            with _refused_as_concurrent(
+                "not an ancestor",
+                f"table {cfg.identifier}: another run committed since this run read snapshot "
+                f"{base_snapshot_id}; this run's commit was discarded (nothing changed). The "
+                "next run plans from the table's offsets.",
+            ):
                 spark.sql(f"CALL {procedure}('{cfg.identifier}', 'main', '{branch}')")
-            except Exception as e:  # noqa: BLE001 - Spark wraps Iceberg's error in several types
-                if "not an ancestor" not in str(e):
-                    raise
-                raise ConcurrentRunError(
-                    f"table {cfg.identifier}: another run committed since this run read snapshot "
-                    f"{base_snapshot_id}; this run's commit was discarded (nothing changed). The "
-                    "next run plans from the table's offsets."
-                ) from e
         current = table.refresh().current_snapshot()
         if current is None:  # the write and the empty append above both commit a snapshot
             raise RuntimeError(f"table {cfg.identifier} has no snapshot after its commit")
