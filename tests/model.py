@@ -24,10 +24,14 @@ Rules of one run:
 2. Truncates (``op`` ``t``) at T: the floor becomes ``max(floor, T)``; every row below the floor is
    removed; every event of the run below the floor is discarded (events above it still apply),
    and so is every event below it in later runs.
-3. Reduce: per key, only the event at the greatest position counts.
-4. An upsert (``c``/``u``/``r``) writes the row if its position is strictly greater than the row's
-   and strictly greater than the key's tombstone. A delete removes the row if its position is
-   strictly greater than the row's, and raises the tombstone to ``max(tombstone, position)``.
+3. Reduce: per key, only the event at the greatest position counts; among events at one position
+   (MySQL's ``binlog_transaction_compression=ON`` gives every rows event of a compressed
+   transaction one position), the one at the greatest Kafka offset of its partition.
+4. An event is *newer* than a row or tombstone when its position is strictly greater, or equal with
+   the same Kafka partition and a greater offset than the event that wrote the row or tombstone.
+   An upsert (``c``/``u``/``r``) writes the row if it is newer than the row and newer than the
+   key's tombstone. A delete removes the row if it is newer than the row, and replaces the
+   tombstone if it is newer than it.
 5. A full snapshot (``r`` events marked ``first``/``first_in_data_collection``/``true``/
    ``last_in_data_collection``/``last``, all at one position P) is in progress from its first
    applied record; a newer P replaces an unfinished one. It is complete in the run after which its
@@ -49,6 +53,17 @@ from typing import Any
 
 Position = tuple[int, int, int, int]
 """``(file sequence number, pos, row, rank)``; tuple comparison is the event order."""
+
+Place = tuple[int, int]
+"""``(Kafka partition, offset)`` of an event: the order among events at one position (rule 4)."""
+
+
+def newer(position: Position, place: Place, than: Position, than_place: Place) -> bool:
+    """Rule 4: an event at ``position``/``place`` is newer than the one at ``than``/``than_place``."""
+    if position != than:
+        return position > than
+    return place[0] == than_place[0] and place[1] > than_place[1]
+
 
 _FILE_SEQ = re.compile(r"^.+\.([0-9]+)$")
 _SNAPSHOT_MARKERS = frozenset(
@@ -97,6 +112,8 @@ class ContractModel:
     value_column: str = "v"
     rows: dict[Any, tuple[Any, Position]] = field(default_factory=dict)
     tombstones: dict[Any, Position] = field(default_factory=dict)
+    places: dict[tuple[str, Any], Place] = field(default_factory=dict)
+    """``("row" | "tombstone", key)`` -> the place of the event that wrote it."""
     floor: Position | None = None
     snapshot_floor: Position | None = None
     snapshot: Position | None = None
@@ -171,38 +188,42 @@ class ContractModel:
         )
         if completed is not None:
             self.snapshot_floor = completed
-        events = [r.envelope for r in records if r.envelope is not None]
+        events = [(r.envelope, (r.partition, r.offset)) for r in records if r.envelope is not None]
         if self.snapshot_floor is not None:
-            events = [e for e in events if e["op"] == "t" or position_of(e) >= self.snapshot_floor]
-        truncates = [position_of(e) for e in events if e["op"] == "t"]
+            events = [(e, at) for e, at in events if e["op"] == "t" or position_of(e) >= self.snapshot_floor]
+        truncates = [position_of(e) for e, _ in events if e["op"] == "t"]
         if truncates and (self.floor is None or max(truncates) > self.floor):
             self.floor = max(truncates)
         if self.floor is not None:
             self.rows = {k: row for k, row in self.rows.items() if row[1] >= self.floor}
 
-        latest: dict[Any, tuple[Position, dict[str, Any]]] = {}
-        for e in events:
+        latest: dict[Any, tuple[Position, Place, dict[str, Any]]] = {}
+        for e, at in events:
             if e["op"] == "t":
                 continue
             pos = position_of(e)
             if self.floor is not None and pos < self.floor:
                 continue
             k = key_of(e, self.primary_key)
-            if k not in latest or pos > latest[k][0]:
-                latest[k] = (pos, e)
+            if k not in latest or (pos, at) > latest[k][:2]:
+                latest[k] = (pos, at, e)
 
-        for k, (pos, e) in latest.items():
+        for k, (pos, at, e) in latest.items():
             row = self.rows.get(k)
+            newer_than_row = row is None or newer(pos, at, row[1], self.places[("row", k)])
+            newer_than_tombstone = k not in self.tombstones or newer(
+                pos, at, self.tombstones[k], self.places[("tombstone", k)]
+            )
             if e["op"] == "d":
-                if row is not None and pos > row[1]:
+                if row is not None and newer_than_row:
                     del self.rows[k]
-                if k not in self.tombstones or pos > self.tombstones[k]:
+                if newer_than_tombstone:
                     self.tombstones[k] = pos
+                    self.places[("tombstone", k)] = at
             elif e["op"] in UPSERT_OPS:
-                newer_than_row = row is None or pos > row[1]
-                newer_than_tombstone = k not in self.tombstones or pos > self.tombstones[k]
                 if newer_than_row and newer_than_tombstone:
                     self.rows[k] = (e["after"][self.value_column], pos)
+                    self.places[("row", k)] = at
             else:
                 raise ValueError(f"unknown op {e['op']!r}")
         if completed is not None:

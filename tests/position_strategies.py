@@ -1,7 +1,7 @@
 """Hypothesis strategies of rows' metadata columns and of positions, shared by the codec tests
 (tests/unit/test_position_codecs.py, tests/integration/test_position_codecs.py): NULLs, the
-sentinels NO_GTID and DEMOTED, the NULL readings (-1), and binlog file sequence numbers on both
-sides of 999999."""
+sentinels NO_GTID and DEMOTED, the NULL readings (-1), binlog file sequence numbers on both
+sides of 999999, and Kafka partitions and offsets that often tie."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ INTS = st.sampled_from([-2, -1, 0, 1, 2]) | st.integers(-3, 2**31 - 2)
 
 
 def rows() -> st.SearchStrategy[dict[str, Any]]:
-    """A row's metadata columns (``None``: NULL)."""
+    """A row's metadata columns, position and Kafka partition and offset (``None``: NULL)."""
     return st.fixed_dictionaries(
         {
             "_cdc_snapshot": st.none() | st.booleans(),
@@ -27,6 +27,8 @@ def rows() -> st.SearchStrategy[dict[str, Any]]:
             "_cdc_binlog_pos": st.none() | LONGS,
             "_cdc_binlog_row": st.none() | INTS,
             "_cdc_gtid_seq": st.none() | LONGS,
+            "_cdc_kafka_partition": st.none() | st.integers(-1, 2),
+            "_cdc_kafka_offset": st.none() | st.sampled_from([-1, 0, 1, 2]) | st.integers(0, 2**40),
         }
     )
 

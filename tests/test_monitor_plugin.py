@@ -8,7 +8,7 @@ import subprocess
 import sys
 import textwrap
 
-from cdclake.model.status import Activity, LastCommit, TableStatus
+from cdclake.model.status import Activity, LastCommit, RunFailure, TableStatus
 from cdclake.settings import PROJECT_ROOT, Settings
 from cdclake_airflow.monitor import format_duration, hourly_svg, render_page
 from cdclake_dev.airflow_env import airflow_env
@@ -105,6 +105,24 @@ def test_the_page_shows_the_figures():
     assert "<script" not in page  # no JavaScript
     row = page.split('<tr class="table-row"')[1].split("</tr>")[0]
     assert row.count("<td") == page.count("<th>")  # a cell per column
+
+
+def test_a_table_whose_runs_fail_shows_failing_and_why():
+    failure = RunFailure.after(
+        None,
+        state="failing",
+        at_ms=1_699_999_000_000,
+        run_id="scheduled__1",
+        task_id="apply",
+        try_number=1,
+        error=ValueError("<b>topic 'x'</b>: all 2 record(s) of this run were quarantined\nThe quarantine ..."),
+    )
+    problem = failure.describe(1_700_000_000_000)
+    page = render_page(_payload(run_failure=failure, freshness_minutes=5, fresh=False, problems=[problem]))
+    cell = page.split('<td class="fresh">')[1].split("</td>")[0]
+    assert ">failing</span>" in cell and "1 failed try: ValueError: &lt;b&gt;topic" in cell
+    assert "<li>its DAG&#x27;s runs are failing: 1 failed try since the first, 16m40s ago" in page
+    assert "<b>topic" not in page
 
 
 def test_hourly_plot_bars_are_proportional_to_the_busiest_hour():

@@ -66,6 +66,15 @@ class BadBatchError(CdcLakeError):
         )
 
 
+class QuarantinedBatchError(CdcLakeError):
+    """Every record of a run's batch was quarantined (bad, or held back behind a bad record of
+    its key): the run applied nothing (``bad_records: quarantine``). The quarantine was written
+    and the committed offsets moved past the records, so later records flow; the run fails so
+    that it is seen, and is not retried (a retry would find nothing left to do). The message
+    names the topic, the partitions and offset ranges, the count, the first record's error, and
+    how to list and release the quarantine."""
+
+
 class OffsetsOutOfRangeError(CdcLakeError):
     """The committed offsets are outside the topic's watermarks: below the low watermark, events
     were deleted by retention before they were applied (remedy: a re-snapshot through the

@@ -78,7 +78,8 @@ class RunOutcome:
     Attributes:
         plan: the plan applied (capped by schema sync before a barrier change, if it was), or
             the empty plan when there was nothing new.
-        result: the apply's result; ``None`` when there was nothing new (no session, no commit).
+        result: the apply's result; ``None`` when there was nothing new, or nothing before a barrier
+            schema change that has not settled (no session, no commit).
         seconds: wall-clock seconds per phase: ``plan``, and unless nothing was new
             ``schema_sync``, ``session`` (opening it) and ``apply`` (stopping the session
             included); each summed over the attempts.
@@ -155,6 +156,35 @@ def apply_plan(
         return apply_range(spark, settings, plan, kafka=kafka)
 
 
+def committed_run(catalog: Catalog, cfg: TableConfig, run_id: str) -> tuple[RunPlan, ApplyResult] | None:
+    """The plan and result of run ``run_id``'s commit to table ``cfg``, read back from the commit's
+    snapshot summary (:func:`cdclake.io.catalog.run_commit`), or ``None`` when it did not commit."""
+    from cdclake.io.catalog import load_table_or_none, run_commit
+    from cdclake.model.layout import SummaryKeys
+    from cdclake.model.offsets import OffsetRange, decode_offsets
+    from cdclake.model.plan import RunPlan
+    from cdclake.spark.apply import ApplyResult
+
+    table = load_table_or_none(catalog, cfg.identifier)
+    found = run_commit(table, cfg.topic, run_id) if table is not None else None
+    if found is None:
+        return None
+    snapshot_id, summary = found
+    log.info(
+        "table %s: run %s committed already (snapshot %s): nothing to plan or apply (a retry after its commit)",
+        cfg.identifier,
+        run_id,
+        snapshot_id,
+    )
+    offsets = OffsetRange(
+        topic=cfg.topic,
+        start=decode_offsets(summary[SummaryKeys.START_OFFSETS]),
+        end=decode_offsets(summary[SummaryKeys.END_OFFSETS]),
+    )
+    plan = RunPlan(table=cfg, run_id=run_id, range=offsets, replay=summary.get(SummaryKeys.REPLAY) == "true")
+    return plan, ApplyResult.of_commit("already_applied", snapshot_id, summary)
+
+
 def run_once(
     cfg: TableConfig,
     run_id: str,
@@ -177,6 +207,11 @@ def run_once(
     ``attempts`` times in all; nothing is lost or applied twice, since the losing commit was
     discarded whole.
 
+    A run commits once: when the table's history holds a commit of ``run_id`` already (an Airflow
+    retry of a task whose earlier try committed, then failed or was killed), it plans and applies
+    nothing and returns that commit, its plan and figures read back from the commit's snapshot
+    summary (status ``already_applied``), for the caller to publish.
+
     Args:
         cfg: the table.
         run_id: recorded in the commit's snapshot summary (the Airflow run id).
@@ -190,6 +225,7 @@ def run_once(
 
     Returns:
         The applied plan, the apply's result (``None``: nothing new) and seconds per phase.
+        ``run_id``'s earlier commit, when there is one: its plan and result, and ``plan``'s seconds.
 
     Raises:
         ValueError: ``attempts`` below 1.
@@ -203,6 +239,10 @@ def run_once(
     if attempts < 1:
         raise ValueError(f"attempts must be at least 1, got {attempts}")
     clock = PhaseClock()
+    with clock.phase("plan"):
+        earlier = committed_run(catalog, cfg, run_id)
+    if earlier is not None:
+        return RunOutcome(*earlier, clock.seconds)
     attempt = 1
     while True:
         with clock.phase("plan"):
@@ -219,6 +259,8 @@ def run_once(
             return RunOutcome(plan, None, clock.seconds)
         with clock.phase("schema_sync"):
             plan = sync_schema(catalog, kafka, plan)
+        if plan.range.is_empty:  # capped at a barrier change that has not settled: nothing to apply yet
+            return RunOutcome(plan, None, clock.seconds)
         try:
             return RunOutcome(plan, apply_plan(open_session, settings, plan, kafka=kafka, clock=clock), clock.seconds)
         except ConcurrentRunError:

@@ -14,6 +14,12 @@ standalone) -> the local Kafka broker.
 
 Both run as :class:`~cdclake_dev.process.Daemon` s. Starting and stopping are idempotent and say
 what they did.
+
+A second MariaDB can run as a **replica** of the first (:func:`start_mariadb` with ``replica_of``:
+the settings of another state directory and port), with ``log_slave_updates``, so its binlog holds
+the replicated events with the server id and GTID of the server that originated them; a second
+Debezium connector reading it is added to the running Connect worker through its REST API
+(:func:`add_connector`).
 """
 
 from __future__ import annotations
@@ -33,11 +39,13 @@ from cdclake_dev.system import java_executable
 
 if TYPE_CHECKING:
     from pymysql.connections import Connection
+    from pymysql.cursors import Cursor
 
 CONNECTOR_CONFIG = PROJECT_ROOT / "include" / "stack" / "debezium" / "inventory-connector.json"
 DB_USER = "debezium"
 DB_PASSWORD = "dbz"
 SERVER_ID = 223344
+REPLICA_SERVER_ID = 223345
 SIGNAL_TABLE = "inventory.debezium_signal"
 
 _INIT_SQL = f"""
@@ -98,10 +106,21 @@ def mariadb_connect(
     return local_source(settings, user=user, password=password, database=database).connect()
 
 
-def start_mariadb(settings: Settings, *, cdc_password: str = DB_PASSWORD, timeout_s: float = 60.0) -> str:
+def start_mariadb(
+    settings: Settings,
+    *,
+    cdc_password: str = DB_PASSWORD,
+    timeout_s: float = 60.0,
+    replica_of: Settings | None = None,
+) -> str:
     """Start the local MariaDB (initializing its data directory on first start) and make sure the
     ``inventory`` database, the ``debezium`` user (password ``cdc_password``) and the signal table
     exist.
+
+    With ``replica_of`` (the settings of a running local MariaDB) the server is its replica, with
+    server id :data:`REPLICA_SERVER_ID` and ``log_slave_updates`` (MariaDB KB, "Setting Up
+    Replication"): its own setup is kept out of its binlog, and it replicates from the primary's
+    current GTID position (``MASTER_USE_GTID=slave_pos``), as the ``debezium`` user.
 
     Raises:
         FileNotFoundError: MariaDB is not installed (``make setup-chain`` installs it).
@@ -142,8 +161,9 @@ def start_mariadb(settings: Settings, *, cdc_password: str = DB_PASSWORD, timeou
                 f"--socket={base / 'mariadbd.sock'}",
                 f"--pid-file={server.pid_file}",
                 f"--log-error={server.log_file}",
-                f"--server-id={SERVER_ID}",
+                f"--server-id={SERVER_ID if replica_of is None else REPLICA_SERVER_ID}",
                 f"--log-bin={base / 'binlog' / 'mysql-bin'}",
+                *(["--log-slave-updates"] if replica_of is not None else []),
                 "--binlog-format=ROW",
                 "--binlog-row-image=FULL",
                 "--log-bin-compress=OFF",
@@ -168,12 +188,59 @@ def start_mariadb(settings: Settings, *, cdc_password: str = DB_PASSWORD, timeou
     else:
         conn = mariadb_connect(settings)
     with conn, conn.cursor() as cur:
+        if replica_of is not None:
+            cur.execute("SET SESSION sql_log_bin = 0")  # the replica's binlog holds the primary's events only
         for statement in filter(str.strip, _INIT_SQL.split(";")):
             cur.execute(statement)
         if cdc_password != DB_PASSWORD:
             for host in ("127.0.0.1", "localhost"):
                 cur.execute(f"ALTER USER '{DB_USER}'@'{host}' IDENTIFIED BY %s", (cdc_password,))
+        if replica_of is not None:
+            report += "; " + _replicate(cur, replica_of, cdc_password)
     return report
+
+
+def _replicate(cur: Cursor, primary: Settings, password: str) -> str:
+    """Make the server of ``cur`` a replica of ``primary`` from the primary's current GTID position,
+    unless it replicates already."""
+    cur.execute("SHOW SLAVE STATUS")
+    if cur.fetchone() is not None:
+        return "replicating already"
+    position = _gtid_binlog_pos(primary)
+    cur.execute("SET GLOBAL gtid_slave_pos = %s", (position,))
+    cur.execute(
+        "CHANGE MASTER TO MASTER_HOST = %s, MASTER_PORT = %s, MASTER_USER = %s, MASTER_PASSWORD = %s, "
+        "MASTER_USE_GTID = slave_pos",
+        (LOOPBACK, primary.mariadb_port, DB_USER, password),
+    )
+    cur.execute("START SLAVE")
+    return f"replicating 127.0.0.1:{primary.mariadb_port} from GTID position {position!r}"
+
+
+def _gtid_binlog_pos(settings: Settings) -> str:
+    """The GTID position of the local MariaDB's binlog (``@@gtid_binlog_pos``)."""
+    with mariadb_connect(settings) as conn, conn.cursor() as cur:
+        cur.execute("SELECT @@GLOBAL.gtid_binlog_pos")
+        (position,) = cur.fetchone()
+    return str(position)
+
+
+def wait_replicated(replica: Settings, primary: Settings, timeout_s: float = 60.0) -> str:
+    """Wait until the replica of ``replica`` has applied everything the primary of ``primary`` has
+    written so far (MariaDB ``MASTER_GTID_WAIT`` of the primary's ``gtid_binlog_pos``).
+
+    Raises:
+        TimeoutError: not within ``timeout_s`` seconds.
+    """
+    position = _gtid_binlog_pos(primary)
+    with mariadb_connect(replica) as conn, conn.cursor() as cur:
+        cur.execute("SELECT MASTER_GTID_WAIT(%s, %s)", (position, timeout_s))
+        (outcome,) = cur.fetchone()
+    if outcome != 0:
+        raise TimeoutError(
+            f"the replica on 127.0.0.1:{replica.mariadb_port} did not reach GTID {position!r} within {timeout_s:.0f} s"
+        )
+    return f"the replica is at GTID {position!r}"
 
 
 def stop_mariadb(settings: Settings) -> str:
@@ -290,16 +357,89 @@ def start_connect(
     )
 
 
-def connector_status(settings: Settings) -> dict:
-    """The connector's status from the Connect REST API (``GET /connectors/<name>/status``)."""
+def _connect_api(settings: Settings, path: str, method: str = "GET", body: dict | None = None) -> dict | None:
+    """One call of the Connect worker's REST API; its JSON answer (``None``: no content)."""
     import json
     import urllib.request
 
-    name = json.loads(CONNECTOR_CONFIG.read_text())["name"]
-    with urllib.request.urlopen(
-        f"http://127.0.0.1:{settings.connect_port}/connectors/{name}/status", timeout=10
-    ) as resp:
-        return json.loads(resp.read())
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{settings.connect_port}{path}",
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method=method,
+    )
+    with urllib.request.urlopen(request, timeout=30) as resp:
+        text = resp.read()
+    return json.loads(text) if text else None
+
+
+def connector_status(settings: Settings, name: str | None = None) -> dict:
+    """A connector's status from the Connect REST API (``GET /connectors/<name>/status``); by
+    default the one of :data:`CONNECTOR_CONFIG`."""
+    import json
+
+    name = name or json.loads(CONNECTOR_CONFIG.read_text())["name"]
+    return _connect_api(settings, f"/connectors/{name}/status") or {}
+
+
+def add_connector(settings: Settings, name: str, source: Settings, *, timeout_s: float = 60.0) -> str:
+    """Add a Debezium connector named ``name`` to the running Connect worker of ``settings``
+    (``POST /connectors``; a standalone worker forgets it when it stops): the config of
+    :data:`CONNECTOR_CONFIG` reading the local MariaDB of ``source`` (its port) under
+    ``source.topic_prefix``, with its own client server id and schema history topic, and the
+    signal table as its only signal channel. Returns once it streams: its initial snapshot's
+    last notification (``Initial Snapshot`` ``COMPLETED`` or ``SKIPPED``) is on
+    ``<prefix>.notifications``, so later writes reach it as change events, not snapshot reads.
+
+    Raises:
+        RuntimeError: the connector did not stream within ``timeout_s`` seconds (names its status).
+    """
+    import json
+
+    from cdclake.io.kafka import KafkaClients
+    from cdclake.pipeline.snapshot import read_notifications
+
+    config = json.loads(CONNECTOR_CONFIG.read_text())["config"]
+    prefix = source.topic_prefix
+    config.update(
+        {
+            "database.port": str(source.mariadb_port),
+            "database.server.id": "184055",  # the binlog client's id: another than the first connector's
+            "topic.prefix": prefix,
+            "schema.history.internal.kafka.topic": f"{prefix}.schema-history",
+            "signal.enabled.channels": "source",
+            "notification.sink.topic.name": f"{prefix}.notifications",
+        }
+    )
+    _connect_api(settings, "/connectors", "POST", {"name": name, "config": config})
+    deadline = time.monotonic() + timeout_s
+    status: dict = {}
+    kafka = KafkaClients.from_bootstrap(settings.kafka_bootstrap)
+    while time.monotonic() < deadline:
+        status = connector_status(settings, name)
+        if any(t["state"] == "FAILED" for t in status.get("tasks") or []):
+            break
+        if any(
+            n.aggregate_type == "Initial Snapshot" and n.type in ("COMPLETED", "SKIPPED")
+            for n in read_notifications(kafka, f"{prefix}.notifications")
+        ):
+            return f"connector {name!r} streams 127.0.0.1:{source.mariadb_port} into {prefix}.*"
+        time.sleep(0.5)
+    raise RuntimeError(f"connector {name!r} did not stream within {timeout_s:.0f} s: {status}")
+
+
+def remove_connector(settings: Settings, name: str) -> str:
+    """Remove connector ``name`` from the running Connect worker (``DELETE /connectors/<name>``),
+    if it is there."""
+    import urllib.error
+
+    try:
+        _connect_api(settings, f"/connectors/{name}", "DELETE")
+    except urllib.error.HTTPError as e:
+        if e.code != 404:
+            raise
+        return f"connector {name!r} not there"
+    return f"connector {name!r} removed"
 
 
 def connect_offsets_file(settings: Settings) -> Path:

@@ -87,7 +87,8 @@ def format_status_table(statuses: list[Any], *, with_fresh: bool = False) -> str
             reconcile(st),
         ]
         if with_fresh:
-            row.append({True: "yes", False: "NO", None: "-"}[st.fresh])
+            fresh = {True: "yes", False: "NO", None: "-"}[st.fresh]
+            row.append(f"{fresh} ({st.run_failure.state})" if st.run_failure is not None else fresh)
         rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     numeric = {1, 2, 3, 4, 5, 6}

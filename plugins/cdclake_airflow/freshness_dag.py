@@ -61,9 +61,10 @@ def check_freshness(name: str, statuses: dict[str, dict[str, Any]]) -> dict[str,
 
     Raises:
         FreshnessError: the table has events waiting and its newest applied event is older than
-            its ``freshness_minutes``.
+            its ``freshness_minutes``; or the runs of its DAG are failing.
     """
     from cdclake.errors import FreshnessError
+    from cdclake.model.status import RunFailure
 
     st = statuses[name]
     lag_s = None if st.get("lag_ms") is None else st["lag_ms"] / 1000
@@ -74,6 +75,12 @@ def check_freshness(name: str, statuses: dict[str, dict[str, Any]]) -> dict[str,
         "lag_seconds": lag_s,
         "freshness_minutes": st.get("freshness_minutes"),
     }
+    if st.get("run_failure"):
+        failure = RunFailure.model_validate(st["run_failure"])
+        raise FreshnessError(
+            f"table {name} ({st['identifier']}) is not fresh: {failure.describe(st['checked_at_ms'])}. See "
+            f'the log of that try of DAG cdc_{name} and docs/operations.md, "A table whose runs fail".'
+        )
     if st.get("fresh") is False:
         last = st.get("last_commit") or {}
         raise FreshnessError(

@@ -239,6 +239,13 @@ def _ops(ops: Mapping[str, int]) -> str:
 
 
 def _fresh(row: Mapping[str, Any]) -> str:
+    failure = row.get("run_failure")
+    if failure:  # a table stuck on failures is never fresh; what failed is in its problems row
+        tries = int(failure["failed_tries"])
+        return (
+            f'<span class="badge bad run-failure" title="{tries} failed tr{"y" if tries == 1 else "ies"}: '
+            f'{_e(failure["error"])}">{_e(failure["state"])}</span>'
+        )
     fresh, limit = row.get("fresh"), row.get("freshness_minutes")
     if fresh is True:
         return f'<span class="badge ok" title="target {_e(limit)} min">fresh</span>'

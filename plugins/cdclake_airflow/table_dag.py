@@ -24,10 +24,16 @@ The phases, whichever the shape:
   written under the schema it was produced with.
 * **apply** makes one Iceberg commit holding the rows, the end offsets and the run id.
 * **publish** emits the Iceberg table as an Airflow asset event (snapshot id, events by op), so
-  that downstream DAGs can be scheduled on the table.
+  that downstream DAGs can be scheduled on the table, with the run's lineage and metrics. It
+  publishes the run's own commit (found by run id in the table's history), also when a retry
+  found its range applied by an earlier try.
 
 Table upkeep (compaction, snapshot expiry, tombstone expiry) is the ``cdc_maintenance`` DAG's.
 A retry of any task is safe: a run that already committed finds its offsets in the table.
+Errors a retry cannot change (:data:`NOT_RETRIED`: a run whose every record was quarantined) are
+not retried. Each failed try is counted in the table's record of failed tries
+(:func:`record_failure`), which ``cdclake status``, the CDC monitor and ``cdc_freshness`` show; the
+next run that succeeds removes it.
 """
 
 from __future__ import annotations
@@ -36,9 +42,12 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING, Any, Literal
 
+from cdclake.errors import QuarantinedBatchError
 from cdclake.settings import APPLY_POOL, PROJECT_ROOT, ConnectionIds, Settings, jars_dir
 
 if TYPE_CHECKING:
@@ -47,6 +56,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
     from cdclake.model.config import TableConfig
+    from cdclake.spark.apply import ApplyResult
     from cdclake_airflow.hooks import CdcLakeHook
 
 log = logging.getLogger(__name__)
@@ -93,19 +103,32 @@ def _plan_params(context: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _publish(catalog: Catalog, cfg: TableConfig, asset: Any, context: dict[str, Any]) -> tuple[Table, dict[str, Any]]:
-    """Attach the table's current snapshot and its CDC summary figures to the run's asset event.
+def _publish(
+    catalog: Catalog, cfg: TableConfig, asset: Any, context: dict[str, Any]
+) -> tuple[Table, dict[str, Any], ApplyResult | None]:
+    """Attach this run's commit and its CDC summary figures to the run's asset event: the commit
+    whose snapshot summary carries the run id (:func:`cdclake.io.catalog.run_commit`), made by
+    this try or by an earlier try that failed after it; the table's current snapshot when the run
+    has none.
 
     Returns:
-        The table, and the event's extra: ``table``, ``snapshot_id``, the summary keys of the
-        run (run id, end offsets, events, upserts, deletes, ops, tombstones, last position) and
-        ``total_records``.
+        The table; the event's extra: ``table``, ``snapshot_id``, the summary keys of the run (run
+        id, end offsets, events, upserts, deletes, ops, tombstones, quarantined, keys changed,
+        last position) and ``total_records``; and the run's commit as an
+        :class:`~cdclake.spark.apply.ApplyResult` (``None``: the run has none).
     """
+    from cdclake.io.catalog import run_commit
     from cdclake.model.layout import SummaryKeys
+    from cdclake.spark.apply import ApplyResult
 
     table = catalog.load_table(cfg.identifier)
+    own = run_commit(table, cfg.topic, context["run_id"])
     snap = table.current_snapshot()
-    summary = snap.summary if snap is not None else None
+    if own is not None:
+        snapshot_id, summary = own
+    else:
+        snapshot_id = snap.snapshot_id if snap is not None else None
+        summary = snap.summary.additional_properties if snap is not None and snap.summary is not None else {}
     keys = (
         SummaryKeys.RUN_ID,
         SummaryKeys.END_OFFSETS,
@@ -114,14 +137,16 @@ def _publish(catalog: Catalog, cfg: TableConfig, asset: Any, context: dict[str, 
         SummaryKeys.DELETES,
         SummaryKeys.OPS,
         SummaryKeys.TOMBSTONES,
+        SummaryKeys.QUARANTINED,
+        SummaryKeys.KEYS_CHANGED,
         SummaryKeys.LAST_POSITION,
     )
-    extra: dict[str, Any] = {"table": cfg.identifier, "snapshot_id": snap.snapshot_id if snap else None}
-    if summary is not None:
-        extra.update({k: summary.get(k) for k in keys if summary.get(k) is not None})
+    extra: dict[str, Any] = {"table": cfg.identifier, "snapshot_id": snapshot_id}
+    extra.update({k: summary[k] for k in keys if summary.get(k) is not None})
+    if summary:
         extra["total_records"] = summary.get("total-records")
     context["outlet_events"][asset].extra = extra
-    return table, extra
+    return table, extra, ApplyResult.of_commit("committed", *own) if own is not None else None
 
 
 def plan(table_json: str, **context: Any) -> str | None:
@@ -144,6 +169,7 @@ def plan(table_json: str, **context: Any) -> str | None:
     planned = plan_next(hook.catalog, hook.kafka, cfg, context["run_id"], **_plan_params(context))
     if planned.range.is_empty:
         log.info("nothing new: skipping schema sync, apply and publish (no Spark job, no commit)")
+        _runs_succeed(hook.catalog, cfg)
         return None
     return planned.to_json()
 
@@ -170,7 +196,9 @@ def apply(table_json: str, asset: Any, **context: Any) -> dict[str, Any]:
     (:func:`cdclake.runner.run_once`: plan, schema sync, apply in a new session of the Spark
     Connect server, planning again after a concurrent commit), then publish.
 
-    With nothing new the task is skipped (no session, no commit, no asset event).
+    With nothing new the task is skipped (no session, no commit, no asset event). A retry of a
+    try that committed and then failed applies nothing more: it publishes that commit (the asset
+    event, lineage and metrics the failed try did not send), so each commit is published once.
 
     Returns:
         The :class:`~cdclake.spark.apply.ApplyResult` as a dict (the XCom), plus ``plan``
@@ -180,6 +208,8 @@ def apply(table_json: str, asset: Any, **context: Any) -> dict[str, Any]:
         EngineUnavailableError, ConcurrentRunError, OffsetsOutOfRangeError, ConfigError,
             SchemaChangeError, SchemaError, BadBatchError, PositionOrderError: see
             :func:`cdclake.runner.run_once` (the task's ordinary retry runs again).
+        QuarantinedBatchError: every record of the range was quarantined, none applied; the
+            quarantine and the offsets were committed, and the task is not retried.
     """
     from airflow.sdk.exceptions import AirflowSkipException
 
@@ -200,15 +230,18 @@ def apply(table_json: str, asset: Any, **context: Any) -> dict[str, Any]:
         **_plan_params(context),
     )
     if run.result is None:
+        _runs_succeed(hook.catalog, cfg)
         raise AirflowSkipException("nothing new: no Spark session, no commit, no asset event")
     clock = PhaseClock(run.seconds)
     with clock.phase("publish"):
-        table, _ = _publish(hook.catalog, cfg, asset, context)
+        table, _, own = _publish(hook.catalog, cfg, asset, context)
+        _check_applied(cfg, own, context["run_id"])
+        _runs_succeed(hook.catalog, cfg)
     out: dict[str, Any] = {**json.loads(run.result.to_json()), "plan": json.loads(run.plan.range.to_json())}
     out["seconds"] = clock.seconds
-    if run.result.status == "committed":
-        emit_run(cfg.name, out)
+    if run.result.snapshot_id is not None:  # this run's commit, made by this try or an earlier one
         _record_lineage(hook, table, cfg)
+        emit_run(cfg.name, out)  # last: a try that fails before here has sent none
     log.info(
         "run of table %s: %s; %d event(s) %s, %d quarantined, %d key(s) changed, snapshot %s; seconds %s",
         cfg.identifier,
@@ -242,22 +275,80 @@ def _record_lineage(hook: CdcLakeHook, table: Table, cfg: TableConfig) -> None:
 
 
 def publish(asset: Any, **context: Any) -> dict[str, Any]:
-    """The ``publish`` task (``submit`` engine): attach the committed snapshot's facts to the
-    asset event."""
-    from cdclake.model.layout import SummaryKeys
+    """The ``publish`` task (``submit`` engine): attach the run's commit's facts to the asset
+    event; for the run's commit, also its lineage and metrics (:func:`_publish`)."""
     from cdclake.model.plan import RunPlan
     from cdclake_airflow.hooks import CdcLakeHook
     from cdclake_airflow.metrics import emit_run
 
+    hook = CdcLakeHook()
     cfg = RunPlan.from_json(context["ti"].xcom_pull(task_ids="schema_sync")).table
-    _, extra = _publish(CdcLakeHook().catalog, cfg, asset, context)
+    table, extra, own = _publish(hook.catalog, cfg, asset, context)
+    _check_applied(cfg, own, context["run_id"])
+    _runs_succeed(hook.catalog, cfg)
     log.info("published %s: %s", asset.uri, extra)
-    if extra.get(SummaryKeys.RUN_ID) == context["run_id"]:  # this run committed (not a retry's no-op)
-        emit_run(
-            cfg.name,
-            {"events": int(extra.get(SummaryKeys.EVENTS) or 0), "ops": json.loads(extra.get(SummaryKeys.OPS) or "{}")},
-        )
+    if own is not None:  # this run's commit, whichever try of the apply task made it
+        _record_lineage(hook, table, cfg)
+        emit_run(cfg.name, json.loads(own.to_json()))  # last: a try that fails before here has sent none
     return extra
+
+
+def _check_applied(cfg: TableConfig, own: ApplyResult | None, run_id: str) -> None:
+    """A retry must not turn a run that applied nothing into a success: fail again when the run's
+    commit (made by an earlier try, which failed) quarantined every record.
+
+    Raises:
+        QuarantinedBatchError: the run's commit applied none of its records.
+    """
+    from cdclake.model.decision import applied_nothing_before
+    from cdclake.model.run_state import applies_nothing
+
+    if own is not None and own.snapshot_id is not None and applies_nothing(own.quarantined, own.ops or {}):
+        raise applied_nothing_before(cfg, run_id, own.snapshot_id, own.quarantined)
+
+
+def _runs_succeed(catalog: Catalog, cfg: TableConfig) -> None:
+    """The run succeeded: remove the table's record of failed tries
+    (:data:`~cdclake.model.layout.RUN_FAILURE_PROPERTY`), if it has one."""
+    from cdclake.io.catalog import update_table_property
+    from cdclake.model.layout import RUN_FAILURE_PROPERTY
+
+    update_table_property(catalog, cfg.identifier, RUN_FAILURE_PROPERTY, lambda _: None)
+
+
+def record_failure(identifier: str, state: Literal["failing", "retrying"], context: Mapping[str, Any]) -> None:
+    """The ``on_failure_callback`` (``state`` ``failing``) and ``on_retry_callback``
+    (``retrying``) of every task of a table DAG: count the failed try in the table's record of
+    failed tries (:class:`~cdclake.model.status.RunFailure`, the table property
+    :data:`~cdclake.model.layout.RUN_FAILURE_PROPERTY`), which ``cdclake status``, the CDC monitor
+    and ``cdc_freshness`` read. A table that does not exist yet (its first run failed before
+    creating it) gets no record: the DAG's own state shows the failure."""
+    from cdclake.io.catalog import update_table_property
+    from cdclake.model.layout import RUN_FAILURE_PROPERTY
+    from cdclake.model.status import RunFailure
+    from cdclake_airflow.hooks import CdcLakeHook
+
+    ti = context["ti"]
+    ended = getattr(ti, "end_date", None) or datetime.now(timezone.utc)
+
+    def failed(previous: str | None) -> str:
+        return RunFailure.after(
+            RunFailure.from_property(previous),
+            state=state,
+            at_ms=int(ended.timestamp() * 1000),
+            run_id=str(ti.run_id),
+            task_id=str(ti.task_id),
+            try_number=int(ti.try_number),
+            error=context.get("exception"),
+        ).model_dump_json()
+
+    update_table_property(CdcLakeHook().catalog, identifier, RUN_FAILURE_PROPERTY, failed)
+    log.info("table %s: failed try recorded (%s)", identifier, state)
+
+
+NOT_RETRIED = (QuarantinedBatchError,)
+"""The errors a table DAG's tasks do not retry, since a retry could change nothing (the retry
+policy of :func:`build_table_dag`)."""
 
 
 def _submit_task(settings: Settings, cfg: TableConfig) -> Any:
@@ -290,11 +381,16 @@ def _submit_task(settings: Settings, cfg: TableConfig) -> Any:
 def build_table_dag(settings: Settings, cfg: TableConfig) -> DAG:
     """The DAG ``cdc_<name>`` of one configured table (its ``apply`` task as the table's
     ``engine`` says, else ``settings.engine``)."""
-    from airflow.sdk import DAG, Asset, Param, task
+    from airflow.sdk import DAG, Asset, ExceptionRetryPolicy, Param, RetryAction, RetryRule, task
 
     asset = Asset(name=f"{settings.catalog_name}.{cfg.identifier}", uri=table_asset_uri(settings, cfg))
     default_args = {
         "owner": cfg.owner,
+        "on_failure_callback": partial(record_failure, cfg.identifier, "failing"),
+        "on_retry_callback": partial(record_failure, cfg.identifier, "retrying"),
+        "retry_policy": ExceptionRetryPolicy(
+            rules=[RetryRule(exception=list(NOT_RETRIED), action=RetryAction.FAIL, reason="not retried: see the error")]
+        ),
         "retries": cfg.retries,
         "retry_delay": timedelta(seconds=cfg.retry_delay_s),
         "retry_exponential_backoff": True,

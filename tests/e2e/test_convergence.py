@@ -26,10 +26,11 @@ pytestmark = pytest.mark.e2e
 DDL = "CREATE TABLE {name} (id INT NOT NULL PRIMARY KEY, v VARCHAR(40) NOT NULL, note VARCHAR(40) NULL)"
 
 
-def with_table(stack_settings, tmp_path, name: str, **table_keys):
-    """Settings whose table config holds the one table ``conv_<name>`` (source ``inventory.<name>``)."""
+def with_table(stack_settings, tmp_path, name: str, prefix: str | None = None, **table_keys):
+    """Settings whose table config holds the one table ``conv_<name>`` (source ``inventory.<name>``,
+    topic ``<prefix>.inventory.<name>``; by default the chain's prefix)."""
     settings = stack_settings.model_copy(update={"tables_config": tmp_path / "tables.yaml"})
-    topic = f"{settings.topic_prefix}.inventory.{name}"
+    topic = f"{prefix or settings.topic_prefix}.inventory.{name}"
     table = {"name": name, "topic": topic, "namespace": "conv", "table": name, "primary_key": ["id"], **table_keys}
     settings.tables_config.write_text(yaml.safe_dump({"defaults": {"schedule": None, "retries": 0}, "tables": [table]}))
     ensure_airflow_db(settings)
@@ -243,6 +244,58 @@ def test_gtid_ordered_table_with_offline_changes_and_a_blocking_snapshot(chain, 
         "gtid_source": None,
         "server_id": None,
     }
+
+
+def test_a_failover_upstream_of_the_replica_debezium_reads_goes_on(chain, stack_settings, tmp_path):
+    """Debezium reads a MariaDB replica (``log_slave_updates``): the replica's binlog carries each
+    event with the server id and GTID of the server that wrote it. The primary's writes then come
+    from server id 7 (``SET SESSION server_id``: what a new primary upstream of the replica looks
+    like in the replica's binlog) while the replica's binlog goes on: the table follows, recording
+    the new identity, instead of stopping for a re-snapshot."""
+    from tests.conftest import _free_port
+
+    replica = stack_settings.model_copy(
+        update={"state_dir": tmp_path / "replica", "mariadb_port": _free_port(), "topic_prefix": "replica"}
+    )
+    settings, topic = with_table(stack_settings, tmp_path, "rpl", prefix=replica.topic_prefix)
+    print(source_chain.start_mariadb(replica, replica_of=stack_settings))
+    try:
+        db = source_chain.mariadb_connect(settings, database="inventory")
+        with db.cursor() as cur:
+            cur.execute("DROP TABLE IF EXISTS rpl")
+            cur.execute(DDL.format(name="rpl"))
+        # Debezium starts streaming a MariaDB binlog at a GTID: the replica's must hold one
+        print(source_chain.wait_replicated(replica, stack_settings))
+        print(source_chain.add_connector(stack_settings, "replica-connector", replica))
+        with db.cursor() as cur:
+            cur.executemany("INSERT INTO rpl VALUES (%s, %s, NULL)", [(i, f"v{i}") for i in range(1, 21)])
+            cur.execute("UPDATE rpl SET note = 'barrier-1' WHERE id = 1")
+        wait_for_note(settings, topic, "barrier-1")
+        assert run_table_dag("rpl", settings) == 0
+        assert lake_rows(settings, "rpl") == source_rows(db, "rpl")
+        before = json.loads(summary(settings, "rpl")[SummaryKeys.SOURCE_IDENTITY])
+        assert (before["server_id"], before["gtid_source"]) == (source_chain.SERVER_ID, f"0-{source_chain.SERVER_ID}")
+
+        with db.cursor() as cur:  # the replica's new upstream
+            cur.execute("SET SESSION server_id = 7")
+            cur.execute("UPDATE rpl SET v = 'new-upstream' WHERE id <= 5")
+            cur.execute("DELETE FROM rpl WHERE id BETWEEN 10 AND 12")
+            cur.execute("INSERT INTO rpl VALUES (30, 'new', NULL)")
+            cur.execute("UPDATE rpl SET note = 'barrier-2' WHERE id = 2")
+        wait_for_note(settings, topic, "barrier-2")
+        assert run_table_dag("rpl", settings) == 0
+        assert lake_rows(settings, "rpl") == source_rows(db, "rpl")
+        props = summary(settings, "rpl")
+        after = json.loads(props[SummaryKeys.SOURCE_IDENTITY])
+        assert (after["server_id"], after["gtid_source"], after["basename"]) == (7, "0-7", "mysql-bin")
+        assert [(e["server_id"], e["gtid_source"]) for e in after["earlier"]] == [
+            (source_chain.SERVER_ID, f"0-{source_chain.SERVER_ID}")
+        ]
+        continued = json.loads(props[SummaryKeys.SOURCE_IDENTITY_CONTINUED])
+        assert continued["since"] == after["earlier"][0]["until"]
+    finally:
+        print(source_chain.remove_connector(stack_settings, "replica-connector"))
+        print(source_chain.stop_mariadb(replica))
 
 
 @pytest.mark.runs_last

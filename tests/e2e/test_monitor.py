@@ -5,7 +5,8 @@ the simple auth manager (login on), and Debian's Chromium driven by Playwright.
 What a user sees is asserted against what is stored: the lag equals the records left in the
 topic, the last DAG run's state is the run's, the per-hour plot and the counts by op are those of
 the applied events, and the JSON endpoint answers the same figures. Without a login the page
-sends the browser to the login page and the JSON endpoint answers 401.
+sends the browser to the login page and the JSON endpoint answers 401. A second table whose run
+quarantined every record shows its failure (state, failed tries, error) until a run succeeds.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ import yaml
 
 from cdclake.io.catalog import load_catalog
 from cdclake.io.events import load_events, read_event_file
+from cdclake.io.kafka import ensure_topic
 from cdclake.model.config import load_tables
+from cdclake.pipeline.status import status_of_tables
 from cdclake.settings import PROJECT_ROOT
 from cdclake_dev.airflow_env import airflow_env
 from cdclake_dev.cli import ensure_airflow_db, run_table_dag
@@ -36,6 +39,8 @@ from cdclake_dev.cli import ensure_airflow_db, run_table_dag
 pytestmark = pytest.mark.e2e
 
 TABLE = "ui_products"
+STUCK = "ui_stuck"
+"""A table whose only records are malformed: its run quarantines them all and fails."""
 APPLIED = 12
 """Events of the products capture applied by the DAG run; the rest stay in the topic."""
 USER, ROLE = "admin", "admin"
@@ -70,7 +75,20 @@ def applied(stack_settings, kafka, fixtures_dir, tmp_path_factory):
                         "table": "products",
                         "primary_key": ["id"],
                         "freshness_minutes": 60,
-                    }
+                    },
+                    {
+                        "name": STUCK,
+                        "topic": "ui.inventory.stuck",
+                        "namespace": "ui",
+                        "table": "stuck",
+                        "primary_key": ["id"],
+                        "value_format": "json",
+                        "columns": {"id": "int", "v": "string"},
+                        "freshness_minutes": 60,
+                        # a retry would find nothing to do and succeed: the error is not retried
+                        "retries": 1,
+                        "retry_delay_s": 1,
+                    },
                 ],
             }
         )
@@ -85,6 +103,12 @@ def applied(stack_settings, kafka, fixtures_dir, tmp_path_factory):
     assert run_table_dag(TABLE, stack_settings) == 0
     load_events(tmp / "rest.jsonl", cfg, kafka, partitions=3)
     ops = Counter(json.loads(v)["payload"]["op"] for v in values[:APPLIED])
+    ensure_topic(kafka, "ui.inventory.stuck", 1)
+    producer = kafka.producer()
+    for value in (b"not json", b'{"op": "c"}'):
+        producer.produce("ui.inventory.stuck", key=b'{"id": 1}', value=value, partition=0)
+    producer.flush(30)
+    assert run_table_dag(STUCK, stack_settings) != 0
     return cfg, len(values) - APPLIED, dict(ops)
 
 
@@ -226,6 +250,22 @@ def test_the_page_shows_what_is_stored(api_server, browser, applied, stack_setti
     assert table["open_quarantine"] == 0 and table["fresh"] is False and table["problems"] == []
     assert r.json()["kafka"] == "Airflow connection kafka_default"
 
+    # the table whose every record was quarantined: its run failed once, not retried, and says why
+    stuck = page.locator(f'tr.table-row[data-table="{STUCK}"]')
+    assert stuck.locator("td.fresh").inner_text() == "failing"
+    assert stuck.locator("td.last-run a").inner_text() == "failed"
+    assert stuck.locator("td.quarantine").inner_text() == "2"
+    problem = page.locator(f'tr.problems[data-table="{STUCK}"]').inner_text()
+    assert "its DAG's runs are failing: 1 failed try since the first" in problem
+    assert (
+        "QuarantinedBatchError: topic 'ui.inventory.stuck' (partition 0 offsets [0, 2)): all 2 record(s) of this "
+        "run were quarantined" in problem
+    )
+    (failing,) = [t for t in r.json()["tables"] if t["name"] == STUCK]
+    assert failing["run_failure"]["state"] == "failing" and failing["run_failure"]["failed_tries"] == 1
+    assert (failing["run_failure"]["task_id"], failing["run_failure"]["try_number"]) == ("apply", 1)
+    assert failing["fresh"] is False and failing["lag_events"] == 0  # caught up, but stuck: not fresh
+
     # the nav entry of the Airflow UI opens the page in the UI's frame
     page.goto(f"{base}/")
     page.get_by_role("link", name="CDC tables").first.click()
@@ -235,3 +275,21 @@ def test_the_page_shows_what_is_stored(api_server, browser, applied, stack_setti
     )
     assert framed.inner_text(timeout=30_000) == str(unapplied)
     context.close()
+
+
+def test_the_next_run_that_succeeds_clears_the_failure(applied, stack_settings, kafka):
+    good = {
+        "before": None,
+        "after": {"id": 2, "v": "b"},
+        "op": "c",
+        "ts_ms": 1_700_000_000_000,
+        "source": {"connector": "mariadb", "server_id": 1, "file": "mysql-bin.000001", "pos": 4, "row": 0},
+    }
+    producer = kafka.producer()
+    producer.produce("ui.inventory.stuck", key=b'{"id": 2}', value=json.dumps(good).encode(), partition=0)
+    producer.flush(30)
+    assert run_table_dag(STUCK, stack_settings) == 0
+    cfg = load_tables(stack_settings.tables_config).get(STUCK)
+    (st,) = status_of_tables(load_catalog(stack_settings), kafka, [cfg])
+    assert (st.run_failure, st.fresh, st.open_quarantine, st.lag_events) == (None, True, 2, 0)
+    assert st.problems == []

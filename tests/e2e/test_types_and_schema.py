@@ -333,7 +333,9 @@ def test_every_type_and_alters_converge_to_the_source(chain, stack_settings, tmp
         cur.execute("ALTER TABLE alltypes DROP COLUMN ch")  # kept in Iceberg
         insert(cur, row(8), rename={"txt": "body", "dbl": "dbl_renamed"}, drop=("ch",))
         cur.execute("DELETE FROM alltypes WHERE id = 5")
-    wait_for(settings, topic, 9 + 8)  # 3 + 1 + 1 updates, an insert, a delete and its tombstone
+        # every row (every partition) after the renames: each partition settles past them at once
+        cur.execute("UPDATE alltypes SET extra = CONCAT('z', id)")
+    wait_for(settings, topic, 9 + 8 + 8)  # 3 + 1 + 1 updates, an insert, a delete and its tombstone, 8 updates
     logs = catch_up(settings, "chain_alltypes", topic, capsys)
     # the renames are barriers: the batch holding events before them is capped there, so catching
     # up takes one run per barrier (the DAG logs say "batch capped before the barrier change")
@@ -357,7 +359,10 @@ def test_every_type_and_alters_converge_to_the_source(chain, stack_settings, tmp
         cur.execute("ALTER TABLE alltypes MODIFY vc INT NULL")
         # every row again, so that the new column holds every row's value under new_column
         cur.execute("UPDATE alltypes SET vc = vc + 1")
-    wait_for(settings, topic, 9 + 8 + 8 + 8)
+        # and a row in the partition that holds no other (key 5's, deleted above), so that every
+        # partition settles past the ALTER at once
+        cur.execute("INSERT INTO alltypes (id, vc) VALUES (9, 9)")
+    wait_for(settings, topic, 9 + 8 + 8 + 8 + 8 + 1)
     for _ in range(3):
         rc = run_table_dag("chain_alltypes", settings)
         out = capsys.readouterr()

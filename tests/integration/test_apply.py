@@ -166,7 +166,8 @@ def test_retry_of_committed_range_is_a_no_op_and_stale_start_is_refused(spark, k
         ),
         (
             b'{"schema":{},"payload":{"before":null,"after":{"id":"seven"},"op":"c","source":{"file":"mysql-bin.000001","pos":4}}}',
-            "column 'id': value 'seven' does not fit int",
+            "column 'id' (after image): value \"seven\" (the event's Connect schema has no such field) does not "
+            "fit the table's int (encoding int32)",
         ),
     ],
 )
@@ -298,3 +299,43 @@ def test_a_range_split_into_many_spark_partitions_applies_the_same(
     result = apply_offsets(spark, stack_settings, cfg, offset_range, "split-run")
     assert result.status == "committed" and result.events == 16
     assert table_rows(stack_settings, cfg, PRODUCT_COLUMNS) == PRODUCTS_FINAL
+
+
+def test_kafka_transactions_apply_committed_records_only_and_stop_before_an_open_one(spark, kafka, stack_settings):
+    """Kafka Connect's exactly-once source support writes each batch of records in a Kafka
+    transaction: a run applies the committed ones only (``isolation.level=read_committed`` in Spark's
+    Kafka source as in every librdkafka consumer), skips the transaction markers, and plans up to the
+    last stable offset, so an open transaction after them neither hangs the run nor is applied."""
+    from cdclake.io.kafka import read_partition
+
+    cfg = make_table(value_format="json", columns={"id": "int", "v": "string"})
+    ensure_topic(kafka, cfg.topic, 1)
+    producer = kafka.producer(**{"transactional.id": f"cdclake-test-{cfg.name}"})
+    producer.init_transactions(30)
+
+    def transaction(k: int, v: str) -> None:
+        producer.begin_transaction()
+        value = _envelope("c", {"id": k, "v": v}, "mysql-bin.000001", 100 * k)
+        producer.produce(cfg.topic, key=json.dumps({"id": k}).encode(), value=value, partition=0)
+        producer.flush(30)  # in the log before the transaction ends (an abort drops unsent records)
+
+    # offsets: 0 record, 1 commit marker, 2 aborted record, 3 abort marker, 4 record, 5 commit marker
+    for k, v, commit in ((1, "committed", True), (2, "aborted", False), (3, "committed", True)):
+        transaction(k, v)
+        (producer.commit_transaction if commit else producer.abort_transaction)(30)
+    transaction(4, "open")  # offset 6: open until after the first run
+    try:
+        offset_range, result = run_once(spark, stack_settings, cfg)
+        assert offset_range.end == {0: 6}  # the last stable offset: the open transaction's first record
+        assert result.status == "committed" and result.events == 2
+        assert table_rows(stack_settings, cfg, ["id", "v"]) == {1: ("committed",), 3: ("committed",)}
+        # the librdkafka reader of the same range (schema sync, snapshots) ends at its commit marker
+        records = read_partition(kafka, cfg.topic, 0, 0, 6, timeout_s=10)
+        assert [json.loads(m.key())["id"] for m in records] == [1, 3]
+        producer.commit_transaction(30)
+    except BaseException:
+        producer.abort_transaction(30)
+        raise
+    offset_range, result = run_once(spark, stack_settings, cfg)
+    assert offset_range.start == {0: 6} and offset_range.end == {0: 8}
+    assert table_rows(stack_settings, cfg, ["id", "v"]) == {1: ("committed",), 3: ("committed",), 4: ("open",)}

@@ -257,7 +257,7 @@ def test_a_run_commits_once_on_a_branch_fast_forwarded_into_main(spark, kafka, s
     cfg = new_table(kafka)
     produce_raw(kafka, cfg.topic, [(key(1), ev("c", 1, "a", 100)), (key(2), ev("c", 2, "b", 110))])
     _, first = run(spark, lake, cfg, "run-1")
-    assert first.status == "committed"  # creates the table: the first commit goes to main directly
+    assert first.status == "committed"  # creates the table: its first commit creates main
     catalog = load_catalog(lake.settings)
     before = catalog.load_table(cfg.identifier)
     base = before.current_snapshot().snapshot_id

@@ -9,11 +9,12 @@ import time
 
 import pytest
 
-from cdclake.errors import ConcurrentRunError, ConfigError, PositionOrderError
+from cdclake.errors import ConcurrentRunError, ConfigError, PositionOrderError, QuarantinedBatchError
 from cdclake.io.catalog import committed_offsets, load_catalog
 from cdclake.io.kafka import ensure_topic
 from cdclake.io.maintenance import expire_tombstones, release_quarantined
 from cdclake.model.layout import QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX, SummaryKeys, side_table
+from cdclake.model.offsets import encode_offsets
 from tests.conftest import apply_offsets, make_table, plan_offsets
 from tests.integration.test_apply import produce_raw, run_once
 
@@ -200,10 +201,12 @@ def test_bad_record_is_quarantined_and_its_key_held_back_until_released(spark, k
     assert entries[0]["value"] == b'{"op": "u", "after": {"id": 1, "v": "lost"}'
     assert entries[0]["key"] == key(1)
 
-    # a later run: key 1 is still held back behind its open quarantine entry
+    # a later run: key 1 is still held back behind its open quarantine entry; the run applied
+    # nothing, so it fails after committing the quarantine and the offsets
     send(kafka, table, [(key(1), ev("u", 1, "later", 500))])
-    _, result = run_once(spark, stack_settings, table)
-    assert result.quarantined == 1 and rows(stack_settings, table)[1] == "a"
+    with pytest.raises(QuarantinedBatchError, match="0 bad, 1 held back.*offset 4: held back behind the quarantined"):
+        run_once(spark, stack_settings, table)
+    assert rows(stack_settings, table)[1] == "a"
 
     # the operator releases the bad record and replays from it: the held-back events apply in order
     assert release_quarantined(load_catalog(stack_settings), table.identifier, 0, 1) == 3
@@ -211,6 +214,30 @@ def test_bad_record_is_quarantined_and_its_key_held_back_until_released(spark, k
     result = apply_offsets(spark, stack_settings, table, planned.range, "replay", replay=True)
     assert result.status == "committed"
     assert rows(stack_settings, table) == {1: "later", 2: "b"}
+
+
+def test_a_run_whose_every_record_is_quarantined_fails_and_the_next_run_proceeds(spark, kafka, stack_settings, table):
+    send(kafka, table, [(key(1), b"not json"), (key(2), b'{"op": "c"}')])
+    with pytest.raises(QuarantinedBatchError) as failed:
+        run_once(spark, stack_settings, table)
+    first_line, remedy = str(failed.value).split("\n")
+    assert first_line == (
+        f"topic {table.topic!r} (partition 0 offsets [0, 2)): all 2 record(s) of this run were quarantined "
+        f"(2 bad, 0 held back behind a quarantined record of their key), none applied to Iceberg table "
+        f"{table.identifier}; the first: partition 0 offset 0: value is not JSON"
+    )
+    assert f"cdclake quarantine list {table.name}" in remedy and "committed offsets moved past them" in remedy
+    # nothing is lost: the quarantine holds both records, and the offsets moved past them
+    quarantine = load_catalog(stack_settings).load_table(side_table(table.identifier, QUARANTINE_SUFFIX))
+    entries = quarantine.scan().to_arrow().to_pylist()
+    assert sorted((r["partition"], r["offset"], r["status"]) for r in entries) == [(0, 0, "open"), (0, 1, "open")]
+    table_now = load_catalog(stack_settings).load_table(table.identifier)
+    assert committed_offsets(table_now, table.topic) == {0: 2, 1: 0}
+    # the table is not stuck on the poison range: the next run applies the good record after it
+    send(kafka, table, [(key(3), ev("c", 3, "c", 100))])
+    _, result = run_once(spark, stack_settings, table)
+    assert (result.status, result.quarantined) == ("committed", 0)
+    assert rows(stack_settings, table) == {3: "c"}
 
 
 def test_strict_mode_fails_without_quarantining(spark, kafka, stack_settings):
@@ -252,6 +279,11 @@ def test_a_new_server_in_a_later_run_stops_the_table_until_the_operator_accepts_
     assert planned.accept_source_change
     apply_offsets(spark, stack_settings, table, planned.range, "accept", replay=True, accept_source_change=True)
     assert rows(stack_settings, table) == {1: "new-a", 2: "b"}  # the old rows stay readable
+    # its Airflow retry after the commit forgets nothing and accepts nothing a second time
+    history = cdc_commits(stack_settings, table)
+    retry = apply_offsets(spark, stack_settings, table, planned.range, "accept", replay=True, accept_source_change=True)
+    assert retry.status == "already_applied"
+    assert cdc_commits(stack_settings, table) == history
     lake = load_catalog(stack_settings).load_table(table.identifier)
     summary = lake.current_snapshot().summary
     assert json.loads(summary[SummaryKeys.SOURCE_IDENTITY])["server_id"] == 7
@@ -275,39 +307,178 @@ def test_a_new_server_in_a_later_run_stops_the_table_until_the_operator_accepts_
     assert rows(stack_settings, table) == {1: "new-a"}
 
 
-def test_two_runs_from_the_same_start_cannot_both_commit(spark, kafka, stack_settings, table):
-    send(kafka, table, [(key(1), ev("c", 1, "a", 100))])
-    run_once(spark, stack_settings, table)
-    send(kafka, table, [(key(1), ev("u", 1, "b", 200)), (key(2), ev("c", 2, "c", 210))])
-    planned = plan_offsets(stack_settings, table)
-    outcomes: list = []
+def race(spark, monkeypatch, runs) -> list[str]:
+    """Run each of ``runs`` (a function of a Spark session returning an ``ApplyResult``) in a thread
+    and a Spark session of its own (the commit's summary properties are session settings), all
+    entering their commit together: each waits before ``spark.commit.commit`` for the others, so
+    every one has passed its start check and written nothing yet. Returns each run's outcome: its
+    status, ``refused: <message>`` for a ``ConcurrentRunError``, ``error: <error>`` for anything else."""
+    from cdclake.spark import apply as apply_module
 
-    def run(name):
+    barrier = threading.Barrier(len(runs), timeout=300)
+    real_commit = apply_module.commit
+
+    def gated(*args, **kwargs):
+        barrier.wait()
+        return real_commit(*args, **kwargs)
+
+    monkeypatch.setattr(apply_module, "commit", gated)
+    outcomes = [""] * len(runs)
+
+    def go(i: int) -> None:
         try:
-            outcomes.append(apply_offsets(spark, stack_settings, table, planned.range, name).status)
+            outcomes[i] = runs[i](spark.newSession()).status
         except ConcurrentRunError as e:
-            outcomes.append(f"refused: {e}")
+            outcomes[i] = f"refused: {e}"
+        except Exception as e:  # noqa: BLE001 - recorded, and the assertions show it
+            outcomes[i] = f"error: {e!r}"
+        finally:
+            barrier.abort()  # a run that never reaches its commit must not hold the others
 
-    threads = [threading.Thread(target=run, args=(f"race-{i}",)) for i in range(2)]
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(len(runs))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert outcomes.count("committed") == 1, outcomes
-    other = next(o for o in outcomes if o != "committed")
-    assert other == "already_applied" or other.startswith("refused: table")
-    tbl = load_catalog(stack_settings).load_table(table.identifier)
-    from pyiceberg.table.snapshots import ancestors_of
+    return outcomes
 
-    main_history = list(ancestors_of(tbl.current_snapshot(), tbl.metadata))
-    commits = [
-        s
-        for s in main_history
-        if s.summary.get(SummaryKeys.START_OFFSETS)
-        == json.dumps({str(p): o for p, o in planned.range.start.items()}, separators=(",", ":"))
-    ]
-    assert len(commits) == 1
+
+def cdc_commits(settings, cfg) -> list[dict]:
+    """The summaries of the CDC snapshots in ``main``'s history, oldest first (a run's commit may
+    be several snapshots: an ``accept_source_change`` run's demotion, then its merge)."""
+    from cdclake.io.catalog import ancestry
+
+    table = load_catalog(settings).load_table(cfg.identifier)
+    found = [dict(s) for _, _, s in ancestry(table) if s is not None and SummaryKeys.END_OFFSETS in s]
+    return found[::-1]
+
+
+def test_lost_races_are_recognised_through_every_wrapper():
+    """Iceberg's refusals as each client reports them (texts as Spark 4 and pyiceberg give them)."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    from cdclake.spark.commit import lost_race
+
+    py4j = (
+        "An error occurred while calling o412.sql.\n: org.apache.iceberg.exceptions.CommitFailedException: "
+        "Table metadata refresh is required\n\tat org.apache.iceberg.jdbc.JdbcTableOperations.doCommit"
+    )
+    assert lost_race(RuntimeError(py4j))
+    assert lost_race(CommitFailedException("Table has been updated by another process: tests.t"))
+    assert lost_race(ValueError("Cannot fast-forward: main is not an ancestor of cdc-run-1"))
+    try:
+        try:
+            raise CommitFailedException("Requirement failed: branch main was created concurrently")
+        except CommitFailedException as e:
+            raise RuntimeError("the write failed") from e
+    except RuntimeError as wrapped:
+        assert lost_race(wrapped)
+    unknown = "org.apache.iceberg.exceptions.CommitStateUnknownException: ... Cause: CommitFailedException"
+    assert not lost_race(RuntimeError(unknown))
+    assert not lost_race(RuntimeError("Cannot write incompatible data"))
+
+
+def test_two_runs_from_the_same_start_cannot_both_commit(spark, kafka, stack_settings, table, monkeypatch):
+    send(kafka, table, [(key(1), ev("c", 1, "a", 100))])
+    run_once(spark, stack_settings, table)
+    send(kafka, table, [(key(1), ev("u", 1, "b", 200)), (key(2), ev("c", 2, "c", 210))])
+    planned = plan_offsets(stack_settings, table)
+
+    def run(name):
+        return lambda session: apply_offsets(session, stack_settings, table, planned.range, name)
+
+    outcomes = race(spark, monkeypatch, [run("race-0"), run("race-1")])
+    assert sorted(o.split(":")[0] for o in outcomes) == ["committed", "refused"], outcomes
+    commits = [s for s in cdc_commits(stack_settings, table) if s[SummaryKeys.RUN_ID].startswith("race-")]
+    assert len({s[SummaryKeys.RUN_ID] for s in commits}) == 1, commits
+    assert commits[0][SummaryKeys.START_OFFSETS] == encode_offsets(planned.range.start)
+    assert commits[0][SummaryKeys.END_OFFSETS] == encode_offsets(planned.range.end)
     assert rows(stack_settings, table) == {1: "b", 2: "c"}
+    target = f"{stack_settings.catalog_name}.{table.identifier}"
+    assert {r["name"] for r in spark.sql(f"SELECT name FROM {target}.refs").collect()} == {"main"}
+
+
+def test_two_first_runs_of_a_changelog_table_cannot_both_commit(spark, kafka, stack_settings, monkeypatch):
+    """The first commit to a table without snapshots is guarded as every other commit is: two first
+    runs racing (neither sees committed offsets) cannot both append the range."""
+    log = make_table(value_format="json", columns=COLUMNS, primary_key=[], write_mode="changelog")
+    ensure_topic(kafka, log.topic, 1)
+    send(kafka, log, [(None, ev("c", 1, "a", 100)), (None, ev("u", 1, "b", 200))])
+    planned = plan_offsets(stack_settings, log)
+
+    def run(name):
+        return lambda session: apply_offsets(session, stack_settings, log, planned.range, name)
+
+    outcomes = race(spark, monkeypatch, [run("first-0"), run("first-1")])
+    assert sorted(o.split(":")[0] for o in outcomes) == ["committed", "refused"], outcomes
+    assert len({s[SummaryKeys.RUN_ID] for s in cdc_commits(stack_settings, log)}) == 1
+    arrow = load_catalog(stack_settings).load_table(log.identifier).scan().to_arrow()
+    assert sorted((r["_cdc_binlog_pos"], r["v"]) for r in arrow.to_pylist()) == [(100, "a"), (200, "b")]
+    # the loser's retry finds the range applied
+    assert apply_offsets(spark, stack_settings, log, planned.range, "first-retry").status == "already_applied"
+
+
+def test_a_retried_replay_appends_nothing_twice(spark, kafka, stack_settings):
+    """A replay skips the offsets' start check; its Airflow retry after the commit is recognised by
+    its run id in the table's history, so a changelog table gets the range once per replay."""
+    log = make_table(value_format="json", columns=COLUMNS, primary_key=[], write_mode="changelog")
+    ensure_topic(kafka, log.topic, 1)
+    send(kafka, log, [(None, ev("c", 1, "a", 100)), (None, ev("u", 1, "b", 200))])
+    run_once(spark, stack_settings, log)
+    planned = plan_offsets(stack_settings, log, "manual__replay", replay_from_offsets={0: 1})
+    assert planned.replay and planned.range.start == {0: 1}
+    first = apply_offsets(spark, stack_settings, log, planned.range, "manual__replay", replay=True)
+    assert first.status == "committed"
+    retry = apply_offsets(spark, stack_settings, log, planned.range, "manual__replay", replay=True)
+    assert (retry.status, retry.snapshot_id, retry.events, retry.ops) == (
+        "already_applied",
+        first.snapshot_id,
+        1,
+        {"u": 1},
+    )
+    arrow = load_catalog(stack_settings).load_table(log.identifier).scan().to_arrow()
+    assert sorted((r["_cdc_binlog_pos"], r["v"]) for r in arrow.to_pylist()) == [(100, "a"), (200, "b"), (200, "b")]
+    # another replay (another run id) replays again: it is the operator's to ask for
+    again = apply_offsets(spark, stack_settings, log, planned.range, "manual__replay-2", replay=True)
+    assert again.status == "committed"
+
+
+def test_a_topic_grown_to_more_partitions_goes_on_from_their_low_watermarks(spark, kafka, stack_settings, table):
+    """Partitions added to a live data topic (a routine Kafka operation): the table's committed
+    offsets name the old partitions only; the next run starts the new ones at their low watermark
+    and the table converges."""
+    from confluent_kafka.admin import NewPartitions
+
+    from cdclake.io.kafka import topic_watermarks
+
+    send(kafka, table, [(key(1), ev("c", 1, "a", 100))], partition=0)
+    send(kafka, table, [(key(2), ev("c", 2, "b", 110))], partition=1)
+    run_once(spark, stack_settings, table)
+    admin = kafka.admin()  # kept: a client destroyed before its future resolves fails it
+    admin.create_partitions([NewPartitions(table.topic, 4)])[table.topic].result(30)
+    deadline = time.monotonic() + 30
+    while len(topic_watermarks(kafka, table.topic).high) < 4:
+        assert time.monotonic() < deadline, "the broker never showed the new partitions"
+        time.sleep(0.2)
+    send(kafka, table, [(key(3), ev("c", 3, "c", 120))], partition=2)
+    send(kafka, table, [(key(1), ev("u", 1, "a2", 130)), (key(4), ev("c", 4, "d", 140))], partition=3)
+    send(kafka, table, [(key(2), ev("d", 2, "b", 150))], partition=1)
+    planned, result = run_once(spark, stack_settings, table)
+    assert planned.start == {0: 1, 1: 1, 2: 0, 3: 0}
+    assert result.status == "committed", result
+    assert rows(stack_settings, table) == {1: "a2", 3: "c", 4: "d"}
+    assert committed_offsets(load_catalog(stack_settings).load_table(table.identifier), table.topic) == {
+        0: 1,
+        1: 2,
+        2: 1,
+        3: 2,
+    }
+    # the Airflow retry of that run finds it applied; the next run goes on from every partition
+    assert apply_offsets(spark, stack_settings, table, planned, "test-run").status == "already_applied"
+    send(kafka, table, [(key(3), ev("u", 3, "c2", 160))], partition=2)
+    _, result = run_once(spark, stack_settings, table)
+    assert result.status == "committed"
+    assert rows(stack_settings, table) == {1: "a2", 3: "c2", 4: "d"}
 
 
 def test_commit_on_a_stale_base_snapshot_is_refused_by_iceberg(spark, kafka, stack_settings, table):

@@ -263,6 +263,43 @@ def test_the_server_killed_mid_merge_then_restarted_converges(kafka, stack_setti
     assert committed_offsets(load_catalog(stack_settings).load_table(cfg.identifier), cfg.topic) == {0: 150_010}
 
 
+_ZONE_CLIENT = """
+import datetime, json, sys
+from cdclake.model.types import ColumnSpec
+from cdclake.spark.parse import parse_records
+from cdclake.spark.session import connect_session
+zone = "spark.sql.session.timeZone"
+spark = connect_session(sys.argv[1])
+built = spark.conf.get(zone)
+spark.conf.set(zone, "America/Los_Angeles")  # a session of a server whose default zone is not UTC
+value = b'{"after": {"id": 1, "dt": 1595008822123456}, "op": "c", "source": {"file": "b.000001", "pos": 4}}'
+raw = spark.createDataFrame(
+    [("t", 0, 0, datetime.datetime(2024, 1, 1), b"k", value)],
+    "topic string, partition int, offset long, timestamp timestamp, key binary, value binary",
+)
+columns = [ColumnSpec("id", "int", True, "int32"), ColumnSpec("dt", "timestamp", False, "io.debezium.time.MicroTimestamp")]
+row = parse_records(raw, "json", columns, ("id",)).selectExpr("cast(image.dt AS string) AS dt").first()
+other = connect_session(sys.argv[1])  # a new session of the same server
+again = other.conf.get(zone)
+print("CLIENT_DONE", json.dumps([built, row["dt"], again]), flush=True)
+"""
+
+
+def test_a_connect_session_is_in_utc_and_decodes_datetimes_without_its_zone(stack_settings, engine):
+    """Every session :func:`connect_session` builds sets its own time zone to UTC, and a DATETIME
+    decodes to its wall-clock value even in a session of another zone (over Connect)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _ZONE_CLIENT, engine],
+        env=job_env(stack_settings),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    done = [line for line in proc.stdout.splitlines() if line.startswith("CLIENT_DONE ")]
+    assert done, proc.stderr[-4000:]
+    assert json.loads(done[0][len("CLIENT_DONE ") :]) == ["UTC", "2020-07-17 18:00:22.123456", "UTC"]
+
+
 def test_a_server_that_is_not_there_is_a_clear_error_without_the_token():
     port = _free_port()
     with pytest.raises(EngineUnavailableError) as info:

@@ -14,8 +14,16 @@ import pytest
 from cdclake.errors import ConfigError
 from cdclake.io.catalog import committed_offsets, load_catalog
 from cdclake.io.kafka import ensure_topic
-from cdclake.model.layout import QUARANTINE_SUFFIX, RUN_BRANCH_PREFIX, TOMBSTONES_SUFFIX, side_table
+from cdclake.io.maintenance import remove_stale_run_branches
+from cdclake.model.layout import (
+    QUARANTINE_SUFFIX,
+    TOMBSTONES_SUFFIX,
+    run_branch_created_ms,
+    run_branch_name,
+    side_table,
+)
 from cdclake.model.maintenance import ACTIONS, RefInfo, SnapshotInfo, lost_commit_race, snapshots_to_expire
+from cdclake.spark import commit as commit_module
 from cdclake.spark import maintenance
 from cdclake.spark.maintenance import maintain_table
 from tests.conftest import apply_offsets, make_table, plan_offsets
@@ -93,7 +101,7 @@ def snapshot_ids(settings, ident: str) -> set[int]:
     return {s.snapshot_id for s in load_catalog(settings).load_table(ident).snapshots()}
 
 
-def test_maintenance_folds_deletes_compacts_and_keeps_rows_and_offsets(spark, kafka, stack_settings):
+def test_maintenance_folds_deletes_compacts_and_keeps_rows_and_offsets(spark, kafka, stack_settings, monkeypatch):
     cfg = make_table(value_format="json", columns=COLUMNS)
     expected = build_history(spark, kafka, stack_settings, cfg)
     before = rows(stack_settings, cfg)
@@ -135,14 +143,53 @@ def test_maintenance_folds_deletes_compacts_and_keeps_rows_and_offsets(spark, ka
     assert not old_orphan.exists() and young_orphan.exists()
     assert all(r.seconds >= 0 for r in result.reports)
 
-    # the next apply plans from the same offsets and commits on top of the maintenance commits
+    # the next apply plans from the same offsets and commits on top of the maintenance commits,
+    # while maintenance runs again twice: right after the run created its branch (at the base
+    # snapshot, before its MERGE) and while it pauses before its fast-forward
     send(kafka, cfg, [(0, 0, ev("u", 0, "after-maintenance", 5000)), (1, 1, ev("d", 1, None, 5001))])
     planned = plan_offsets(stack_settings, cfg)
     assert planned.range.start == offsets
+    removed = race_stale_branch_removal(monkeypatch, stack_settings, cfg)
     assert apply_offsets(spark, stack_settings, cfg, planned.range, "run-after").status == "committed"
+    assert removed == {"after_branch_created": [], "before_fast_forward": []}
     expected[0] = "after-maintenance"
     del expected[1]
     assert {r["id"]: r["v"] for r in rows(stack_settings, cfg)} == expected
+
+
+def race_stale_branch_removal(monkeypatch, settings, cfg) -> dict[str, list[str]]:
+    """Make the next apply of ``cfg`` run :func:`remove_stale_run_branches` (for real, on the
+    catalog) right after it created its run branch and at its ``before_fast_forward`` pause; returns
+    ``{point: branches removed}``, filled as the apply goes.
+
+    The table is made quiet for longer than the stale-branch age by choosing the age: 1 ms less
+    than the age of ``main``'s current snapshot, the run's base (a run branch starts there), so a
+    rule that judged the branch by its head snapshot would remove it under the run."""
+    removed: dict[str, list[str]] = {}
+
+    def maintain(point: str, branch: str) -> None:
+        catalog = load_catalog(settings)
+        base = catalog.load_table(cfg.identifier).current_snapshot()
+        created_ms = run_branch_created_ms(branch)
+        assert created_ms is not None and created_ms > base.timestamp_ms  # the branch is younger
+        now_ms = int(time.time() * 1000)
+        age_ms = now_ms - base.timestamp_ms - 1
+        removed[point] = remove_stale_run_branches(catalog, cfg.identifier, older_than_ms=age_ms, now_ms=now_ms)
+
+    write_branch, pause = commit_module._write_branch, commit_module.debug_pause
+
+    def write_after_maintenance(ctx, branch, *args, **kwargs):
+        maintain("after_branch_created", branch)
+        return write_branch(ctx, branch, *args, **kwargs)
+
+    def pause_for_maintenance(point: str, detail: object) -> None:
+        if point == "before_fast_forward":
+            maintain(point, str(detail))
+        pause(point, detail)
+
+    monkeypatch.setattr(commit_module, "_write_branch", write_after_maintenance)
+    monkeypatch.setattr(commit_module, "debug_pause", pause_for_maintenance)
+    return removed
 
 
 @pytest.fixture(scope="module")
@@ -161,8 +208,15 @@ def test_dry_run_commits_nothing_and_reports_candidates(spark, stack_settings, z
     catalog = load_catalog(stack_settings)
     table = catalog.load_table(cfg.identifier)
     spark_name = f"{stack_settings.catalog_name}.{cfg.identifier}"
-    branch = f"{RUN_BRANCH_PREFIX}000000000000"  # as a killed apply leaves it
-    spark.sql(f"ALTER TABLE {spark_name} CREATE BRANCH `{branch}` AS OF VERSION {table.current_snapshot().snapshot_id}")
+    current = table.current_snapshot()
+    branches = {  # as killed applies leave them: name -> snapshot the branch is at
+        run_branch_name(int(time.time() * 1000), "000000000000"): current.snapshot_id,
+        # named by a release before creation times: removed only once main has moved off its lineage
+        "cdc-run-00000000000a": current.snapshot_id,
+        "cdc-run-00000000000b": current.parent_snapshot_id,
+    }
+    for branch, snapshot_id in branches.items():
+        spark.sql(f"ALTER TABLE {spark_name} CREATE BRANCH `{branch}` AS OF VERSION {snapshot_id}")
     orphan = make_orphan(stack_settings, cfg.identifier, "old-orphan.parquet", 80)
     idents = [
         cfg.identifier,
@@ -179,7 +233,7 @@ def test_dry_run_commits_nothing_and_reports_candidates(spark, stack_settings, z
     refs = set(catalog.load_table(cfg.identifier).refs())
     files = sorted(p for p in table_dir(stack_settings, cfg.identifier).rglob("*") if p.is_file())
     try:
-        # 7 hours later: the run branch is stale
+        # 7 hours later: the run branches left on main's lineage by an older release are kept
         later = int(time.time() * 1000) + 7 * HOUR_MS
         result = maintain_table(spark, stack_settings, cfg, dry_run=True, now_ms=later)
 
@@ -188,7 +242,8 @@ def test_dry_run_commits_nothing_and_reports_candidates(spark, stack_settings, z
         assert set(catalog.load_table(cfg.identifier).refs()) == refs
         assert sorted(p for p in table_dir(stack_settings, cfg.identifier).rglob("*") if p.is_file()) == files
         assert {r.status for r in result.reports} <= {"dry_run", "skipped"}
-        assert result.report("remove_stale_run_branches").branches == (branch,)
+        stale = tuple(sorted(set(branches) - {"cdc-run-00000000000a"}))
+        assert result.report("remove_stale_run_branches").branches == stale
         assert result.report("expire_tombstones").figures["expired_tombstones"] == 0  # retention 192 h
         rewrite = result.report("rewrite_data_files").figures
         assert rewrite["data_files_with_deletes"] > 0 and rewrite["delete_files"] > 0
@@ -199,7 +254,8 @@ def test_dry_run_commits_nothing_and_reports_candidates(spark, stack_settings, z
         assert expire.snapshot_ids and result.snapshot_id_before not in expire.snapshot_ids
         assert result.report("remove_orphan_files").figures["orphan_files"] == 1 and orphan.exists()
     finally:
-        spark.sql(f"ALTER TABLE {spark_name} DROP BRANCH IF EXISTS `{branch}`")
+        for branch in branches:
+            spark.sql(f"ALTER TABLE {spark_name} DROP BRANCH IF EXISTS `{branch}`")
         orphan.unlink(missing_ok=True)
 
 

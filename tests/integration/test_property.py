@@ -5,8 +5,9 @@ table equal to the reference model (:mod:`tests.model`) and to the source table.
 A history is generated on ``t(id int primary key, v string)`` with ids 1..6: an optional initial
 snapshot (``op r`` at the snapshot's start position, which the first change shares), inserts,
 updates, deletes, primary-key changes (``d(old)`` + ``c(new)`` at one position, the new key often
-in another partition), truncates, multi-row binlog events (``row`` 0, 1, 2 at one ``file:pos``)
-and binlog rotations (including ``mysql-bin.999999`` -> ``mysql-bin.1000000``). Records go to 3
+in another partition), truncates, multi-row binlog events (``row`` 0, 1, 2 at one ``file:pos``),
+compressed transactions (a key's several events at one ``file:pos:row``, MySQL's
+``binlog_transaction_compression=ON``) and binlog rotations (including ``mysql-bin.999999`` -> ``mysql-bin.1000000``). Records go to 3
 partitions by key; faults: Kafka tombstones after deletes, duplicates right after the original,
 connector restarts that re-emit a suffix (mid-stream and at the end). Each partition is then cut
 into 1..4 runs, optionally followed by a manual replay of any window (then a run to the end).
@@ -241,6 +242,14 @@ class HistoryBuilder:
             self._row_change(change, row)
         self.pos += gap
 
+    def compressed(self, statements: list[tuple], gap: int = 100) -> None:
+        """One transaction under MySQL's ``binlog_transaction_compression=ON``: Debezium gives each
+        statement's rows event the position of the transaction's payload, ``row`` 0, so a key
+        changed twice in it has two events at one position (ordered by their Kafka offsets)."""
+        for change in statements:
+            self._row_change(change, 0)
+        self.pos += gap
+
     def truncate(self, partition: int, gap: int = 100) -> None:
         """``TRUNCATE t``: ``op t``, no key, to any partition; the source is empty after it."""
         self.source.clear()
@@ -373,14 +382,16 @@ def histories(draw, max_steps: int = 10) -> History:
     for _ in range(uniform(1, max_steps)):
         present = sorted(b.source)
         absent = [k for k in KEYS if k not in b.source]
-        kinds = []  # weights: row changes twice a truncate, rotations often (.999999 -> .1000000)
+        kinds = []  # weights: row changes twice a truncate, rotations often (.999999 -> .1000000),
+        # compressed transactions often (their ties matter only when a run ends inside one)
         if absent:
             kinds += ["insert", "insert"]
         if present:
             kinds += ["update", "delete", "update", "delete"]
         if present and absent:
             kinds += ["key_change", "key_change"]
-        kinds += ["multi", "truncate", "rotate", "rotate", "offline_resnapshot", "aborted_snapshot"]
+        kinds += ["multi", "compressed", "compressed", "truncate", "rotate", "rotate"]
+        kinds += ["offline_resnapshot", "aborted_snapshot"]
         if b.emitted:
             kinds.append("restart")
         kind = draw(st.sampled_from(kinds))
@@ -424,6 +435,21 @@ def histories(draw, max_steps: int = 10) -> History:
                     del shadow[k]
             if changes:
                 b.event(changes, gap())
+        elif kind == "compressed":
+            # 2-4 single-row statements on few keys: a key updated twice, deleted and inserted again
+            statements: list[tuple] = []
+            shadow = dict(b.source)
+            for _ in range(draw(st.integers(2, 4))):
+                k = draw(st.sampled_from(KEYS[:3]))
+                if k not in shadow:
+                    statements.append(("c", k, value()))
+                    shadow[k] = None
+                elif draw(st.booleans()):
+                    statements.append(("u", k, value()))
+                else:
+                    statements.append(("d", k))
+                    del shadow[k]
+            b.compressed(statements, gap())
         elif kind == "truncate":
             b.truncate(draw(st.integers(0, PARTITIONS - 1)), gap())
         elif kind == "offline_resnapshot":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
+from dataclasses import replace
 
 import pytest
 
@@ -129,3 +130,39 @@ def test_a_run_still_losing_after_its_attempts_raises_and_exits_its_session(spar
     assert (sessions.opened, sessions.closed) == (1, 1)
     table = load_catalog(stack_settings).load_table(cfg.identifier)
     assert committed_offsets(table, cfg.topic) == {0: 5}
+
+
+def test_a_retry_after_its_commit_applies_nothing_and_publishes_that_commit(spark, kafka, stack_settings, fixtures_dir):
+    """An Airflow retry of a run whose earlier try committed, then failed (publish, the worker
+    killed): the run plans nothing, applies nothing, and its asset event, metrics and lineage are
+    those of its commit, read back from the commit's snapshot summary."""
+    from types import SimpleNamespace
+
+    from cdclake_airflow.table_dag import _publish
+
+    cfg = make_table()
+    load_events(fixtures_dir / PRODUCTS, cfg, kafka, partitions=1)
+    first = _run(stack_settings, kafka, cfg, LentSessions(spark), run_id="scheduled__retried").result
+    assert first is not None and first.status == "committed"
+    load_events(fixtures_dir / PRODUCTS, cfg, kafka, partitions=1)  # new events since the commit
+    sessions = LentSessions(spark)
+    retry = _run(stack_settings, kafka, cfg, sessions, run_id="scheduled__retried")
+    assert retry.result == replace(first, status="already_applied")
+    assert (retry.plan.range.start, retry.plan.range.end) == ({0: 0}, {0: 16})
+    assert sessions.opened == 0 and list(retry.seconds) == ["plan"]
+    catalog = load_catalog(stack_settings)
+    assert committed_offsets(catalog.load_table(cfg.identifier), cfg.topic) == {0: 16}
+
+    # publish finds the run's commit also after a later run's commit moved the table on
+    later = _run(stack_settings, kafka, cfg, LentSessions(spark), run_id="scheduled__later").result
+    assert later is not None and later.status == "committed"
+    asset = object()
+    context = {"run_id": "scheduled__retried", "outlet_events": {asset: SimpleNamespace()}}
+    _, extra, own = _publish(catalog, cfg, asset, context)
+    assert own == replace(first, status="committed")
+    assert context["outlet_events"][asset].extra == extra
+    assert (extra["snapshot_id"], extra[SummaryKeys.RUN_ID], extra[SummaryKeys.END_OFFSETS]) == (
+        first.snapshot_id,
+        "scheduled__retried",
+        '{"0":16}',
+    )

@@ -297,3 +297,32 @@ def test_a_recreated_topic_is_reindexed_from_scratch(kafka, stack_settings, capl
     ]
     again_after = catch_up(catalog, kafka, topic)
     assert again_after is not None and (again_after.records_read, again_after.rebuilt) == (0, False)
+
+
+def test_a_schema_change_topic_grown_to_more_partitions_is_indexed_from_their_low_watermarks(kafka, stack_settings):
+    """Partitions added to the schema-change topic (docs/operations.md, "A topic gets more
+    partitions"): the index has offsets for the old ones only; the new ones are read from their
+    low watermark, nothing is reindexed and nothing is skipped."""
+    from confluent_kafka.admin import NewPartitions
+
+    topic = new_topic()
+    send(kafka, topic, recorded_values())
+    catalog = load_catalog(stack_settings)
+    first = catch_up(catalog, kafka, topic)
+    assert first is not None and first.offsets == {0: len(RECORDED)}
+    admin = kafka.admin()  # kept: a client destroyed before its future resolves fails it
+    admin.create_partitions([NewPartitions(topic, 3)])[topic].result(30)
+    producer = kafka.producer()
+    producer.produce(topic, value=alter("ALTER TABLE orders ADD COLUMN a INT", BASE).encode(), partition=2)
+    producer.produce(topic, value=alter("ALTER TABLE orders ADD COLUMN b INT", BASE + 100).encode(), partition=0)
+    assert producer.flush(30) == 0
+
+    grown = catch_up(catalog, kafka, topic)
+    assert grown is not None and not grown.rebuilt
+    assert (grown.records_read, grown.offsets) == (2, {0: len(RECORDED) + 1, 1: 0, 2: 1})
+    changes = read_schema_changes(catalog, kafka, topic, ORDERS)
+    assert changes == full_scan(kafka, topic, ORDERS)
+    assert [c.ddl for c in changes[-2:]] == [
+        "ALTER TABLE orders ADD COLUMN a INT",
+        "ALTER TABLE orders ADD COLUMN b INT",
+    ]

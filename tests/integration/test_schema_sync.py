@@ -5,6 +5,7 @@ incompatible changes under both policies, and a re-run must change nothing."""
 
 from __future__ import annotations
 
+import copy
 import json
 import uuid
 from pathlib import Path
@@ -185,3 +186,69 @@ def test_apply_stops_on_a_column_the_table_lacks(spark, kafka, stack_settings):
         apply_offsets(spark, stack_settings, cfg, second, "run-2")
     table = load_catalog(stack_settings).load_table(cfg.identifier)
     assert "discount" not in table.schema().column_names
+
+
+def test_an_event_from_before_a_rename_landing_late_in_another_partition_keeps_its_value(spark, kafka, stack_settings):
+    """Partitions are applied at different paces: the rename has reached the schema-change topic
+    and partition 0, while an update from before it is still on its way to partition 1. The rename
+    waits until partition 1 has settled past it, so that update is read by the old name."""
+    import time
+
+    from cdclake.io.kafka import ensure_topic
+    from tests.conftest import plan_offsets
+    from tests.unit.test_schema_sync import CREATE
+
+    prefix = f"rn{uuid.uuid4().hex[:8]}"
+    cfg = make_table(topic=f"{prefix}.inventory.orders")
+    catalog = load_catalog(stack_settings)
+    ensure_topic(kafka, prefix, 1)
+    ensure_topic(kafka, cfg.topic, 2)
+    template = json.loads(next(line for line in (CHAIN / "orders.jsonl").read_text().splitlines() if line))
+    producer = kafka.producer()
+
+    def send(topic: str, key: str, value: dict, partition: int = 0, timestamp: int = 0) -> None:
+        producer.produce(topic, key=key, value=json.dumps(value), partition=partition, timestamp=timestamp)
+        producer.flush(30)
+
+    def row(op: str, id_: int, pos: int, qty_name: str, qty: int) -> dict:
+        doc = copy.deepcopy(json.loads(template["value"]))
+        for f in doc["schema"]["fields"][:2]:  # before, after
+            for c in f["fields"]:
+                c["field"] = qty_name if c["field"] == "qty" else c["field"]
+        after = {**doc["payload"]["after"], "id": id_}
+        after[qty_name] = qty
+        if qty_name != "qty":
+            del after["qty"]
+        doc["payload"].update(op=op, after=after)
+        doc["payload"]["source"].update(file="mysql-bin.000001", pos=pos, row=0)
+        return doc
+
+    def run(run_id: str):
+        planned = plan_offsets(stack_settings, cfg, run_id)
+        synced = sync_for_range(catalog, kafka, cfg, planned.range)
+        if not synced.offset_range.is_empty:
+            apply_offsets(spark, stack_settings, cfg, synced.offset_range, run_id)
+        return synced
+
+    def quantities(name: str) -> dict:
+        return {r["id"]: r[name] for r in catalog.load_table(cfg.identifier).scan().to_arrow().to_pylist()}
+
+    key = '{"databaseName":"inventory"}'
+    send(prefix, key, CREATE)
+    send(cfg.topic, '{"id":1}', row("c", 1, 2000, "qty", 5))
+    assert run("run-1").created and quantities("qty") == {1: 5}
+
+    renamed_at = int(time.time() * 1000) - 1_000  # when Debezium sent the rename
+    rename = event(
+        "ALTER TABLE orders CHANGE COLUMN qty quantity INT NOT NULL", 3000, columns_with(rename={"qty": "quantity"})
+    )
+    send(prefix, key, rename, timestamp=renamed_at)
+    send(cfg.topic, '{"id":1}', row("u", 1, 3100, "quantity", 6))
+    waiting = run("run-2")  # partition 1 has no record sent after the rename yet
+    assert "CHANGE COLUMN qty quantity" in (waiting.capped_before or "") and waiting.offset_range.is_empty
+    # the update from before the rename lands (stamped before it), then a record sent after it
+    send(cfg.topic, '{"id":2}', row("c", 2, 2900, "qty", 7), partition=1, timestamp=renamed_at - 1)
+    send(cfg.topic, '{"id":3}', row("c", 3, 3200, "quantity", 8), partition=1)
+    assert run("run-3").capped_before is not None  # the batch holds the late update: capped after it
+    assert run("run-4").capped_before is None
+    assert quantities("quantity") == {1: 6, 2: 7, 3: 8}

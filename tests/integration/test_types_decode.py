@@ -8,6 +8,7 @@ import base64
 import datetime
 import json
 import random
+import uuid
 from decimal import Context, Decimal
 
 import pytest
@@ -15,7 +16,7 @@ import pytest
 from cdclake.io.catalog import load_catalog
 from cdclake.io.events import load_events
 from cdclake.model.types import ColumnSpec, decimal_encoding
-from cdclake.spark.parse import parse_records
+from cdclake.spark.parse import describe_mismatches, parse_records
 from tests.conftest import apply_offsets, make_table, plan_offsets
 from tests.full_types import BINLOG_TIMESTAMP, EXPECTED_ROW, events_with_schema
 
@@ -97,22 +98,28 @@ def _decimal_text(unscaled: int, scale: int) -> str:
     return f"{_decimal(unscaled, scale):f}"
 
 
+def _parse_values(spark, columns: list[ColumnSpec], values: list[bytes], value_format: str = "json_with_schema"):
+    """Decoded images and errors of ``values``, the type mismatches described as for the quarantine."""
+    raw = spark.createDataFrame(
+        [("t", 0, i, datetime.datetime(2024, 1, 1), b"k", v) for i, v in enumerate(values)],
+        "topic string, partition int, offset long, timestamp timestamp, key binary, value binary",
+    )
+    parsed = describe_mismatches(parse_records(raw, value_format, columns, ("id",)), columns, value_format)
+    rows = parsed.orderBy("offset").select("image", "error").collect()
+    return [(r["image"].asDict(), r["error"]) for r in rows]
+
+
 def _parse(spark, columns: list[ColumnSpec], rows: list[dict | str]) -> list[tuple[dict, str | None]]:
-    """``parse_records`` on payload-only ``c`` events whose ``after`` image is each of ``rows``
-    (a dict, or JSON text for numbers Python's json would not write): decoded images and errors."""
-    records = []
+    """:func:`_parse_values` of payload-only ``c`` events whose ``after`` image is each of ``rows``
+    (a dict, or JSON text for numbers Python's json would not write)."""
+    values = []
     for i, row in enumerate(rows):
         after = row if isinstance(row, str) else json.dumps(row)
-        value = (
+        values.append(
             f'{{"before": null, "after": {after}, "op": "c", '
-            f'"source": {{"file": "mysql-bin.000001", "pos": {4 + i}, "row": 0}}}}'
+            f'"source": {{"file": "mysql-bin.000001", "pos": {4 + i}, "row": 0}}}}'.encode()
         )
-        records.append(("t", 0, i, datetime.datetime(2024, 1, 1), b"k", value.encode()))
-    raw = spark.createDataFrame(
-        records, "topic string, partition int, offset long, timestamp timestamp, key binary, value binary"
-    )
-    out = parse_records(raw, "json", columns, ("id",)).orderBy("offset").select("image", "error").collect()
-    return [(r["image"].asDict(), r["error"]) for r in out]
+    return _parse_values(spark, columns, values, "json")
 
 
 def _interesting_unscaled(rng: random.Random, max_digits: int) -> list[int]:
@@ -205,10 +212,13 @@ def test_decimal_json_numbers_decode_exactly_or_are_bad_records(spark):
     assert images[8] == {"id": 8, "d": Decimal("0.0001"), "u": Decimal(18446744073709551615), "w": None}
     assert errors[:4] + errors[8:] == [None] * 5
     assert errors[4:8] == [
-        "column 'd': value does not fit decimal(10,4) (encoding org.apache.kafka.connect.data.Decimal(10,4))",
-        "column 'd': value does not fit decimal(10,4) (encoding org.apache.kafka.connect.data.Decimal(10,4))",
-        "column 'w': value does not fit string (encoding org.apache.kafka.connect.data.Decimal(65,8))",
-        "column 'w': value does not fit string (encoding org.apache.kafka.connect.data.Decimal(65,8))",
+        f"column {c!r}: value {v} does not fit {t} (encoding org.apache.kafka.connect.data.Decimal({e}))"
+        for c, v, t, e in [
+            ("d", "1.23456", "decimal(10,4)", "10,4"),
+            ("d", "1234567", "decimal(10,4)", "10,4"),  # as the JSON variant holds it
+            ("w", "1.2E-7", "string", "65,8"),
+            ("w", "1.2345678901234568E41", "string", "65,8"),
+        ]
     ]
 
 
@@ -272,17 +282,18 @@ def test_time_bits_nano_and_spatial_decoding(spark):
         ],
     )
     assert [e for _, e in bad] == [
-        "column 't_ns': value does not fit long (encoding io.debezium.time.NanoTime)",
-        "column 'ts_ns': value does not fit timestamp (encoding io.debezium.time.NanoTimestamp)",
-        "column 'bits': value does not fit binary (encoding io.debezium.data.Bits)",
-        "column 'pt': value does not fit struct<wkb:binary,srid:int> (encoding io.debezium.data.geometry.Point)",
+        "column 't_ns': value 1500 does not fit long (encoding io.debezium.time.NanoTime)",
+        "column 'ts_ns': value 1595008822123456789 does not fit timestamp (encoding io.debezium.time.NanoTimestamp)",
+        "column 'bits': value 'not base64!' does not fit binary (encoding io.debezium.data.Bits)",
+        'column \'pt\': value {"x":1.0,"y":1.0} does not fit struct<wkb:binary,srid:int> '
+        "(encoding io.debezium.data.geometry.Point)",
     ]
 
 
 def test_seatunnel_numeric_decimals_and_bits_decode_with_their_own_schema(spark, fixtures_dir):
     """seatunnel/debezium_data.txt: a real schema (Debezium 1.9.8) with JSON-number decimals, one
     of them (BIGINT UNSIGNED) without a precision. Its events carry ``file: ""`` (Flink CDC's own
-    snapshot), so they cannot be applied; their images are decoded all the same."""
+    snapshot), so under binlog ordering they cannot be applied; their images are decoded all the same."""
     from cdclake.io.events import read_event_file
     from cdclake.model.types import columns_from_connect
 
@@ -294,14 +305,14 @@ def test_seatunnel_numeric_decimals_and_bits_decode_with_their_own_schema(spark,
         "topic string, partition int, offset long, timestamp timestamp, key binary, value binary",
     )
     rows = parse_records(raw, "json_with_schema", columns, ("id",)).orderBy("offset").collect()
-    assert [r["error"] for r in rows] == ["source.file has no numeric suffix"] * 3
+    assert [r["error"].split(":")[0] for r in rows] == ["source has no binlog position (file '', pos 0)"] * 3
     image = rows[0]["image"].asDict()
     assert {c.name: c.iceberg_type for c in columns if c.name in ("f_bigint_unsigned", "f_numeric")} == {
-        "f_bigint_unsigned": "string",
+        "f_bigint_unsigned": "decimal(38,0)",  # a Decimal without a precision
         "f_numeric": "decimal(10,0)",
     }
     assert (image["f_bigint_unsigned"], image["f_numeric"], image["f_decimal"]) == (
-        "987654321",
+        Decimal(987654321),
         Decimal(123),
         Decimal(789),
     )
@@ -309,3 +320,196 @@ def test_seatunnel_numeric_decimals_and_bits_decode_with_their_own_schema(spark,
     assert image["f_bit64"] == bytes([0x55] * 8)
     assert image["f_date"] == datetime.date(2022, 4, 27)
     assert image["f_datetime"] == datetime.datetime(2022, 4, 27, 14, 30)
+
+
+# --- settings the decoding does not control; values of another type; connector modes ---------------
+
+
+def _envelope(fields: dict[str, dict], after: dict, pos: int, *, before: dict | None = None, op: str = "c") -> bytes:
+    """A ``json_with_schema`` change event whose row schema has ``fields`` (name -> Connect field)."""
+    row = [{"field": name, "optional": name != "id", **f} for name, f in fields.items()]
+    source = [
+        {"type": t, "optional": True, "field": n} for n, t in (("file", "string"), ("pos", "int64"), ("row", "int32"))
+    ]
+    schema = {
+        "type": "struct",
+        "fields": [
+            {"type": "struct", "optional": True, "field": "before", "fields": row},
+            {"type": "struct", "optional": True, "field": "after", "fields": row},
+            {"type": "struct", "optional": False, "field": "source", "fields": source},
+            {"type": "string", "optional": False, "field": "op"},
+        ],
+    }
+    payload = {"before": before, "after": after, "op": op, "source": {"file": "mysql-bin.000003", "pos": pos, "row": 0}}
+    return json.dumps({"schema": schema, "payload": payload}).encode()
+
+
+def _load(kafka, cfg, tmp_path, values: list[bytes]) -> None:
+    path = tmp_path / f"events-{uuid.uuid4().hex[:6]}.json"
+    path.write_bytes(b"\n".join(values))
+    load_events(path, cfg, kafka)
+
+
+def test_datetimes_decode_the_same_whatever_the_session_time_zone(spark, stack_settings):
+    """A Spark session in another time zone (a Connect server started without cdclake's settings)
+    changes no DATETIME or TIMESTAMP value; a session the package builds is in UTC."""
+    from cdclake.spark.session import build_session
+
+    columns = [
+        ColumnSpec("id", "int", True, "int32"),
+        ColumnSpec("dt_ms", "timestamp", False, "io.debezium.time.Timestamp"),
+        ColumnSpec("dt_us", "timestamp", False, "io.debezium.time.MicroTimestamp"),
+        ColumnSpec("dt_ns", "timestamp", False, "io.debezium.time.NanoTimestamp"),
+        ColumnSpec("dt_connect", "timestamp", False, "org.apache.kafka.connect.data.Timestamp"),
+        ColumnSpec("ts", "timestamptz", False, "io.debezium.time.ZonedTimestamp"),
+    ]
+    after = {
+        "id": 1,
+        "dt_ms": 1595008822123,
+        "dt_us": 1595008822123456,
+        "dt_ns": 1595008822123456000,
+        "dt_connect": -86400000,
+        "ts": "2020-07-17T18:00:22.123456+02:00",
+    }
+    wall = datetime.datetime(2020, 7, 17, 18, 0, 22)
+    expected = {
+        "id": 1,
+        "dt_ms": wall.replace(microsecond=123000),
+        "dt_us": wall.replace(microsecond=123456),
+        "dt_ns": wall.replace(microsecond=123456),
+        "dt_connect": datetime.datetime(1969, 12, 31),
+        "ts": 1595001622123456,  # the instant 2020-07-17T16:00:22.123456Z, as epoch microseconds
+    }
+    raw = spark.createDataFrame(
+        [("t", 0, 0, datetime.datetime(2024, 1, 1), b"k", _envelope({}, after, 4))],
+        "topic string, partition int, offset long, timestamp timestamp, key binary, value binary",
+    )
+    zone = "spark.sql.session.timeZone"
+    spark.conf.set(zone, "America/Los_Angeles")
+    try:
+        parsed = parse_records(raw, "json_with_schema", columns, ("id",))
+        [row] = parsed.selectExpr("image", "unix_micros(image.ts) AS ts_us", "error").collect()
+        assert (dict(row["image"].asDict(), ts=row["ts_us"]), row["error"]) == (expected, None)
+        assert build_session(stack_settings) is spark  # getOrCreate: the session the tests share
+        assert spark.conf.get(zone) == "UTC"
+    finally:
+        spark.conf.set(zone, "UTC")
+
+
+def test_a_malformed_zoned_timestamp_is_a_bad_record_not_a_failed_batch(spark):
+    """Under ANSI mode (Spark 4's default) a malformed ``ZonedTimestamp`` failed the whole batch."""
+    assert spark.conf.get("spark.sql.ansi.enabled") == "true"
+    columns = [
+        ColumnSpec("id", "int", True, "int32"),
+        ColumnSpec("ts", "timestamptz", False, "io.debezium.time.ZonedTimestamp"),
+    ]
+    texts = ["2020-07-17T18:00:22Z", "2020-13-45T10:00:00Z", "2020-07-17T18:00:22", "not a time"]
+    decoded = _parse_values(spark, columns, [_envelope({}, {"id": i, "ts": t}, 4 + i) for i, t in enumerate(texts)])
+    (first, error) = decoded[0]
+    assert (first["ts"].timestamp(), error) == (1595008822, None)
+    # no offset: only a session time zone would place it, so it is not a ZonedTimestamp either
+    assert [e for _, e in decoded[1:]] == [
+        f"column 'ts': value '{t}' does not fit timestamptz (encoding io.debezium.time.ZonedTimestamp)"
+        for t in texts[1:]
+    ]
+
+
+def test_a_bigint_unsigned_wrapped_by_long_mode_is_a_bad_record_naming_the_setting(spark):
+    """``bigint.unsigned.handling.mode=long`` sends BIGINT UNSIGNED values above 2^63-1 as negative
+    numbers; schema sync records such a column ``int64(unsigned)`` (its ``tableChanges`` say
+    UNSIGNED), and a negative value in it is a bad record, not a wrong number in the lake."""
+    columns = [ColumnSpec("id", "int", True, "int32"), ColumnSpec("u", "long", False, "int64(unsigned)")]
+    values = [2**63 - 1, 0, -1, -(2**63)]
+    decoded = _parse_values(spark, columns, [_envelope({}, {"id": i, "u": v}, 4 + i) for i, v in enumerate(values)])
+    assert decoded[:2] == [({"id": 0, "u": 2**63 - 1}, None), ({"id": 1, "u": 0}, None)]
+    for (_, error), source_value in zip(decoded[2:], (2**64 - 1, 2**63), strict=True):
+        assert error.startswith(
+            f"column 'u': value {source_value - 2**64} is BIGINT UNSIGNED {source_value} wrapped past 2^63-1 by the "
+            "connector's bigint.unsigned.handling.mode=long; a long column cannot hold it. Set "
+            "bigint.unsigned.handling.mode=precise on the connector"
+        )
+
+
+def test_a_value_of_another_type_names_the_column_its_type_in_the_event_and_the_tables_type(spark):
+    columns = [
+        ColumnSpec("id", "int", True, "int32"),
+        ColumnSpec("n", "int", False, "int32"),
+        ColumnSpec("price", "decimal(10,2)", False, decimal_encoding(10, 2)),
+    ]
+    string_n = {"id": {"type": "int32"}, "n": {"type": "string"}}
+    values = [
+        _envelope(string_n, {"id": 1, "n": "abc", "price": None}, 4),
+        _envelope({}, {"id": 2, "n": 5, "price": None}, 5, before={"id": 2, "n": 2.5, "price": None}, op="u"),
+        b'{"schema": {}, "payload": {"before": null, "after": {"id": 3}, "op": "c", '
+        b'"source": {"file": "mysql-bin.000003", "pos": "x", "row": 0}}}',
+    ]
+    errors = [e for _, e in _parse_values(spark, columns, values)]
+    assert errors == [
+        "column 'n' (after image): value \"abc\" (Connect string in the event's schema) does not fit the table's "
+        "int (encoding int32)",
+        "column 'n' (before image): value 2.5 (the event's Connect schema has no such field) does not fit the "
+        "table's int (encoding int32)",
+        "a value of the envelope (source, op, ts_ms) does not fit Debezium's types, or the value is malformed",
+    ]
+    no_schema = b'{"before": null, "after": {"id": 4, "n": true}, "op": "c", "source": {"file": "b.000001", "pos": 4}}'
+    [(_, error)] = _parse_values(spark, columns, [no_schema], "json")
+    assert (
+        error
+        == "column 'n' (after image): value true (JSON boolean in the event) does not fit the table's int (encoding int32)"
+    )
+
+
+_PRECISIONLESS = {"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal", "parameters": {"scale": "0"}}
+"""Debezium 1.x, ``bigint.unsigned.handling.mode=precise``: BIGINT UNSIGNED as a Decimal without a precision."""
+
+
+def test_decimals_without_precision_land_as_decimals(spark, kafka, stack_settings, tmp_path):
+    cfg = make_table(bad_records="fail")
+    fields = {
+        "id": {"type": "int32"},
+        "u": _PRECISIONLESS,
+        "s": {**_PRECISIONLESS, "parameters": {"scale": "0", "__debezium.source.column.type": "BIGINT UNSIGNED"}},
+    }
+    top = base64.b64encode((2**64 - 1).to_bytes(9, "big")).decode()  # "AP//////////"
+    _load(kafka, cfg, tmp_path, [_envelope(fields, {"id": 1, "u": top, "s": top}, 4)])
+    result = _apply(spark, stack_settings, cfg)
+    assert (result.status, result.quarantined) == ("committed", 0)
+    table = load_catalog(stack_settings).load_table(cfg.identifier)
+    types = {f.name: str(f.field_type) for f in table.schema().fields}
+    assert (types["u"], types["s"]) == ("decimal(38, 0)", "decimal(20, 0)")
+    row = _only_row(stack_settings, cfg)
+    assert (row["u"], row["s"]) == (Decimal(2**64 - 1), Decimal(2**64 - 1))
+
+
+def test_events_in_another_connector_mode_are_said_once_in_the_log_result_and_summary(
+    spark, kafka, stack_settings, tmp_path, caplog
+):
+    """The table was made for ``decimal.handling.mode=precise``; the connector now sends doubles
+    (and one record an id the table's column cannot read: quarantined, naming the column)."""
+    from cdclake.model.layout import SummaryKeys
+
+    cfg = make_table()
+    precise = {
+        "id": {"type": "int32"},
+        "price": {**_PRECISIONLESS, "parameters": {"scale": "2", "connect.decimal.precision": "10"}},
+    }
+    _load(kafka, cfg, tmp_path, [_envelope(precise, {"id": 1, "price": "AJg="}, 4)])  # 1.52
+    assert _apply(spark, stack_settings, cfg).connector_contradictions == ()
+    doubles = {"id": {"type": "int32"}, "price": {"type": "double"}}
+    seven = _envelope({**doubles, "id": {"type": "string"}}, {"id": "seven", "price": 1.0}, 9)
+    _load(kafka, cfg, tmp_path, [*(_envelope(doubles, {"id": i, "price": 2.5}, 5 + i) for i in range(2, 5)), seven])
+    result = _apply(spark, stack_settings, cfg)
+    line = (
+        "column 'price': the events are double (decimal.handling.mode=double) but the table's column is "
+        "org.apache.kafka.connect.data.Decimal(10,2) (table config connector: decimal_handling_mode: precise): "
+        "values rounded to a double"
+    )
+    assert (result.status, result.ops, result.connector_contradictions) == ("committed", {"c": 3}, (line,))
+    quarantine = load_catalog(stack_settings).load_table(cfg.identifier + "__cdc_quarantine")
+    assert quarantine.scan(selected_fields=("error",)).to_arrow().column("error").to_pylist() == [
+        "column 'id' (after image): value \"seven\" (Connect string in the event's schema) does not fit the "
+        "table's int (encoding int32)"
+    ]
+    summary = load_catalog(stack_settings).load_table(cfg.identifier).current_snapshot().summary
+    assert json.loads(summary[SummaryKeys.CONNECTOR_CONTRADICTIONS]) == [line]
+    assert [r.getMessage().count(line) for r in caplog.records if "CONTRADICT" in r.getMessage()] == [1]

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from cdclake.model.convergence import (
     BatchSnapshot,
+    EarlierIdentity,
+    IdentitySpan,
     SnapshotEnd,
     SnapshotProgress,
     SourceIdentity,
     advance_snapshot,
+    continue_history,
     identity_changes,
     merge_identities,
     pending_partitions,
@@ -147,3 +155,71 @@ def test_an_ended_snapshot_replaced_in_the_same_batch_is_still_a_candidate():
     step = advance_snapshot(None, [batch(P1, 3, started=True, end=END), batch(P2, 1, started=True)], None)
     assert step.ended == (SnapshotProgress(P1, 3, True, END),)
     assert step.progress == SnapshotProgress(P2, 1, True, None, ended=step.ended)
+
+
+# --- a failover upstream of the replica Debezium reads --------------------------------------------
+
+
+def at(pos: int) -> BinlogPosition:
+    """A change event's position in binlog file 4."""
+    return BinlogPosition(4, pos, 0, 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 4), min_size=1, max_size=4),
+    partitions=st.lists(st.integers(0, 2), min_size=16, max_size=16),
+    takes=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(0, 3)), max_size=6),
+)
+def test_a_binlog_whose_upstream_changes_is_followed_through_any_partition_skew(sizes, partitions, takes):
+    """One binlog whose events' server id changes ``len(sizes) - 1`` times (a replica's upstream
+    failing over), spread over three partitions applied at different paces: the runs go on, ending
+    with the last identity, unless a run meets an identity after a later one was applied (two
+    changes within one run's skew: the order between them is unknown, so the table stops)."""
+    servers = [SourceIdentity(10 + i, "mysql-bin", f"0-{10 + i}") for i in range(len(sizes))]
+    events = [(i, at(100 * n)) for n, i in enumerate(i for i, k in enumerate(sizes) for _ in range(k))]
+    queues: dict[int, list[tuple[int, BinlogPosition]]] = {0: [], 1: [], 2: []}
+    for n, e in enumerate(events):
+        queues[partitions[n % len(partitions)]].append(e)
+    known, high, seen = None, None, set()
+    for take in [*takes, (len(events),) * 3]:
+        batch = [e for p, k in enumerate(take) for e in queues[p][:k]]
+        for p, k in enumerate(take):
+            del queues[p][:k]
+        if not batch:
+            continue
+        spans = [
+            IdentitySpan(servers[i], min(pos for j, pos in batch if j == i), max(pos for j, pos in batch if j == i))
+            for i in {j for j, _ in batch}
+        ]
+        verdict = continue_history(known, high, spans)
+        arrived = {i for i, _ in batch}
+        if seen and any(i < max(seen) for i in arrived - seen):
+            assert verdict.identity is None and "went backwards" in (verdict.note or "")
+            return
+        assert verdict.identity is not None, verdict.note
+        known, seen = verdict.identity, seen | arrived
+        high = max([pos for _, pos in batch] + ([high] if high is not None else []))
+    assert known == replace(servers[max(seen)], earlier=known.earlier)
+    assert [e.identity for e in known.earlier] == [servers[i] for i in sorted(seen)[:-1]]
+    for e in known.earlier:  # every event of an earlier identity lies below where it ended
+        assert max(pos for i, pos in events if servers[i] == e.identity) < e.until
+
+
+def test_an_upstream_change_is_not_followed_across_basenames_or_backwards():
+    old, new = SourceIdentity(1, "mysql-bin", "0-1"), SourceIdentity(3, "mysql-bin", "0-3")
+    high = at(500)
+    assert continue_history(old, high, [IdentitySpan(new, at(400), at(900))]).identity is None
+    other = SourceIdentity(3, "other-bin", "0-3")
+    verdict = continue_history(old, high, [IdentitySpan(other, at(600), at(900))])
+    assert verdict.identity is None and "basename" in (verdict.note or "")
+    # two new identities whose positions interleave are not one binlog in order
+    third = SourceIdentity(5, "mysql-bin", "0-5")
+    spans = [
+        IdentitySpan(new, at(600), at(900)),
+        IdentitySpan(third, at(700), at(800)),
+    ]
+    assert "interleave" in (continue_history(old, high, spans).note or "")
+    assert SourceIdentity.from_json(continue_history(old, high, spans[:1]).identity.to_json()).earlier == (
+        EarlierIdentity(old, at(600)),
+    )

@@ -1,4 +1,5 @@
-"""Unit tests for :mod:`cdclake.model.position`: binlog file names, snapshot detection and event order."""
+"""Unit tests for :mod:`cdclake.model.position`: binlog file names, snapshot detection, event order
+and its ties (the Kafka offset within a partition, ``ordering: kafka``)."""
 
 from __future__ import annotations
 
@@ -6,15 +7,23 @@ import json
 import re
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from cdclake.model.position import (
     BINLOG_FILE_PATTERN,
     DEMOTED,
     NO_GTID,
+    ORDERINGS,
+    BatchPick,
     BinlogPosition,
+    EventPlace,
+    batch_pick,
     is_snapshot_read,
     parse_mariadb_gtid,
     split_binlog_file,
+    supersedes,
+    unordered_message,
 )
 
 
@@ -224,3 +233,104 @@ def test_schema_changes_of_the_recorded_chain_in_gtid_ordering():
             positions += [c.position for c in changes_from_record(record["value"], table_id, 0, 0, "gtid")]
     seqs = sorted({p.file_seq for p in positions})
     assert seqs[0] == NO_GTID and seqs[1:] and all(s > 0 for s in seqs[1:])
+
+
+# --- Ties at one position: the Kafka offset (cdclake.model.position, EventPlace) ----------------
+
+
+def test_an_empty_file_and_pos_0_names_ordering_kafka_as_the_remedy():
+    with pytest.raises(ValueError, match="no binlog position.*ordering: kafka"):
+        BinlogPosition.from_source({"file": "", "pos": 0, "row": 0, "snapshot": "false"}, "r")
+
+
+@pytest.mark.parametrize("source", [{"file": "", "pos": 0}, {}, src("mysql-bin.000003", 154, 2, "true")])
+def test_kafka_ordering_reads_no_position(source):
+    assert BinlogPosition.from_source(source, "r", "kafka") == BinlogPosition.from_source({}, "u", "kafka")
+    assert BinlogPosition.from_row({"_cdc_binlog_pos": 7, "_cdc_snapshot": True}, "kafka") == BinlogPosition(0, 0, 0, 1)
+
+
+POSITIONS = st.builds(BinlogPosition, st.integers(0, 3), st.integers(0, 3), st.integers(0, 2), st.integers(0, 1))
+PLACES = st.builds(EventPlace, POSITIONS, st.integers(-1, 2), st.integers(-1, 6))
+
+
+@given(event=PLACES, stored=PLACES, ordering=st.sampled_from(ORDERINGS))
+def test_supersedes_is_the_position_order_then_the_offset_within_a_partition(event, stored, ordering):
+    got = supersedes(event, stored, ordering)
+    if event.position != stored.position:
+        assert got == (event.position > stored.position)
+    elif event.partition == stored.partition:
+        assert got == (event.offset > stored.offset)
+    else:
+        assert got == (ordering == "kafka")
+    assert not (got and supersedes(stored, event, ordering)) or (event.partition != stored.partition)
+
+
+@st.composite
+def emitted(draw: st.DrawFn, ordering: str) -> list[tuple[EventPlace, int]]:
+    """One key's events as Debezium emits them into one partition: positions never go down and
+    often repeat (a compressed transaction), each with its own content; then, maybe, a connector
+    restart re-emits a suffix at later offsets with the original positions."""
+    steps = draw(st.lists(st.tuples(st.booleans(), st.integers(0, 1)), min_size=1, max_size=12))
+    position, stream = BinlogPosition(1, 100, 0, 1), []
+    for content, (same, row) in enumerate(steps):
+        if not same:
+            position = BinlogPosition(position.file_seq, position.pos + 100, row, 1)
+        stream.append((position, content))
+    restart = draw(st.none() | st.integers(0, len(stream) - 1))
+    if restart is not None:
+        stream += stream[restart:]
+    key_partition = draw(st.integers(0, 2))
+    if ordering == "kafka":  # the producer writes no position
+        stream = [(BinlogPosition.from_source({"file": "", "pos": 0}, "u", ordering), c) for _, c in stream]
+    return [(EventPlace(p, key_partition, 10 + i), c) for i, (p, c) in enumerate(stream)]
+
+
+@pytest.mark.parametrize("ordering", ORDERINGS)
+@given(data=st.data())
+def test_runs_cut_anywhere_end_with_the_last_emitted_event(ordering, data):
+    """A batch applies batch_pick's event of the key; a later run replaces the stored row only with
+    an event that supersedes it. Wherever the runs are cut, the row is the last emitted event."""
+    events = data.draw(emitted(ordering))
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(events) - 1), max_size=4)) if len(events) > 1 else set())
+    stored: tuple[EventPlace, int] | None = None
+    for start, end in zip([0, *cuts], [*cuts, len(events)], strict=True):
+        batch = events[start:end]
+        pick = batch_pick(batch)
+        assert pick.unordered is None
+        candidate = batch[pick.latest]
+        if stored is None or supersedes(candidate[0], stored[0], ordering):
+            stored = candidate
+    assert stored is not None and stored[1] == events[-1][1]
+
+
+def test_ties_in_one_partition_are_broken_by_offset_and_reported():
+    at = BinlogPosition(3, 500, 0, 1)
+    pick = batch_pick([(EventPlace(at, 0, 7), "second"), (EventPlace(at, 0, 6), "first")])
+    assert pick == BatchPick(latest=0, tied=True, unordered=None)
+    same = batch_pick([(EventPlace(at, 0, 6), "x"), (EventPlace(at, 0, 9), "x")])
+    assert same == BatchPick(latest=1, tied=False, unordered=None)
+
+
+def test_equal_positions_in_two_partitions_with_other_content_have_no_order():
+    at = BinlogPosition(3, 500, 0, 1)
+    pick = batch_pick([(EventPlace(at, 0, 9), "a"), (EventPlace(at, 1, 4), "b"), (EventPlace(at, 1, 2), "a")])
+    assert (pick.latest, pick.unordered) == (1, 0)
+    # the same event in both partitions (re-emitted after the topic grew) is no conflict
+    copies = batch_pick([(EventPlace(at, 0, 9), "a"), (EventPlace(at, 1, 4), "a")])
+    assert copies.unordered is None
+    # a later position decides whatever the partitions
+    later = batch_pick([(EventPlace(at, 0, 9), "a"), (EventPlace(BinlogPosition(3, 600, 0, 1), 1, 4), "b")])
+    assert later == BatchPick(latest=1, tied=False, unordered=None)
+
+
+def test_the_unordered_message_names_topic_partitions_offsets_and_the_setting():
+    at = BinlogPosition(3, 500, 0, 1)
+    text = unordered_message("dbz.inv.t", "binlog", [EventPlace(at, 0, 9), EventPlace(at, 1, 4)])
+    assert "'dbz.inv.t'" in text and "partition 0 offset 9 and partition 1 offset 4" in text
+    assert "binlog_transaction_compression" in text and "3:500:0" in text
+    assert "one partition" in unordered_message("t.d.x", "kafka", [EventPlace(at, 0, 9), EventPlace(at, 1, 4)])
+
+
+def test_event_place_reads_the_kafka_columns_null_as_minus_one():
+    row = {"_cdc_binlog_file_seq": 3, "_cdc_binlog_pos": 500, "_cdc_binlog_row": 0, "_cdc_kafka_partition": 2}
+    assert EventPlace.from_row(row, "binlog", change=True) == EventPlace(BinlogPosition(3, 500, 0, 1), 2, -1)

@@ -1,5 +1,5 @@
 """The position order of :mod:`cdclake.model.position` and its pyiceberg codec
-(:mod:`cdclake.io.positions`) agree, for both orderings, on rows with NULLs, the NO_GTID and
+(:mod:`cdclake.io.positions`) agree, for every ordering, on rows with NULLs, the NO_GTID and
 DEMOTED sentinels and binlog file numbers past 999999: pyiceberg's own evaluator, the pyarrow
 filter of a scan, and the complement a delete keeps. The Spark codec's agreement is in
 tests/integration/test_position_codecs.py."""
@@ -19,7 +19,7 @@ from pyiceberg.typedef import Record
 from pyiceberg.types import BooleanType, IntegerType, LongType, NestedField
 
 from cdclake.io.positions import position_below
-from cdclake.model.position import NO_GTID, ORDERINGS, BinlogPosition, position_parts
+from cdclake.model.position import CHANGE_RANK, NO_GTID, ORDERINGS, BinlogPosition, EventPlace, position_parts
 from tests.position_strategies import near, positions, rows
 
 LAKE = Schema(
@@ -79,6 +79,14 @@ def test_pyiceberg_filter_selects_the_rows_below_in_the_model_order(ordering, ch
 @given(row=rows())
 def test_from_row_reads_each_part_with_its_null_fallback(ordering, change, row):
     reading = BinlogPosition.from_row(row, ordering, change=change)
+    place = EventPlace.from_row(row, ordering, change=change)
+    assert place.position == reading
+    assert (place.partition, place.offset) == tuple(
+        -1 if row[c] is None else row[c] for c in ("_cdc_kafka_partition", "_cdc_kafka_offset")
+    )
+    if ordering == "kafka":  # reads no column: every row has one position
+        assert reading == BinlogPosition(0, 0, 0, CHANGE_RANK)
+        return
     first = row["_cdc_gtid_seq"] if ordering == "gtid" else row["_cdc_binlog_file_seq"]
     assert reading.file_seq == (NO_GTID if first is None else first)
     assert reading.pos == (-1 if row["_cdc_binlog_pos"] is None else row["_cdc_binlog_pos"])

@@ -16,10 +16,24 @@ from hypothesis import strategies as st
 
 from cdclake.errors import ConcurrentRunError, PositionOrderError, SchemaError
 from cdclake.model.config import TableConfig
-from cdclake.model.convergence import BatchSnapshot, SnapshotEnd, SnapshotProgress, SourceIdentity
-from cdclake.model.decision import check_columns, check_start, column_defaults, decide
+from cdclake.model.convergence import (
+    BatchSnapshot,
+    EarlierIdentity,
+    IdentitySpan,
+    SnapshotEnd,
+    SnapshotProgress,
+    SourceIdentity,
+)
+from cdclake.model.decision import (
+    applied_nothing_before,
+    check_columns,
+    check_start,
+    column_defaults,
+    decide,
+    nothing_applied_error,
+)
 from cdclake.model.layout import COLUMN_DEFAULTS_PROPERTY, SummaryKeys
-from cdclake.model.offsets import OffsetRange
+from cdclake.model.offsets import OffsetRange, plan_range
 from cdclake.model.plan import RunPlan
 from cdclake.model.position import BinlogPosition
 from cdclake.model.run_state import (
@@ -27,7 +41,9 @@ from cdclake.model.run_state import (
     ColumnDefault,
     CommittedState,
     GtidMissing,
+    QuarantinedRecord,
     UnknownColumn,
+    applies_nothing,
     committed_state_of,
 )
 
@@ -48,12 +64,17 @@ class Facts:
     after: dict[int, int] = field(default_factory=lambda: {0: 15, 1: 25})
     quarantine: int = 0
     outside: dict[int, int] = field(default_factory=dict)
+    spans: list[IdentitySpan] = field(default_factory=list)
     now: int = 10_000_000
     asked: list[str] = field(default_factory=list)
 
     def first_offsets_outside(self, known):
         self.asked.append("outside")
         return self.outside
+
+    def identity_spans(self):
+        self.asked.append("spans")
+        return self.spans
 
     def high_watermarks(self):
         self.asked.append("high")
@@ -91,12 +112,16 @@ positions = st.builds(
     st.integers(0, 1),
 )
 offsets = st.dictionaries(st.integers(0, 8), st.integers(0, 2**40), max_size=4)
-identities = st.builds(
-    SourceIdentity,
+identity_fields = (
     st.none() | st.integers(1, 2**32),
     st.none() | st.sampled_from(["mysql-bin", "mariadb-bin"]),
     st.none() | st.sampled_from(["0-1", "3E11FA47-71CA-11E1-9E33-C80AA9429562"]),
     st.none() | st.integers(0, 9),
+)
+identities = st.builds(
+    SourceIdentity,
+    *identity_fields,
+    st.lists(st.builds(EarlierIdentity, st.builds(SourceIdentity, *identity_fields), positions), max_size=2).map(tuple),
 )
 progresses = st.builds(
     SnapshotProgress,
@@ -153,6 +178,39 @@ def test_a_run_behind_another_commit_stops_and_a_replay_does_not():
     assert check_start(CommittedState(1, {0: 12, 1: 20}), plan(replay=True))
 
 
+def test_a_replay_applies_once_per_run():
+    assert check_start(CommittedState(1, {0: 15, 1: 25}), plan(replay=True), run_committed=False)
+    assert not check_start(CommittedState(1, {0: 15, 1: 25}), plan(replay=True), run_committed=True)
+    # a forward run's offsets decide, whatever its run id committed before
+    assert check_start(CommittedState(1, {0: 10, 1: 20}), plan(), run_committed=True)
+
+
+@given(st.data())
+def test_a_topic_that_gained_partitions_is_applied_once_and_a_stale_plan_stops(data):
+    """Kafka partitions added to a topic (docs/operations.md, "A topic gets more partitions"): the
+    table committed only the old ones; the planner starts the new ones at their low watermark."""
+    old = data.draw(st.integers(1, 3))
+    added = data.draw(st.integers(1, 3))
+    committed = {p: data.draw(st.integers(0, 50)) for p in range(old)}
+    high = {p: committed.get(p, 0) + data.draw(st.integers(0, 30)) for p in range(old + added)}
+    low = {p: committed[p] if p in committed else data.draw(st.integers(0, high[p])) for p in high}
+    cap = data.draw(st.integers(1, 100))
+    grown = plan_range(CFG.topic, committed, low, high, cap)
+    run = RunPlan(table=CFG, run_id="r", range=grown)
+    assert all(grown.start[p] == low[p] for p in range(old, old + added))
+    assert check_start(CommittedState(1, committed), run)
+    if grown.is_empty:
+        return
+    after = CommittedState(2, dict(grown.end))
+    assert not check_start(after, run)  # the retry after the commit
+    # a run planned before the partitions were added, or with another cap, from the same offsets
+    before = plan_range(CFG.topic, committed, {p: low[p] for p in committed}, {p: high[p] for p in committed}, cap)
+    for stale in (before, plan_range(CFG.topic, committed, low, high, cap + 1)):
+        if stale.end != grown.end:
+            with pytest.raises(ConcurrentRunError, match="another run committed"):
+                check_start(after, RunPlan(table=CFG, run_id="s", range=stale))
+
+
 def test_an_unknown_column_names_where_it_is():
     check_columns(BatchStats(events=1), CFG)
     with pytest.raises(SchemaError, match=r"partition 1 offset 7: the event has column 'color'"):
@@ -160,6 +218,40 @@ def test_an_unknown_column_names_where_it_is():
 
 
 # --- floors, high position, identity -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "stats, nothing_applied",
+    [
+        (BatchStats(events=3, bad=2, held=1), True),
+        (BatchStats(events=4, tombstones=2, held=2), True),  # held back behind an open entry of an earlier run
+        (BatchStats(events=3, bad=1, ops={"c": 2}), False),  # some applied: the run succeeds, counted
+        (BatchStats(events=2, tombstones=2), False),  # only Kafka tombstones: nothing to apply
+        (BatchStats(events=2, ops={"u": 2}), False),
+    ],
+)
+def test_a_batch_whose_every_record_is_quarantined_applies_nothing(stats, nothing_applied):
+    assert stats.nothing_applied is nothing_applied
+
+
+def test_a_run_that_applies_nothing_names_the_ranges_the_count_the_first_error_and_the_remedy():
+    p = plan({0: 10, 1: 20, 2: 7}, {0: 15, 1: 20, 2: 9})
+    error = nothing_applied_error(p, BatchStats(events=7, bad=5, held=2), QuarantinedRecord(0, 10, "value is not JSON"))
+    first_line, remedy = str(error).split("\n")
+    assert first_line == (
+        "topic 'dbz.shop.t' (partition 0 offsets [10, 15), partition 2 offsets [7, 9)): all 7 record(s) of this "
+        "run were quarantined (5 bad, 2 held back behind a quarantined record of their key), none applied to "
+        "Iceberg table shop.t; the first: partition 0 offset 10: value is not JSON"
+    )
+    assert "cdclake quarantine list t" in remedy and "cdclake quarantine release t --partition P" in remedy
+    # a retry that finds the run's commit applied nothing fails again, with the same remedy
+    again = str(applied_nothing_before(CFG, "run-1", 42, 7)).split("\n")
+    assert again == [
+        "topic 'dbz.shop.t': all 7 record(s) of run 'run-1' were quarantined, none applied to Iceberg table "
+        "shop.t (snapshot 42); the log of the try that committed names the first",
+        remedy,
+    ]
+    assert applies_nothing(7, {}) and not applies_nothing(7, {"c": 1}) and not applies_nothing(0, {})
 
 
 def test_the_truncate_floor_is_the_newest_truncate_and_is_carried_forward():
@@ -181,13 +273,72 @@ def test_the_high_position_is_the_greatest_ever_applied_with_its_record_time():
 
 
 def test_events_of_another_binlog_history_stop_the_table_with_the_remedy():
-    state = CommittedState(7, {0: 10, 1: 20}, identity=SourceIdentity(1, "mysql-bin"))
-    facts = Facts(outside={1: 22})
+    # a failover to another server whose binlog coordinates are below the table's
+    state = CommittedState(7, {0: 10, 1: 20}, identity=SourceIdentity(1, "mysql-bin"), high_position=pos(5, 900))
+    facts = Facts(outside={1: 22}, spans=[IdentitySpan(SourceIdentity(2, "mysql-bin"), pos(2, 4), pos(2, 80))])
     stats = BatchStats(events=3, identities=(SourceIdentity(2, "mysql-bin"),))
     with pytest.raises(PositionOrderError, match=r"server id: \['1', '2'\] \(the table's: 1\)") as e:
         run(state, stats, facts=facts)
+    assert "start at 2:4:0, not above 5:900:0" in str(e.value) and "went backwards" in str(e.value)
     assert '"replay_from_offsets": {"0": 15, "1": 22}' in str(e.value)
     assert '"accept_source_change": true' in str(e.value)
+
+
+REPLICA = SourceIdentity(1, "mysql-bin", "0-1")
+"""Debezium reads a replica (``log_slave_updates``): its binlog's events carry the server id and
+GTID of the primary that originated them, here server 1."""
+PROMOTED = SourceIdentity(3, "mysql-bin", "0-3")
+"""The replica's new upstream after a failover (server 3): the replica's binlog goes on."""
+
+
+def test_a_failover_upstream_of_the_replica_goes_on_in_the_same_binlog(caplog):
+    state = CommittedState(7, {0: 10, 1: 20}, identity=REPLICA, high_position=pos(4, 500))
+    facts = Facts(
+        spans=[
+            IdentitySpan(REPLICA, pos(4, 300), pos(4, 700)),  # partition 1 lags: server 1's last events
+            IdentitySpan(SourceIdentity(None, "mysql-bin"), pos(4, 10), pos(4, 10)),  # a snapshot read
+            IdentitySpan(PROMOTED, pos(4, 800), pos(5, 40)),
+        ]
+    )
+    stats = BatchStats(events=6, identities=(REPLICA, PROMOTED), high=pos(5, 40), high_timestamp_ms=9)
+    d = run(state, stats, facts=facts)
+    after = SourceIdentity(3, "mysql-bin", "0-3", earlier=(EarlierIdentity(REPLICA, pos(4, 800)),))
+    assert d.state.identity == after
+    assert json.loads(d.summary[SummaryKeys.SOURCE_IDENTITY_CONTINUED]) == {
+        "from": REPLICA.to_json(),
+        "to": after.to_json(),
+        "since": "4:800:0:1",
+    }
+    assert "server id 1, GTID source 0-1 to server id 3, GTID source 0-3 at 4:800:0" in caplog.text
+    # the next run: server 1's events still in flight below where server 3 began are of the same binlog
+    later = plan({0: 15, 1: 25}, {0: 16, 1: 27})
+    late = Facts(
+        spans=[IdentitySpan(REPLICA, pos(4, 750), pos(4, 790)), IdentitySpan(PROMOTED, pos(5, 50), pos(5, 60))]
+    )
+    d2 = run(d.state, BatchStats(events=2, identities=(REPLICA, PROMOTED)), later, facts=late)
+    assert d2.state.identity == after
+    assert SummaryKeys.SOURCE_IDENTITY_CONTINUED not in d2.summary
+    # ... but not above it: server 1's events there would interleave with server 3's
+    mixed = Facts(spans=[IdentitySpan(REPLICA, pos(4, 750), pos(5, 45))])
+    with pytest.raises(PositionOrderError, match="went backwards"):
+        run(d.state, BatchStats(events=2, identities=(REPLICA,)), later, facts=mixed)
+
+
+def test_a_new_identity_stops_a_replay_a_gtid_table_and_a_new_basename():
+    state = CommittedState(7, {0: 10, 1: 20}, identity=REPLICA, high_position=pos(4, 500))
+    forward = Facts(spans=[IdentitySpan(PROMOTED, pos(4, 800), pos(4, 900))])
+    stats = BatchStats(events=1, identities=(PROMOTED,))
+    with pytest.raises(PositionOrderError, match="a replay does not continue the table's offsets"):
+        run(state, stats, plan(replay=True), facts=forward)
+    gtid = plan(cfg=CFG.model_copy(update={"ordering": "gtid"}))
+    domain = CommittedState(7, {0: 10, 1: 20}, identity=SourceIdentity(gtid_domain=0))
+    with pytest.raises(PositionOrderError, match="GTID sequences of different domains have no order"):
+        run(domain, BatchStats(events=1, identities=(SourceIdentity(gtid_domain=7),)), gtid, facts=forward)
+    assert "spans" not in forward.asked  # a replay and a GTID table never ask for the spans
+    renamed = SourceIdentity(3, "replica-bin", "0-3")
+    facts = Facts(spans=[IdentitySpan(renamed, pos(4, 800), pos(4, 900))])
+    with pytest.raises(PositionOrderError, match=r"the binlog basename changed \(\['mysql-bin', 'replica-bin'\]\)"):
+        run(state, BatchStats(events=1, identities=(renamed,)), facts=facts)
 
 
 def test_the_identity_is_learned_and_carried_with_the_basename():
@@ -332,6 +483,14 @@ def test_the_summary_holds_the_run_and_carries_the_state_forward():
     assert s[SummaryKeys.LAST_SOURCE_TIMESTAMP] == "1234"
     assert SummaryKeys.REPLAY not in s
     assert committed_state_of(8, [dict(s)], CFG.topic) == CommittedState(8, *_fields_after(d.state))
+
+
+def test_connector_contradictions_are_in_the_summary_of_their_run_only():
+    state = CommittedState(7, {0: 10, 1: 20})
+    line = "column 'price': the events are double (decimal.handling.mode=double) but ..."
+    d = run(state, BatchStats(events=5, ops={"c": 5}, connector_contradictions=(line,)))
+    assert json.loads(d.summary[SummaryKeys.CONNECTOR_CONTRADICTIONS]) == [line]
+    assert SummaryKeys.CONNECTOR_CONTRADICTIONS not in run(state, BatchStats(events=5, ops={"c": 5})).summary
 
 
 def _fields_after(state: CommittedState) -> tuple:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -119,6 +120,34 @@ def cfg(**overrides):
 RANGE = OffsetRange(topic="chain.inventory.orders", start={0: 0}, end={0: 10})
 
 
+@dataclass
+class Times:
+    """What Kafka answers the settle rule of a barrier change (:class:`~cdclake.pipeline.schema_sync.SettleFacts`):
+    when the change's record was stamped, where the first data record stamped after a time sits,
+    the high watermarks and the time now."""
+
+    produced: int = 1_000
+    after: dict[int, int] = field(default_factory=lambda: {0: 0})
+    high: dict[int, int] = field(default_factory=lambda: {0: 10})
+    now: int = 2_000
+
+    def produced_at(self, change):
+        return self.produced
+
+    def offsets_after(self, timestamp_ms):
+        return self.after
+
+    def high_watermarks(self):
+        return self.high
+
+    def now_ms(self):
+        return self.now
+
+
+SETTLED = Times()
+"""The data topic's one partition holds records sent after every schema change (from offset 0)."""
+
+
 def positions(*pos: int) -> list[tuple[int, int, BinlogPosition]]:
     """Data events at offsets 0.. of partition 0 with binlog positions ``pos`` (file 1)."""
     return [(0, i, BinlogPosition(1, p, 0, 1)) for i, p in enumerate(pos)]
@@ -133,7 +162,7 @@ def fields(table) -> list[tuple[int, str, str, bool]]:
 
 
 def create_orders(catalog, t):
-    result = sync_changes(catalog, t, parse(CREATE), data_positions=positions(2000), offset_range=RANGE)
+    result = sync_changes(catalog, t, parse(CREATE), data_positions=positions(2000), offset_range=RANGE, facts=SETTLED)
     assert result.created
     return catalog.load_table(t.identifier)
 
@@ -162,7 +191,10 @@ def test_created_table_matches_the_data_paths_connect_mapping(catalog):
         (column("a", "TINYINT", 1), {}, ("int", "int16")),
         (column("a", "SMALLINT UNSIGNED", 1), {}, ("int", "int32")),
         (column("a", "INT UNSIGNED", 1), {}, ("long", "int64")),
-        (column("a", "BIGINT UNSIGNED", 1), {"bigint_unsigned_handling_mode": "long"}, ("long", "int64")),
+        # long mode: Connect int64 whose wrapped (negative) values are bad records, so unsigned is recorded
+        (column("a", "BIGINT UNSIGNED", 1), {"bigint_unsigned_handling_mode": "long"}, ("long", "int64(unsigned)")),
+        (column("a", "SERIAL", 1), {"bigint_unsigned_handling_mode": "long"}, ("long", "int64(unsigned)")),
+        (column("a", "BIGINT", 1), {"bigint_unsigned_handling_mode": "long"}, ("long", "int64")),
         (
             column("a", "BIGINT UNSIGNED", 1),
             {"bigint_unsigned_handling_mode": "precise"},
@@ -268,7 +300,9 @@ def test_new_column_is_optional_at_its_position_with_its_encoding(catalog):
         columns_with(insert=[("price", column("discount", "DECIMAL", 0, optional=False, length=10, scale=2))]),
     )
     # additive: applied although the batch has events before it
-    result = sync_changes(catalog, t, parse(CREATE, add), data_positions=positions(2500, 3500), offset_range=RANGE)
+    result = sync_changes(
+        catalog, t, parse(CREATE, add), data_positions=positions(2500, 3500), offset_range=RANGE, facts=SETTLED
+    )
     assert result.capped_before is None and result.offset_range == RANGE
     table = catalog.load_table(t.identifier)
     names = [n for _, n, _, _ in fields(table)]
@@ -290,7 +324,9 @@ def test_widening_and_nullability_keep_field_ids(catalog):
         3000,
         columns_with(change={"qty": {"typeName": "BIGINT"}, "customer": {"optional": True, "length": 80}}),
     )
-    sync_changes(catalog, t, parse(CREATE, alter), data_positions=positions(2500, 3500), offset_range=RANGE)
+    sync_changes(
+        catalog, t, parse(CREATE, alter), data_positions=positions(2500, 3500), offset_range=RANGE, facts=SETTLED
+    )
     table = catalog.load_table(t.identifier)
     by_name = {n: (i, ty, req) for i, n, ty, req in fields(table)}
     assert by_name["qty"] == (before["qty"], "long", True)
@@ -306,14 +342,16 @@ def test_rename_is_a_rename_and_a_barrier(catalog):
     )
     changes = parse(CREATE, rename)
     # events before the rename in the batch: capped before the first event at or after it
-    result = sync_changes(catalog, t, changes, data_positions=positions(2500, 2600, 3100, 3200), offset_range=RANGE)
+    result = sync_changes(
+        catalog, t, changes, data_positions=positions(2500, 2600, 3100, 3200), offset_range=RANGE, facts=SETTLED
+    )
     assert result.offset_range.end == {0: 2}
     assert "CHANGE COLUMN qty quantity" in result.capped_before
     assert "quantity" not in [n for _, n, _, _ in fields(catalog.load_table(t.identifier))]
     # next run: the batch starts after the rename
     after = OffsetRange(topic=RANGE.topic, start={0: 2}, end={0: 10})
     result = sync_changes(
-        catalog, t, changes, data_positions=[(0, 2, BinlogPosition(1, 3100, 0, 1))], offset_range=after
+        catalog, t, changes, data_positions=[(0, 2, BinlogPosition(1, 3100, 0, 1))], offset_range=after, facts=SETTLED
     )
     assert result.offset_range == after
     table = catalog.load_table(t.identifier)
@@ -322,11 +360,42 @@ def test_rename_is_a_rename_and_a_barrier(catalog):
     assert "quantity" in json.loads(table.properties[COLUMN_ENCODINGS_PROPERTY])
 
 
+def test_a_rename_waits_until_every_partition_has_settled_past_it(catalog):
+    """Partition 1 was read to its end, but Debezium sent it nothing after the rename yet: an event
+    from before the rename may still be on its way there, and would be read by the new name."""
+    rename = event(
+        "ALTER TABLE orders CHANGE COLUMN qty quantity INT NOT NULL", 3000, columns_with(rename={"qty": "quantity"})
+    )
+    after_rename = [(0, 0, BinlogPosition(1, 3100, 0, 1))]  # partition 0: an event sent after the rename
+
+    def sync(t, high_1: int, now: int):
+        reach = OffsetRange(topic=RANGE.topic, start={0: 0, 1: 4}, end={0: 1, 1: high_1})
+        facts = Times(produced=1_000, after={0: 0, 1: 4}, high={0: 1, 1: high_1}, now=now)
+        result = sync_changes(
+            catalog, t, parse(CREATE, rename), data_positions=after_rename, offset_range=reach, facts=facts
+        )
+        return result, [n for _, n, _, _ in fields(catalog.load_table(t.identifier))]
+
+    waiting, settled_by_record, settled_by_time = cfg(), cfg(), cfg()
+    for t in (waiting, settled_by_record, settled_by_time):
+        create_orders(catalog, t)
+    result, names = sync(waiting, 4, now=1_000 + 5_000)
+    assert result.offset_range.end == {0: 0, 1: 4} and "CHANGE COLUMN qty quantity" in result.capped_before
+    assert "qty" in names and "quantity" not in names
+    # partition 1 gets a record sent after the rename, or stays idle for a minute after it: settled
+    for t, high_1, now in ((settled_by_record, 5, 1_000 + 5_000), (settled_by_time, 4, 1_000 + 60_000)):
+        result, names = sync(t, high_1, now)
+        assert result.capped_before is None and result.offset_range.end == {0: 1, 1: high_1}
+        assert "quantity" in names and "qty" not in names
+
+
 def test_dropped_column_is_kept_optional_by_default(catalog):
     t = cfg()
     create_orders(catalog, t)
     drop = event("ALTER TABLE orders DROP COLUMN customer", 3000, columns_with(drop=("customer",)))
-    result = sync_changes(catalog, t, parse(CREATE, drop), data_positions=positions(2500, 3500), offset_range=RANGE)
+    result = sync_changes(
+        catalog, t, parse(CREATE, drop), data_positions=positions(2500, 3500), offset_range=RANGE, facts=SETTLED
+    )
     assert result.capped_before is None  # keeping is additive
     customer = catalog.load_table(t.identifier).schema().find_field("customer")
     assert not customer.required
@@ -336,9 +405,11 @@ def test_dropped_column_is_deleted_by_config_as_a_barrier(catalog):
     t = cfg(schema_changes={"dropped_columns": "delete"})
     create_orders(catalog, t)
     drop = event("ALTER TABLE orders DROP COLUMN note", 3000, columns_with(drop=("note",)))
-    result = sync_changes(catalog, t, parse(CREATE, drop), data_positions=positions(2500, 3500), offset_range=RANGE)
+    result = sync_changes(
+        catalog, t, parse(CREATE, drop), data_positions=positions(2500, 3500), offset_range=RANGE, facts=SETTLED
+    )
     assert result.offset_range.end == {0: 1}
-    sync_changes(catalog, t, parse(CREATE, drop), data_positions=positions(3500), offset_range=RANGE)
+    sync_changes(catalog, t, parse(CREATE, drop), data_positions=positions(3500), offset_range=RANGE, facts=SETTLED)
     table = catalog.load_table(t.identifier)
     assert "note" not in [n for _, n, _, _ in fields(table)]
     assert "note" not in json.loads(table.properties[COLUMN_ENCODINGS_PROPERTY])
@@ -350,7 +421,7 @@ def test_incompatible_change_fails_naming_ddl_position_and_column_and_advances_n
     schema_id = table.schema().schema_id
     bad = event("ALTER TABLE orders MODIFY note INT", 3000, columns_with(change={"note": {"typeName": "INT"}}))
     with pytest.raises(SchemaChangeError) as excinfo:
-        sync_changes(catalog, t, parse(CREATE, bad), data_positions=positions(3500), offset_range=RANGE)
+        sync_changes(catalog, t, parse(CREATE, bad), data_positions=positions(3500), offset_range=RANGE, facts=SETTLED)
     msg = str(excinfo.value)
     assert "ALTER TABLE orders MODIFY note INT" in msg and "1:3000:0:1" in msg and "'note'" in msg
     table = catalog.load_table(t.identifier)
@@ -362,7 +433,7 @@ def test_incompatible_change_as_new_column_renames_the_old_one_aside(catalog):
     t = cfg(schema_changes={"incompatible": "new_column"})
     ids = {n: i for i, n, _, _ in fields(create_orders(catalog, t))}
     bad = event("ALTER TABLE orders MODIFY note INT", 3000, columns_with(change={"note": {"typeName": "INT"}}))
-    sync_changes(catalog, t, parse(CREATE, bad), data_positions=positions(3500), offset_range=RANGE)
+    sync_changes(catalog, t, parse(CREATE, bad), data_positions=positions(3500), offset_range=RANGE, facts=SETTLED)
     table = catalog.load_table(t.identifier)
     by_name = {n: (i, ty, req) for i, n, ty, req in fields(table)}
     assert by_name["note__1_3000"] == (ids["note"], "string", False)
@@ -383,11 +454,11 @@ def test_primary_key_change_sets_identifier_fields_and_requires_the_config_to_fo
         pk=("id", "customer"),
     )
     with pytest.raises(SchemaError, match=r"primary key is \['customer', 'id'\]"):
-        sync_changes(catalog, t, parse(CREATE, pk), data_positions=positions(3500), offset_range=RANGE)
+        sync_changes(catalog, t, parse(CREATE, pk), data_positions=positions(3500), offset_range=RANGE, facts=SETTLED)
     table = catalog.load_table(t.identifier)
     assert table.schema().identifier_field_names() == {"id", "customer"}
     t2 = t.model_copy(update={"primary_key": ("id", "customer")})
-    sync_changes(catalog, t2, parse(CREATE, pk), data_positions=positions(3500), offset_range=RANGE)
+    sync_changes(catalog, t2, parse(CREATE, pk), data_positions=positions(3500), offset_range=RANGE, facts=SETTLED)
 
 
 def test_rerun_applies_nothing_twice(catalog):
@@ -400,10 +471,10 @@ def test_rerun_applies_nothing_twice(catalog):
             "ALTER TABLE orders RENAME COLUMN x TO y", 3100, columns_with(insert=[("active", column("y", "INT", 0))])
         ),
     )
-    sync_changes(catalog, t, changes, data_positions=positions(3200), offset_range=RANGE)
+    sync_changes(catalog, t, changes, data_positions=positions(3200), offset_range=RANGE, facts=SETTLED)
     table = catalog.load_table(t.identifier)
     state = (table.schema().schema_id, len(table.metadata.schemas), dict(table.properties))
-    result = sync_changes(catalog, t, changes, data_positions=positions(3200), offset_range=RANGE)
+    result = sync_changes(catalog, t, changes, data_positions=positions(3200), offset_range=RANGE, facts=SETTLED)
     assert result.applied == ()
     table = catalog.load_table(t.identifier)
     assert (table.schema().schema_id, len(table.metadata.schemas), dict(table.properties)) == state
@@ -414,7 +485,9 @@ def test_changes_after_the_batch_wait(catalog):
     t = cfg()
     create_orders(catalog, t)
     later = event("ALTER TABLE orders ADD COLUMN x INT", 9000, columns_with(insert=[("active", column("x", "INT", 0))]))
-    result = sync_changes(catalog, t, parse(CREATE, later), data_positions=positions(3500), offset_range=RANGE)
+    result = sync_changes(
+        catalog, t, parse(CREATE, later), data_positions=positions(3500), offset_range=RANGE, facts=SETTLED
+    )
     assert result.applied == ()
     assert "x" not in [n for _, n, _, _ in fields(catalog.load_table(t.identifier))]
 
@@ -424,12 +497,16 @@ def test_table_rename_and_live_drop_stop_the_table(catalog):
     create_orders(catalog, t)
     rename = event("RENAME TABLE orders TO orders_old", 3000, None, table_id='"inventory"."orders_old"')
     with pytest.raises(SchemaChangeError, match="renamed.*RENAME TABLE orders TO orders_old"):
-        sync_changes(catalog, t, parse(CREATE, rename), data_positions=positions(3500), offset_range=RANGE)
+        sync_changes(
+            catalog, t, parse(CREATE, rename), data_positions=positions(3500), offset_range=RANGE, facts=SETTLED
+        )
     drop = event("DROP TABLE orders", 3000, None, kind="DROP")
     with pytest.raises(SchemaChangeError, match="dropped.*DROP TABLE orders"):
-        sync_changes(catalog, t, parse(CREATE, drop), data_positions=positions(3500), offset_range=RANGE)
+        sync_changes(catalog, t, parse(CREATE, drop), data_positions=positions(3500), offset_range=RANGE, facts=SETTLED)
     snapshot_drop = event("DROP TABLE IF EXISTS orders", 3000, None, kind="DROP", snapshot="true")
-    sync_changes(catalog, t, parse(CREATE, snapshot_drop), data_positions=positions(3500), offset_range=RANGE)
+    sync_changes(
+        catalog, t, parse(CREATE, snapshot_drop), data_positions=positions(3500), offset_range=RANGE, facts=SETTLED
+    )
 
 
 def test_unreadable_ddl_with_a_change_of_this_table_stops_it(catalog):
@@ -438,7 +515,7 @@ def test_unreadable_ddl_with_a_change_of_this_table_stops_it(catalog):
     # a column gone and one new: without the DDL, a rename cannot be told from a drop and an add
     odd = event("ALTER TABLE orders CHANGE", 3000, columns_with(rename={"qty": "quantity"}))
     with pytest.raises(SchemaChangeError, match="ALTER TABLE orders CHANGE"):
-        sync_changes(catalog, t, parse(CREATE, odd), data_positions=positions(3500), offset_range=RANGE)
+        sync_changes(catalog, t, parse(CREATE, odd), data_positions=positions(3500), offset_range=RANGE, facts=SETTLED)
 
 
 def test_unreadable_ddl_that_cannot_hide_a_rename_is_applied_from_table_changes(catalog):
@@ -449,7 +526,9 @@ def test_unreadable_ddl_that_cannot_hide_a_rename_is_applied_from_table_changes(
     add = event(
         "ALTER TABLE orders ADD loc POINT NULL", 3000, columns_with(insert=[("active", column("loc", "POINT", 8))])
     )
-    sync_changes(catalog, t, parse(CREATE, add), data_positions=positions(2500, 3500), offset_range=RANGE)
+    sync_changes(
+        catalog, t, parse(CREATE, add), data_positions=positions(2500, 3500), offset_range=RANGE, facts=SETTLED
+    )
     table = catalog.load_table(t.identifier)
     loc = table.schema().find_field("loc")
     assert str(loc.field_type).startswith("struct<") and not loc.required
@@ -461,7 +540,9 @@ def test_unreadable_ddl_that_cannot_hide_a_rename_is_applied_from_table_changes(
         4000,
         columns_with(insert=[("active", column("loc", "POINT", 8)), ("loc", column("tag", "INT", 9))]),
     )
-    sync_changes(catalog, t, parse(CREATE, add, more), data_positions=positions(2500, 4500), offset_range=RANGE)
+    sync_changes(
+        catalog, t, parse(CREATE, add, more), data_positions=positions(2500, 4500), offset_range=RANGE, facts=SETTLED
+    )
     assert catalog.load_table(t.identifier).schema().find_field("tag").field_type == IntegerType()
 
 
@@ -473,12 +554,19 @@ def test_a_blocking_snapshots_drop_and_create_at_one_position_restate_the_schema
     create_orders(catalog, t)
     drop = event("DROP TABLE IF EXISTS `inventory`.`orders`", 3000, None, kind="DROP")
     restated = event("CREATE TABLE `orders` (...)", 3000, columns_with(), kind="CREATE")
-    result = sync_changes(catalog, t, parse(CREATE, drop, restated), data_positions=positions(3500), offset_range=RANGE)
+    result = sync_changes(
+        catalog, t, parse(CREATE, drop, restated), data_positions=positions(3500), offset_range=RANGE, facts=SETTLED
+    )
     assert result.capped_before is None
     table = catalog.load_table(t.identifier)
     assert table.properties["cdc.schema-change-position"].split(":")[1] == "3000"
     late_drop = event("DROP TABLE orders", 3400, None, kind="DROP")
     with pytest.raises(SchemaChangeError, match="dropped"):
         sync_changes(
-            catalog, t, parse(CREATE, drop, restated, late_drop), data_positions=positions(3500), offset_range=RANGE
+            catalog,
+            t,
+            parse(CREATE, drop, restated, late_drop),
+            data_positions=positions(3500),
+            offset_range=RANGE,
+            facts=SETTLED,
         )

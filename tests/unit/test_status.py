@@ -15,6 +15,7 @@ from cdclake.model.status import (
     Activity,
     LastCommit,
     ReconcileSummary,
+    RunFailure,
     TableStatus,
     commit_activity,
     format_duration,
@@ -138,6 +139,56 @@ def test_freshness_verdict(lag_events, lag_ms, limit, fresh):
     assert freshness_verdict(lag_events, lag_ms, limit) is fresh
 
 
+def orders_status(**fields) -> TableStatus:
+    """The status of an existing table ``orders`` whose topic exists, with ``fields``."""
+    base = {
+        "name": "orders",
+        "identifier": "shop.orders",
+        "topic": TOPIC,
+        "checked_at_ms": NOW,
+        "table_exists": True,
+        "topic_exists": True,
+    }
+    return TableStatus(**{**base, **fields})
+
+
+def _failed_try(previous: RunFailure | None, state: str, at_ms: int, error: BaseException | str | None) -> RunFailure:
+    return RunFailure.after(
+        previous, state=state, at_ms=at_ms, run_id="scheduled__1", task_id="apply", try_number=2, error=error
+    )
+
+
+def test_a_failure_streak_keeps_its_start_and_counts_every_failed_try():
+    first = _failed_try(None, "retrying", NOW - HOUR, ConnectionError("broker down\nstack trace ..."))
+    assert (first.state, first.since_ms, first.failed_tries, first.error) == (
+        "retrying",
+        NOW - HOUR,
+        1,
+        "ConnectionError: broker down",
+    )
+    later = _failed_try(RunFailure.from_property(first.model_dump_json()), "failing", NOW - 60_000, "x" * 900)
+    assert (later.state, later.since_ms, later.last_failed_ms, later.failed_tries) == (
+        "failing",
+        NOW - HOUR,
+        NOW - 60_000,
+        2,
+    )
+    assert len(later.error) == 500 and later.error.endswith("...")
+    assert later.describe(NOW).startswith(
+        "its DAG's runs are failing: 2 failed tries since the first, 1h00m ago (the newest: run 'scheduled__1', "
+        "task apply, try 2, 1m00s ago): xxx"
+    )
+    assert _failed_try(None, "failing", NOW, None).error.startswith("the task ended without an exception")
+    assert RunFailure.from_property(None) is None and RunFailure.from_property("{not json") is None
+
+
+@pytest.mark.parametrize("lag_events, lag_ms, limit", [(0, 0, 15), (5, 60_000, 15), (None, None, 15)])
+def test_a_table_whose_runs_fail_is_never_fresh(lag_events, lag_ms, limit):
+    failure = _failed_try(None, "retrying", NOW, "boom")
+    assert freshness_verdict(lag_events, lag_ms, limit, failure) is False
+    assert freshness_verdict(lag_events, lag_ms, None, failure) is None  # no limit: not judged
+
+
 def test_reconcile_summary_row():
     at = datetime.fromtimestamp(NOW / 1000, timezone.utc) - timedelta(hours=2)
     row = {
@@ -194,6 +245,60 @@ def test_column_upper_bound_from_the_data_files_metrics(catalog):
     assert st.column_upper_bound_ms(table, "id") is None  # not a timestamp
 
 
+def test_the_status_shows_the_failed_tries_of_a_table_until_a_run_succeeds(catalog, monkeypatch):
+    """The record the table DAG's callbacks write (cdclake_airflow.table_dag.record_failure) through
+    the same property update, on a real (local) catalog: a table caught up but failing is not
+    fresh, and says why."""
+    from cdclake.io.catalog import create_cdc_table, update_table_property
+    from cdclake.io.kafka import KafkaClients, Watermarks
+    from cdclake.model.layout import RUN_FAILURE_PROPERTY
+    from cdclake.model.types import ColumnSpec
+
+    cfg = make_table(freshness_minutes=15)
+    catalog.create_namespace_if_not_exists(cfg.namespace)
+    create_cdc_table(catalog, cfg.identifier, [ColumnSpec("id", "long", True, "int64")], ("id",))
+    monkeypatch.setattr(st, "topics_watermarks", lambda kafka, topics: {t: Watermarks({0: 0}, {0: 0}) for t in topics})
+    kafka = KafkaClients.from_bootstrap("127.0.0.1:1")
+
+    def status():
+        return st.table_status(catalog, kafka, cfg, now_ms=NOW)
+
+    assert (status().run_failure, status().fresh) == (None, True)  # nothing to apply: fresh
+    for state, at in (("retrying", NOW - HOUR), ("failing", NOW - 60_000)):
+        update_table_property(
+            catalog,
+            cfg.identifier,
+            RUN_FAILURE_PROPERTY,
+            lambda now, state=state, at=at: _failed_try(
+                RunFailure.from_property(now), state, at, ValueError("bad")
+            ).model_dump_json(),
+        )
+    failing = status()
+    assert failing.fresh is False
+    assert failing.run_failure is not None
+    assert (failing.run_failure.state, failing.run_failure.failed_tries, failing.run_failure.since_ms) == (
+        "failing",
+        2,
+        NOW - HOUR,
+    )
+    assert "its DAG's runs are failing: 2 failed tries since the first, 1h00m ago" in failing.problems[-1]
+    assert failing.problems[-1].endswith("): ValueError: bad")
+    text = format_status_table([failing], with_fresh=True)
+    assert "NO (failing)" in text and f"{cfg.name}: its DAG's runs are failing: 2 failed tries" in text
+    update_table_property(catalog, cfg.identifier, RUN_FAILURE_PROPERTY, lambda _: None)  # a run succeeded
+    assert (status().run_failure, status().fresh) == (None, True)
+
+
+def test_the_freshness_check_of_a_failing_table_names_the_failure():
+    from cdclake.errors import FreshnessError
+    from cdclake_airflow.freshness_dag import check_freshness
+
+    failure = _failed_try(None, "failing", NOW - 60_000, ValueError("boom"))
+    status = orders_status(lag_events=0, freshness_minutes=15, run_failure=failure, fresh=False)
+    with pytest.raises(FreshnessError, match=r"orders \(shop.orders\) is not fresh: its DAG's runs are failing: "):
+        check_freshness("orders", {"orders": status.model_dump(mode="json")})
+
+
 def test_kafka_not_answering_leaves_the_kafka_figures_unknown(catalog, monkeypatch):
     from confluent_kafka import KafkaError, KafkaException
 
@@ -234,13 +339,7 @@ def test_format_duration(ms, text):
 
 
 def test_status_table_has_one_row_per_table_and_the_problems_below():
-    ok = TableStatus(
-        name="orders",
-        identifier="shop.orders",
-        topic=TOPIC,
-        checked_at_ms=NOW,
-        table_exists=True,
-        topic_exists=True,
+    ok = orders_status(
         lag_events=12,
         lag_ms=90_000,
         last_commit=LastCommit(snapshot_id=42, committed_at_ms=NOW - 60_000, age_ms=60_000, run_id="r", events=3),

@@ -120,15 +120,44 @@ def decimal_field(precision: str | None, scale: str | None, name: str = "price",
         ("39", "0", "string", "org.apache.kafka.connect.data.Decimal(39,0)"),
         ("65", "1", "string", "org.apache.kafka.connect.data.Decimal(65,1)"),
         ("65", "30", "string", "org.apache.kafka.connect.data.Decimal(65,30)"),
-        # no precision in the schema (not Debezium MySQL): exact text, scale kept
-        (None, "2", "string", "org.apache.kafka.connect.data.Decimal(,2)"),
     ],
 )
 def test_decimal_maps_by_precision_and_encoding_carries_precision_and_scale(precision, scale, iceberg, encoding):
     spec = column_from_connect(decimal_field(precision, scale))
     assert spec == ColumnSpec("price", iceberg, False, encoding)
     assert iceberg_type_of_encoding(encoding) == iceberg
-    assert parse_decimal_encoding(encoding) == (None if precision is None else int(precision), int(scale))
+    assert parse_decimal_encoding(encoding) == (int(precision), int(scale))
+
+
+@pytest.mark.parametrize(
+    ("scale", "source_type", "iceberg", "precision"),
+    [
+        # Debezium 1.x, bigint.unsigned.handling.mode=precise: BIGINT UNSIGNED without a precision
+        ("0", None, "decimal(38,0)", 38),
+        ("0", "BIGINT UNSIGNED", "decimal(20,0)", 20),
+        ("0", "BIGINT UNSIGNED ZEROFILL", "decimal(20,0)", 20),
+        ("0", "SERIAL", "decimal(20,0)", 20),
+        ("0", "DECIMAL", "decimal(38,0)", 38),
+        ("2", None, "decimal(38,2)", 38),
+        ("38", None, "decimal(38,38)", 38),
+        ("39", None, "string", None),  # no Iceberg decimal has that scale: exact text
+    ],
+)
+def test_decimal_without_precision_is_a_decimal_wide_enough_for_its_source_type(scale, source_type, iceberg, precision):
+    f = decimal_field(None, scale)
+    if source_type is not None:
+        f["parameters"]["__debezium.source.column.type"] = source_type  # column.propagate.source.type
+    spec = column_from_connect(f)
+    assert spec == ColumnSpec("price", iceberg, False, decimal_encoding(precision, int(scale)))
+    assert iceberg_type_of_encoding(spec.encoding) == iceberg
+
+
+def test_bigint_unsigned_as_int64_is_recorded_unsigned_when_the_source_type_says_so():
+    f = field("int64", "n")
+    assert column_from_connect(f) == ColumnSpec("n", "long", False, "int64")
+    f["parameters"] = {"__debezium.source.column.type": "BIGINT UNSIGNED"}
+    assert column_from_connect(f) == ColumnSpec("n", "long", False, "int64(unsigned)")
+    assert iceberg_type_of_encoding("int64(unsigned)") == "long"
 
 
 def test_decimal_encoding_round_trips_and_other_encodings_are_not_decimals():
@@ -148,6 +177,8 @@ def test_decimal_encoding_round_trips_and_other_encodings_are_not_decimals():
         ("io.debezium.time.MicroTimestamp", "timestamp"),
         ("io.debezium.time.ZonedTimestamp", "timestamptz"),
         ("io.debezium.data.Json", "string"),
+        # a Decimal without a precision, before such columns became decimals: exact text
+        ("org.apache.kafka.connect.data.Decimal(,0)", "string"),
     ],
 )
 def test_encodings_stored_by_earlier_versions_still_map(encoding, iceberg):

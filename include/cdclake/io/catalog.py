@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import logging
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +22,7 @@ from cdclake.model.layout import (
     ORDERING_PROPERTY,
     SIDE_TABLE_PROPERTIES,
     TABLE_PROPERTIES,
+    SummaryKeys,
     column_encodings,
     column_encodings_property,
 )
@@ -66,13 +67,13 @@ def load_table_or_none(catalog: Catalog, identifier: str) -> Table | None:
 def ancestry(table: Table) -> Iterator[tuple[int, int, Mapping[str, str] | None]]:
     """``(snapshot id, timestamp ms, summary properties or None)`` of the current snapshot and
     its ancestors, newest first (nothing when the table has no snapshot)."""
-    from pyiceberg.table.snapshots import ancestors_of
-
-    current = table.current_snapshot()
-    if current is None:
-        return
-    for snap in ancestors_of(current, table.metadata):
+    # by id: pyiceberg's ancestors_of looks each parent up in the list of snapshots, quadratic in
+    # a long history, and a run's retry walks the whole of it (run_commit)
+    by_id = {s.snapshot_id: s for s in table.snapshots()}
+    snap = table.current_snapshot()
+    while snap is not None:
         yield snap.snapshot_id, snap.timestamp_ms, None if snap.summary is None else snap.summary.additional_properties
+        snap = by_id.get(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
 
 
 def committed_state(table: Table, topic: str) -> CommittedState:
@@ -82,6 +83,22 @@ def committed_state(table: Table, topic: str) -> CommittedState:
     if current is None:
         return CommittedState(None)
     return committed_state_of(current.snapshot_id, (summary for _, _, summary in ancestry(table)), topic)
+
+
+def run_commit(table: Table, topic: str, run_id: str) -> tuple[int, Mapping[str, str]] | None:
+    """``(snapshot id, summary properties)`` of the newest CDC commit of ``topic`` by run
+    ``run_id`` (:attr:`~cdclake.model.layout.SummaryKeys.RUN_ID`, the Airflow run id) in the
+    current snapshot's ancestry, or ``None``: how a retry of a run finds the commit it made
+    (a commit discarded on a run branch is not in the ancestry; an expired snapshot is not found)."""
+    for snapshot_id, _, summary in ancestry(table):
+        if (
+            summary is not None
+            and summary.get(SummaryKeys.RUN_ID) == run_id
+            and summary.get(SummaryKeys.TOPIC) == topic
+            and SummaryKeys.END_OFFSETS in summary
+        ):
+            return snapshot_id, summary
+    return None
 
 
 def committed_offsets(table: Table | None, topic: str) -> Offsets | None:
@@ -168,6 +185,46 @@ def check_ordering(table: Table, ordering: str, has_commits: bool) -> None:
         )
     with table.transaction() as tx:
         tx.set_properties({ORDERING_PROPERTY: ordering})
+
+
+PROPERTY_COMMIT_ATTEMPTS = 3
+"""How many times :func:`update_table_property` commits when a concurrent commit wins the race."""
+
+
+def update_table_property(
+    catalog: Catalog, identifier: str, key: str, change: Callable[[str | None], str | None]
+) -> None:
+    """Set the table property ``key`` to ``change(its value now)``; remove it when that is ``None``.
+    A metadata-only commit (no snapshot), made only when the value changes, and made again from the
+    new metadata when a concurrent commit wins the race. A table that does not exist is left
+    alone.
+
+    Raises:
+        pyiceberg.exceptions.CommitFailedException: the race was lost
+            :data:`PROPERTY_COMMIT_ATTEMPTS` times.
+    """
+    from pyiceberg.exceptions import CommitFailedException
+    from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+
+    for attempt in Retrying(
+        retry=retry_if_exception_type(CommitFailedException),
+        stop=stop_after_attempt(PROPERTY_COMMIT_ATTEMPTS),
+        wait=wait_random_exponential(multiplier=0.05, max=1.0),
+        reraise=True,
+    ):
+        with attempt:
+            table = load_table_or_none(catalog, identifier)
+            if table is None:
+                return
+            now = table.properties.get(key)
+            new = change(now)
+            if new == now:
+                return
+            with table.transaction() as tx:
+                if new is None:
+                    tx.remove_properties(key)
+                else:
+                    tx.set_properties({key: new})
 
 
 def create_cdc_table(

@@ -30,14 +30,29 @@ TIMEOUT_S = 30.0
 _AUTH_CHECK_S = 1.0
 """A metadata or delivery wait looks for an authentication failure this often (seconds)."""
 
-_CONSUMER_DEFAULTS = {"enable.auto.commit": False, "log_level": 3}
+ISOLATION_LEVEL = "read_committed"
+"""Kafka's ``isolation.level`` of every reader here, librdkafka's consumers and Spark's Kafka
+source alike: records of an aborted transaction (Kafka Connect's exactly-once source support
+writes each batch of a connector in a transaction) and transaction markers are never read, and a
+partition ends at its last stable offset, the first offset of a transaction still open, which is
+also the high watermark a read-committed consumer reports (:func:`topic_watermarks`). librdkafka
+reads committed by default, the Java client (Spark) does not; both are told explicitly."""
+
+_CONSUMER_DEFAULTS = {"enable.auto.commit": False, "log_level": 3, "isolation.level": ISOLATION_LEVEL}
 """Our consumers read assigned offset ranges and never commit offsets to Kafka (the table's
 Iceberg commit holds them); ``log_level`` 3 keeps librdkafka's notices out of task logs."""
 
 _GROUP_KEYS = frozenset(
-    {"group.id", "auto.offset.reset", "enable.auto.commit", "enable.partition.eof", "session.timeout.ms"}
+    {
+        "group.id",
+        "auto.offset.reset",
+        "enable.auto.commit",
+        "enable.partition.eof",
+        "session.timeout.ms",
+        "isolation.level",
+    }
 )
-"""Consumer-group settings of a shared connection: each client here sets its own."""
+"""Consumer settings of a shared connection: each client here sets its own."""
 
 _SPARK_PASS_THROUGH = frozenset(
     {
@@ -54,6 +69,7 @@ _SPARK_PASS_THROUGH = frozenset(
         "reconnect.backoff.max.ms",
         "retry.backoff.ms",
         "sasl.kerberos.service.name",
+        "isolation.level",
     }
 )
 """librdkafka properties whose Java client property has the same name and meaning."""
@@ -95,7 +111,9 @@ _LIBRDKAFKA_LOG.addFilter(_TeardownNoise())
 
 @dataclass(frozen=True)
 class Watermarks:
-    """Per-partition offsets of a topic: ``low`` (first kept) and ``high`` (next to be written)."""
+    """Per-partition offsets of a topic: ``low`` (first kept) and ``high`` (the end a reader of
+    committed records may read up to: the last stable offset, which is the high watermark, the next
+    offset to be written, unless a transaction is open; :data:`ISOLATION_LEVEL`)."""
 
     low: dict[int, int]
     high: dict[int, int]
@@ -110,12 +128,19 @@ class KafkaClients:
             given (an Airflow Kafka connection's ``extra``).
 
     Raises:
-        ConfigError: no ``bootstrap.servers``.
+        ConfigError: no ``bootstrap.servers``, or an ``isolation.level`` other than
+            :data:`ISOLATION_LEVEL`.
     """
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         if not config.get("bootstrap.servers"):
             raise ConfigError(f"Kafka client config has no 'bootstrap.servers' (keys: {sorted(config)})")
+        if config.get("isolation.level", ISOLATION_LEVEL) != ISOLATION_LEVEL:
+            raise ConfigError(
+                f"Kafka client config has isolation.level={config['isolation.level']!r}: cdclake reads "
+                f"{ISOLATION_LEVEL!r} records only (an aborted transaction's records must never be applied); "
+                "remove the property from the connection"
+            )
         self._config = dict(config)
 
     @classmethod
@@ -163,7 +188,8 @@ class KafkaClients:
         ``sasl.mechanism(s)`` + ``sasl.username`` / ``sasl.password`` become
         ``kafka.sasl.mechanism`` and a ``kafka.sasl.jaas.config`` (PLAIN or SCRAM login module);
         ``ssl.ca.location`` (a PEM file) becomes a PEM truststore. Group, producer and logging
-        properties are left out (:data:`_SPARK_NOT_NEEDED`).
+        properties are left out (:data:`_SPARK_NOT_NEEDED`). ``kafka.isolation.level`` is always
+        :data:`ISOLATION_LEVEL` (the Java client's default reads aborted records).
 
         Raises:
             ConfigError: a property with no Java client equivalent known here (names it).
@@ -197,6 +223,7 @@ class KafkaClients:
             user = _jaas_quoted(str(self._config["sasl.username"]))
             password = _jaas_quoted(str(self._config.get("sasl.password", "")))
             opts["kafka.sasl.jaas.config"] = f"{module} required username={user} password={password};"
+        opts["kafka.isolation.level"] = ISOLATION_LEVEL
         return opts
 
 
@@ -405,7 +432,10 @@ def read_partition(
     """Yield every record (a confluent-kafka ``Message``) of ``topic``/``partition`` in
     ``[low, high)``, in offset order.
 
-    Offsets missing from the log (compacted away, or transaction markers) are skipped.
+    Offsets missing from the log (compacted away) or never read (transaction markers, records of
+    aborted transactions: :data:`ISOLATION_LEVEL`) are skipped, also at the end of the range: the
+    read ends at a record at or beyond ``high`` or at the partition's end (its last stable offset)
+    at or beyond ``high``.
 
     Raises:
         TimeoutError: no record arrived within ``timeout_s`` seconds while offsets below ``high``
@@ -418,7 +448,9 @@ def read_partition(
     if low >= high:
         return
     watch = _AuthWatch(kafka)
-    consumer = kafka.consumer(group_id, error_cb=watch)
+    # the end-of-partition event tells where the partition ends when the last offsets below
+    # ``high`` hold no record to read (a transaction's commit marker, typically)
+    consumer = kafka.consumer(group_id, error_cb=watch, **{"enable.partition.eof": True})
     try:
         consumer.assign([TopicPartition(topic, partition, low)])
         next_offset = low
@@ -429,12 +461,15 @@ def read_partition(
                     f"topic {topic!r} partition {partition}: no record at offset {next_offset} "
                     f"within {timeout_s:.0f} s (high watermark {high})"
                 )
-            error = msg.error()
+            error, offset = msg.error(), msg.offset() or 0
             if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    continue
-                raise KafkaException(error)
-            next_offset = (msg.offset() or 0) + 1
+                if error.code() != KafkaError._PARTITION_EOF:
+                    raise KafkaException(error)
+                next_offset = max(next_offset, offset)  # the end: nothing to read below it
+                continue
+            if offset >= high:
+                return
+            next_offset = offset + 1
             yield msg
     finally:
         consumer.close()

@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING
 from cdclake.io.catalog import load_table_or_none
 from cdclake.io.positions import expressions
 from cdclake.model.layout import QUARANTINE_SUFFIX, RUN_BRANCH_PREFIX, TOMBSTONES_SUFFIX, side_table
+from cdclake.model.maintenance import RunBranch, stale_run_branch
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
 
 log = logging.getLogger(__name__)
 
@@ -77,28 +79,51 @@ def release_quarantined(catalog: Catalog, identifier: str, partition: int, offse
     return rows.num_rows
 
 
+def stale_run_branches(table: Table, *, max_age_ms: int, now_ms: int) -> list[str]:
+    """The run branches of ``table`` that :func:`~cdclake.model.maintenance.stale_run_branch`
+    judges stale (left by killed applies), sorted.
+
+    Args:
+        table: the CDC table.
+        max_age_ms: :func:`~cdclake.model.maintenance.run_branch_max_age_ms` of the table.
+        now_ms: the time of the maintenance run, epoch ms.
+    """
+    from pyiceberg.table.snapshots import ancestors_of
+
+    main = table.current_snapshot()
+    stale = []
+    for name, ref in table.refs().items():
+        if not name.startswith(RUN_BRANCH_PREFIX):
+            continue
+        head = table.snapshot_by_id(ref.snapshot_id)
+        lineage = () if head is None else (s.snapshot_id for s in ancestors_of(head, table.metadata))
+        branch = RunBranch(
+            name=name,
+            head_timestamp_ms=None if head is None else head.timestamp_ms,
+            main_in_lineage=main is not None and main.snapshot_id in lineage,
+        )
+        if stale_run_branch(branch, now_ms, max_age_ms):
+            stale.append(name)
+    return sorted(stale)
+
+
 def remove_stale_run_branches(
     catalog: Catalog, identifier: str, *, older_than_ms: int, now_ms: int | None = None
 ) -> list[str]:
-    """Remove run branches left by killed jobs (their snapshot is older than ``older_than_ms``).
+    """Remove the run branches left by killed applies: those :func:`stale_run_branches` finds with
+    ``older_than_ms`` as the age (never a branch created less than ``older_than_ms`` ago).
 
     A job killed between its branch write and the fast-forward leaves its branch behind; nothing
     reads it, and the retry commits on a branch of its own.
 
     Returns:
-        The names of the branches removed.
+        The names of the branches removed, sorted.
     """
     table = load_table_or_none(catalog, identifier)
     if table is None:
         return []
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    stale = []
-    for name, ref in table.refs().items():
-        if not name.startswith(RUN_BRANCH_PREFIX):
-            continue
-        snap = table.snapshot_by_id(ref.snapshot_id)
-        if snap is None or now_ms - snap.timestamp_ms > older_than_ms:
-            stale.append(name)
+    stale = stale_run_branches(table, max_age_ms=older_than_ms, now_ms=now_ms)
     if stale:
         manage = table.manage_snapshots()
         for name in stale:

@@ -178,12 +178,15 @@ class TableDefaults(BaseModel):
     """How the table's runs apply (``CDCLAKE_ENGINE`` when unset): ``connect``, a session of the
     shared Spark Connect server; ``submit``, a ``spark-submit`` job of its own (for a table whose
     batches are too large to share the engine's heap)."""
-    ordering: Literal["binlog", "gtid"] = "binlog"
+    ordering: Literal["binlog", "gtid", "kafka"] = "binlog"
     """How events are ordered (:mod:`cdclake.model.position`): ``binlog`` by binlog coordinates
     (file, pos, row); a change of server or binlog stops the table. ``gtid`` by the MariaDB GTID's
     sequence number (needs ``gtid_strict_mode`` sources, one GTID domain): a failover to another
-    server of the same domain is followed without a stop. Changing it on a table with data needs
-    ``accept_source_change`` (docs/operations.md, "GTID ordering")."""
+    server of the same domain is followed without a stop. ``kafka`` by Kafka offset within a
+    partition only, for producers that write no binlog position (Flink CDC, Paimon, some TiCDC and
+    Maxwell setups: ``source.file`` ``""``, ``pos`` 0); it gives up the guards that compare
+    positions (docs/table-config.md, ``ordering``). The ordering is fixed when the table is first
+    applied (docs/operations.md, "GTID ordering")."""
 
 
 class TableConfig(TableDefaults):

@@ -38,6 +38,16 @@ the change events, the binlog basename and the GTID source (MariaDB ``domain-ser
 server UUID) are kept with the table (:class:`SourceIdentity`), and events of another identity, or
 a full snapshot below the table's highest applied position whose record was produced before the
 snapshot (``RESET MASTER``: positions start over), stop the table (:class:`~cdclake.errors.PositionOrderError`).
+
+One change of identity is not a new history: when Debezium reads a replica, ``source.server_id``
+and the GTID are those of the server that *originated* the event (MySQL replicates them into the
+replica's binlog with ``log_slave_updates``; MySQL docs, "Replication and binary logging
+options"; MariaDB KB, "Global Transaction ID"), so a failover upstream of the replica changes them
+while the replica's binlog, whose coordinates the positions are, goes on. :func:`continue_history`
+tells the two apart: the same basename, and the new identity's events all above the table's
+highest applied position and above every event of the identities before it, is one binlog
+history; the table records the new identity and keeps the ones before it
+(:attr:`SourceIdentity.earlier`) with the position where each ended.
 """
 
 from __future__ import annotations
@@ -59,7 +69,8 @@ INCREMENTAL_MARKER = "incremental"
 SNAPSHOT_SETTLE_MS = 60_000
 """How long after the snapshot's end record was stamped a partition without later records counts
 as complete when the table has applied all of it (ms). Kafka Connect's producer lands a batch in
-milliseconds; a minute leaves room for its retries."""
+milliseconds; a minute leaves room for its retries. A barrier schema change settles by the same
+rule (:func:`unsettled_partitions`, :mod:`cdclake.pipeline.schema_sync`)."""
 
 
 @dataclass(frozen=True)
@@ -264,17 +275,46 @@ def pending_partitions(
         now_ms: when ``high`` was read (epoch ms).
         settle_ms: :data:`SNAPSHOT_SETTLE_MS`.
     """
-    pending = []
-    for p, applied in sorted(applied_end.items()):
-        if p == end.partition and applied > end.offset:
-            continue
-        first_after = after_end.get(p)
+    return [
+        p
+        for p in unsettled_partitions(end.timestamp_ms, applied_end, after_end, high, now_ms, settle_ms)
+        if not (p == end.partition and applied_end[p] > end.offset)
+    ]
+
+
+def unsettled_partitions(
+    timestamp_ms: int,
+    reach: Offsets,
+    after: Mapping[int, int | None],
+    high: Offsets,
+    now_ms: int,
+    settle_ms: int = SNAPSHOT_SETTLE_MS,
+) -> list[int]:
+    """The partitions of a topic that may still hold, beyond ``reach``, a record Debezium sent at or
+    before ``timestamp_ms`` (the settle rule of the module docstring, for a snapshot's end record
+    or a schema change's record): a partition has settled once ``reach`` passed a record stamped
+    after that time (Kafka ``CreateTime``: records land in a partition in the order they were
+    sent), or, with no such record yet, once it is read to its high watermark at least
+    ``settle_ms`` after that time.
+
+    Args:
+        timestamp_ms: when the record was stamped (epoch ms).
+        reach: per partition, the next offset the table applies once this run commits.
+        after: per partition, the first offset of a record stamped after ``timestamp_ms``
+            (``None``: no such record yet).
+        high: per partition, the high watermark read at ``now_ms``.
+        now_ms: when ``high`` was read (epoch ms).
+        settle_ms: :data:`SNAPSHOT_SETTLE_MS`.
+    """
+    unsettled = []
+    for p, applied in sorted(reach.items()):
+        first_after = after.get(p)
         if first_after is not None and applied > first_after:
             continue
-        if first_after is None and applied >= high.get(p, 0) and now_ms - end.timestamp_ms >= settle_ms:
+        if first_after is None and applied >= high.get(p, 0) and now_ms - timestamp_ms >= settle_ms:
             continue
-        pending.append(p)
-    return pending
+        unsettled.append(p)
+    return unsettled
 
 
 @dataclass(frozen=True)
@@ -288,14 +328,17 @@ class SourceIdentity:
             (:func:`cdclake.model.position.gtid_source`).
         gtid_domain: under GTID ordering, the MariaDB GTID domain; then the other fields are not
             kept (a failover changes them, and the GTID sequence orders across it).
+        earlier: the identities the same binlog carried before this one (an upstream failover of
+            the replica Debezium reads, :func:`continue_history`), oldest first.
     """
 
     server_id: int | None = None
     basename: str | None = None
     gtid_source: str | None = None
     gtid_domain: int | None = None
+    earlier: tuple[EarlierIdentity, ...] = ()
 
-    def to_json(self) -> str:
+    def _doc(self) -> dict[str, object]:
         doc: dict[str, object] = {
             "server_id": self.server_id,
             "basename": self.basename,
@@ -303,21 +346,91 @@ class SourceIdentity:
         }
         if self.gtid_domain is not None:
             doc["gtid_domain"] = self.gtid_domain
-        return json.dumps(doc, sort_keys=True)
+        if self.earlier:
+            doc["earlier"] = [{**e.identity._doc(), "until": e.until.to_text()} for e in self.earlier]
+        return doc
+
+    def to_json(self) -> str:
+        return json.dumps(self._doc(), sort_keys=True)
+
+    @classmethod
+    def _from_doc(cls, doc: Mapping[str, Any]) -> SourceIdentity:
+        return cls(
+            doc.get("server_id"),
+            doc.get("basename"),
+            doc.get("gtid_source"),
+            doc.get("gtid_domain"),
+            tuple(
+                EarlierIdentity(cls._from_doc(e), BinlogPosition.from_text(e["until"])) for e in doc.get("earlier", ())
+            ),
+        )
 
     @classmethod
     def from_json(cls, text: str) -> SourceIdentity:
-        doc = json.loads(text)
-        return cls(doc.get("server_id"), doc.get("basename"), doc.get("gtid_source"), doc.get("gtid_domain"))
+        return cls._from_doc(json.loads(text))
 
     def merged(self, other: SourceIdentity) -> SourceIdentity:
         """This identity with the fields ``other`` knows and this one does not."""
-        return SourceIdentity(
-            self.server_id if self.server_id is not None else other.server_id,
-            self.basename if self.basename is not None else other.basename,
-            self.gtid_source if self.gtid_source is not None else other.gtid_source,
-            self.gtid_domain if self.gtid_domain is not None else other.gtid_domain,
+        return replace(
+            self,
+            server_id=self.server_id if self.server_id is not None else other.server_id,
+            basename=self.basename if self.basename is not None else other.basename,
+            gtid_source=self.gtid_source if self.gtid_source is not None else other.gtid_source,
+            gtid_domain=self.gtid_domain if self.gtid_domain is not None else other.gtid_domain,
         )
+
+    def agrees_with(self, other: SourceIdentity) -> bool:
+        """Whether every field both identities know is equal (``earlier`` aside)."""
+        return all(
+            a is None or b is None or a == b
+            for a, b in (
+                (self.server_id, other.server_id),
+                (self.basename, other.basename),
+                (self.gtid_source, other.gtid_source),
+                (self.gtid_domain, other.gtid_domain),
+            )
+        )
+
+    def describe(self) -> str:
+        return f"server id {self.server_id}, GTID source {self.gtid_source}"
+
+
+@dataclass(frozen=True)
+class EarlierIdentity:
+    """An identity a table's binlog carried before a later one (:attr:`SourceIdentity.earlier`).
+
+    Attributes:
+        identity: the identity (its own ``earlier`` is empty).
+        until: the lowest position of the identity that followed it: its events are below.
+    """
+
+    identity: SourceIdentity
+    until: BinlogPosition
+
+
+@dataclass(frozen=True)
+class IdentitySpan:
+    """The applied events of one source identity in a batch: the lowest and greatest position."""
+
+    identity: SourceIdentity
+    first: BinlogPosition
+    last: BinlogPosition
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """What :func:`continue_history` found.
+
+    Attributes:
+        identity: the table's identity after the batch; ``None``: the batch's positions are not
+            comparable with the table's (``note`` says why).
+        note: how the identity changed (``None``: it did not), or why the positions are not comparable.
+        since: the lowest position of the first new identity, when the identity changed.
+    """
+
+    identity: SourceIdentity | None
+    note: str | None = None
+    since: BinlogPosition | None = None
 
 
 def identity_changes(known: SourceIdentity | None, seen: Iterable[SourceIdentity]) -> list[str]:
@@ -348,3 +461,79 @@ def merge_identities(known: SourceIdentity | None, seen: Iterable[SourceIdentity
     for i in seen:
         out = i if out is None else out.merged(i)
     return out
+
+
+def continue_history(
+    known: SourceIdentity | None, high: BinlogPosition | None, spans: Sequence[IdentitySpan]
+) -> Continuation:
+    """Whether a batch whose events carry other identities than the table's goes on in the same
+    binlog (module docstring, "Source identity"): a change of server id or GTID source upstream of
+    the replica Debezium reads.
+
+    The positions stay comparable when the binlog basename is one and the identities the table did
+    not know follow each other in the binlog: each one's events lie above the table's highest
+    applied position ``high``, above every event of the table's identity, and above every event of
+    the new identity before it. Events of an identity the table moved past
+    (:attr:`SourceIdentity.earlier`) below the position where it ended are events of that history
+    arriving late through another partition. Spans of snapshot reads (no server id, no GTID) agree
+    with any identity. GTID domains are never compared this way: their sequences do not order
+    across domains.
+
+    Args:
+        known: the table's identity (``None``: the table has applied no event yet).
+        high: the table's highest applied position.
+        spans: the batch's applied events per identity (binlog ordering).
+
+    Returns:
+        The identity after the batch (with the identities it followed in ``earlier``), or
+        ``identity=None`` and the reason the positions are not comparable.
+    """
+    idents = [s.identity for s in spans] + ([known] if known is not None else [])
+    basenames = sorted({i.basename for i in idents if i.basename is not None})
+    if len(basenames) > 1:
+        return Continuation(None, f"the binlog basename changed ({basenames}): another server's binlog")
+    if any(i.gtid_domain is not None for i in idents):
+        return Continuation(None, "GTID sequences of different domains have no order")
+    new: list[IdentitySpan] = []
+    current: list[IdentitySpan] = []
+    for span in spans:
+        i = span.identity
+        if i.server_id is None and i.gtid_source is None:
+            continue  # snapshot reads: they name no server
+        if known is not None and i.agrees_with(known):
+            current.append(span)
+        elif not any(i.agrees_with(e.identity) and span.last < e.until for e in (known.earlier if known else ())):
+            new.append(span)
+    kept = merge_identities(known, [s.identity for s in current])
+    if not new:
+        return Continuation(kept)
+    new.sort(key=lambda s: s.first)
+    floor = max([s.last for s in current] + ([high] if high is not None else []), default=None)
+    if floor is not None and new[0].first <= floor:
+        return Continuation(
+            None,
+            f"the events of {new[0].identity.describe()} start at {new[0].first.to_event_text()}, not above "
+            f"{floor.to_event_text()} (the table's highest position, or its identity's events): the positions "
+            "went backwards",
+        )
+    for a, b in zip(new, new[1:], strict=False):
+        if b.first <= a.last:
+            return Continuation(
+                None,
+                f"the events of {a.identity.describe()} ({a.first.to_event_text()} to {a.last.to_event_text()}) and "
+                f"{b.identity.describe()} ({b.first.to_event_text()} to {b.last.to_event_text()}) interleave",
+            )
+    basename = basenames[0] if basenames else None
+    chain = [] if kept is None else [replace(kept, basename=kept.basename or basename, earlier=())]
+    chain += [replace(s.identity, basename=s.identity.basename or basename) for s in new]
+    ends = [s.first for s in (new if kept is not None else new[1:])]
+    earlier = (*(kept.earlier if kept is not None else ()), *map(EarlierIdentity, chain, ends))
+    after = replace(chain[-1], earlier=earlier)
+    if len(chain) == 1:
+        return Continuation(after)
+    return Continuation(
+        after,
+        f"the events' source changed from {chain[0].describe()} to {after.describe()} at "
+        f"{new[0].first.to_event_text()} in the same binlog ({basename}, positions forward)",
+        new[0].first,
+    )

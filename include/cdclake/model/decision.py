@@ -23,23 +23,26 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from cdclake.errors import ConcurrentRunError, PositionOrderError, SchemaError
+from cdclake.errors import ConcurrentRunError, PositionOrderError, QuarantinedBatchError, SchemaError
 from cdclake.model.config import TableConfig
 from cdclake.model.convergence import (
     BatchSnapshot,
+    Continuation,
+    IdentitySpan,
     SnapshotProgress,
     SourceIdentity,
     advance_snapshot,
+    continue_history,
     identity_changes,
     merge_identities,
     pending_partitions,
     progress_after_completion,
 )
-from cdclake.model.layout import COLUMN_DEFAULTS_PROPERTY, SummaryKeys
+from cdclake.model.layout import COLUMN_DEFAULTS_PROPERTY, QUARANTINE_SUFFIX, SummaryKeys, side_table
 from cdclake.model.offsets import Offsets, encode_offsets
 from cdclake.model.plan import RunPlan
-from cdclake.model.position import BinlogPosition
-from cdclake.model.run_state import BatchStats, ColumnDefault, CommittedState
+from cdclake.model.position import SOURCE_ORDERINGS, BinlogPosition
+from cdclake.model.run_state import BatchStats, ColumnDefault, CommittedState, QuarantinedRecord
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +52,10 @@ class RunLookups(Protocol):
 
     def first_offsets_outside(self, known: SourceIdentity) -> Mapping[int, int]:
         """Per partition, the first offset of a batch event whose identity differs from ``known``."""
+        ...
+
+    def identity_spans(self) -> Sequence[IdentitySpan]:
+        """The batch's applied events per source identity, with their lowest and greatest position."""
         ...
 
     def high_watermarks(self) -> Offsets:
@@ -107,18 +114,36 @@ class RunDecision:
     summary: Mapping[str, str]
 
 
-def check_start(state: CommittedState | None, plan: RunPlan) -> bool:
-    """Whether the run applies its range: the table's committed offsets must be the range's start
-    (or the table has none, or the run is a manual replay, which starts wherever the operator said).
+def check_start(state: CommittedState | None, plan: RunPlan, *, run_committed: bool = False) -> bool:
+    """Whether the run applies its range (``docs/architecture.md``, "Start check").
+
+    A forward run applies when, in every partition the table committed, the committed offset is
+    the range's start. A partition without a committed offset (the topic gained partitions since
+    the table's last commit, a routine Kafka operation) starts where the planner put it, at its
+    low watermark (:func:`cdclake.model.offsets.plan_range`). A table that never committed applies
+    any range. A manual replay starts wherever the operator said, once per run: a replay whose run
+    id has a commit in the table's history is an Airflow retry after that commit.
+
+    Args:
+        state: the table's committed state when the run started (``None``: no table yet).
+        plan: the run's plan.
+        run_committed: the table's history holds a commit of ``plan.run_id``
+            (:func:`cdclake.io.catalog.run_commit`); decides replays only (a forward run's offsets
+            say whether its range is applied).
 
     Returns:
-        ``True`` to apply; ``False`` when the table is at the range's end already (an Airflow retry
-        after the commit: nothing to do).
+        ``True`` to apply; ``False`` when the range is applied already (an Airflow retry after the
+        commit: the table is at the range's end, or the replay's run committed).
 
     Raises:
-        ConcurrentRunError: the committed offsets are neither the range's start nor its end.
+        ConcurrentRunError: a forward run whose range neither starts nor ends at the committed
+            offsets (another run committed in between).
     """
-    if state is None or state.offsets is None or plan.replay or state.offsets == plan.range.start:
+    if plan.replay:
+        return not run_committed
+    if state is None or state.offsets is None:
+        return True
+    if all(plan.range.start.get(p) == o for p, o in state.offsets.items()):
         return True
     if state.offsets == plan.range.end:
         return False
@@ -144,6 +169,60 @@ def check_columns(stats: BatchStats, cfg: TableConfig) -> None:
             f"was not applied; schema-change topic {cfg.schema_change_topic!r}). Nothing was committed "
             "and the offsets did not move; the column is never dropped silently."
         )
+
+
+def nothing_applied_error(plan: RunPlan, stats: BatchStats, first: QuarantinedRecord) -> QuarantinedBatchError:
+    """The error of a run whose batch had records and applied none of them
+    (:attr:`BatchStats.nothing_applied <cdclake.model.run_state.BatchStats.nothing_applied>`),
+    raised after the quarantine was written and the offsets committed.
+
+    Args:
+        plan: the run's plan (topic, partitions and offset ranges, table name).
+        stats: the batch's statistics (the counts).
+        first: the batch's first quarantined record (lowest partition, then offset).
+    """
+    cfg = plan.table
+    ranges = ", ".join(
+        f"partition {p} offsets [{plan.range.start[p]}, {end})"
+        for p, end in sorted(plan.range.end.items())
+        if end > plan.range.start[p]
+    )
+    return QuarantinedBatchError(
+        f"topic {cfg.topic!r} ({ranges}): all {stats.quarantined} record(s) of this run were quarantined "
+        f"({stats.bad} bad, {stats.held} held back behind a quarantined record of their key), none applied to "
+        f"Iceberg table {cfg.identifier}; the first: partition {first.partition} offset {first.offset}: "
+        f"{first.reason}\n" + _quarantine_remedy(cfg)
+    )
+
+
+def applied_nothing_before(cfg: TableConfig, run_id: str, snapshot_id: int, quarantined: int) -> QuarantinedBatchError:
+    """The error of a retry that finds its run's commit applied nothing (its try that committed
+    failed with :func:`nothing_applied_error`; with the ``submit`` engine Airflow retries the Spark
+    job, which then finds its range applied): the run fails again rather than succeed silently.
+
+    Args:
+        cfg: the table.
+        run_id: the run.
+        snapshot_id: the run's commit.
+        quarantined: the records the commit quarantined (``cdc.records-quarantined``).
+    """
+    return QuarantinedBatchError(
+        f"topic {cfg.topic!r}: all {quarantined} record(s) of run {run_id!r} were quarantined, none applied to "
+        f"Iceberg table {cfg.identifier} (snapshot {snapshot_id}); the log of the try that committed names the "
+        "first\n" + _quarantine_remedy(cfg)
+    )
+
+
+def _quarantine_remedy(cfg: TableConfig) -> str:
+    """What a run that applied nothing did, and what the operator does about its records."""
+    return (
+        "The quarantine holds them and the committed offsets moved past them, so the next run applies the "
+        "records that follow; this run fails so that it is seen, and is not retried. List them with "
+        f"`cdclake quarantine list {cfg.name}` (or read {side_table(cfg.identifier, QUARANTINE_SUFFIX)} WHERE "
+        "status = 'open'); fix the producer, then release a bad record with `cdclake quarantine release "
+        f'{cfg.name} --partition P --offset O` and replay from it (docs/operations.md, "Quarantine: list, '
+        'release, replay").'
+    )
 
 
 def starting_state(committed: CommittedState, plan: RunPlan) -> CommittedState:
@@ -194,12 +273,12 @@ def decide(
     """
     cfg = plan.table
     state = starting_state(committed, plan)
-    identity = _identity_after(state, stats, plan, lookups)
+    source = _identity_after(state, stats, plan, lookups)
     floors = [p for p in (state.truncate_floor, stats.truncate) if p is not None]
     floor = max(floors) if floors else None
-    if cfg.write_mode == "upsert":
+    if cfg.write_mode == "upsert" and cfg.ordering in SOURCE_ORDERINGS:
         conv = converge(state, snapshots, plan, lookups)
-    else:
+    else:  # append-only, or no position to place a snapshot by (ordering kafka): no snapshot converges
         conv = Convergence(state.snapshot_floor)
     high = _high_after(state, stats)
     backfill = {
@@ -215,13 +294,21 @@ def decide(
         truncate_floor=floor,
         snapshot_floor=conv.snapshot_floor,
         snapshot=conv.progress,
-        identity=identity,
+        identity=source.identity,
         high_position=high[0] if high is not None else None,
         defaults_position=max(done) if done else None,
         max_offsets=most,
         high_position_ts=high[1] if high is not None else None,
     )
     summary = {**_run_summary(plan, stats), **after.to_summary()}
+    if source.since is not None:
+        summary[SummaryKeys.SOURCE_IDENTITY_CONTINUED] = json.dumps(
+            {
+                "from": state.identity.to_json() if state.identity else None,
+                "to": after.identity.to_json() if after.identity else None,
+                "since": source.since.to_text(),
+            }
+        )
     if plan.accept_source_change:
         summary[SummaryKeys.SOURCE_CHANGE_ACCEPTED] = json.dumps(
             {
@@ -253,6 +340,8 @@ def _run_summary(plan: RunPlan, stats: BatchStats) -> dict[str, str]:
     if stats.first is not None and stats.last is not None:
         out[SummaryKeys.FIRST_POSITION] = stats.first.to_event_text()
         out[SummaryKeys.LAST_POSITION] = stats.last.to_event_text()
+    if stats.connector_contradictions:
+        out[SummaryKeys.CONNECTOR_CONTRADICTIONS] = json.dumps(list(stats.connector_contradictions))
     return out
 
 
@@ -281,16 +370,16 @@ def accept_remedy(plan: RunPlan, first: Mapping[int, int]) -> str:
     )
 
 
-def _identity_after(
-    state: CommittedState, stats: BatchStats, plan: RunPlan, lookups: RunLookups
-) -> SourceIdentity | None:
+def _identity_after(state: CommittedState, stats: BatchStats, plan: RunPlan, lookups: RunLookups) -> Continuation:
     """The table's source identity after this batch; positions of different binlog histories are
-    not comparable.
+    not comparable. A forward run whose events change server id or GTID source in the same binlog
+    goes on with the new identity (:func:`~cdclake.model.convergence.continue_history`: a failover
+    upstream of the replica Debezium reads), with a warning.
 
     Raises:
         PositionOrderError: under GTID ordering, a change event without a MariaDB GTID; events from
-            another server, binlog basename or GTID source than the table's (or from several): names
-            what changed, where the first such record of each partition is, and the remedy.
+            another binlog history than the table's: names what changed, why the positions are not
+            comparable, where the first such record of each partition is, and the remedy.
     """
     cfg = plan.table
     missing = stats.gtid_missing
@@ -302,15 +391,26 @@ def _identity_after(
             "GTIDs have no order across servers); set ordering: binlog for this source. Nothing was committed."
         )
     changes = identity_changes(state.identity, stats.identities)
-    if changes:
-        known = state.identity
-        first = lookups.first_offsets_outside(known) if known is not None else {}
-        raise PositionOrderError(
-            f"topic {cfg.topic!r}: the events come from another binlog history than the table's "
-            f"({'; '.join(changes)}): a failover to another server, or a new binlog. Positions of "
-            "different binlog histories are not comparable, so nothing was committed. " + accept_remedy(plan, first)
-        )
-    return merge_identities(state.identity, stats.identities)
+    if not changes:
+        return Continuation(merge_identities(state.identity, stats.identities))
+    if plan.replay:
+        why = "a replay does not continue the table's offsets"
+    elif cfg.ordering == "gtid":
+        why = "the GTID sequences of different domains have no order"
+    else:
+        source = continue_history(state.identity, state.high_position, lookups.identity_spans())
+        if source.identity is not None:
+            if source.note is not None:
+                log.warning("table %s: %s: going on with the new identity", cfg.identifier, source.note)
+            return source
+        why = source.note or ""
+    known = state.identity
+    first = lookups.first_offsets_outside(known) if known is not None else {}
+    raise PositionOrderError(
+        f"topic {cfg.topic!r}: the events come from another binlog history than the table's "
+        f"({'; '.join(changes)}; {why}): a failover to another server, or a new binlog. Positions of "
+        "different binlog histories are not comparable, so nothing was committed. " + accept_remedy(plan, first)
+    )
 
 
 def converge(

@@ -115,6 +115,7 @@ from cdclake.model.types import (
     DECIMAL,
     SPATIAL_ENCODINGS,
     TIME_ENCODINGS,
+    UNSIGNED_INT64,
     ColumnSpec,
     parse_decimal_encoding,
     parse_decimal_type,
@@ -192,7 +193,7 @@ _ENUM = "io.debezium.data.Enum"
 _ENUM_SET = "io.debezium.data.EnumSet"
 _JSON = "io.debezium.data.Json"
 _BITS = "io.debezium.data.Bits"
-_INTEGER_ENCODINGS = frozenset({"int8", "int16", "int32", "int64"})
+_INTEGER_ENCODINGS = frozenset({"int8", "int16", "int32", "int64", UNSIGNED_INT64})
 _FLOAT_ENCODINGS = frozenset({"float", "float32", "double", "float64"})
 _BINARY_TYPES = frozenset({"BINARY", "VARBINARY", "TINYBLOB", "BLOB", "MEDIUMBLOB", "LONGBLOB"})
 _DECIMAL_TYPES = frozenset({"DECIMAL", "NUMERIC", "DEC", "FIXED"})

@@ -15,6 +15,7 @@ it: delete tombstones (:data:`TOMBSTONE_COLUMNS`) and the quarantine (:data:`QUA
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 
 
@@ -44,6 +45,9 @@ class SummaryKeys:
     """Binlog positions ``<file>:<pos>:<row>`` of the oldest and newest event applied."""
     QUARANTINED = "cdc.records-quarantined"
     """Records of the range written to the quarantine table (bad, or held back behind one)."""
+    KEYS_CHANGED = "cdc.keys-changed"
+    """Rows of the merge source: the batch's keys after reduction to the latest event per key
+    (``upsert`` tables; absent on change-log commits)."""
     TRUNCATE_FLOOR = "cdc.truncate-floor"
     """Position ``<file>:<pos>:<row>:<rank>`` of the newest truncate applied; events below it are
     discarded. Carried forward by every commit."""
@@ -64,7 +68,8 @@ class SummaryKeys:
     """On the commit that completed a full snapshot: its position and the rows it deleted."""
     SOURCE_IDENTITY = "cdc.source-identity"
     """JSON :class:`~cdclake.model.convergence.SourceIdentity` (server id, binlog basename, GTID
-    source) of the events applied so far. Carried forward by every commit."""
+    source) of the events applied so far, with (``earlier``) the identities the same binlog carried
+    before. Carried forward by every commit."""
     MAX_OFFSETS = "cdc.kafka.max-offsets"
     """JSON ``{"<partition>": <offset>}``: the greatest end offsets ever committed (a replay moves
     the end offsets back, not these). Carried forward."""
@@ -73,12 +78,21 @@ class SummaryKeys:
     HIGH_POSITION_TIMESTAMP = "cdc.high-position-timestamp"
     """Kafka timestamp (epoch ms) of the record that carried :attr:`HIGH_POSITION`: a full snapshot
     produced after it at a lower position means the positions started over. Carried forward."""
+    SOURCE_IDENTITY_CONTINUED = "cdc.source-identity-continued"
+    """On the commit of a forward run whose events changed server id or GTID source within the same
+    binlog (a failover upstream of the replica Debezium reads): JSON ``{"from", "to", "since"}``,
+    the identities before and after and the lowest position of the new one."""
     SOURCE_CHANGE_ACCEPTED = "cdc.source-change-accepted"
     """On the commit of a run that accepted a new binlog history (``accept_source_change``): the
     identity and position the table held before."""
     DEFAULTS_POSITION = "cdc.defaults-position"
     """Position of the newest ``ADD COLUMN ... DEFAULT`` whose default was filled into the rows
     that existed before it (:mod:`cdclake.model.defaults`). Carried forward."""
+    CONNECTOR_CONTRADICTIONS = "cdc.connector-contradictions"
+    """On the commit of a run whose events show another Debezium handling mode than the table's
+    columns were made for (:mod:`cdclake.model.connector_check`): JSON list of one line per column
+    (``column 'price': the events are double (decimal.handling.mode=double) but ...``); absent
+    when none. Not carried forward: each run checks its own events."""
 
 
 COLUMN_ENCODINGS_PROPERTY = "cdc.column-encodings"
@@ -94,15 +108,20 @@ JSON ``{"<topic>": {"<partition>": <next offset>}}``, the offsets of every schem
 indexed so far. Every commit of the index writes it whole (the other topics carried forward)."""
 
 ORDERING_PROPERTY = "cdc.ordering"
-"""Table property: the event ordering the table's positions are in (``binlog`` or ``gtid``,
-:mod:`cdclake.model.position`); set when the table is created, absent on tables created before
-GTID ordering existed (``binlog``)."""
+"""Table property: the event ordering the table's positions are in (``binlog``, ``gtid`` or
+``kafka``, :mod:`cdclake.model.position`); set when the table is created, absent on tables created
+before GTID ordering existed (``binlog``)."""
 
 COLUMN_DEFAULTS_PROPERTY = "cdc.column-defaults"
 """Table property: JSON ``{column: {"position", "sql", "exact", "reason"}}``: the value the rows
 that existed before ``ALTER TABLE ... ADD COLUMN`` (at ``position``) read at the source
 (:mod:`cdclake.model.defaults`); written by schema sync with the schema update. The apply job
 fills ``sql`` into events below the position and, once, into the table's rows below it."""
+
+RUN_FAILURE_PROPERTY = "cdc.run-failure"
+"""Table property: JSON :class:`~cdclake.model.status.RunFailure`, the failed tries of the table's
+DAG since its last run that succeeded; written by the DAG's failure and retry callbacks, removed by
+its next run that succeeds (``cdclake_airflow.table_dag``); absent while the runs succeed."""
 
 METADATA_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("_cdc_op", "string", "Debezium op of the event that wrote the row: c, u or r"),
@@ -166,9 +185,13 @@ TOMBSTONE_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("_cdc_gtid_seq", "long", "sequence number of the delete's MariaDB GTID; null without one"),
     ("_cdc_source_ts", "timestamptz", "when the row was deleted in the source"),
     ("_cdc_recorded_at", "timestamptz", "when the tombstone was written (retention counts from it)"),
+    ("_cdc_kafka_partition", "int", "Kafka partition of the delete"),
+    ("_cdc_kafka_offset", "long", "Kafka offset of the delete"),
 )
 """Columns of the tombstone table after the primary-key columns: one row per deleted key, the
-newest delete's position. An upsert at or below it is discarded (``docs/architecture.md``, "The apply contract")."""
+newest delete's position and Kafka partition and offset (which break ties at one position,
+:func:`cdclake.model.position.supersedes`). An upsert it supersedes is discarded
+(``docs/architecture.md``, "The apply contract")."""
 
 QUARANTINE_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("topic", "string", "Kafka topic of the record"),
@@ -192,4 +215,42 @@ def side_table(identifier: str, suffix: str) -> str:
 
 
 RUN_BRANCH_PREFIX = "cdc-run-"
-"""Branches the apply job commits to before fast-forwarding ``main`` (dropped by the job)."""
+"""Branches the apply job commits to before fast-forwarding ``main`` (dropped by the job), named
+by :func:`run_branch_name`."""
+
+_RUN_BRANCH_TAIL = re.compile(r"([0-9]{1,18})-([0-9a-f]+)")
+"""What follows :data:`RUN_BRANCH_PREFIX` in a name of :func:`run_branch_name`."""
+
+
+def run_branch_name(created_ms: int, token: str) -> str:
+    """The name of a run branch created at ``created_ms``: ``cdc-run-<created ms>-<token>``.
+
+    Iceberg keeps no creation time for a ref, and a run branch starts at the run's base snapshot,
+    which is as old as the table's last commit: maintenance reads the creation time back from the
+    name (:func:`run_branch_created_ms`) to tell a live run's branch from one a killed run left.
+
+    Args:
+        created_ms: when the apply creates the branch, epoch ms (its own clock).
+        token: lowercase hex digits that tell apart the branches of runs started in the same
+            millisecond (12 digits of a random UUID).
+
+    Raises:
+        ValueError: a negative ``created_ms`` or a ``token`` that is not lowercase hex.
+    """
+    name = f"{RUN_BRANCH_PREFIX}{created_ms}-{token}"
+    if run_branch_created_ms(name) != created_ms:
+        raise ValueError(f"run branch: creation time {created_ms!r} ms and token {token!r} make no run branch name")
+    return name
+
+
+def run_branch_created_ms(name: str) -> int | None:
+    """When the run branch ``name`` was created (epoch ms), as :func:`run_branch_name` wrote it.
+
+    Returns:
+        The creation time, or ``None`` for a ref that is not such a name: another branch or tag, or
+        a run branch of a release before creation times were named (``cdc-run-<12 hex digits>``).
+    """
+    if not name.startswith(RUN_BRANCH_PREFIX):
+        return None
+    tail = _RUN_BRANCH_TAIL.fullmatch(name[len(RUN_BRANCH_PREFIX) :])
+    return None if tail is None else int(tail.group(1))

@@ -1,6 +1,6 @@
 """What table maintenance does and reports, and its pure rules (no engine, no catalog):
-the actions and their order, the report of each, which errors are lost commit races, and which
-snapshots ``expire_snapshots`` may expire and does expire.
+the actions and their order, the report of each, which errors are lost commit races, which
+snapshots ``expire_snapshots`` may expire and does expire, and which run branches are stale.
 
 :mod:`cdclake.spark.maintenance` runs the actions with Iceberg's Spark procedures
 (docs/operations.md, "Table maintenance"). The expiry rules follow the pinned Iceberg runtime
@@ -16,6 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from cdclake.errors import ConfigError
+from cdclake.model.layout import run_branch_created_ms
 from cdclake.model.run_state import committed_state_of
 
 ACTIONS: tuple[str, ...] = (
@@ -254,3 +255,62 @@ def snapshots_to_expire(
     keep.update(s.snapshot_id for s in snapshots if s.snapshot_id not in reachable and s.timestamp_ms >= older_than_ms)
     gone = [s for s in snapshots if s.snapshot_id not in keep]
     return [s.snapshot_id for s in sorted(gone, key=lambda s: (s.timestamp_ms, s.snapshot_id))]
+
+
+RUN_BRANCH_MAX_AGE_MS = 6 * 3600 * 1000
+"""A run branch created more than this long ago (6 h, in ms) was left by a killed apply, unless
+the table's tasks may run longer (:func:`run_branch_max_age_ms`)."""
+
+
+def run_branch_max_age_ms(task_timeout_minutes: int) -> int:
+    """The age (ms) above which a table's run branch is stale: :data:`RUN_BRANCH_MAX_AGE_MS`, or
+    twice the table's ``task_timeout_minutes`` when that is longer.
+
+    A run branch lives as long as the try of the ``apply`` task that made it: Airflow kills the try
+    at its ``execution_timeout`` (``task_timeout_minutes``), and only the try sends the
+    fast-forward. The age must exceed that; twice it leaves room for the kill to land late and for
+    the clocks of the apply and of maintenance to differ.
+    """
+    return max(RUN_BRANCH_MAX_AGE_MS, 2 * task_timeout_minutes * 60 * 1000)
+
+
+@dataclass(frozen=True)
+class RunBranch:
+    """A run branch (:data:`~cdclake.model.layout.RUN_BRANCH_PREFIX`) as the stale-branch rule
+    sees it.
+
+    Attributes:
+        name: the branch's name.
+        head_timestamp_ms: timestamp of its head snapshot, epoch ms; ``None`` when the table has
+            no such snapshot.
+        main_in_lineage: whether ``main``'s current snapshot is the branch's head or one of the
+            head's ancestors, i.e. whether Iceberg's ``fast_forward`` of ``main`` to the branch
+            can still succeed.
+    """
+
+    name: str
+    head_timestamp_ms: int | None
+    main_in_lineage: bool
+
+
+def stale_run_branch(branch: RunBranch, now_ms: int, max_age_ms: int) -> bool:
+    """Whether ``branch`` was left by a killed apply and may be removed.
+
+    A branch named with its creation time (:func:`~cdclake.model.layout.run_branch_name`) is stale
+    once created more than ``max_age_ms`` ago, and never before: the head snapshot says nothing,
+    since a new branch starts at the run's base snapshot, as old as the table's last commit. A
+    branch of a release before creation times were named is stale only when its head snapshot is
+    older than ``max_age_ms`` (or missing) and ``main`` has moved off its lineage: ``fast_forward``
+    then refuses it, so no run can still commit through it. Such a branch left on a table whose
+    ``main`` never moves again stays; the next commit to ``main`` lets the next maintenance remove it.
+
+    Args:
+        branch: the branch.
+        now_ms: the time of the maintenance run, epoch ms.
+        max_age_ms: :func:`run_branch_max_age_ms` of the table.
+    """
+    created_ms = run_branch_created_ms(branch.name)
+    if created_ms is not None:
+        return now_ms - created_ms > max_age_ms
+    head_old = branch.head_timestamp_ms is None or now_ms - branch.head_timestamp_ms > max_age_ms
+    return head_old and not branch.main_in_lineage

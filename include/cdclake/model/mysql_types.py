@@ -16,7 +16,12 @@ from typing import Any
 
 from cdclake.errors import SchemaError
 from cdclake.model.config import ConnectorModes
-from cdclake.model.types import decimal_encoding, iceberg_type_of_encoding
+from cdclake.model.types import (
+    UNSIGNED_BIGINT_PRECISION,
+    UNSIGNED_INT64,
+    decimal_encoding,
+    iceberg_type_of_encoding,
+)
 
 
 @dataclass(frozen=True)
@@ -40,9 +45,11 @@ def _integer(signed: str, unsigned: str) -> _Rule:
 
 
 def _bigint(c: _Column, m: ConnectorModes) -> str:
-    if c.unsigned and m.bigint_unsigned_handling_mode == "precise":
-        return decimal_encoding(20, 0)
-    return "int64"
+    if not c.unsigned:
+        return "int64"
+    if m.bigint_unsigned_handling_mode == "precise":
+        return decimal_encoding(UNSIGNED_BIGINT_PRECISION, 0)
+    return UNSIGNED_INT64  # a wrapped (negative) value is then a bad record, never a wrong number
 
 
 def _bit(c: _Column, _m: ConnectorModes) -> str:

@@ -158,6 +158,16 @@ class GtidMissing:
 
 
 @dataclass(frozen=True)
+class QuarantinedRecord:
+    """A record a run quarantined, with the reason written to the quarantine table (its error, or
+    ``held back behind the quarantined record at offset N of the same key``)."""
+
+    partition: int
+    offset: int
+    reason: str
+
+
+@dataclass(frozen=True)
 class BatchStats:
     """What one statistics pass over a parsed batch found (:func:`cdclake.spark.stats.batch_stats`).
 
@@ -181,6 +191,10 @@ class BatchStats:
         unknown_column: the first event with a column the table lacks, at or above the last
             applied schema change.
         gtid_missing: under GTID ordering, the first change event without a MariaDB GTID.
+        schema_samples: ``(partition, offset)`` of the batch's first and last record with a value
+            (lowest and highest partition, then offset), whose Connect schemas the apply checks
+            against the table (:mod:`cdclake.model.connector_check`).
+        connector_contradictions: what that check found, one line per column (set by the apply).
     """
 
     events: int
@@ -198,11 +212,28 @@ class BatchStats:
     full_snapshot_reads: int = 0
     unknown_column: UnknownColumn | None = None
     gtid_missing: GtidMissing | None = None
+    schema_samples: tuple[tuple[int, int], ...] = ()
+    connector_contradictions: tuple[str, ...] = ()
 
     @property
     def quarantined(self) -> int:
         """Records the run writes to the quarantine table (bad and held back)."""
         return self.bad + self.held
+
+    @property
+    def nothing_applied(self) -> bool:
+        """Every record of the batch that is not a Kafka tombstone was quarantined: the run
+        applies nothing, so it fails (:class:`~cdclake.errors.QuarantinedBatchError`) after
+        writing the quarantine and committing the offsets. A batch with some records applied
+        succeeds and counts the quarantined ones (docs/operations.md, "A run that applies
+        nothing")."""
+        return applies_nothing(self.quarantined, self.ops)
+
+
+def applies_nothing(quarantined: int, ops: Mapping[str, int]) -> bool:
+    """Whether a batch (or the commit that recorded it: ``cdc.records-quarantined``, ``cdc.ops``)
+    quarantined records and applied none: :attr:`BatchStats.nothing_applied`."""
+    return quarantined > 0 and not any(ops.values())
 
 
 class ColumnDefault(NamedTuple):

@@ -42,7 +42,12 @@ drops); it is applied before the batch even if older rows are in the batch (they
 the new column, exactly as if applied in order). Any other change (rename, deleted column,
 column renamed aside, primary key, encoding change) is a *barrier*: when the planned batch holds
 events before it, the batch is capped, per partition, before the first event at or after the
-change; the change is applied by the next run, before the rest of the events.
+change; the change is applied by the next run, before the rest of the events. An event before it
+may also still be on its way to a partition the batch has read to its end (partitions are applied
+at different paces): the change then also waits until every partition has *settled* past the
+schema-change record's time, by the rule of full snapshots
+(:func:`cdclake.model.convergence.unsettled_partitions`), the batch capped at the change
+meanwhile.
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ from cdclake.model.mysql_types import column_type
 from cdclake.model.offsets import OffsetRange
 from cdclake.model.position import BinlogPosition
 from cdclake.model.schema_changes import SchemaChange, split_table_id
-from cdclake.model.types import ColumnSpec, parse_decimal_encoding, parse_decimal_type
+from cdclake.model.types import UNSIGNED_INT64, ColumnSpec, parse_decimal_encoding, parse_decimal_type
 
 
 @dataclass(frozen=True)
@@ -79,7 +84,7 @@ def is_promotion(old: str, new: str) -> bool:
     return a is not None and b is not None and a[1] == b[1] and b[0] >= a[0]
 
 
-_JSON_FAMILIES = ({"int8", "int16", "int32", "int64"}, {"float", "double"})
+_JSON_FAMILIES = ({"int8", "int16", "int32", "int64", UNSIGNED_INT64}, {"float", "double"})
 
 
 def same_json_values(old: str, new: str) -> bool:
@@ -246,16 +251,23 @@ def plan_change(
     return plan
 
 
+def cut_at(
+    positions: list[tuple[int, int, BinlogPosition]], barrier: BinlogPosition, offset_range: OffsetRange
+) -> dict[int, int]:
+    """End offsets that stop each partition before its first event at or after ``barrier``."""
+    first_after: dict[int, int] = {}
+    for partition, offset, position in positions:
+        if position >= barrier and offset < first_after.get(partition, offset_range.end[partition]):
+            first_after[partition] = offset
+    return {p: first_after.get(p, offset_range.end[p]) for p in offset_range.end}
+
+
 def cut_before(
     positions: list[tuple[int, int, BinlogPosition]], barrier: BinlogPosition, offset_range: OffsetRange
 ) -> dict[int, int] | None:
     """End offsets that stop each partition before its first event at or after ``barrier``, or
     ``None`` when no event of the range comes before it (in its partition's order)."""
-    first_after: dict[int, int] = {}
-    for partition, offset, position in positions:
-        if position >= barrier and offset < first_after.get(partition, offset_range.end[partition]):
-            first_after[partition] = offset
-    end = {p: first_after.get(p, offset_range.end[p]) for p in offset_range.end}
+    end = cut_at(positions, barrier, offset_range)
     before = any(offset < end[partition] and position < barrier for partition, offset, position in positions)
     return end if before else None
 

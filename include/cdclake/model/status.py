@@ -129,6 +129,99 @@ class ReconcileSummary(BaseModel):
     clean: bool
 
 
+MAX_ERROR_CHARS = 500
+"""How much of an error's first line :class:`RunFailure` keeps."""
+
+
+def error_line(error: BaseException | str | None) -> str:
+    """An error as one line: ``<exception class>: <the message's first line>`` (at most
+    :data:`MAX_ERROR_CHARS` characters); a text as its first line; ``None`` (a task that ended
+    without an exception: killed, or its heartbeat lost) as a sentence saying so."""
+    if error is None:
+        return "the task ended without an exception (killed, or its heartbeat was lost): see its log"
+    text = str(error).strip()
+    line = text.splitlines()[0] if text else ""
+    if isinstance(error, BaseException):
+        line = f"{type(error).__name__}: {line}" if line else type(error).__name__
+    return line if len(line) <= MAX_ERROR_CHARS else line[: MAX_ERROR_CHARS - 3] + "..."
+
+
+class RunFailure(BaseModel):
+    """The failed tries of a table's DAG since its last run that succeeded (table property
+    :data:`~cdclake.model.layout.RUN_FAILURE_PROPERTY`, written by the DAG's failure and retry
+    callbacks and removed by its next run that succeeds; docs/operations.md, "A table whose runs
+    fail").
+
+    Attributes:
+        state: ``failing``: the newest try failed for good (no retry left, or an error that is not
+            retried); ``retrying``: it failed and Airflow will run it again.
+        since_ms: when the first failed try since the last run that succeeded ended, epoch ms.
+        failed_tries: the failed tries since then, of every run, retries included.
+        last_failed_ms: when the newest failed try ended, epoch ms.
+        run_id: the Airflow run of the newest failed try.
+        task_id: its task.
+        try_number: its try number.
+        error: its error, one line (:func:`error_line`).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    state: Literal["failing", "retrying"]
+    since_ms: int
+    failed_tries: int
+    last_failed_ms: int
+    run_id: str
+    task_id: str
+    try_number: int
+    error: str
+
+    @classmethod
+    def after(
+        cls,
+        previous: RunFailure | None,
+        *,
+        state: Literal["failing", "retrying"],
+        at_ms: int,
+        run_id: str,
+        task_id: str,
+        try_number: int,
+        error: BaseException | str | None,
+    ) -> RunFailure:
+        """The record after one more failed try (``previous``: the record so far, ``None`` when
+        the runs succeeded until now): the streak keeps its start and counts the try."""
+        return cls(
+            state=state,
+            since_ms=previous.since_ms if previous is not None else at_ms,
+            failed_tries=(previous.failed_tries if previous is not None else 0) + 1,
+            last_failed_ms=at_ms,
+            run_id=run_id,
+            task_id=task_id,
+            try_number=try_number,
+            error=error_line(error),
+        )
+
+    @classmethod
+    def from_property(cls, text: str | None) -> RunFailure | None:
+        """The record of the table property, ``None`` when absent or unreadable (status never
+        fails on it)."""
+        if not text:
+            return None
+        try:
+            return cls.model_validate_json(text)
+        except ValueError:
+            return None
+
+    def describe(self, now_ms: int) -> str:
+        """One sentence for the status's problems: state, since when, the failed tries, the newest
+        try and its error."""
+        tries = f"{self.failed_tries} failed tr{'y' if self.failed_tries == 1 else 'ies'}"
+        return (
+            f"its DAG's runs are {self.state}: {tries} since the first, {format_duration(now_ms - self.since_ms)} "
+            f"ago (the newest: run {self.run_id!r}, task {self.task_id}, try {self.try_number}, "
+            f"{format_duration(now_ms - self.last_failed_ms)} ago): {self.error}"
+        )
+
+
 class TableStatus(BaseModel):
     """The status figures of one configured table (JSON: ``model_dump(mode="json")``).
 
@@ -171,11 +264,14 @@ class TableStatus(BaseModel):
         column_count: its source columns (the ``_cdc_*`` metadata columns left out).
         snapshot_in_progress: the full snapshot being applied, if any.
         last_reconcile: the newest reconcile result; ``None`` when never reconciled.
+        run_failure: the failed tries of the table's DAG since its last run that succeeded;
+            ``None`` while its runs succeed.
         freshness_minutes: the freshness limit it was judged by, minutes; ``None``: not judged.
         fresh: ``True`` when the table applied everything in its topic or its newest applied
-            event is at most ``freshness_minutes`` old; ``None`` when not judged or unknown.
+            event is at most ``freshness_minutes`` old, and its runs are not failing; ``None`` when
+            not judged or unknown.
         problems: what is missing or wrong, one sentence each (no table, no topic, offsets
-            outside the topic).
+            outside the topic, failing runs: :meth:`RunFailure.describe`).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -203,6 +299,7 @@ class TableStatus(BaseModel):
     column_count: int | None = None
     snapshot_in_progress: SnapshotInProgress | None = None
     last_reconcile: ReconcileSummary | None = None
+    run_failure: RunFailure | None = None
     freshness_minutes: int | None = None
     fresh: bool | None = None
     problems: list[str] = []
@@ -324,12 +421,17 @@ def time_lag(
     return None, None
 
 
-def freshness_verdict(lag_events: int | None, lag_ms: int | None, freshness_minutes: int | None) -> bool | None:
-    """Whether the table is fresh: it applied every record of its topic (``lag_events == 0``), or
-    the newest event it applied is at most ``freshness_minutes`` old. ``None`` without a limit,
-    or when neither figure is known."""
+def freshness_verdict(
+    lag_events: int | None, lag_ms: int | None, freshness_minutes: int | None, run_failure: RunFailure | None = None
+) -> bool | None:
+    """Whether the table is fresh: its runs are not failing (a table stuck on failures is never
+    fresh, whatever its figures say), and it applied every record of its topic
+    (``lag_events == 0``) or the newest event it applied is at most ``freshness_minutes`` old.
+    ``None`` without a limit, or when neither figure is known."""
     if freshness_minutes is None:
         return None
+    if run_failure is not None:
+        return False
     if lag_events == 0:
         return True
     if lag_ms is None:

@@ -2,8 +2,11 @@
 
 A column's *encoding* is the Connect semantic type name when there is one (``io.debezium.time.Date``)
 and the Connect primitive type otherwise (``int32``); a decimal's encoding also carries its
-precision and scale: ``org.apache.kafka.connect.data.Decimal(10,2)`` (``(,2)`` when the schema
-gives no precision). The encoding decides both the Iceberg type and how the Spark job decodes the
+precision and scale: ``org.apache.kafka.connect.data.Decimal(10,2)`` (for a schema without a
+precision, the precision the column is given: see "Choices"). A BIGINT UNSIGNED column that
+Debezium sends as a Connect ``int64`` (``bigint.unsigned.handling.mode=long``) is ``int64(unsigned)``
+(:data:`UNSIGNED_INT64`) when the source type is known, so that a wrapped value is caught. The
+encoding decides both the Iceberg type and how the Spark job decodes the
 JSON value; it is stored with the table (property ``cdc.column-encodings``) so that events without
 a schema (``value_format: json``) decode the same way. Values are decoded by their encoding, never
 by their look.
@@ -23,8 +26,9 @@ TINYINT[ UNSIGNED], SMALLINT  --                            ``int16``           
 SMALLINT UNSIGNED, INT        --                            ``int32``                                        ``int``            number
 MEDIUMINT[ UNSIGNED]          --                            ``int32``                                        ``int``            number
 INT UNSIGNED, BIGINT          --                            ``int64``                                        ``long``           number
-BIGINT UNSIGNED, SERIAL       bigint.unsigned: ``long``     ``int64``                                        ``long``           number; Debezium wraps values >= 2^63 to
-                                                                                                                                negative: use ``precise``
+BIGINT UNSIGNED, SERIAL       bigint.unsigned: ``long``     ``int64(unsigned)`` (Connect ``int64``)          ``long``           number; Debezium wraps values >= 2^63 to
+                                                                                                                                negative: such a record is a bad record
+                                                                                                                                (use ``precise``)
 BIGINT UNSIGNED, SERIAL       bigint.unsigned: ``precise``  ``org.apache.kafka.connect.data.Decimal(20,0)``  ``decimal(20,0)``  as DECIMAL below; 18446744073709551615 exact
 REAL, FLOAT(p<=23)            --                            ``float`` / ``float32``                          ``float``          number (Debezium narrows REAL, a MySQL DOUBLE,
                                                                                                                                 to 32 bits)
@@ -90,9 +94,25 @@ Choices, and why:
   is the OGC well-known binary of the value, a POINT's x and y are in it; the SRID as Debezium
   sends it). A struct merges like any column; splitting it into two columns would break the one
   source column, one Iceberg column rule of :class:`ColumnSpec`.
+* **A Decimal without a precision** (no ``connect.decimal.precision``: Debezium 1.x sends BIGINT
+  UNSIGNED so in ``precise`` mode) is a ``decimal``, never text: ``decimal(20,0)`` when the field
+  says its source type is BIGINT UNSIGNED or SERIAL (``__debezium.source.column.type``, connector
+  option ``column.propagate.source.type``), else ``decimal(38,S)``, the widest Iceberg decimal;
+  a value of more than 38 digits is then a bad record. Only a scale above 38 leaves it exact text.
+  (Tables created before this rule recorded ``Decimal(,S)`` for such columns and hold them as
+  text; they keep decoding so.)
+* **BIGINT UNSIGNED in ``long`` mode** wraps values above 2^63-1 to negative numbers; a negative
+  value in a column known to be unsigned (schema sync's ``tableChanges``, or the field's
+  ``__debezium.source.column.type``) is a bad record naming the column and the remedy, never a
+  wrong number in the lake.
 * A value that does not decode exactly (not base64, digits beyond the column's scale or
-  precision, sub-microsecond nanoseconds, a spatial value without WKB) makes its record a bad
-  record (quarantined, or failing the run with ``bad_records: fail``), naming the column.
+  precision, sub-microsecond nanoseconds, a spatial value without WKB, a ``ZonedTimestamp`` that
+  is not an ISO-8601 timestamp with an offset, a wrapped BIGINT UNSIGNED) makes its record a bad
+  record (quarantined, or failing the run with ``bad_records: fail``), naming the column and the
+  value.
+* **Time zones**: DATETIME values (``Timestamp``, ``MicroTimestamp``, ``NanoTimestamp``) are
+  decoded to Iceberg ``timestamp`` without any time zone, and ``ZonedTimestamp`` text by its own
+  offset, so no Spark session time zone changes a value.
 * **Zero dates** (``0000-00-00``, ``0000-00-00 00:00:00``) are not representable; Debezium already
   emits ``null`` for a nullable column and the epoch (1970-01-01) for a NOT NULL one, and that is
   what lands.
@@ -115,6 +135,16 @@ DECIMAL = "org.apache.kafka.connect.data.Decimal"
 VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
 MAX_ICEBERG_DECIMAL_PRECISION = 38
 """Iceberg spec, "Primitive Types": ``decimal(P,S)`` with P <= 38."""
+UNSIGNED_BIGINT_PRECISION = 20
+"""Digits of the greatest BIGINT UNSIGNED, 18446744073709551615."""
+UNSIGNED_INT64 = "int64(unsigned)"
+"""The encoding of a BIGINT UNSIGNED column in ``bigint.unsigned.handling.mode=long``: a Connect
+``int64`` whose values Debezium wraps past 2^63-1 to negative numbers (a negative one is a bad
+record)."""
+SOURCE_COLUMN_TYPE = "__debezium.source.column.type"
+"""The Connect field parameter naming the source column's type (``BIGINT UNSIGNED``), present
+when the connector runs with ``column.propagate.source.type`` (Debezium docs, "Connector
+properties")."""
 
 SPATIAL_ICEBERG_TYPE = "struct<wkb:binary,srid:int>"
 """The Iceberg type of every spatial column: the value's WKB and SRID."""
@@ -214,7 +244,8 @@ class ColumnSpec:
 
 def decimal_encoding(precision: int | None, scale: int) -> str:
     """The encoding of a Connect decimal: ``org.apache.kafka.connect.data.Decimal(P,S)``
-    (``(,S)`` when the precision is not known)."""
+    (``(,S)`` without one: a Connect decimal without a precision and of a scale above 38, or a
+    column recorded so by an earlier version)."""
     return f"{DECIMAL}({'' if precision is None else precision},{scale})"
 
 
@@ -239,6 +270,12 @@ def _decimal_iceberg_type(precision: int | None, scale: int) -> str:
     return "string"  # exact decimal text: more digits than an Iceberg decimal holds
 
 
+def _is_unsigned_bigint(field: dict[str, Any]) -> bool:
+    """The field's source column is BIGINT UNSIGNED or SERIAL, by its :data:`SOURCE_COLUMN_TYPE`."""
+    words = str((field.get("parameters") or {}).get(SOURCE_COLUMN_TYPE, "")).upper().split()
+    return words[:1] == ["SERIAL"] or (words[:1] == ["BIGINT"] and "UNSIGNED" in words)
+
+
 def _decimal_from_connect(name: str, field: dict[str, Any]) -> tuple[str, str]:
     params = field.get("parameters") or {}
     try:
@@ -252,6 +289,12 @@ def _decimal_from_connect(name: str, field: dict[str, Any]) -> tuple[str, str]:
         ) from e
     if field.get("type") != "bytes":
         raise SchemaError(f"column {name!r}: {DECIMAL} on Connect type {field.get('type')!r} (expected bytes)")
+    if precision is None and 0 <= scale <= MAX_ICEBERG_DECIMAL_PRECISION:
+        # Debezium 1.x BIGINT UNSIGNED (precise): no precision; the widest decimal the source
+        # type needs (module docstring, "A Decimal without a precision")
+        precision = (
+            UNSIGNED_BIGINT_PRECISION if scale == 0 and _is_unsigned_bigint(field) else MAX_ICEBERG_DECIMAL_PRECISION
+        )
     return _decimal_iceberg_type(precision, scale), decimal_encoding(precision, scale)
 
 
@@ -268,6 +311,8 @@ def iceberg_type_of_encoding(encoding: str) -> str:
         return _SEMANTIC[encoding][1]
     if encoding in CONNECT_PRIMITIVES:
         return CONNECT_PRIMITIVES[encoding]
+    if encoding == UNSIGNED_INT64:
+        return "long"
     raise SchemaError(f"unknown column encoding {encoding!r}")
 
 
@@ -325,6 +370,8 @@ def column_from_connect(field: dict[str, Any]) -> ColumnSpec:
         if primitive is None:
             raise SchemaError(f"column {name!r}: Connect type {ctype!r} is not supported")
         iceberg, encoding = primitive, ctype
+        if ctype == "int64" and _is_unsigned_bigint(field):
+            encoding = UNSIGNED_INT64
     return ColumnSpec(name, iceberg, not field.get("optional", True), encoding)
 
 

@@ -15,7 +15,7 @@ from cdclake.io.source_db import ComparedTable, SourceDatabase, SourceRead, sour
 from cdclake.model.config import TableConfig
 from cdclake.model.convergence import SourceIdentity
 from cdclake.model.layout import TOMBSTONES_SUFFIX, side_table
-from cdclake.model.position import BinlogPosition, parse_mariadb_gtid
+from cdclake.model.position import SOURCE_ORDERINGS, BinlogPosition, parse_mariadb_gtid
 from cdclake.model.reconcile import (
     Chunk,
     CompareColumn,
@@ -87,14 +87,19 @@ def reconcile_scope(
         ignored_columns: columns never compared.
 
     Raises:
-        ReconcileError: a changelog table, a primary-key column that cannot be compared, or a
-            ``key_range`` that does not fit the key.
+        ReconcileError: a changelog table, a table ordered by Kafka offset, a primary-key column that
+            cannot be compared, or a ``key_range`` that does not fit the key.
         ConfigError: a primary-key column reconcile cannot chunk by.
     """
     if cfg.write_mode != "upsert":
         raise ReconcileError(
             f"table {cfg.identifier} is a {cfg.write_mode} table (every event a row): it does not mirror its "
             "source table, so reconcile does not compare it"
+        )
+    if cfg.ordering not in SOURCE_ORDERINGS:
+        raise ReconcileError(
+            f"table {cfg.identifier} is ordered by Kafka offset (ordering: {cfg.ordering}): its rows carry no "
+            "binlog position to tell a change still in flight from a difference, so reconcile does not compare it"
         )
     _prefix, database, table = cfg.topic.rsplit(".", 2)
     src = source_columns(db, database, table)

@@ -2,6 +2,10 @@
 Spark). The rules are in :mod:`cdclake.model.schema_diff`; this module reads the changes from the
 schema-change topic, applies what precedes the batch and commits it in one transaction with the
 progress property ``cdc.schema-change-position``, capping the batch before a barrier change.
+
+A barrier change is applied only once every partition of the data topic has settled past it
+(:func:`barrier_waits_for`): an event from before it may still be on its way to a partition the
+batch read to its end, and would then be read by the new column names.
 """
 
 from __future__ import annotations
@@ -9,9 +13,10 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from cdclake.errors import BadRecordError, SchemaChangeError
 from cdclake.io.catalog import (
@@ -22,16 +27,17 @@ from cdclake.io.catalog import (
     load_table_or_none,
     source_schema,
 )
-from cdclake.io.kafka import KafkaClients, read_partition, topic_watermarks
+from cdclake.io.kafka import KafkaClients, offsets_for_time, read_partition, topic_watermarks
 from cdclake.model.config import TableConfig, ValueFormat
+from cdclake.model.convergence import SNAPSHOT_SETTLE_MS, unsettled_partitions
 from cdclake.model.defaults import added_column_default
 from cdclake.model.envelope import KafkaCoordinates, parse_value
 from cdclake.model.layout import COLUMN_DEFAULTS_PROPERTY, SCHEMA_CHANGE_POSITION_PROPERTY, column_encodings_property
 from cdclake.model.mysql_types import column_type
-from cdclake.model.offsets import OffsetRange, plan_range
-from cdclake.model.position import BinlogPosition
+from cdclake.model.offsets import OffsetRange, Offsets, plan_range
+from cdclake.model.position import SOURCE_ORDERINGS, BinlogPosition
 from cdclake.model.schema_changes import SchemaChange, changes_from_record
-from cdclake.model.schema_diff import ChangePlan, check_primary_key, cut_before, plan_change
+from cdclake.model.schema_diff import ChangePlan, check_primary_key, cut_at, cut_before, plan_change
 from cdclake.model.types import ColumnSpec, column_doc
 from cdclake.pipeline.schema_index import catch_up, indexed_records
 
@@ -55,13 +61,14 @@ def read_schema_changes(
 
     Returns:
         The changes, or ``None`` when the topic does not exist (the connector runs with
-        ``include.schema.changes=false``, or has emitted nothing yet).
+        ``include.schema.changes=false``, or has emitted nothing yet) or the ordering reads no
+        position (``kafka``: nothing places a change among the data events).
 
     Raises:
         SchemaChangeError: a record that concerns this table (or that every table must read, such
             as a DDL that cannot be parsed) is not a schema-change event it can read.
     """
-    if catch_up(catalog, kafka, topic) is None:
+    if ordering not in SOURCE_ORDERINGS or catch_up(catalog, kafka, topic) is None:
         return None
     changes: list[SchemaChange] = []
     for partition, offset, value in indexed_records(catalog, topic, table_id):
@@ -190,6 +197,84 @@ def _restated(changes: list[SchemaChange], i: int) -> bool:
     return after is not None and after.kind == "CREATE" and after.position == changes[i].position
 
 
+class SettleFacts(Protocol):
+    """What the settle rule of a barrier change asks Kafka (:func:`barrier_waits_for`)."""
+
+    def produced_at(self, change: SchemaChange) -> int:
+        """When the change's record was stamped in the schema-change topic (epoch ms)."""
+        ...
+
+    def offsets_after(self, timestamp_ms: int) -> Mapping[int, int]:
+        """Per partition of the data topic, the first offset stamped at or after ``timestamp_ms``
+        (the high watermark where none is)."""
+        ...
+
+    def high_watermarks(self) -> Offsets:
+        """The data topic's high watermarks now."""
+        ...
+
+    def now_ms(self) -> int:
+        """The time now (epoch ms)."""
+        ...
+
+
+class KafkaSettleFacts:
+    """:class:`SettleFacts` read from Kafka: the table's schema-change and data topics."""
+
+    def __init__(self, kafka: KafkaClients, cfg: TableConfig) -> None:
+        self._kafka = kafka
+        self._cfg = cfg
+
+    def produced_at(self, change: SchemaChange) -> int:
+        """The record's Kafka timestamp; a record removed by the topic's retention is older than
+        the first one left in its partition (that one's timestamp), or than anything in flight
+        when none is left (0)."""
+        topic = self._cfg.schema_change_topic
+        marks = topic_watermarks(self._kafka, topic)
+        low, high = marks.low.get(change.partition, 0), marks.high.get(change.partition, 0)
+        offset = max(change.offset, low)
+        for msg in read_partition(
+            self._kafka, topic, change.partition, offset, min(offset + 1, high), group_id="cdclake-schema-sync"
+        ):
+            return max(msg.timestamp()[1], 0)
+        return 0
+
+    def offsets_after(self, timestamp_ms: int) -> Mapping[int, int]:
+        return offsets_for_time(self._kafka, self._cfg.topic, timestamp_ms)
+
+    def high_watermarks(self) -> Offsets:
+        return topic_watermarks(self._kafka, self._cfg.topic).high
+
+    def now_ms(self) -> int:
+        return int(time.time() * 1000)
+
+
+def barrier_waits_for(
+    change: SchemaChange,
+    positions: list[tuple[int, int, BinlogPosition]],
+    offset_range: OffsetRange,
+    facts: SettleFacts,
+) -> list[int]:
+    """The partitions of the data topic that may still receive an event from before the barrier
+    ``change`` beyond ``offset_range``'s end (empty: it may be applied).
+
+    Debezium emits in binlog order and sends the schema-change record after every event before the
+    change, through the same producer, and records land in a partition in the order they were sent.
+    So a partition has settled once the range passes a record of it sent after the change: an
+    event at or after the change's position (``positions``, the range's events), or a record
+    stamped after the schema-change record; with none yet, once the range reaches its high
+    watermark :data:`~cdclake.model.convergence.SNAPSHOT_SETTLE_MS` after it: the rule of full
+    snapshots (:func:`~cdclake.model.convergence.unsettled_partitions`).
+    """
+    passed = {p for p, _, position in positions if position >= change.position}
+    if passed >= set(offset_range.end):
+        return []
+    produced = facts.produced_at(change)
+    high = facts.high_watermarks()
+    after = {p: (o if o < high.get(p, 0) else None) for p, o in facts.offsets_after(produced + 1).items()}
+    return [p for p in unsettled_partitions(produced, offset_range.end, after, high, facts.now_ms()) if p not in passed]
+
+
 def _stop_for_table_change(change: SchemaChange, identifier: str) -> SchemaChangeError:
     what = "renamed" if change.kind == "RENAME" else "dropped"
     return SchemaChangeError(
@@ -207,15 +292,19 @@ def sync_changes(
     *,
     data_positions: list[tuple[int, int, BinlogPosition]] | None,
     offset_range: OffsetRange,
+    facts: SettleFacts,
 ) -> SyncResult:
     """Apply the pending ``changes`` that precede the batch's events, capping the batch before a
-    barrier change (module docstring, "Barrier").
+    barrier change (:mod:`cdclake.model.schema_diff`, "Barrier") that the batch holds events before
+    or that has not settled (:func:`barrier_waits_for`).
 
     Args:
         changes: this table's changes in binlog order (:func:`read_schema_changes`).
         data_positions: ``(partition, offset, position)`` of the batch's events (records that
             have no position are left out: the apply step quarantines them).
         offset_range: the planned range.
+        facts: where the settle rule's facts come from (asked only for a barrier change that the
+            batch holds no event before).
 
     Raises:
         SchemaChangeError: see :func:`plan_change`, and a table renamed or dropped at the source.
@@ -268,6 +357,19 @@ def sync_changes(
         )
         if plan.is_barrier:
             cut = cut_before(positions, change.position, offset_range)
+            waiting = barrier_waits_for(change, positions, offset_range, facts) if cut is None else []
+            if waiting:
+                log.info(
+                    "table %s: the barrier change %s waits for partition(s) %s of topic %r, which may still "
+                    "receive events from before it (it applies once a record sent after it is read in each, "
+                    "or once they were read to their end %d s after it)",
+                    cfg.identifier,
+                    change.describe(),
+                    waiting,
+                    cfg.topic,
+                    SNAPSHOT_SETTLE_MS // 1000,
+                )
+                cut = cut_at(positions, change.position, offset_range)
             if cut is not None:
                 capped = (change, cut)
                 break
@@ -331,6 +433,13 @@ def read_data_positions(
 
 
 def _no_schema_topic(cfg: TableConfig) -> None:
+    if cfg.ordering not in SOURCE_ORDERINGS:
+        log.info(
+            "table %s: ordering %s places no schema change among the events: no schema sync (docs/table-config.md)",
+            cfg.identifier,
+            cfg.ordering,
+        )
+        return
     log.warning(
         "schema-change topic %r does not exist: no schema sync (the connector needs include.schema.changes=true)",
         cfg.schema_change_topic,
@@ -353,7 +462,9 @@ def sync_for_range(catalog: Catalog, kafka: KafkaClients, cfg: TableConfig, offs
     positions = None
     if pending_changes(changes, table):
         positions = read_data_positions(kafka, offset_range, cfg.value_format, cfg.ordering)
-    return sync_changes(catalog, cfg, changes, data_positions=positions, offset_range=offset_range)
+    return sync_changes(
+        catalog, cfg, changes, data_positions=positions, offset_range=offset_range, facts=KafkaSettleFacts(kafka, cfg)
+    )
 
 
 def sync_table_schema(catalog: Catalog, kafka: KafkaClients, cfg: TableConfig) -> SyncResult:
@@ -387,4 +498,6 @@ def sync_table_schema(catalog: Catalog, kafka: KafkaClients, cfg: TableConfig) -
         # (at the range's end offset: it is not in the range, so nothing is cut before it)
         partition = min(offset_range.end)
         positions = [(partition, offset_range.end[partition], max(c.position for c in pending))]
-    return sync_changes(catalog, cfg, changes, data_positions=positions, offset_range=offset_range)
+    return sync_changes(
+        catalog, cfg, changes, data_positions=positions, offset_range=offset_range, facts=KafkaSettleFacts(kafka, cfg)
+    )

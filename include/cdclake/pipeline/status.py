@@ -16,6 +16,8 @@ Per table:
   and delete tombstones (no data file is read; the bounds also cover commits older than the key).
 * **The side tables**: the quarantine's ``open`` records; the newest summary row of the reconcile
   table (:data:`~cdclake.pipeline.reconcile.RECONCILE_TABLE`).
+* **The table property** :data:`~cdclake.model.layout.RUN_FAILURE_PROPERTY`: the failed tries of
+  the table's DAG since its last run that succeeded (also a problem, and the table is not fresh).
 
 A table or topic that does not exist is a status (``table_exists``, ``topic_exists``,
 ``problems``), never an exception.
@@ -35,11 +37,13 @@ from cdclake.model.config import TableConfig
 from cdclake.model.layout import (
     METADATA_COLUMN_NAMES,
     QUARANTINE_SUFFIX,
+    RUN_FAILURE_PROPERTY,
     TOMBSTONES_SUFFIX,
     side_table,
 )
 from cdclake.model.status import (
     ReconcileSummary,
+    RunFailure,
     SnapshotInProgress,
     TableStatus,
     commit_activity,
@@ -238,6 +242,9 @@ def status_of_tables(
                     lag_events=sum(by_partition.values()),
                 )
         lag_ms, basis = time_lag(now, fields.get("last_source_ts_ms"), fields.get("high_position_kafka_ts_ms"))
+        failure = fields.get("run_failure")
+        if failure is not None:
+            problems.append(failure.describe(now))
         for problem in problems:
             log.debug("table %s: %s", cfg.identifier, problem)
         out.append(
@@ -252,7 +259,7 @@ def status_of_tables(
                 lag_basis=basis,
                 last_reconcile=reconciled.get(cfg.identifier),
                 freshness_minutes=limit,
-                fresh=freshness_verdict(fields.get("lag_events"), lag_ms, limit),
+                fresh=freshness_verdict(fields.get("lag_events"), lag_ms, limit, failure),
                 problems=problems,
                 **fields,
             )
@@ -295,6 +302,7 @@ def _lake(catalog: Catalog, cfg: TableConfig, now: int) -> _Lake:
         "high_position_kafka_ts_ms": state.high_position_ts,
         "last_source_ts_ms": max(known) if known else None,
         "open_quarantine": open_quarantine(catalog, cfg.identifier),
+        "run_failure": RunFailure.from_property(table.properties.get(RUN_FAILURE_PROPERTY)),
     }
     if state.snapshot is not None:
         fields["snapshot_in_progress"] = SnapshotInProgress(

@@ -4,10 +4,11 @@ This is the apply contract (``docs/architecture.md``, "The apply contract"), as
 ``read -> parse -> stats -> decide -> write -> commit``; each step lives in the module named:
 
 1. **Start check** (:func:`cdclake.model.decision.check_start`). The table's committed offsets
-   must be the range's start; if they are its end, the range is already applied (an Airflow retry
-   after the commit) and nothing happens; anything else is another run's commit
+   must be the range's start in every partition the table committed (a partition the topic gained
+   since starts at its low watermark); if they are its end, the range is already applied (an
+   Airflow retry after the commit) and nothing happens; anything else is another run's commit
    (:class:`~cdclake.errors.ConcurrentRunError`). A manual replay (``plan.replay``) starts wherever
-   the operator said.
+   the operator said, once: a replay whose run id committed already is applied already.
 2. **Read** exactly ``[start, end)`` of each partition (:mod:`cdclake.spark.read`).
 3. **Parse and decode** (:mod:`cdclake.spark.parse`, :mod:`cdclake.spark.decode`). Kafka
    tombstones (null values) are skipped and counted.
@@ -35,20 +36,31 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
-from cdclake.io.catalog import check_ordering, committed_state, ensure_columns, load_catalog, load_table_or_none
+from cdclake.errors import BadRecordError
+from cdclake.io.catalog import (
+    check_ordering,
+    committed_state,
+    ensure_columns,
+    load_catalog,
+    load_table_or_none,
+    run_commit,
+)
 from cdclake.io.kafka import KafkaClients, offsets_for_time, topic_watermarks
-from cdclake.model.convergence import SourceIdentity
+from cdclake.model.connector_check import mode_contradictions
+from cdclake.model.convergence import IdentitySpan, SourceIdentity
 from cdclake.model.decision import (
     RunDecision,
     check_columns,
     check_start,
     column_defaults,
     decide,
+    nothing_applied_error,
     starting_state,
 )
+from cdclake.model.envelope import KafkaCoordinates, parse_value
 from cdclake.model.layout import (
     COLUMN_DEFAULTS_PROPERTY,
     METADATA_COLUMNS,
@@ -59,21 +71,22 @@ from cdclake.model.layout import (
 from cdclake.model.offsets import Offsets
 from cdclake.model.plan import RunPlan
 from cdclake.model.position import BinlogPosition
-from cdclake.model.run_state import BatchStats, ColumnDefault
+from cdclake.model.run_state import BatchStats, ColumnDefault, CommittedState
 from cdclake.settings import Settings
 from cdclake.spark.commit import commit, demote_rows, merge
 from cdclake.spark.context import ApplyContext, resolve_table, source_columns
 from cdclake.spark.names import quote_identifier
 from cdclake.spark.parse import parse_records, unknown_columns_floor
 from cdclake.spark.positions import position_column, position_literal, position_literal_sql, position_sql
-from cdclake.spark.quarantine import bad_batch, split_bad_and_held, write_quarantine
+from cdclake.spark.quarantine import QUARANTINED, bad_batch, first_quarantined, split_bad_and_held, write_quarantine
 from cdclake.spark.read import read_range
-from cdclake.spark.reduce import apply_tombstones, reduce_latest
-from cdclake.spark.stats import GOOD, batch_stats, first_offsets_outside, snapshot_groups
+from cdclake.spark.reduce import reduce_batch
+from cdclake.spark.stats import GOOD, batch_stats, first_offsets_outside, identity_spans, snapshot_groups
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
+    from pyiceberg.table import Table
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
@@ -84,14 +97,18 @@ class ApplyResult:
     """What one apply did.
 
     Attributes:
-        status: ``committed``, ``already_applied`` (the table is at the range's end already) or
-            ``empty`` (the range has no records).
-        snapshot_id: the Iceberg snapshot committed (``committed`` only).
+        status: ``committed``, ``already_applied`` (the table is at the range's end already, or
+            the replay's run committed) or ``empty`` (the range has no records).
+        snapshot_id: the Iceberg snapshot committed; for ``already_applied``, this run's earlier
+            commit, whose figures the other fields then are (``None``: another run's commit).
         events: Kafka records read, tombstones included.
         tombstones: Kafka tombstones (null values) skipped.
         ops: applicable events per Debezium op.
         quarantined: records written to the quarantine table (bad and held back).
         keys_changed: rows in the merge source after reduction (upsert mode).
+        connector_contradictions: the Debezium handling modes the events show where the table's
+            columns expect others, one line per column (:mod:`cdclake.model.connector_check`;
+            the commit's summary key :attr:`~cdclake.model.layout.SummaryKeys.CONNECTOR_CONTRADICTIONS`).
     """
 
     status: str
@@ -101,15 +118,34 @@ class ApplyResult:
     ops: dict[str, int] | None = None
     quarantined: int = 0
     keys_changed: int = 0
+    connector_contradictions: tuple[str, ...] = ()
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def of_commit(cls, status: str, snapshot_id: int, summary: Mapping[str, str]) -> ApplyResult:
+        """The figures a CDC commit's snapshot summary records (:class:`~cdclake.model.layout.SummaryKeys`):
+        what a retry after that commit reports and publishes."""
+        return cls(
+            status,
+            snapshot_id=snapshot_id,
+            events=int(summary.get(SummaryKeys.EVENTS, 0)),
+            tombstones=int(summary.get(SummaryKeys.TOMBSTONES, 0)),
+            ops=json.loads(summary.get(SummaryKeys.OPS, "{}")),
+            quarantined=int(summary.get(SummaryKeys.QUARANTINED, 0)),
+            keys_changed=int(summary.get(SummaryKeys.KEYS_CHANGED, 0)),
+            connector_contradictions=tuple(json.loads(summary.get(SummaryKeys.CONNECTOR_CONTRADICTIONS, "[]"))),
+        )
 
 
 def apply_range(
     spark: SparkSession, settings: Settings, plan: RunPlan, *, kafka: KafkaClients | None = None
 ) -> ApplyResult:
     """Apply one run plan to the table in one Iceberg commit (see the module docstring).
+
+    The commit's summary properties are set on ``spark``'s session conf while it writes: one run
+    at a time per session (each table run opens its own session).
 
     Args:
         kafka: the Kafka clients; default: plaintext to ``settings.kafka_bootstrap``.
@@ -119,6 +155,8 @@ def apply_range(
         ConcurrentRunError: the table's committed offsets are neither the range's start nor its
             end, or another run committed while this one ran.
         BadBatchError: ``bad_records: fail`` and records that cannot be applied (nothing committed).
+        QuarantinedBatchError: every record of the range was quarantined, none applied (raised
+            after the quarantine was written and the offsets committed).
         PositionOrderError: the events change binlog basename or source server.
         SchemaError: the table cannot be created from, or does not fit, the events.
     """
@@ -131,29 +169,30 @@ def apply_range(
     kafka = kafka or KafkaClients.from_bootstrap(settings.kafka_bootstrap)
     catalog = load_catalog(settings)
     existing = load_table_or_none(catalog, cfg.identifier)
-    state = committed_state(existing, cfg.topic) if existing is not None else None
-    if not check_start(state, plan):
-        log.info("table %s is at the range's end already: nothing to do (a retry?)", cfg.identifier)
-        return ApplyResult("already_applied", events=offset_range.event_count)
+    state, done = _start_check(existing, plan) if existing is not None else (None, None)
+    if done is not None:
+        return done
 
     # Not cached: a 1,000,000-event batch is 4.4 GiB of values. The records are parsed once into a
     # cache without the raw value; the rare bad and held-back records are read again from Kafka.
     raw = read_range(spark, kafka, offset_range)
     table = ensure_columns(existing or resolve_table(catalog, cfg, raw), METADATA_COLUMNS)
-    check_ordering(table, cfg.ordering, has_commits=state is not None and state.offsets is not None)
-    ctx = ApplyContext(
-        spark, settings, kafka, plan, catalog, table, state or committed_state(table, cfg.topic), source_columns(table)
-    )
+    if state is None:  # a new table: created by this run, or by a first run racing it since
+        state, done = _start_check(table, plan)
+        if done is not None:
+            return done
+    check_ordering(table, cfg.ordering, has_commits=state.offsets is not None)
+    ctx = ApplyContext(spark, settings, kafka, plan, catalog, table, state, source_columns(table))
     base = parse_records(raw, cfg.value_format, list(ctx.columns), cfg.primary_key, cfg.ordering).drop("value")
     base = base.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         parsed = split_bad_and_held(ctx, base)
-        stats = batch_stats(parsed, cfg, unknown_columns_floor(table))
+        stats = _check_connector_modes(ctx, batch_stats(parsed, cfg, unknown_columns_floor(table)))
         check_columns(stats, cfg)
         if stats.bad and cfg.bad_records == "fail":
             raise bad_batch(ctx, parsed, stats.bad)
         if stats.quarantined:
-            write_quarantine(ctx, raw, parsed.filter("error is not null or held_back_behind is not null"))
+            write_quarantine(ctx, raw, parsed.filter(QUARANTINED))
         if plan.accept_source_change:
             _forget_old_history(ctx)
         defaults = column_defaults(table.properties, (c.name for c in ctx.columns), plan)
@@ -179,11 +218,66 @@ def apply_range(
             ops=dict(stats.ops),
             quarantined=stats.quarantined,
             keys_changed=keys_changed,
+            connector_contradictions=stats.connector_contradictions,
         )
         log.info("table %s: committed snapshot %s: %s", cfg.identifier, snapshot_id, result.to_json())
+        if stats.nothing_applied:
+            raise nothing_applied_error(plan, stats, first_quarantined(parsed))
         return result
     finally:
         base.unpersist()
+
+
+def _start_check(table: Table, plan: RunPlan) -> tuple[CommittedState, ApplyResult | None]:
+    """The start check (:func:`~cdclake.model.decision.check_start`) on ``table`` as it is now.
+
+    Returns:
+        The table's committed state, and the result to return when the range is applied already
+        (with the figures of this run's commit when it made it: a retry publishes them).
+
+    Raises:
+        ConcurrentRunError: another run committed since this one was planned.
+    """
+    cfg = plan.table
+    state = committed_state(table, cfg.topic)
+    own = run_commit(table, cfg.topic, plan.run_id) if plan.replay else None
+    if check_start(state, plan, run_committed=own is not None):
+        return state, None
+    own = own or run_commit(table, cfg.topic, plan.run_id)
+    log.info(
+        "table %s: the range is applied already (%s): nothing to do (a retry after the commit?)",
+        cfg.identifier,
+        f"by this run, snapshot {own[0]}" if own is not None else "by another run",
+    )
+    return state, ApplyResult.of_commit("already_applied", *own) if own is not None else ApplyResult("already_applied")
+
+
+def _check_connector_modes(ctx: ApplyContext, stats: BatchStats) -> BatchStats:
+    """``stats`` with the connector modes the events contradict (:mod:`cdclake.model.connector_check`),
+    checked on the Connect schemas of the batch's first and last record (two Kafka reads; events
+    without a schema are not checked), and said once in the run's log."""
+    if ctx.cfg.value_format != "json_with_schema":
+        return stats
+    schemas = []
+    for partition, offset in stats.schema_samples:
+        where = KafkaCoordinates(ctx.cfg.topic, partition, offset)
+        try:
+            event = parse_value(ctx.record_value(partition, offset), ctx.cfg.value_format, where, ctx.cfg.ordering)
+        except BadRecordError:
+            continue
+        row_schema = event.row_schema() if event is not None else None
+        if row_schema is not None:
+            schemas.append(row_schema)
+    found = tuple(c.describe() for c in mode_contradictions(ctx.columns, schemas, ctx.cfg.connector))
+    if found:
+        log.warning(
+            "table %s: THE EVENTS CONTRADICT THE CONNECTOR MODES the table was made for; they are applied as "
+            "the table's columns read them (docs/operations.md, \"Events that contradict the connector "
+            'modes"): %s',
+            ctx.cfg.identifier,
+            "; ".join(found),
+        )
+    return replace(stats, connector_contradictions=found)
 
 
 class _Lookups:
@@ -196,6 +290,9 @@ class _Lookups:
 
     def first_offsets_outside(self, known: SourceIdentity) -> Mapping[int, int]:
         return first_offsets_outside(self._good, known)
+
+    def identity_spans(self) -> Sequence[IdentitySpan]:
+        return identity_spans(self._good)
 
     def high_watermarks(self) -> Offsets:
         return topic_watermarks(self._ctx.kafka, self._ctx.cfg.topic).high
@@ -262,7 +359,6 @@ def _write(ctx: ApplyContext, good: DataFrame, stats: BatchStats, decision: RunD
     in the rows below the ALTER's position, in the same commit; a completed full snapshot deletes
     the rows below its position that the batch does not rewrite. Change-log tables append every
     event as a row."""
-    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     meta_cols = [name for name, _, _ in METADATA_COLUMNS]
@@ -277,10 +373,9 @@ def _write(ctx: ApplyContext, good: DataFrame, stats: BatchStats, decision: RunD
         rows = rows.filter(F.col("position") > position_literal(state.truncate_floor))
     if state.snapshot_floor is not None:
         rows = rows.filter(F.col("position") >= position_literal(state.snapshot_floor))
-    survivors = apply_tombstones(ctx, reduce_latest(rows, ctx.cfg.primary_key), record=bool(stats.ops.get("d")))
-    source = survivors.select(*image, *meta_cols).persist(StorageLevel.MEMORY_AND_DISK)
+    source, keys_changed = reduce_batch(ctx, rows, [*image, *meta_cols], record=bool(stats.ops.get("d")))
     try:
-        keys_changed = source.count()
+        properties[SummaryKeys.KEYS_CHANGED] = str(keys_changed)
         if decision.completed is not None:
             properties[SummaryKeys.SNAPSHOT_COMPLETED] = json.dumps(
                 {

@@ -16,12 +16,12 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from cdclake.errors import ConcurrentRunError
-from cdclake.model.layout import RUN_BRANCH_PREFIX
+from cdclake.model.layout import run_branch_name
 from cdclake.model.position import DEMOTED, BinlogPosition
 from cdclake.spark.context import ApplyContext
 from cdclake.spark.merge import SOURCE, merge_into, source_column
 from cdclake.spark.names import quote_identifier
-from cdclake.spark.positions import position_column, position_literal
+from cdclake.spark.positions import position_column, position_literal, supersedes_column
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -81,11 +81,13 @@ def merge(
 ) -> None:
     """The merge of a reduced batch (one row per key) into ``target`` (a name
     :func:`~cdclake.spark.names.quote_identifier` made), with ``DataFrame.mergeInto``: a row is
-    replaced or deleted only by an event at a strictly greater position; a truncate in the batch
+    replaced or deleted only by an event that supersedes the one that wrote it
+    (:func:`~cdclake.model.position.supersedes`: a strictly greater position, or at an equal one a
+    later offset in the same Kafka partition); a truncate in the batch
     deletes every row below it, and a full snapshot completed by the batch every row below its
     position that the batch does not rewrite (:mod:`cdclake.model.convergence`)."""
     ordering = ctx.cfg.ordering
-    newer = position_column(ordering, SOURCE) > position_column(ordering, target)
+    newer = supersedes_column(ordering, SOURCE, target)
     deleting = source_column("_cdc_op") == "d"
     values = {quote_identifier(c): source_column(c) for c in all_cols}
     writer = (
@@ -107,22 +109,45 @@ def merge(
 
 def demote_rows(ctx: ApplyContext, target: str) -> None:
     """Move every row of ``target`` below all positions of any binlog history (file sequence -1;
-    GTID sequence :data:`~cdclake.model.position.DEMOTED`, below events without a GTID), keeping
-    its values: the rows of an abandoned binlog history, which events of the new history replace
-    and the new history's next complete full snapshot deletes (``accept_source_change``)."""
+    GTID sequence :data:`~cdclake.model.position.DEMOTED`, below events without a GTID; Kafka
+    offset -1, below every offset of its partition under ``ordering: kafka``), keeping its values:
+    the rows of an abandoned history, which events of the new history replace and the new
+    history's next complete full snapshot deletes (``accept_source_change``)."""
     file_seq, gtid_seq = quote_identifier("_cdc_binlog_file_seq"), quote_identifier("_cdc_gtid_seq")
-    ctx.spark.sql(f"UPDATE {target} SET {file_seq} = -1, {gtid_seq} = {DEMOTED}")
+    offset = quote_identifier("_cdc_kafka_offset")
+    ctx.spark.sql(f"UPDATE {target} SET {file_seq} = -1, {gtid_seq} = {DEMOTED}, {offset} = -1")
+
+
+LOST_RACE_MARKERS = ("CommitFailedException", "not an ancestor")
+"""How Iceberg's refusal of a commit because another commit moved the table reads, whatever wraps
+it (a py4j ``Py4JJavaError``, a PySpark or Spark Connect error): Java's and pyiceberg's
+``CommitFailedException`` ("Table metadata refresh is required", "Table has been updated by another
+process", a failed requirement such as a branch created concurrently, Iceberg's commit retries run
+out), and the fast-forward's "... is not an ancestor of ..." (``main`` moved since the run's base)."""
+
+
+def lost_race(error: BaseException) -> bool:
+    """Whether ``error`` (or an error it was raised from) is one of :data:`LOST_RACE_MARKERS`. A
+    ``CommitStateUnknownException`` never is: such a commit may have landed."""
+    seen: BaseException | None = error
+    while seen is not None:
+        text = f"{type(seen).__name__}: {seen}"
+        if "CommitStateUnknownException" in text:
+            return False
+        if any(marker in text for marker in LOST_RACE_MARKERS):
+            return True
+        seen = seen.__cause__
+    return False
 
 
 @contextmanager
-def _refused_as_concurrent(marker: str, message: str) -> Iterator[None]:
-    """Turn Iceberg's refusal of a change because another commit moved the table (its error text
-    holds ``marker``) into :class:`~cdclake.errors.ConcurrentRunError` with ``message``; any other
-    error passes through."""
+def _refused_as_concurrent(message: str) -> Iterator[None]:
+    """Turn Iceberg's refusal of a commit because another commit moved the table (:func:`lost_race`)
+    into :class:`~cdclake.errors.ConcurrentRunError` with ``message``; any other error passes through."""
     try:
         yield
     except Exception as e:  # noqa: BLE001 - Spark wraps Iceberg's error in several types
-        if marker not in str(e):
+        if not lost_race(e):
             raise
         raise ConcurrentRunError(message) from e
 
@@ -130,65 +155,104 @@ def _refused_as_concurrent(marker: str, message: str) -> Iterator[None]:
 def commit(ctx: ApplyContext, properties: dict[str, str], write: Callable[[str], None]) -> int:
     """Run ``write(target)`` as one commit on top of the run's base snapshot (the table's current
     snapshot when the run started) and return its id. ``target`` is the quoted Spark SQL name
-    (:func:`~cdclake.spark.names.quote_identifier`) of the run's branch, or of the table itself.
+    (:func:`~cdclake.spark.names.quote_identifier`) of the run's branch.
 
     The write goes to a branch created at the base snapshot; ``main`` is then fast-forwarded to it,
     which Iceberg refuses when ``main`` moved since the base (another run committed). A write that
-    changes no row still commits (an empty append), so that its offsets are recorded.
+    changes no row still commits (an empty append), so that its offsets are recorded. A table
+    without snapshots has no base: the branch starts with an empty snapshot of its own
+    (:func:`_start_branch`) and the fast-forward creates ``main``, which Iceberg refuses when another
+    run created it meanwhile (its snapshots are no ancestors of this branch). Each catalog commit of
+    the run (branch, write, fast-forward) that loses a race with another commit is a
+    :class:`~cdclake.errors.ConcurrentRunError`, and ``main`` is unchanged.
 
     Raises:
-        ConcurrentRunError: ``main`` is no longer at ``base_snapshot_id``, or another commit changed
-            the table while the run branch was created.
+        ConcurrentRunError: another commit moved the table since the run's base snapshot (another
+            run committed, a first commit too), or changed it while this run committed (Iceberg's
+            retries ran out).
     """
     spark, cfg = ctx.spark, ctx.cfg
-    base_snapshot_id = ctx.state.snapshot_id
     target = ctx.spark_name()
-    branch = None
+    base_snapshot_id = ctx.state.snapshot_id
+    branch = run_branch_name(int(time.time() * 1000), uuid.uuid4().hex[:12])
+    lost = (
+        f"table {cfg.identifier}: another commit changed the table while this run %s; nothing was "
+        "committed. The next run plans from the table's offsets."
+    )
     if base_snapshot_id is None:
-        debug_pause("before_fast_forward", "main")  # a table without snapshots is written directly
+        at, moved = "on the table without snapshots", "another run made the table's first commit while this run made it"
     else:
-        branch = f"{RUN_BRANCH_PREFIX}{uuid.uuid4().hex[:12]}"
-        # another commit (a racing run, maintenance) may change the table's metadata between this
-        # run's read of it and the branch's creation
-        with _refused_as_concurrent(
-            "CommitFailedException",
-            f"table {cfg.identifier}: another commit changed the table while this run created its "
-            f"branch at snapshot {base_snapshot_id}; nothing was committed. The next run plans from "
-            "the table's offsets.",
-        ):
-            spark.sql(f"ALTER TABLE {target} CREATE BRANCH {quote_identifier(branch)} AS OF VERSION {base_snapshot_id}")
+        at, moved = (
+            f"at snapshot {base_snapshot_id}",
+            f"another run committed since this run read snapshot {base_snapshot_id}",
+        )
     try:
-        for key, value in properties.items():
-            spark.conf.set(SNAPSHOT_PROPERTY_PREFIX + key, value)
-        try:
-            write(f"{target}.{quote_identifier(f'branch_{branch}')}" if branch else target)
-        finally:
-            for key in properties:
-                spark.conf.unset(SNAPSHOT_PROPERTY_PREFIX + key)
-        table = ctx.table.refresh()
-        ref = branch or "main"
-        head = table.snapshot_by_name(ref)
-        if head is None or head.snapshot_id == base_snapshot_id:
-            import pyarrow as pa
-
-            empty = pa.Table.from_pylist([], schema=table.schema().as_arrow())
-            table.append(empty, snapshot_properties=properties, branch=ref)
-        if branch:
-            debug_pause("before_fast_forward", branch)
-            procedure = quote_identifier(ctx.settings.catalog_name, "system", "fast_forward")
-            with _refused_as_concurrent(
-                "not an ancestor",
-                f"table {cfg.identifier}: another run committed since this run read snapshot "
-                f"{base_snapshot_id}; this run's commit was discarded (nothing changed). The "
-                "next run plans from the table's offsets.",
-            ):
-                spark.sql(f"CALL {procedure}('{cfg.identifier}', 'main', '{branch}')")
-        current = table.refresh().current_snapshot()
-        if current is None:  # the write and the empty append above both commit a snapshot
-            raise RuntimeError(f"table {cfg.identifier} has no snapshot after its commit")
-        snapshot_id = current.snapshot_id
+        with _refused_as_concurrent(lost % f"created its branch {at}"):
+            if base_snapshot_id is None:
+                start = _start_branch(ctx, branch)
+            else:
+                start = base_snapshot_id
+                spark.sql(f"ALTER TABLE {target} CREATE BRANCH {quote_identifier(branch)} AS OF VERSION {start}")
+        with _refused_as_concurrent(lost % f"wrote to its branch {branch}"):
+            snapshot_id = _write_branch(ctx, branch, start, properties, write)
+        debug_pause("before_fast_forward", branch)
+        procedure = quote_identifier(ctx.settings.catalog_name, "system", "fast_forward")
+        with _refused_as_concurrent(
+            f"table {cfg.identifier}: {moved}; this run's commit was discarded (nothing changed). The "
+            "next run plans from the table's offsets."
+        ):
+            spark.sql(f"CALL {procedure}('{cfg.identifier}', 'main', '{branch}')")
     finally:
-        if branch:
-            spark.sql(f"ALTER TABLE {target} DROP BRANCH IF EXISTS {quote_identifier(branch)}")
+        spark.sql(f"ALTER TABLE {target} DROP BRANCH IF EXISTS {quote_identifier(branch)}")
     debug_pause("after_commit", snapshot_id)
     return snapshot_id
+
+
+def _start_branch(ctx: ApplyContext, branch: str) -> int:
+    """Create ``branch`` on a table that had no snapshot when the run started; returns its first
+    snapshot. Iceberg starts a branch created on a table without snapshots with an empty snapshot
+    of its own, without parent and without CDC summary properties; on a table that has a current
+    snapshot by then (another run's first commit), at that snapshot.
+
+    Raises:
+        ConcurrentRunError: the branch starts at another run's commit.
+    """
+    ctx.spark.sql(f"ALTER TABLE {ctx.spark_name()} CREATE BRANCH {quote_identifier(branch)}")
+    table = ctx.table.refresh()
+    start, main = table.snapshot_by_name(branch), table.snapshot_by_name("main")
+    if (
+        start is None
+        or start.parent_snapshot_id is not None
+        or (main is not None and main.snapshot_id == start.snapshot_id)
+    ):
+        raise ConcurrentRunError(
+            f"table {ctx.cfg.identifier}: another run made the table's first commit while this run started "
+            "its own; nothing was committed. The next run plans from the table's offsets."
+        )
+    return start.snapshot_id
+
+
+def _write_branch(
+    ctx: ApplyContext, branch: str, base_snapshot_id: int, properties: dict[str, str], write: Callable[[str], None]
+) -> int:
+    """``write`` to ``branch`` with ``properties`` in its snapshot summaries (an empty append
+    carrying them when the write committed nothing); returns the branch's head."""
+    spark = ctx.spark
+    for key, value in properties.items():
+        spark.conf.set(SNAPSHOT_PROPERTY_PREFIX + key, value)
+    try:
+        write(f"{ctx.spark_name()}.{quote_identifier(f'branch_{branch}')}")
+    finally:
+        for key in properties:
+            spark.conf.unset(SNAPSHOT_PROPERTY_PREFIX + key)
+    table = ctx.table.refresh()
+    head = table.snapshot_by_name(branch)
+    if head is None or head.snapshot_id == base_snapshot_id:
+        import pyarrow as pa
+
+        empty = pa.Table.from_pylist([], schema=table.schema().as_arrow())
+        table.append(empty, snapshot_properties=properties, branch=branch)
+        head = table.snapshot_by_name(branch)
+    if head is None:  # the append above commits a snapshot to the branch
+        raise RuntimeError(f"table {ctx.cfg.identifier}: branch {branch} has no snapshot after its write")
+    return head.snapshot_id

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from cdclake.errors import BadRecordError, SchemaError
 from cdclake.io.catalog import create_cdc_table, ensure_side_table, load_table_or_none, source_schema
-from cdclake.io.kafka import KafkaClients
+from cdclake.io.kafka import KafkaClients, read_partition
 from cdclake.model.config import TableConfig
 from cdclake.model.envelope import KafkaCoordinates, parse_value
 from cdclake.model.layout import side_table
@@ -56,6 +56,13 @@ class ApplyContext:
         """The Spark SQL name of the table (or its side table ``suffix``), each part quoted
         (:func:`~cdclake.spark.names.quote_identifier`): ``<catalog>.<ns>.<table><suffix>``."""
         return quote_identifier(self.settings.catalog_name, *side_table(self.cfg.identifier, suffix).split("."))
+
+    def record_value(self, partition: int, offset: int) -> bytes | None:
+        """The value of the record at ``partition``/``offset`` of the table's topic, read again
+        from Kafka (the parse cache keeps no values); ``None`` for a tombstone or a record no
+        longer there."""
+        records = read_partition(self.kafka, self.cfg.topic, partition, offset, offset + 1, group_id="cdclake-record")
+        return next((m.value() for m in records), None)
 
     def side_table(
         self, suffix: str, columns: list[tuple[str, str, bool]] | None = None, docs: dict[str, str] | None = None
@@ -113,16 +120,18 @@ def resolve_table(catalog: Catalog, cfg: TableConfig, raw: DataFrame) -> Table:
 
 def _columns_from_first_schema(raw: DataFrame, cfg: TableConfig) -> list[ColumnSpec]:
     rows = raw.filter("value is not null").select("partition", "offset", "value").limit(100).collect()
+    first_bad: BadRecordError | None = None
     for rec in rows:
         where = KafkaCoordinates(cfg.topic, rec["partition"], rec["offset"])
         try:
-            event = parse_value(bytes(rec["value"]), cfg.value_format, where)
-        except BadRecordError:
+            event = parse_value(bytes(rec["value"]), cfg.value_format, where, cfg.ordering)
+        except BadRecordError as e:
+            first_bad = first_bad or e
             continue
         row_schema = event.row_schema() if event else None
         if row_schema:
             return columns_from_connect(row_schema)
     raise SchemaError(
         f"table {cfg.identifier} does not exist and no event of topic {cfg.topic!r} in this range "
-        "carries a row schema to create it from"
+        "carries a row schema to create it from" + (f"; the first bad record: {first_bad}" if first_bad else "")
     )

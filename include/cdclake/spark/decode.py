@@ -3,8 +3,11 @@
 Each column is read by ``from_json`` as the Spark type of its encoding (:func:`json_read_type`)
 and turned into its Iceberg value by :func:`decode`, exactly: decimals of any precision from
 base64 big-endian two's-complement bytes or JSON numbers, BIT bytes reversed into MySQL order,
-temporal types by their Debezium unit. The rules per encoding are in :mod:`cdclake.model.types`.
-A value that does not fit decodes to null and :mod:`cdclake.spark.parse` reports its record.
+temporal types by their Debezium unit, with no Spark session time zone involved (a DATETIME is
+an Iceberg ``timestamp`` computed from the epoch without a zone; a ``ZonedTimestamp`` is read by
+its own offset). The rules per encoding are in :mod:`cdclake.model.types`. A value that does not
+fit decodes to null, never an error that would fail the batch under ANSI mode, and
+:mod:`cdclake.spark.parse` reports its record with :func:`misfit_reason`.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from cdclake.model.defaults import spark_type
 from cdclake.model.types import (
     CONNECT_PRIMITIVES,
     SPATIAL_ENCODINGS,
+    UNSIGNED_INT64,
     VARIABLE_SCALE_DECIMAL,
+    ColumnSpec,
     iceberg_type_of_encoding,
     parse_decimal_encoding,
 )
@@ -29,6 +34,7 @@ _JSON_READ_TYPE = {
     # a Connect primitive reads as the Spark type of its Iceberg type; bytes as their base64 text
     **{encoding: spark_type(iceberg_type).lower() for encoding, iceberg_type in CONNECT_PRIMITIVES.items()},
     "bytes": "string",
+    UNSIGNED_INT64: "bigint",
     "io.debezium.time.Date": "int",
     "org.apache.kafka.connect.data.Date": "int",
     "io.debezium.time.Time": "int",
@@ -174,10 +180,25 @@ def is_json_null(raw: Column, encoding: str) -> Column:
     return raw.isNull()
 
 
+_EPOCH_NTZ = "TIMESTAMP_NTZ'1970-01-01 00:00:00'"
+"""The epoch as a ``timestamp_ntz``: a DATETIME is this plus its Debezium amount, so no session
+time zone enters (``timestamp_millis(..)`` is an instant, and casting it to ``timestamp_ntz``
+would shift it by the session time zone)."""
+
+_ZONE_SUFFIX = "(Z|[+-][0-9]{2}(:?[0-9]{2}(:?[0-9]{2})?)?)$"
+"""The offset a ``ZonedTimestamp`` ends with (ISO-8601, Debezium writes ``Z``); text without one
+would be read in the session time zone, so it is a bad record."""
+
+_WRAP = 2**64
+"""What Debezium's ``bigint.unsigned.handling.mode=long`` took off a BIGINT UNSIGNED above 2^63-1."""
+
+
 def decode(raw_sql: str, encoding: str) -> Column:
-    """Turn the JSON-level value of a column (SQL ``raw_sql``) into its Iceberg value (see :mod:`cdclake.model.types`). The result is null for a non-null value that does not fit (bad base64,
-    digits beyond the column's scale or precision, sub-microsecond nanoseconds, a WKB-less
-    spatial value): :func:`parse_records` reports it."""
+    """Turn the JSON-level value of a column (SQL ``raw_sql``) into its Iceberg value (see
+    :mod:`cdclake.model.types`). The result is null for a non-null value that does not fit (bad
+    base64, digits beyond the column's scale or precision, sub-microsecond nanoseconds, a WKB-less
+    spatial value, a ``ZonedTimestamp`` that is not ISO-8601 with an offset, a negative
+    ``int64(unsigned)``): :func:`parse_records` reports it (:func:`misfit_reason`)."""
     from pyspark.sql import functions as F
 
     raw = F.expr(raw_sql)
@@ -191,13 +212,16 @@ def decode(raw_sql: str, encoding: str) -> Column:
     if encoding in ("io.debezium.time.Date", "org.apache.kafka.connect.data.Date"):
         return F.date_from_unix_date(raw)
     if encoding in ("io.debezium.time.Timestamp", "org.apache.kafka.connect.data.Timestamp"):
-        return F.timestamp_millis(raw).cast("timestamp_ntz")
+        return F.expr(f"timestampadd(MILLISECOND, {raw_sql}, {_EPOCH_NTZ})")
     if encoding == "io.debezium.time.MicroTimestamp":
-        return F.timestamp_micros(raw).cast("timestamp_ntz")
+        return F.expr(f"timestampadd(MICROSECOND, {raw_sql}, {_EPOCH_NTZ})")
     if encoding == "io.debezium.time.NanoTimestamp":
-        return F.when(raw % 1000 == 0, F.timestamp_micros(F.expr(f"{raw_sql} div 1000")).cast("timestamp_ntz"))
+        return F.when(raw % 1000 == 0, F.expr(f"timestampadd(MICROSECOND, {raw_sql} div 1000, {_EPOCH_NTZ})"))
     if encoding == "io.debezium.time.ZonedTimestamp":
-        return F.to_timestamp(raw)
+        # try_cast: a malformed text is a bad record of its own, not an error failing the batch (ANSI)
+        return F.when(raw.rlike(_ZONE_SUFFIX), F.expr(f"try_cast({raw_sql} AS timestamp)"))
+    if encoding == UNSIGNED_INT64:
+        return F.when(raw >= 0, raw)
     if encoding in ("io.debezium.time.Time", "org.apache.kafka.connect.data.Time"):
         return raw.cast("bigint") * 1000
     if encoding == "io.debezium.time.NanoTime":
@@ -228,6 +252,8 @@ _FALLIBLE_ENCODINGS = frozenset(
         "io.debezium.data.Bits",
         "io.debezium.time.NanoTimestamp",
         "io.debezium.time.NanoTime",
+        "io.debezium.time.ZonedTimestamp",
+        UNSIGNED_INT64,
         VARIABLE_SCALE_DECIMAL,
         *SPATIAL_ENCODINGS,
     }
@@ -238,3 +264,45 @@ decimals."""
 
 def is_fallible(encoding: str) -> bool:
     return encoding in _FALLIBLE_ENCODINGS or parse_decimal_encoding(encoding) is not None
+
+
+MAX_REPORTED_VALUE_CHARS = 100
+"""How much of a value an error quotes."""
+
+
+def value_text(raw: Column, read_type: str) -> Column:
+    """A JSON-level value (read as ``read_type``, :func:`json_read_type`) as an error quotes it:
+    text in quotes, numbers as they are, structs and variants as JSON; at most
+    :data:`MAX_REPORTED_VALUE_CHARS` characters."""
+    from pyspark.sql import functions as F
+
+    if read_type == "string":
+        text = F.concat(F.lit("'"), raw, F.lit("'"))
+    elif read_type == "variant" or read_type.startswith("struct"):
+        text = F.to_json(raw)
+    else:
+        text = raw.cast("string")
+    return F.substring(text, 1, MAX_REPORTED_VALUE_CHARS)
+
+
+def misfit_reason(column: ColumnSpec, raw_sql: str) -> Column:
+    """The error of a record whose ``column`` value (SQL ``raw_sql``) :func:`decode` turned into
+    null: the column, the value, the table's type and the encoding; for a wrapped BIGINT UNSIGNED,
+    the source value and the connector setting to change."""
+    from pyspark.sql import functions as F
+
+    raw = F.expr(raw_sql)
+    if column.encoding == UNSIGNED_INT64:
+        return F.format_string(
+            f"column {column.name!r}: value %s is BIGINT UNSIGNED %s wrapped past 2^63-1 by the connector's "
+            "bigint.unsigned.handling.mode=long; a long column cannot hold it. Set "
+            "bigint.unsigned.handling.mode=precise on the connector and `connector: "
+            "{bigint_unsigned_handling_mode: precise}` in the table config, then re-create the table "
+            '(docs/operations.md, "BIGINT UNSIGNED above 2^63-1")',
+            raw.cast("string"),
+            (raw.cast("decimal(20,0)") + F.expr(str(_WRAP))).cast("string"),
+        )
+    return F.format_string(
+        f"column {column.name!r}: value %s does not fit {column.iceberg_type} (encoding {column.encoding})",
+        value_text(raw, json_read_type(column.encoding)),
+    )

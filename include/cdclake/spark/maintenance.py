@@ -4,7 +4,8 @@
 order, on the table ``<catalog>.<namespace>.<table>`` of a :class:`~cdclake.model.config.TableConfig`
 (settings in its ``maintenance:`` block, :class:`~cdclake.model.config.MaintenancePolicy`):
 
-1. ``remove_stale_run_branches``: run branches older than :data:`RUN_BRANCH_MAX_AGE_MS` (6 h),
+1. ``remove_stale_run_branches``: run branches created more than 6 h ago (twice
+   ``task_timeout_minutes`` when longer: :func:`~cdclake.model.maintenance.run_branch_max_age_ms`),
    left by killed applies (:func:`cdclake.io.maintenance.remove_stale_run_branches`, pyiceberg).
 2. ``expire_tombstones``: delete tombstones older than ``tombstone_retention_hours``
    (:func:`cdclake.io.maintenance.expire_tombstones`, pyiceberg).
@@ -51,14 +52,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cdclake.io.catalog import ancestry, load_catalog, load_table_or_none
-from cdclake.io.maintenance import expire_tombstones, remove_stale_run_branches
+from cdclake.io.maintenance import expire_tombstones, remove_stale_run_branches, stale_run_branches
 from cdclake.model.config import TableConfig
-from cdclake.model.layout import (
-    QUARANTINE_SUFFIX,
-    RUN_BRANCH_PREFIX,
-    TOMBSTONES_SUFFIX,
-    side_table,
-)
+from cdclake.model.layout import QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX, side_table
 from cdclake.model.maintenance import (
     RACE_EXCEPTIONS,
     SIDE_TABLE_ACTIONS,
@@ -70,6 +66,7 @@ from cdclake.model.maintenance import (
     check_actions,
     expiry_cutoff_ms,
     lost_commit_race,
+    run_branch_max_age_ms,
     snapshots_to_expire,
 )
 from cdclake.settings import Settings
@@ -81,9 +78,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
-
-RUN_BRANCH_MAX_AGE_MS = 6 * 3600 * 1000
-"""Run branches whose snapshot is older than this (6 h, in ms) were left by killed applies."""
 
 COMMIT_ATTEMPTS = 4
 """Attempts of an action that loses a commit race to a concurrent writer (the apply)."""
@@ -351,29 +345,19 @@ class _Maintenance:
     # --- the actions (one method per name of ACTIONS) -----------------------------------------
 
     def _remove_stale_run_branches(self, ident: str) -> _Outcome:
+        age_ms = run_branch_max_age_ms(self.cfg.task_timeout_minutes)
+        age = f"created more than {age_ms / _HOUR_MS:g} h ago"
         if self.dry_run:
             table = self._table(ident)
             if table is None:
                 return _Outcome("no snapshot", skipped=True)
-            stale = []
-            for name, ref in table.refs().items():
-                snap = table.snapshot_by_id(ref.snapshot_id)
-                if name.startswith(RUN_BRANCH_PREFIX) and (
-                    snap is None or self.now_ms - snap.timestamp_ms > RUN_BRANCH_MAX_AGE_MS
-                ):
-                    stale.append(name)
+            stale = stale_run_branches(table, max_age_ms=age_ms, now_ms=self.now_ms)
             return _Outcome(
-                f"would remove {len(stale)} run branch(es) older than 6 h",
-                {"stale_branches": len(stale)},
-                branches=tuple(sorted(stale)),
+                f"would remove {len(stale)} run branch(es) {age}", {"stale_branches": len(stale)}, branches=tuple(stale)
             )
-        removed = remove_stale_run_branches(
-            self.catalog, ident, older_than_ms=RUN_BRANCH_MAX_AGE_MS, now_ms=self.now_ms
-        )
+        removed = remove_stale_run_branches(self.catalog, ident, older_than_ms=age_ms, now_ms=self.now_ms)
         return _Outcome(
-            f"removed {len(removed)} run branch(es) older than 6 h",
-            {"removed_branches": len(removed)},
-            branches=tuple(sorted(removed)),
+            f"removed {len(removed)} run branch(es) {age}", {"removed_branches": len(removed)}, branches=tuple(removed)
         )
 
     def _expire_tombstones(self, ident: str) -> _Outcome:

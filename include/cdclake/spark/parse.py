@@ -10,16 +10,30 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cdclake.model.layout import SCHEMA_CHANGE_POSITION_PROPERTY
-from cdclake.model.position import BINLOG_FILE_PATTERN, SNAPSHOT_MARKERS, SNAPSHOT_RANK, BinlogPosition
+from cdclake.model.position import (
+    BINLOG_FILE_PATTERN,
+    NO_POSITION_REMEDY,
+    SNAPSHOT_MARKERS,
+    SNAPSHOT_RANK,
+    SOURCE_ORDERINGS,
+    BinlogPosition,
+)
 from cdclake.model.types import ColumnSpec
-from cdclake.spark.decode import decode, is_fallible, is_json_null, json_read_type
+from cdclake.spark.decode import (
+    MAX_REPORTED_VALUE_CHARS,
+    decode,
+    is_fallible,
+    is_json_null,
+    json_read_type,
+    misfit_reason,
+)
 from cdclake.spark.names import quote_identifier
 from cdclake.spark.positions import gtid_sequence, position_column
 from cdclake.spark.read import KAFKA_RECORD_COLUMNS
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 
 def _envelope_ddl(columns: list[tuple[str, str]], value_format: str) -> str:
@@ -51,7 +65,8 @@ def parse_records(
     ``_cdc_gtid_seq``, ``_cdc_source_ts``, ``_cdc_kafka_*``), ``position`` (struct in
     ``ordering``, see :func:`cdclake.spark.positions.position_column`),
     ``image`` (struct of the source columns, decoded), ``error`` (null when the record can be
-    applied, else the reason), ``unknown_column`` (the first name in the applied image, ``after``
+    applied, else the reason; :data:`TYPE_MISMATCH` until :func:`describe_mismatches` names the
+    column), ``unknown_column`` (the first name in the applied image, ``after``
     or for a delete ``before``, that is not one of ``columns``; else null).
     """
     from pyspark.sql import functions as F
@@ -61,7 +76,7 @@ def parse_records(
     # The whole value is parsed, Connect schema and all: cutting the payload out first (with
     # get_json_object) would re-serialize it through Jackson, which writes a JSON number with a
     # fraction as a double and so loses NUMERIC-encoded decimals' digits.
-    parsed = F.from_json(text, ddl, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"})
+    parsed = F.from_json(text, ddl, _PERMISSIVE)
     env = "j.payload" if value_format == "json_with_schema" else "j"
     df = raw.select(*KAFKA_RECORD_COLUMNS, parsed.alias("j")).withColumn(
         "_image_raw",
@@ -85,7 +100,7 @@ def parse_records(
     src = f"{env}.source"
     image_raw = F.col("_image_raw")
     image = F.col("_image")
-    file = F.col(f"{src}.file")
+    file, src_pos = F.col(f"{src}.file"), F.col(f"{src}.pos")
     snapshot = (op == "r") | F.col(f"{src}.snapshot").isin(*SNAPSHOT_MARKERS)
     encodings = {c.name: c.encoding for c in columns}
     row_error = F.lit(None).cast("string")
@@ -93,7 +108,7 @@ def parse_records(
         if is_fallible(c.encoding):
             row_error = F.when(
                 ~is_json_null(image_raw[c.name], c.encoding) & image[c.name].isNull(),
-                F.lit(f"column {c.name!r}: value does not fit {c.iceberg_type} (encoding {c.encoding})"),
+                misfit_reason(c, raw_sql[c.name]),
             ).otherwise(row_error)
     for col in reversed(primary_key):
         row_error = F.when(
@@ -108,10 +123,7 @@ def parse_records(
             & (F.col(env).isNull() | F.expr("try_parse_json(cast(value AS STRING)) IS NULL")),
             F.lit("value is not JSON"),
         )
-        .when(
-            F.col("j._corrupt_record").isNotNull(),
-            F.lit("a value does not fit the table's column types, or the value is malformed"),
-        )
+        .when(F.col("j._corrupt_record").isNotNull(), F.lit(TYPE_MISMATCH))
         .when(
             F.col(env).isNull(),
             F.lit(
@@ -122,8 +134,12 @@ def parse_records(
         )
         .when(op.isNull(), F.lit("envelope has no 'op'"))
         .when(~op.isin("c", "u", "d", "r", "t"), F.concat(F.lit("unknown op '"), op, F.lit("'")))
-        .when(file.isNull() | F.col(f"{src}.pos").isNull(), F.lit("source has no binlog position (file, pos)"))
-        .when(F.regexp_extract(file, BINLOG_FILE_PATTERN, 2) == "", F.lit("source.file has no numeric suffix"))
+        .when(
+            _no_position(file, src_pos, ordering),
+            F.format_string(f"source has no binlog position (file '%s', pos %s): {NO_POSITION_REMEDY}", file, src_pos),
+        )
+        .when(_no_file_number(file, ordering), F.lit("source.file has no numeric suffix"))
+        .when(_unplaced_truncate(op, ordering), F.lit(UNPLACED_TRUNCATE))
         .when(
             op.isin("c", "u", "r") & F.col(f"{env}.after").isNull(),
             F.concat(F.lit("op '"), op, F.lit("' without an 'after' image")),
@@ -155,6 +171,134 @@ def parse_records(
         F.when(F.col(env).isNotNull(), F.try_element_at(unknown, F.lit(1))).alias("unknown_column"),
     )
     return out.withColumn("position", position_column(ordering))
+
+
+UNPLACED_TRUNCATE = (
+    "op 't' (truncate) under ordering: kafka: without binlog positions nothing places it among the "
+    "events of the other partitions, so it is not applied"
+)
+"""The quarantine error of a truncate event of a table ordered by Kafka offset."""
+
+
+def _no_position(file: Column, pos: Column, ordering: str) -> Column:
+    """An event without a binlog position (``source.file`` null or empty, or ``pos`` null) in an
+    ordering that needs one; its error names the remedy (:data:`~cdclake.model.position.NO_POSITION_REMEDY`)."""
+    from pyspark.sql import functions as F
+
+    if ordering not in SOURCE_ORDERINGS:
+        return F.lit(False)
+    return file.isNull() | (file == "") | pos.isNull()
+
+
+def _no_file_number(file: Column, ordering: str) -> Column:
+    """A ``source.file`` without a numeric suffix, in an ordering that reads it."""
+    from pyspark.sql import functions as F
+
+    if ordering not in SOURCE_ORDERINGS:
+        return F.lit(False)
+    return F.regexp_extract(file, BINLOG_FILE_PATTERN, 2) == ""
+
+
+def _unplaced_truncate(op: Column, ordering: str) -> Column:
+    """A truncate in an ordering without positions: it cannot be placed (:data:`UNPLACED_TRUNCATE`)."""
+    from pyspark.sql import functions as F
+
+    return op == "t" if ordering not in SOURCE_ORDERINGS else F.lit(False)
+
+
+TYPE_MISMATCH = "a value does not fit the table's column types, or the value is malformed"
+"""The error :func:`parse_records` gives a JSON value that does not fit the types it reads;
+:func:`describe_mismatches` replaces it with the column, the value and the types. (Naming the
+column in the parse itself made every batch about 15% slower to parse: the expression is large
+even where it is not evaluated.)"""
+
+_PERMISSIVE = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"}
+"""``from_json`` options: a value that does not fit the schema gives nulls and its text in
+``_corrupt_record``, never an error."""
+
+_CONNECT_FIELDS_DDL = "struct<schema:struct<fields:array<struct<field:string,fields:array<struct<field:string,type:string,name:string>>>>>>"
+"""The Connect schema of a ``json_with_schema`` value, as far as naming a field's type needs."""
+
+
+def _does_not_fit(text: Column, value_format: str, image: str, column: str, read_type: str) -> Column:
+    """Whether ``image``.``column`` of the JSON ``text`` does not fit ``read_type``: ``from_json``
+    of the value with only that field gives a corrupt record."""
+    from pyspark.sql import functions as F
+
+    row = f"struct<{image}:struct<{quote_identifier(column)}:{read_type}>"
+    ddl = (
+        f"struct<payload:{row}>,_corrupt_record:string>"
+        if value_format == "json_with_schema"
+        else f"{row},_corrupt_record:string>"
+    )
+    return F.from_json(text, ddl, _PERMISSIVE)["_corrupt_record"].isNotNull()
+
+
+def describe_mismatches(records: DataFrame, columns: list[ColumnSpec], value_format: str) -> DataFrame:
+    """``records`` (with ``value`` and ``error``) with each :data:`TYPE_MISMATCH` error replaced by
+    the first column (``after`` image, then ``before``) whose value does not fit the table's
+    column, naming the value, its type in the event (the Connect schema's field, or the JSON type)
+    and the table's type; else by the envelope's fields (``source``, ``op``, ``ts_ms``).
+
+    For the few records a run quarantines or reports: each such value is parsed once per column
+    and image, with the same ``from_json`` rule as :func:`parse_records`, to find the column."""
+    from pyspark.sql import functions as F
+
+    text = F.col("value").cast("string")
+    mismatch = F.col("error") == TYPE_MISMATCH
+    checks = [(c, image) for c in columns for image in ("after", "before")]
+    culprit = F.lit(None).cast("int")
+    for i, (c, image) in reversed(list(enumerate(checks))):
+        fits = ~_does_not_fit(text, value_format, image, c.name, json_read_type(c.encoding))
+        culprit = F.when(fits, culprit).otherwise(F.lit(i + 1))
+
+    def pick(items: list[str]) -> Column:
+        return F.element_at(F.array(*[F.lit(x) for x in items]), F.col("_culprit"))
+
+    column, image_of = pick([c.name for c, _ in checks]), pick([i for _, i in checks])
+    images = "struct<before:map<string,variant>,after:map<string,variant>>"
+    values = (
+        F.from_json(text, f"struct<payload:{images}>")["payload"]
+        if value_format == "json_with_schema"
+        else F.from_json(text, images)
+    )
+    value = F.try_element_at(F.when(image_of == "after", values["after"]).otherwise(values["before"]), column)
+    reason = F.format_string(
+        "column '%s' (%s image): value %s (%s) does not fit the table's %s",
+        column,
+        image_of,
+        F.substring(F.to_json(value), 1, MAX_REPORTED_VALUE_CHARS),
+        _event_type(text, value_format, image_of, column, value),
+        pick([f"{c.iceberg_type} (encoding {c.encoding})" for c, _ in checks]),
+    )
+    envelope = "a value of the envelope (source, op, ts_ms) does not fit Debezium's types, or the value is malformed"
+    return (
+        records.withColumn("_culprit", F.when(mismatch, culprit))
+        .withColumn(
+            "error",
+            F.when(mismatch & F.col("_culprit").isNotNull(), reason)
+            .when(mismatch, F.lit(envelope))
+            .otherwise(F.col("error")),
+        )
+        .drop("_culprit")
+    )
+
+
+def _event_type(text: Column, value_format: str, image: Column, column: Column, value: Column) -> Column:
+    """How the event types ``image``.``column``: its Connect schema field (``Connect
+    org.apache.kafka.connect.data.Decimal on bytes in the event's schema``), or without a schema the
+    JSON type of ``value`` (a ``variant``: ``JSON string in the event``)."""
+    from pyspark.sql import functions as F
+
+    if value_format != "json_with_schema":
+        return F.concat(F.lit("JSON "), F.lower(F.schema_of_variant(value)), F.lit(" in the event"))
+    fields = F.from_json(text, _CONNECT_FIELDS_DDL)["schema"]["fields"]
+    row_fields = F.try_element_at(F.filter(fields, lambda f: f["field"] == image), F.lit(1))["fields"]
+    field = F.try_element_at(F.filter(row_fields, lambda f: f["field"] == column), F.lit(1))
+    return F.when(
+        field.isNotNull(),
+        F.concat(F.lit("Connect "), F.concat_ws(" on ", field["name"], field["type"]), F.lit(" in the event's schema")),
+    ).otherwise(F.lit("the event's Connect schema has no such field"))
 
 
 def unknown_columns_floor(table: Table) -> BinlogPosition | None:

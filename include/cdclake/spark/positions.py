@@ -15,12 +15,14 @@ from cdclake.model.position import (
     GTID_DOMAIN_GROUP,
     GTID_SEQUENCE_GROUP,
     GTID_SERVER_GROUP,
+    KAFKA_PARTS,
     MARIADB_GTID_PATTERN,
     MYSQL_GTID_SEPARATOR,
     ORDERINGS,
     BinlogPosition,
     PositionPart,
     position_parts,
+    unguarded_across_partitions,
 )
 from cdclake.spark.names import qualified
 
@@ -45,18 +47,49 @@ def position_column(ordering: str, qualifier: str | None = None, *, change: bool
     """
     from pyspark.sql import functions as F
 
-    fields = []
-    for part in position_parts(ordering, change=change):
-        if part.column is None:
-            value = F.lit(part.if_null)
-        elif part.when_true is not None:
-            value = F.when(F.col(qualified(qualifier, part.column)), F.lit(part.when_true)).otherwise(
-                F.lit(part.if_null)
-            )
-        else:
-            value = F.coalesce(F.col(qualified(qualifier, part.column)), F.lit(part.if_null))
-        fields.append(value.cast(_SPARK_TYPES[part.bits]).alias(part.field))
-    return F.struct(*fields)
+    return F.struct(*[_part_column(part, qualifier) for part in position_parts(ordering, change=change)])
+
+
+def _part_column(part: PositionPart, qualifier: str | None) -> Column:
+    """The value of ``part`` in each row (:meth:`~cdclake.model.position.PositionPart.read`)."""
+    from pyspark.sql import functions as F
+
+    if part.column is None:
+        value = F.lit(part.if_null)
+    elif part.when_true is not None:
+        value = F.when(F.col(qualified(qualifier, part.column)), F.lit(part.when_true)).otherwise(F.lit(part.if_null))
+    else:
+        value = F.coalesce(F.col(qualified(qualifier, part.column)), F.lit(part.if_null))
+    return value.cast(_SPARK_TYPES[part.bits]).alias(part.field)
+
+
+def place_columns(ordering: str, qualifier: str | None = None, *, change: bool = False) -> list[Column]:
+    """The place of the event that wrote each row (:class:`~cdclake.model.position.EventPlace`):
+    its position (:func:`position_column`), Kafka partition and offset. Sorting by these columns,
+    in this order, is the order of a batch's events of one key. Arguments as :func:`position_column`."""
+    return [position_column(ordering, qualifier, change=change), *[_part_column(p, qualifier) for p in KAFKA_PARTS]]
+
+
+def supersedes_column(
+    ordering: str, event: str | None, stored: str, *, event_change: bool = False, stored_change: bool = False
+) -> Column:
+    """Whether the event of each row of ``event`` replaces the row (or passes the tombstone) of
+    ``stored``: :func:`cdclake.model.position.supersedes` over their metadata columns.
+
+    Args:
+        ordering: the table's ordering.
+        event: the quoted qualifier of the event's columns (``None``: unqualified).
+        stored: the quoted qualifier of the stored row's (or tombstone's) columns.
+        event_change, stored_change: that side is a tombstone (``change`` of :func:`position_column`).
+    """
+    from pyspark.sql import functions as F
+
+    new_position, new_partition, new_offset = place_columns(ordering, event, change=event_change)
+    old_position, old_partition, old_offset = place_columns(ordering, stored, change=stored_change)
+    tie = F.when(new_partition == old_partition, new_offset > old_offset).otherwise(
+        F.lit(unguarded_across_partitions(ordering))
+    )
+    return (new_position > old_position) | ((new_position == old_position) & tie)
 
 
 def position_literal(position: BinlogPosition) -> Column:

@@ -10,22 +10,23 @@ way no offset passes a record that was neither applied nor quarantined. Columns:
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 from cdclake.errors import BadBatchError, BadRecordError
-from cdclake.io.kafka import read_partition
 from cdclake.model.config import TableConfig
 from cdclake.model.envelope import KafkaCoordinates, parse_value
 from cdclake.model.layout import QUARANTINE_COLUMNS, QUARANTINE_SUFFIX
-from cdclake.model.types import ColumnSpec
+from cdclake.model.run_state import QuarantinedRecord
 from cdclake.spark.context import ApplyContext
-from cdclake.spark.decode import json_read_type
 from cdclake.spark.merge import merge_into
+from cdclake.spark.parse import TYPE_MISMATCH, describe_mismatches
 from cdclake.spark.read import KAFKA_RECORD_COLUMNS
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
+
+QUARANTINED = "error is not null or held_back_behind is not null"
+"""The records a run quarantines: bad, or held back behind a bad record of their key."""
 
 MAX_REPORTED_BAD_RECORDS = 10
 """How many bad records a ``bad_records: fail`` error describes one by one."""
@@ -73,20 +74,14 @@ def write_quarantine(ctx: ApplyContext, raw: DataFrame, records: DataFrame) -> N
     records = records.select("partition", "offset", "error", "held_back_behind").join(
         raw.select(*KAFKA_RECORD_COLUMNS), ["partition", "offset"]
     )
+    records = describe_mismatches(records, list(ctx.columns), ctx.cfg.value_format)
 
     ctx.side_table(
         QUARANTINE_SUFFIX, [(n, t, False) for n, t, _ in QUARANTINE_COLUMNS], {n: d for n, _, d in QUARANTINE_COLUMNS}
     )
     rows = records.select(
         *KAFKA_RECORD_COLUMNS,
-        F.coalesce(
-            "error",
-            F.concat(
-                F.lit("held back behind the quarantined record at offset "),
-                F.col("held_back_behind").cast("string"),
-                F.lit(" of the same key"),
-            ),
-        ).alias("error"),
+        _reason().alias("error"),
         "held_back_behind",
         F.lit(ctx.plan.run_id).alias("run_id"),
         F.current_timestamp().alias("quarantined_at"),
@@ -94,6 +89,34 @@ def write_quarantine(ctx: ApplyContext, raw: DataFrame, records: DataFrame) -> N
     )
     target = ctx.spark_name(QUARANTINE_SUFFIX)
     merge_into(rows, target, ("topic", "partition", "offset")).whenNotMatched().insertAll().merge()
+
+
+def _reason() -> Column:
+    """The reason a record is quarantined: its error, or which bad record it is held back behind."""
+    from pyspark.sql import functions as F
+
+    return F.coalesce(
+        "error",
+        F.concat(
+            F.lit("held back behind the quarantined record at offset "),
+            F.col("held_back_behind").cast("string"),
+            F.lit(" of the same key"),
+        ),
+    )
+
+
+def first_quarantined(parsed: DataFrame) -> QuarantinedRecord:
+    """The batch's first quarantined record (lowest partition, then offset) and its reason: for the
+    error of a run that applied nothing (one small Spark job, on that path only)."""
+    row = (
+        parsed.filter(QUARANTINED)
+        .orderBy("partition", "offset")
+        .select("partition", "offset", _reason().alias("reason"))
+        .first()
+    )
+    if row is None:
+        raise ValueError("the batch has no quarantined record")
+    return QuarantinedRecord(int(row["partition"]), int(row["offset"]), str(row["reason"]))
 
 
 def bad_batch(ctx: ApplyContext, parsed: DataFrame, total: int) -> BadBatchError:
@@ -108,45 +131,27 @@ def bad_batch(ctx: ApplyContext, parsed: DataFrame, total: int) -> BadBatchError
         .collect()
     )
     cfg = ctx.cfg
-    reported = []
+    described = []
     for b in bad_rows:
         where = KafkaCoordinates(cfg.topic, b["partition"], b["offset"])
-        records = read_partition(
-            ctx.kafka, cfg.topic, b["partition"], b["offset"], b["offset"] + 1, group_id="cdclake-bad-records"
-        )
-        value = next((m.value() for m in records), None)
-        reason = _describe_bad_record(value, cfg, ctx.columns, where, b["error"])
-        reported.append((cfg.topic, b["partition"], b["offset"], reason))
-    return BadBatchError(reported, total)
+        value = ctx.record_value(b["partition"], b["offset"])
+        described.append((b["partition"], b["offset"], value, _describe_bad_record(value, cfg, where, b["error"])))
+    if any(reason == TYPE_MISMATCH for *_, reason in described):
+        # the column is named by Spark, on these few values only (parse.describe_mismatches)
+        records = ctx.spark.createDataFrame(described, "partition int, offset long, value binary, error string")
+        rows = describe_mismatches(records, list(ctx.columns), cfg.value_format).orderBy("partition", "offset")
+        described = [(r["partition"], r["offset"], None, r["error"]) for r in rows.collect()]
+    return BadBatchError([(cfg.topic, p, o, reason) for p, o, _, reason in described], total)
 
 
-def _describe_bad_record(
-    value: bytes | None, cfg: TableConfig, columns: tuple[ColumnSpec, ...], where: KafkaCoordinates, spark_reason: str
-) -> str:
-    """A precise reason for a record Spark flagged, found by re-parsing it in Python."""
+def _describe_bad_record(value: bytes | None, cfg: TableConfig, where: KafkaCoordinates, spark_reason: str) -> str:
+    """The reason for a record Spark flagged: the envelope's defect as the Python parser names it
+    (:func:`~cdclake.model.envelope.parse_value`), else Spark's reason (which names a column whose
+    value does not fit, :mod:`cdclake.spark.parse`)."""
     if value is None:
         return spark_reason
     try:
-        parse_value(value, cfg.value_format, where)
+        parse_value(value, cfg.value_format, where, cfg.ordering)
     except BadRecordError as e:
         return e.reason
-    doc = json.loads(value)  # parse_value accepted it, so this is JSON
-    envelope = doc.get("payload", doc) if cfg.value_format == "json_with_schema" else doc
-    image = envelope.get("before") if envelope.get("op") == "d" else envelope.get("after")
-    for col in columns:
-        v = (image or {}).get(col.name)
-        if v is None:
-            continue
-        expected = json_read_type(col.encoding)
-        ok = {
-            "int": isinstance(v, int) and not isinstance(v, bool) and -(2**31) <= v < 2**31,
-            "bigint": isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63,
-            "float": isinstance(v, (int, float)) and not isinstance(v, bool),
-            "double": isinstance(v, (int, float)) and not isinstance(v, bool),
-            "boolean": isinstance(v, bool),
-            "string": True,
-            "variant": True,
-        }.get(expected, isinstance(v, dict))  # the struct<...> types
-        if not ok:
-            return f"column {col.name!r}: value {v!r} does not fit {col.iceberg_type} (encoding {col.encoding})"
     return spark_reason

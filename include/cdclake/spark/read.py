@@ -28,6 +28,12 @@ def read_range(spark: SparkSession, kafka: KafkaClients, offset_range: OffsetRan
     ``timestamp``, ``headers``. Partitions whose range is empty are not read. A range of more
     than :data:`RECORDS_PER_SPARK_PARTITION` records is read in Spark partitions of about that
     many records. ``failOnDataLoss``: a record missing from the range fails the read.
+
+    Only committed records are read (``kafka.isolation.level``, set by
+    :meth:`~cdclake.io.kafka.KafkaClients.spark_options`: :data:`~cdclake.io.kafka.ISOLATION_LEVEL`):
+    the source skips transaction markers and aborted records as offsets with nothing to read, not
+    as lost data. It would wait for records beyond a partition's last stable offset and fail: the
+    planned end never lies beyond it (the planner's high watermarks are the last stable offsets).
     """
     parts = sorted(p for p in offset_range.end if offset_range.end[p] > offset_range.start[p])
     topic = offset_range.topic

@@ -1,40 +1,165 @@
 """Reduction of a batch (Spark): the latest event per primary key, and the delete tombstones
 (``<table>__cdc_tombstones``) that keep a re-emitted or replayed older event from bringing a
-deleted row back (``docs/architecture.md``, "The apply contract")."""
+deleted row back (``docs/architecture.md``, "The apply contract").
+
+The order of one key's events is :class:`cdclake.model.position.EventPlace`'s (position, then
+Kafka partition and offset) and the batch's rule is :func:`cdclake.model.position.batch_pick`: the
+events at the latest event's position that differ from it were ordered by Kafka offset (logged
+once per run), or, in another partition, have no order (:class:`~cdclake.errors.PositionOrderError`).
+"""
 
 from __future__ import annotations
 
+import logging
 import operator
 from functools import reduce
 from typing import TYPE_CHECKING
 
+from cdclake.errors import PositionOrderError
 from cdclake.model.layout import TOMBSTONE_COLUMNS, TOMBSTONES_SUFFIX
+from cdclake.model.position import SOURCE_ORDERINGS, EventPlace, unordered_message
 from cdclake.spark.context import ApplyContext
 from cdclake.spark.merge import SOURCE, merge_into
-from cdclake.spark.positions import position_column
+from cdclake.spark.names import qualified, quote_identifier
+from cdclake.spark.positions import place_columns, position_of, supersedes_column
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
+
+log = logging.getLogger(__name__)
+
+TIED = "_cdc_tied"
+"""Column of :func:`reduce_latest`'s rows: another event of the key at the row's position has other
+content (:attr:`cdclake.model.position.BatchPick.tied`)."""
+
+_UNORDERED = "_cdc_unordered"
+"""Column of the ranked events: ``(partition, offset)`` of an event the key's latest one has no
+order with (:attr:`cdclake.model.position.BatchPick.unordered`), else null."""
+
+_UNORDERED_MARKER = "cdclake: events of one key without an order"
+"""The text of the Spark error a batch with :data:`_UNORDERED` events raises, to tell it apart."""
+
+_EVENT_ALIAS, _TOMB_ALIAS = "cdc-event", "cdc-tomb"
+"""Aliases of the batch's events and of the tombstone table in their join (hyphenated, as
+:data:`cdclake.spark.merge.SOURCE_ALIAS`: apart from every column and table name)."""
+
+_EVENT, _TOMB = quote_identifier(_EVENT_ALIAS), quote_identifier(_TOMB_ALIAS)
 
 
-def reduce_latest(events: DataFrame, primary_key: tuple[str, ...]) -> DataFrame:
-    """Keep, per primary key, the event at the greatest position.
-
-    Order: ``(file_seq, pos, row, change rank)``, where a snapshot read ranks below a change at an
-    equal position; identical positions (the same event twice) keep either copy.
-    """
+def _ranked(events: DataFrame, primary_key: tuple[str, ...], ordering: str) -> DataFrame:
+    """``events`` with ``_rn`` (1: the key's latest event) and, on every row of a key, the key's
+    :data:`TIED` and :data:`_UNORDERED`: :func:`~cdclake.model.position.batch_pick` in one window
+    (one shuffle by key, one sort)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    position, partition, offset = place_columns(ordering)
     w = Window.partitionBy(*[F.col("image")[c] for c in primary_key]).orderBy(
-        F.col("position").desc(), F.col("partition").desc(), F.col("offset").desc()
+        position.desc(), partition.desc(), offset.desc()
     )
-    return events.withColumn("_rn", F.row_number().over(w)).filter("_rn = 1").drop("_rn")
+    whole = w.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    content = F.struct("_cdc_op", "image")
+    at_top = position == F.first(position).over(whole)
+    differs = ~content.eqNullSafe(F.first(content).over(whole))
+    # the first row of its partition at its position in this order: that partition's last event there
+    head = F.coalesce((F.lag(partition).over(w) != partition) | (F.lag(position).over(w) != position), F.lit(True))
+    flagged = events.select(
+        "*",
+        F.row_number().over(w).alias("_rn"),
+        (at_top & differs).alias("_tied_here"),
+        F.when(
+            at_top & differs & head & (partition != F.first(partition).over(whole)), F.struct(partition, offset)
+        ).alias("_unordered_here"),
+    )
+    return flagged.select(
+        "*",
+        F.max("_tied_here").over(whole).alias(TIED),
+        # the greatest partition's: as batch_pick
+        F.max("_unordered_here").over(whole).alias(_UNORDERED),
+    ).drop("_tied_here", "_unordered_here")
+
+
+def reduce_latest(events: DataFrame, primary_key: tuple[str, ...], ordering: str) -> DataFrame:
+    """Keep, per primary key, the event at the greatest place (position, Kafka partition, offset),
+    with :data:`TIED`. A key whose latest event has an event of other content at its position in
+    another partition fails the Spark job that computes it (see :func:`reduce_batch`)."""
+    from pyspark.sql import functions as F
+
+    unordered = F.col(_UNORDERED)
+    return (
+        _ranked(events, primary_key, ordering)
+        .filter(F.col("_rn") == 1)
+        # fails the job that computes the batch anyway (the tombstone merge or the count): a check
+        # of its own would cost every run a Spark job
+        .filter(F.when(unordered.isNotNull(), F.raise_error(F.lit(_UNORDERED_MARKER))).otherwise(F.lit(True)))
+        .drop("_rn", _UNORDERED)
+    )
+
+
+def reduce_batch(
+    ctx: ApplyContext, rows: DataFrame, columns: list[Column | str], *, record: bool
+) -> tuple[DataFrame, int]:
+    """The merge source of a batch: :func:`reduce_latest`, then :func:`apply_tombstones`; returns it
+    (``columns`` and :data:`TIED`, persisted: the caller unpersists it) with its row count, and
+    logs once when ties at one position were broken by Kafka offset.
+
+    Raises:
+        PositionOrderError: a key's latest event has an event of other content at its position in
+            another partition (:func:`~cdclake.model.position.unordered_message`); nothing was
+            written.
+    """
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    cfg = ctx.cfg
+    source = None
+    try:
+        survivors = apply_tombstones(ctx, reduce_latest(rows, cfg.primary_key, cfg.ordering), record=record)
+        source = survivors.select(*columns, TIED).persist(StorageLevel.MEMORY_AND_DISK)
+        counts = source.agg(F.count(F.lit(1)).alias("n"), F.sum(F.col(TIED).cast("int")).alias("tied")).collect()[0]
+    except Exception as e:  # noqa: BLE001 - Spark wraps the raised error in several types
+        if source is not None:
+            source.unpersist()
+        if _UNORDERED_MARKER not in str(e):
+            raise
+        raise _unordered_error(ctx, rows) from e
+    if counts["tied"] and cfg.ordering in SOURCE_ORDERINGS:
+        log.warning(
+            "table %s: %d key(s) had events of other content at the position of their latest event; each "
+            "was ordered by Kafka offset within its partition (Debezium's emission order). MySQL's "
+            "binlog_transaction_compression=ON gives every rows event of a compressed transaction one "
+            "position (docs/operations.md, 'Events sharing one position')",
+            cfg.identifier,
+            counts["tied"],
+        )
+    return source, int(counts["n"])
+
+
+def _unordered_error(ctx: ApplyContext, rows: DataFrame) -> PositionOrderError:
+    """The error naming the first key's latest event and the event it has no order with."""
+    from pyspark.sql import functions as F
+
+    cfg = ctx.cfg
+    first = (
+        _ranked(rows, cfg.primary_key, cfg.ordering)
+        .filter((F.col("_rn") == 1) & F.col(_UNORDERED).isNotNull())
+        .select("position", "partition", "offset", _UNORDERED)
+        .orderBy("partition", "offset")
+        .first()
+    )
+    assert first is not None  # the Spark job failed on such a row
+    position = position_of(first["position"])
+    places = [
+        EventPlace(position, int(first["partition"]), int(first["offset"])),
+        EventPlace(position, int(first[_UNORDERED]["partition"]), int(first[_UNORDERED]["offset"])),
+    ]
+    return PositionOrderError(unordered_message(cfg.topic, cfg.ordering, sorted(places)))
 
 
 def apply_tombstones(ctx: ApplyContext, reduced: DataFrame, *, record: bool = True) -> DataFrame:
-    """Discard upserts at or below their key's tombstone; record the batch's deletes as
-    tombstones (newest position per key). Returns the surviving merge source.
+    """Discard upserts their key's tombstone supersedes (:func:`~cdclake.model.position.supersedes`:
+    at or below it, ties by Kafka offset); record the batch's deletes as tombstones (the latest per
+    key). Returns the surviving merge source.
 
     ``record=False`` (the batch holds no delete event) records nothing: no ``MERGE`` into the
     tombstone table, no commit there."""
@@ -49,27 +174,22 @@ def apply_tombstones(ctx: ApplyContext, reduced: DataFrame, *, record: bool = Tr
         {n: d for n, _, d in TOMBSTONE_COLUMNS},
     )
     name = ctx.spark_name(TOMBSTONES_SUFFIX)
-    tomb = ctx.spark.table(name).select(
-        *[F.col(c).alias(f"_tomb_{c}") for c in cfg.primary_key],
-        position_column(cfg.ordering, change=True).alias("_tomb_position"),
-    )
-    cond = reduce(operator.and_, [F.col("image")[c] == F.col(f"_tomb_{c}") for c in cfg.primary_key])
-    joined = reduced.join(tomb, cond, "left")
+    tomb = ctx.spark.table(name).alias(_TOMB_ALIAS)
+    cond = reduce(operator.and_, [F.col("image")[c] == F.col(qualified(_TOMB, c)) for c in cfg.primary_key])
+    joined = reduced.alias(_EVENT_ALIAS).join(tomb, cond, "left")
     survivors = joined.filter(
-        F.col("_tomb_position").isNull() | (F.col("_cdc_op") == "d") | (F.col("position") > F.col("_tomb_position"))
-    ).drop(*[f"_tomb_{c}" for c in cfg.primary_key], "_tomb_position")
+        F.col(qualified(_TOMB, cfg.primary_key[0])).isNull()
+        | (F.col(qualified(_EVENT, "_cdc_op")) == "d")
+        | supersedes_column(cfg.ordering, _EVENT, _TOMB, stored_change=True)
+    ).select(f"{_EVENT}.*")
 
     if not record:
         return survivors
     deletes = reduced.filter("_cdc_op = 'd'").select(
         *[F.col("image")[c].alias(c) for c in cfg.primary_key],
-        "_cdc_binlog_file_seq",
-        "_cdc_binlog_pos",
-        "_cdc_binlog_row",
-        "_cdc_gtid_seq",
-        "_cdc_source_ts",
+        *[n for n, _, _ in TOMBSTONE_COLUMNS if n != "_cdc_recorded_at"],
         F.current_timestamp().alias("_cdc_recorded_at"),
     )
-    newer = position_column(cfg.ordering, SOURCE, change=True) > position_column(cfg.ordering, name, change=True)
+    newer = supersedes_column(cfg.ordering, SOURCE, name, event_change=True, stored_change=True)
     merge_into(deletes, name, cfg.primary_key).whenMatched(newer).updateAll().whenNotMatched().insertAll().merge()
     return survivors

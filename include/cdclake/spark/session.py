@@ -7,6 +7,10 @@
   driver (``spark_jobs/``) opens its session with :func:`submit_session`.
 * Tests, the CLI and benchmarks build an in-process local session with :func:`build_session`.
 
+Every session also gets :data:`SESSION_CONF` as its own settings when it is built, whatever the
+defaults of the server or ``spark-submit`` command it runs on: a Spark Connect server started by
+someone else (without :func:`spark_conf`) must not change what a run decodes.
+
 The Iceberg catalog, credentials included, is not part of :func:`spark_conf`: each session gets it
 at run time from :func:`set_catalog` (the task resolved it from its Airflow connection), so no
 credential is on a command line, in a server's start-up settings, or in a DAG.
@@ -29,6 +33,15 @@ if TYPE_CHECKING:
     from cdclake.io.kafka import KafkaClients
 
 
+SESSION_CONF = {
+    # Debezium's DATETIME values are wall-clock values without a zone and TIMESTAMP values are
+    # instants (cdclake.spark.decode reads neither through the session zone); any other cast or
+    # literal of a timestamp in the session's SQL is read in UTC
+    "spark.sql.session.timeZone": "UTC",
+}
+"""Settings of the session itself (not of the server), set on every session this module builds."""
+
+
 def spark_conf(settings: Settings) -> dict[str, str]:
     """Spark settings every apply job runs with: the Iceberg SQL extensions, UTC session time
     zone, small shuffles, Spark's log level ``settings.spark_log_level``, and the redaction of
@@ -38,10 +51,9 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         "spark.redaction.regex": REDACTION_REGEX,
     }
+    conf.update(SESSION_CONF)
     conf.update(
         {
-            # Debezium's Timestamp/MicroTimestamp are UTC wall-clock values; read them in UTC
-            "spark.sql.session.timeZone": "UTC",
             "spark.sql.shuffle.partitions": "8",
             "spark.sql.adaptive.enabled": "true",
             "spark.ui.showConsoleProgress": "false",
@@ -56,6 +68,12 @@ REDACTION_REGEX = "(?i)secret|password|token|access[.-]?key|credential|jaas"
 """``spark.redaction.regex``: Spark's default (``secret|password|token|access[.]key``) plus the
 Iceberg and Kafka names of credentials (``s3.secret-access-key``, ``s3.access-key-id``,
 ``credential``, ``sasl.jaas.config``): settings whose name matches are shown as ``*********``."""
+
+
+def _set_session_conf(spark: SparkSession) -> None:
+    """Set :data:`SESSION_CONF` on ``spark``'s own settings (a Connect session's are its own)."""
+    for key, value in SESSION_CONF.items():
+        spark.conf.set(key, value)
 
 
 def set_catalog(spark: SparkSession, settings: Settings) -> None:
@@ -91,13 +109,14 @@ def build_session(settings: Settings, app_name: str = "cdclake") -> SparkSession
 @contextmanager
 def submit_session(settings: Settings, app_name: str) -> Iterator[SparkSession]:
     """The session of a ``spark-submit`` driver (``spark_jobs/``): ``getOrCreate`` with the
-    settings ``spark-submit`` passed (:func:`spark_conf`) and application name ``app_name``, the
-    catalog of ``settings`` registered (:func:`set_catalog`); stopped when the ``with`` block
-    ends."""
+    settings ``spark-submit`` passed (:func:`spark_conf`) and application name ``app_name``,
+    :data:`SESSION_CONF` set and the catalog of ``settings`` registered (:func:`set_catalog`);
+    stopped when the ``with`` block ends."""
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.appName(app_name).getOrCreate()
     try:
+        _set_session_conf(spark)
         set_catalog(spark, settings)
         yield spark
     finally:
@@ -119,7 +138,8 @@ def connect_session(
 ) -> SparkSession:
     """A new session of the Spark Connect server at ``url`` (``sc://host:port/;token=...``, as
     the Spark provider's ``SparkConnectHook.get_connection_url`` builds it); the caller stops it.
-    With ``settings``, the session gets their catalog (:func:`set_catalog`).
+    The session gets :data:`SESSION_CONF` (its server's defaults may differ); with ``settings``,
+    their catalog (:func:`set_catalog`).
 
     Every call makes a new server-side session (``create``, never a cached one), so settings set
     on it (the snapshot summary properties of :mod:`cdclake.spark.commit`) are never seen by
@@ -149,6 +169,7 @@ def connect_session(
     # Spark's default retries a lost server for at least 10 minutes; a task should fail within
     # seconds instead (its Airflow retry runs the same plan on a restarted server)
     session.client.set_retry_policies([DefaultPolicy(max_retries=CONNECT_RETRIES, max_backoff=5_000)])
+    _set_session_conf(session)
     if settings is not None:
         set_catalog(session, settings)
     return session

@@ -17,16 +17,17 @@ from cdclake.model.convergence import (
     FULL_SNAPSHOT_MARKERS,
     START_MARKERS,
     BatchSnapshot,
+    IdentitySpan,
     SnapshotEnd,
     SourceIdentity,
 )
 from cdclake.model.offsets import Offsets
-from cdclake.model.position import BinlogPosition
+from cdclake.model.position import SOURCE_ORDERINGS, BinlogPosition
 from cdclake.model.run_state import APPLIED_OPS, BatchStats, GtidMissing, UnknownColumn
 from cdclake.spark.positions import gtid_domain, gtid_source, position_literal, position_of
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 GOOD = "not is_tombstone and error is null and held_back_behind is null"
 """The records a run applies: not a Kafka tombstone, not bad, not held back."""
@@ -61,6 +62,9 @@ def batch_stats(parsed: DataFrame, cfg: TableConfig, unknown_floor: BinlogPositi
         F.max(F.when(good, F.unix_millis("_cdc_source_ts"))).alias("last_source_ts"),
         # the first (partition, offset) of an event with a column the table lacks
         F.min(F.when(unknown, F.struct("partition", "offset", "unknown_column"))).alias("unknown"),
+        # the first and last record with a value: their Connect schemas are checked (connector modes)
+        F.min(F.when(~F.col("is_tombstone"), F.struct("partition", "offset"))).alias("first_value"),
+        F.max(F.when(~F.col("is_tombstone"), F.struct("partition", "offset"))).alias("last_value"),
         F.sum((good & ~F.col("op").isin(*APPLIED_OPS)).cast("int")).alias("other_ops"),
         F.sum((good & (F.col("op") == "r") & F.col("snapshot_marker").isin(*FULL_SNAPSHOT_MARKERS)).cast("int")).alias(
             "full_snapshot_reads"
@@ -73,20 +77,8 @@ def batch_stats(parsed: DataFrame, cfg: TableConfig, unknown_floor: BinlogPositi
             F.min(F.when(missing, F.struct("partition", "offset", "op", "gtid"))).alias("gtid_missing"),
             F.collect_set(F.when(good, gtid_domain(F.col("gtid")))).alias("gtid_domains"),
         ]
-    else:
-        aggs.append(
-            F.collect_set(
-                F.when(
-                    good,
-                    F.struct(
-                        # snapshot reads carry server_id 0: only changes name the server that wrote them
-                        F.when(F.col("server_id") != 0, F.col("server_id")).alias("server_id"),
-                        F.col("file_base").alias("basename"),
-                        gtid_source(F.col("gtid")).alias("gtid_source"),
-                    ),
-                )
-            ).alias("identities")
-        )
+    elif cfg.ordering in SOURCE_ORDERINGS:
+        aggs.append(F.collect_set(F.when(good, F.struct(*_identity_columns()))).alias("identities"))
     row = parsed.agg(*aggs).collect()[0]
     if row["other_ops"]:  # never seen: an op outside APPLIED_OPS is counted by its name
         ops = {r["op"]: r["count"] for r in parsed.filter(GOOD).groupBy("op").count().collect()}
@@ -95,12 +87,13 @@ def batch_stats(parsed: DataFrame, cfg: TableConfig, unknown_floor: BinlogPositi
     if cfg.ordering == "gtid":
         identities = tuple(SourceIdentity(gtid_domain=int(d)) for d in row["gtid_domains"] if d is not None)
         gtid_missing = row["gtid_missing"]
-    else:
-        identities = tuple(
-            SourceIdentity(r["server_id"], r["basename"] or None, r["gtid_source"]) for r in row["identities"]
-        )
+    else:  # without source positions (ordering kafka) no identity is recorded or compared
+        identities = tuple(_identity(r) for r in row["identities"]) if cfg.ordering in SOURCE_ORDERINGS else ()
         gtid_missing = None
     unknown_row = row["unknown"]
+    samples = tuple(
+        dict.fromkeys((int(r["partition"]), int(r["offset"])) for r in (row["first_value"], row["last_value"]) if r)
+    )
     high = row["high"]
     return BatchStats(
         events=int(row["events"]),
@@ -126,11 +119,28 @@ def batch_stats(parsed: DataFrame, cfg: TableConfig, unknown_floor: BinlogPositi
         )
         if gtid_missing is not None
         else None,
+        schema_samples=samples,
     )
 
 
 def _position(row: Any) -> BinlogPosition | None:
     return position_of(row) if row is not None else None
+
+
+def _identity_columns() -> list[Column]:
+    """An event's source identity under binlog ordering: ``server_id``, ``basename``, ``gtid_source``."""
+    from pyspark.sql import functions as F
+
+    return [
+        # snapshot reads carry server_id 0: only changes name the server that wrote them
+        F.when(F.col("server_id") != 0, F.col("server_id")).alias("server_id"),
+        F.col("file_base").alias("basename"),
+        gtid_source(F.col("gtid")).alias("gtid_source"),
+    ]
+
+
+def _identity(row: Any) -> SourceIdentity:
+    return SourceIdentity(row["server_id"], row["basename"] or None, row["gtid_source"])
 
 
 def snapshot_groups(good: DataFrame, max_offsets: Offsets | None) -> list[BatchSnapshot]:
@@ -171,6 +181,15 @@ def snapshot_groups(good: DataFrame, max_offsets: Offsets | None) -> list[BatchS
         BatchSnapshot(p, g["n"], g["started"], g["end"], g["first"], g["unseen"], int(g["ts"]))
         for p, g in groups.items()
     ]
+
+
+def identity_spans(good: DataFrame) -> list[IdentitySpan]:
+    """The applied events per source identity (binlog ordering), with their lowest and greatest
+    position (:func:`cdclake.model.convergence.continue_history`)."""
+    from pyspark.sql import functions as F
+
+    rows = good.groupBy(*_identity_columns()).agg(F.min("position").alias("first"), F.max("position").alias("last"))
+    return [IdentitySpan(_identity(r), position_of(r["first"]), position_of(r["last"])) for r in rows.collect()]
 
 
 def first_offsets_outside(good: DataFrame, known: SourceIdentity) -> dict[int, int]:
