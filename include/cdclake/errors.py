@@ -131,3 +131,34 @@ class FreshnessError(CdcLakeError):
     """A table is behind its freshness target (``freshness_minutes``): events are waiting and the
     newest applied one is older than the target. The message names the table, its lag in events
     and in time, and its last commit."""
+
+
+RACE_EXCEPTIONS = ("CommitFailedException", "ValidationException")
+"""The Iceberg exceptions (Java class and pyiceberg class names) of a lost optimistic commit:
+``CommitFailedException`` ("Table metadata refresh is required", "Table has been updated by another
+process", a failed requirement such as a branch created concurrently, Iceberg's commit retries run
+out) and ``ValidationException`` (a concurrent commit conflicts with a rewrite)."""
+
+NOT_AN_ANCESTOR = "is not an ancestor of"
+"""How the ``fast_forward`` procedure refuses a branch when ``main`` moved since the branch's base."""
+
+
+def lost_commit_race(error: BaseException) -> bool:
+    """Whether ``error``, or an error it was raised from or while handling, is Iceberg's refusal of
+    a commit because another commit moved the table (:data:`RACE_EXCEPTIONS`, the fast-forward's
+    :data:`NOT_AN_ANCESTOR`), however it is wrapped: Spark (``Py4JJavaError``, a captured
+    exception) or Spark Connect (``SparkConnectGrpcException``) naming the Java class in the message
+    or the JVM stack trace, or pyiceberg's own class. ``CommitStateUnknownException`` never is: such
+    a commit may have landed."""
+    seen: set[int] = set()
+    err: BaseException | None = error
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        names = [cls.__name__ for cls in type(err).__mro__]
+        text = " ".join([str(err), str(getattr(err, "_stackTrace", "") or "")])
+        if "CommitStateUnknownException" in names or "CommitStateUnknownException" in text:
+            return False
+        if any(m in names or m in text for m in RACE_EXCEPTIONS) or NOT_AN_ANCESTOR in text:
+            return True
+        err = err.__cause__ or err.__context__
+    return False

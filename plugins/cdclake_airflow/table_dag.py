@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
 
+    from cdclake.errors import QuarantinedBatchError
     from cdclake.model.config import TableConfig
     from cdclake.spark.apply import ApplyResult
     from cdclake_airflow.hooks import CdcLakeHook
@@ -176,19 +177,26 @@ def plan(table_json: str, **context: Any) -> str | None:
 
 def schema_sync(**context: Any) -> str:
     """The ``schema_sync`` task (``submit`` engine): apply the table's schema changes up to the
-    planned batch and return the plan to apply (:func:`cdclake.runner.sync_schema`).
+    planned batch and return the plan to apply (:func:`cdclake.runner.sync_schema`); skipped, with
+    the apply and publish tasks, when the plan is capped to nothing at a schema change that waits
+    until every partition has settled (docs/operations.md).
 
     Raises:
         SchemaChangeError: a change that stops the table (incompatible type under
             ``incompatible: fail``, table renamed or dropped); nothing was applied.
         SchemaError: the table config's primary key is not the source table's.
     """
+    from airflow.sdk.exceptions import AirflowSkipException
+
     from cdclake.model.plan import RunPlan
     from cdclake.runner import sync_schema
     from cdclake_airflow.hooks import CdcLakeHook
 
     hook = CdcLakeHook()
-    return sync_schema(hook.catalog, hook.kafka, RunPlan.from_json(context["ti"].xcom_pull(task_ids="plan"))).to_json()
+    planned = sync_schema(hook.catalog, hook.kafka, RunPlan.from_json(context["ti"].xcom_pull(task_ids="plan")))
+    if planned.range.is_empty:  # capped at a schema barrier that waits for a partition to settle
+        raise AirflowSkipException("the batch waits at a schema change: no Spark job, no commit, no asset event")
+    return planned.to_json()
 
 
 def apply(table_json: str, asset: Any, **context: Any) -> dict[str, Any]:
@@ -213,6 +221,7 @@ def apply(table_json: str, asset: Any, **context: Any) -> dict[str, Any]:
     """
     from airflow.sdk.exceptions import AirflowSkipException
 
+    from cdclake.errors import QuarantinedBatchError
     from cdclake.model.config import TableConfig
     from cdclake.runner import PhaseClock, run_once
     from cdclake_airflow.hooks import CdcLakeHook
@@ -220,22 +229,32 @@ def apply(table_json: str, asset: Any, **context: Any) -> dict[str, Any]:
 
     hook = CdcLakeHook()
     cfg = TableConfig.model_validate_json(table_json)
-    run = run_once(
-        cfg,
-        context["run_id"],
-        settings=hook.settings,
-        catalog=hook.catalog,
-        kafka=hook.kafka,
-        open_session=hook.spark_session,
-        **_plan_params(context),
-    )
+    try:
+        run = run_once(
+            cfg,
+            context["run_id"],
+            settings=hook.settings,
+            catalog=hook.catalog,
+            kafka=hook.kafka,
+            open_session=hook.spark_session,
+            **_plan_params(context),
+        )
+    except QuarantinedBatchError:
+        # the run committed its quarantine and offsets: its lineage and metrics are sent, then it fails
+        table, _, own = _publish(hook.catalog, cfg, asset, context)
+        if own is not None:
+            _record_lineage(hook, table, cfg)
+            emit_run(cfg.name, json.loads(own.to_json()))
+        raise
     if run.result is None:
         _runs_succeed(hook.catalog, cfg)
         raise AirflowSkipException("nothing new: no Spark session, no commit, no asset event")
     clock = PhaseClock(run.seconds)
     with clock.phase("publish"):
         table, _, own = _publish(hook.catalog, cfg, asset, context)
-        _check_applied(cfg, own, context["run_id"])
+        nothing_applied = _applied_nothing(cfg, own, context["run_id"])
+        if nothing_applied is not None:  # an earlier try committed it, and sent its figures
+            raise nothing_applied
         _runs_succeed(hook.catalog, cfg)
     out: dict[str, Any] = {**json.loads(run.result.to_json()), "plan": json.loads(run.plan.range.to_json())}
     out["seconds"] = clock.seconds
@@ -284,27 +303,27 @@ def publish(asset: Any, **context: Any) -> dict[str, Any]:
     hook = CdcLakeHook()
     cfg = RunPlan.from_json(context["ti"].xcom_pull(task_ids="schema_sync")).table
     table, extra, own = _publish(hook.catalog, cfg, asset, context)
-    _check_applied(cfg, own, context["run_id"])
-    _runs_succeed(hook.catalog, cfg)
+    nothing_applied = _applied_nothing(cfg, own, context["run_id"])
+    if nothing_applied is None:
+        _runs_succeed(hook.catalog, cfg)
     log.info("published %s: %s", asset.uri, extra)
     if own is not None:  # this run's commit, whichever try of the apply task made it
         _record_lineage(hook, table, cfg)
-        emit_run(cfg.name, json.loads(own.to_json()))  # last: a try that fails before here has sent none
+        emit_run(cfg.name, json.loads(own.to_json()))  # a try that fails before here has sent none
+    if nothing_applied is not None:  # counted and traced like every commit, then the run fails
+        raise nothing_applied
     return extra
 
 
-def _check_applied(cfg: TableConfig, own: ApplyResult | None, run_id: str) -> None:
-    """A retry must not turn a run that applied nothing into a success: fail again when the run's
-    commit (made by an earlier try, which failed) quarantined every record.
-
-    Raises:
-        QuarantinedBatchError: the run's commit applied none of its records.
-    """
+def _applied_nothing(cfg: TableConfig, own: ApplyResult | None, run_id: str) -> QuarantinedBatchError | None:
+    """A retry must not turn a run that applied nothing into a success: the error to fail with when
+    the run's commit (made by an earlier try, which failed) quarantined every record, else ``None``."""
     from cdclake.model.decision import applied_nothing_before
     from cdclake.model.run_state import applies_nothing
 
     if own is not None and own.snapshot_id is not None and applies_nothing(own.quarantined, own.ops or {}):
-        raise applied_nothing_before(cfg, run_id, own.snapshot_id, own.quarantined)
+        return applied_nothing_before(cfg, run_id, own.snapshot_id, own.quarantined)
+    return None
 
 
 def _runs_succeed(catalog: Catalog, cfg: TableConfig) -> None:

@@ -353,31 +353,6 @@ def cdc_commits(settings, cfg) -> list[dict]:
     return found[::-1]
 
 
-def test_lost_races_are_recognised_through_every_wrapper():
-    """Iceberg's refusals as each client reports them (texts as Spark 4 and pyiceberg give them)."""
-    from pyiceberg.exceptions import CommitFailedException
-
-    from cdclake.spark.commit import lost_race
-
-    py4j = (
-        "An error occurred while calling o412.sql.\n: org.apache.iceberg.exceptions.CommitFailedException: "
-        "Table metadata refresh is required\n\tat org.apache.iceberg.jdbc.JdbcTableOperations.doCommit"
-    )
-    assert lost_race(RuntimeError(py4j))
-    assert lost_race(CommitFailedException("Table has been updated by another process: tests.t"))
-    assert lost_race(ValueError("Cannot fast-forward: main is not an ancestor of cdc-run-1"))
-    try:
-        try:
-            raise CommitFailedException("Requirement failed: branch main was created concurrently")
-        except CommitFailedException as e:
-            raise RuntimeError("the write failed") from e
-    except RuntimeError as wrapped:
-        assert lost_race(wrapped)
-    unknown = "org.apache.iceberg.exceptions.CommitStateUnknownException: ... Cause: CommitFailedException"
-    assert not lost_race(RuntimeError(unknown))
-    assert not lost_race(RuntimeError("Cannot write incompatible data"))
-
-
 def test_two_runs_from_the_same_start_cannot_both_commit(spark, kafka, stack_settings, table, monkeypatch):
     send(kafka, table, [(key(1), ev("c", 1, "a", 100))])
     run_once(spark, stack_settings, table)

@@ -22,7 +22,7 @@ from cdclake.model.layout import (
     run_branch_name,
     side_table,
 )
-from cdclake.model.maintenance import ACTIONS, RefInfo, SnapshotInfo, lost_commit_race, snapshots_to_expire
+from cdclake.model.maintenance import ACTIONS, RefInfo, SnapshotInfo, snapshots_to_expire
 from cdclake.spark import commit as commit_module
 from cdclake.spark import maintenance
 from cdclake.spark.maintenance import maintain_table
@@ -342,19 +342,3 @@ def test_a_lost_commit_race_is_retried_and_never_fails_the_run(spark, kafka, sta
     # any other failure is raised
     with pytest.raises(RuntimeError, match="disk on fire"):
         maintain_table(spark, stack_settings, cfg, actions=["remove_orphan_files"])
-
-
-def test_lost_commit_race_recognizes_the_wrapped_iceberg_errors():
-    from pyiceberg.exceptions import CommitFailedException
-
-    assert lost_commit_race(CommitFailedException("branch main has changed"))
-    assert lost_commit_race(RuntimeError(": org.apache.iceberg.exceptions.ValidationException: Cannot commit"))
-    try:
-        try:
-            raise RuntimeError("org.apache.iceberg.exceptions.CommitFailedException: stale")
-        except RuntimeError as inner:
-            raise ValueError("job aborted") from inner
-    except ValueError as outer:
-        assert lost_commit_race(outer)
-    assert not lost_commit_race(RuntimeError("org.apache.iceberg.exceptions.CommitStateUnknownException: ?"))
-    assert not lost_commit_race(ValueError("Cannot remove orphan files with an interval less than 24 hours"))

@@ -272,6 +272,15 @@ def test_the_high_position_is_the_greatest_ever_applied_with_its_record_time():
     assert run(CommittedState(7, {0: 10, 1: 20}), BatchStats(events=1)).state.high_position is None
 
 
+def test_without_source_positions_the_newest_record_time_is_the_high_positions_time():
+    """Under ``ordering: kafka`` every position is equal: the freshness lag reads the time of the
+    newest record applied, so it must move forward with every batch (and never back)."""
+    kafka = plan(cfg=CFG.model_copy(update={"ordering": "kafka"}))
+    state = CommittedState(7, {0: 10, 1: 20}, high_position=pos(0, 0), high_position_ts=111)
+    assert run(state, BatchStats(events=1, high=pos(0, 0), high_timestamp_ms=222), kafka).state.high_position_ts == 222
+    assert run(state, BatchStats(events=1, high=pos(0, 0), high_timestamp_ms=99), kafka).state.high_position_ts == 111
+
+
 def test_events_of_another_binlog_history_stop_the_table_with_the_remedy():
     # a failover to another server whose binlog coordinates are below the table's
     state = CommittedState(7, {0: 10, 1: 20}, identity=SourceIdentity(1, "mysql-bin"), high_position=pos(5, 900))

@@ -280,7 +280,7 @@ def decide(
         conv = converge(state, snapshots, plan, lookups)
     else:  # append-only, or no position to place a snapshot by (ordering kafka): no snapshot converges
         conv = Convergence(state.snapshot_floor)
-    high = _high_after(state, stats)
+    high = _high_after(state, stats, cfg.ordering)
     backfill = {
         c: d for c, d in defaults.items() if state.defaults_position is None or d.position > state.defaults_position
     }
@@ -345,13 +345,16 @@ def _run_summary(plan: RunPlan, stats: BatchStats) -> dict[str, str]:
     return out
 
 
-def _high_after(state: CommittedState, stats: BatchStats) -> tuple[BinlogPosition, int] | None:
-    """The greatest position applied after this batch, with the Kafka timestamp of its record."""
+def _high_after(state: CommittedState, stats: BatchStats, ordering: str) -> tuple[BinlogPosition, int] | None:
+    """The greatest position applied after this batch, with the Kafka timestamp of its record.
+
+    Without source positions (``ordering: kafka``) every position is equal and the batch's latest
+    record is the newest: its timestamp replaces the stored one (the freshness lag reads it)."""
     known = (state.high_position, state.high_position_ts or 0) if state.high_position is not None else None
     if stats.high is None:
         return known
     batch = (stats.high, stats.high_timestamp_ms or 0)
-    if known is None or batch[0] > known[0]:
+    if known is None or batch[0] > known[0] or (ordering not in SOURCE_ORDERINGS and batch[1] > known[1]):
         return batch
     return known
 

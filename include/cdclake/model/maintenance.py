@@ -127,30 +127,6 @@ def check_actions(actions: Sequence[str] | None) -> tuple[str, ...]:
     return tuple(a for a in ACTIONS if a in actions)
 
 
-RACE_EXCEPTIONS = ("CommitFailedException", "ValidationException")
-"""The Iceberg exceptions (Java class and pyiceberg class names) of a lost commit race."""
-
-
-def lost_commit_race(error: BaseException) -> bool:
-    """Whether ``error`` (or an error it was raised from) is a lost optimistic commit: Iceberg's
-    ``CommitFailedException`` (the table moved under the commit) or ``ValidationException`` (a
-    concurrent commit conflicts with a rewrite, e.g. new deletes on a rewritten file), as
-    Spark (``Py4JJavaError``, a captured exception) or Spark Connect (``SparkConnectGrpcException``)
-    wraps them, naming the Java class in the message or the JVM stack trace; or pyiceberg's
-    ``CommitFailedException``. ``CommitStateUnknownException`` is not one: the commit may have
-    happened."""
-    seen: set[int] = set()
-    err: BaseException | None = error
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        names = [cls.__name__ for cls in type(err).__mro__]
-        text = " ".join([str(err), str(getattr(err, "_stackTrace", "") or "")])
-        if any(m in names for m in RACE_EXCEPTIONS) or any(f"iceberg.exceptions.{m}" in text for m in RACE_EXCEPTIONS):
-            return True
-        err = err.__cause__ or err.__context__
-    return False
-
-
 def expiry_cutoff_ms(
     ancestry: Sequence[tuple[int, int, Mapping[str, str] | None]], topic: str, window_cut_ms: int
 ) -> tuple[int, int | None]:

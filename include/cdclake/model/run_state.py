@@ -182,7 +182,8 @@ class BatchStats:
         first: the lowest position.
         last: the greatest position.
         high: the greatest position, and ``high_timestamp_ms``, the earliest Kafka timestamp
-            (epoch ms) of a record that carried it.
+            (epoch ms) of a record that carried it (under ``ordering: kafka``, where every position is
+            equal, the latest record's).
         truncate: the greatest truncate (``op: t``) position.
         last_source_ts_ms: the greatest ``source.ts_ms`` (epoch ms).
         identities: the source identities the events carry (server id, basename, GTID source; under

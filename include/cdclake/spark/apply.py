@@ -70,7 +70,7 @@ from cdclake.model.layout import (
 )
 from cdclake.model.offsets import Offsets
 from cdclake.model.plan import RunPlan
-from cdclake.model.position import BinlogPosition
+from cdclake.model.position import SOURCE_ORDERINGS, BinlogPosition
 from cdclake.model.run_state import BatchStats, ColumnDefault, CommittedState
 from cdclake.settings import Settings
 from cdclake.spark.commit import commit, demote_rows, merge
@@ -198,7 +198,7 @@ def apply_range(
         defaults = column_defaults(table.properties, (c.name for c in ctx.columns), plan)
         good = _fill_defaults(parsed.filter(GOOD), defaults)
         start = starting_state(ctx.state, plan)
-        full_snapshots = cfg.write_mode == "upsert" and stats.full_snapshot_reads
+        full_snapshots = cfg.write_mode == "upsert" and cfg.ordering in SOURCE_ORDERINGS and stats.full_snapshot_reads
         decision = decide(
             ctx.state,
             stats,

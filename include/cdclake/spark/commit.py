@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from cdclake.errors import ConcurrentRunError
+from cdclake.errors import ConcurrentRunError, lost_commit_race
 from cdclake.model.layout import run_branch_name
 from cdclake.model.position import DEMOTED, BinlogPosition
 from cdclake.spark.context import ApplyContext
@@ -118,36 +118,14 @@ def demote_rows(ctx: ApplyContext, target: str) -> None:
     ctx.spark.sql(f"UPDATE {target} SET {file_seq} = -1, {gtid_seq} = {DEMOTED}, {offset} = -1")
 
 
-LOST_RACE_MARKERS = ("CommitFailedException", "not an ancestor")
-"""How Iceberg's refusal of a commit because another commit moved the table reads, whatever wraps
-it (a py4j ``Py4JJavaError``, a PySpark or Spark Connect error): Java's and pyiceberg's
-``CommitFailedException`` ("Table metadata refresh is required", "Table has been updated by another
-process", a failed requirement such as a branch created concurrently, Iceberg's commit retries run
-out), and the fast-forward's "... is not an ancestor of ..." (``main`` moved since the run's base)."""
-
-
-def lost_race(error: BaseException) -> bool:
-    """Whether ``error`` (or an error it was raised from) is one of :data:`LOST_RACE_MARKERS`. A
-    ``CommitStateUnknownException`` never is: such a commit may have landed."""
-    seen: BaseException | None = error
-    while seen is not None:
-        text = f"{type(seen).__name__}: {seen}"
-        if "CommitStateUnknownException" in text:
-            return False
-        if any(marker in text for marker in LOST_RACE_MARKERS):
-            return True
-        seen = seen.__cause__
-    return False
-
-
 @contextmanager
 def _refused_as_concurrent(message: str) -> Iterator[None]:
-    """Turn Iceberg's refusal of a commit because another commit moved the table (:func:`lost_race`)
+    """Turn Iceberg's refusal of a commit because another commit moved the table (:func:`~cdclake.errors.lost_commit_race`)
     into :class:`~cdclake.errors.ConcurrentRunError` with ``message``; any other error passes through."""
     try:
         yield
     except Exception as e:  # noqa: BLE001 - Spark wraps Iceberg's error in several types
-        if not lost_race(e):
+        if not lost_commit_race(e):
             raise
         raise ConcurrentRunError(message) from e
 

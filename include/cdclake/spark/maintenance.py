@@ -51,12 +51,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from cdclake.errors import RACE_EXCEPTIONS, lost_commit_race
 from cdclake.io.catalog import ancestry, load_catalog, load_table_or_none
 from cdclake.io.maintenance import expire_tombstones, remove_stale_run_branches, stale_run_branches
 from cdclake.model.config import TableConfig
 from cdclake.model.layout import QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX, side_table
 from cdclake.model.maintenance import (
-    RACE_EXCEPTIONS,
     SIDE_TABLE_ACTIONS,
     ActionReport,
     MaintenanceResult,
@@ -65,7 +65,6 @@ from cdclake.model.maintenance import (
     Status,
     check_actions,
     expiry_cutoff_ms,
-    lost_commit_race,
     run_branch_max_age_ms,
     snapshots_to_expire,
 )
@@ -348,9 +347,10 @@ class _Maintenance:
         age_ms = run_branch_max_age_ms(self.cfg.task_timeout_minutes)
         age = f"created more than {age_ms / _HOUR_MS:g} h ago"
         if self.dry_run:
-            table = self._table(ident)
+            # not _table(): a killed first run leaves a branch on a table whose main has no snapshot
+            table = load_table_or_none(self.catalog, ident)
             if table is None:
-                return _Outcome("no snapshot", skipped=True)
+                return _Outcome("no table", skipped=True)
             stale = stale_run_branches(table, max_age_ms=age_ms, now_ms=self.now_ms)
             return _Outcome(
                 f"would remove {len(stale)} run branch(es) {age}", {"stale_branches": len(stale)}, branches=tuple(stale)

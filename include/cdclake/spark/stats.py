@@ -46,6 +46,7 @@ def batch_stats(parsed: DataFrame, cfg: TableConfig, unknown_floor: BinlogPositi
     from pyspark.sql import functions as F
 
     good = F.expr(GOOD)
+    latest = 1 if cfg.ordering not in SOURCE_ORDERINGS else -1
     unknown = F.col("unknown_column").isNotNull()
     if unknown_floor is not None:
         unknown = unknown & (F.col("position") >= position_literal(unknown_floor))
@@ -56,8 +57,11 @@ def batch_stats(parsed: DataFrame, cfg: TableConfig, unknown_floor: BinlogPositi
         F.sum(F.col("held_back_behind").isNotNull().cast("int")).alias("held"),
         F.min(F.when(good, F.col("position"))).alias("first"),
         F.max(F.when(good, F.col("position"))).alias("last"),
-        # the greatest position with the earliest Kafka timestamp that carried it
-        F.max(F.when(good, F.struct(F.col("position"), (-F.unix_millis("timestamp")).alias("neg_ts")))).alias("high"),
+        # the greatest position with the earliest Kafka timestamp that carried it; without source
+        # positions (ordering kafka) every position is equal: the latest record's timestamp
+        F.max(F.when(good, F.struct(F.col("position"), (latest * F.unix_millis("timestamp")).alias("ts_key")))).alias(
+            "high"
+        ),
         F.max(F.when(good & (F.col("op") == "t"), F.col("position"))).alias("truncate"),
         F.max(F.when(good, F.unix_millis("_cdc_source_ts"))).alias("last_source_ts"),
         # the first (partition, offset) of an event with a column the table lacks
@@ -104,7 +108,7 @@ def batch_stats(parsed: DataFrame, cfg: TableConfig, unknown_floor: BinlogPositi
         first=_position(row["first"]),
         last=_position(row["last"]),
         high=_position(high["position"]) if high is not None else None,
-        high_timestamp_ms=-int(high["neg_ts"]) if high is not None else None,
+        high_timestamp_ms=latest * int(high["ts_key"]) if high is not None else None,
         truncate=_position(row["truncate"]),
         last_source_ts_ms=int(row["last_source_ts"]) if row["last_source_ts"] is not None else None,
         identities=identities,
