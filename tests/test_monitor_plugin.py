@@ -125,6 +125,16 @@ def test_a_table_whose_runs_fail_shows_failing_and_why():
     assert "<b>topic" not in page
 
 
+def test_a_warning_shows_in_the_problems_row_and_leaves_the_table_fresh():
+    warning = "connector modes contradict (1 column in the last CDC commit, snapshot 42; ...): column '<b>price</b>'"
+    page = render_page(_payload(freshness_minutes=5, fresh=True, warnings=[warning]))
+    assert '<tr class="problems" data-table="orders">' in page and ">fresh</span>" in page
+    assert (
+        '<li class="warning">warning: connector modes contradict (1 column in the last CDC commit, snapshot 42; '
+        "...): column &#x27;&lt;b&gt;price&lt;/b&gt;&#x27;</li>" in page
+    )
+
+
 def test_hourly_plot_bars_are_proportional_to_the_busiest_hour():
     svg = hourly_svg([0, 1, 50, 100])
     assert svg.count('class="bar"') == 4

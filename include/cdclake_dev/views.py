@@ -49,7 +49,7 @@ def show_table(name: str, *, limit: int, metadata_columns: bool, settings: Setti
 
 def format_status_table(statuses: list[Any], *, with_fresh: bool = False) -> str:
     """:class:`~cdclake.pipeline.status.TableStatus` list as a terminal table, one row per table,
-    then each table's problems."""
+    then each table's problems and warnings."""
     from cdclake.model.status import format_duration
 
     def reconcile(st: Any) -> str:
@@ -101,4 +101,5 @@ def format_status_table(statuses: list[Any], *, with_fresh: bool = False) -> str
     lines.insert(1, "  ".join("-" * w for w in widths))
     for st in statuses:
         lines.extend(f"{st.name}: {problem}" for problem in st.problems)
+        lines.extend(f"{st.name}: warning: {warning}" for warning in st.warnings)
     return "\n".join(lines) + "\n"

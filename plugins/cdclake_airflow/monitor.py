@@ -325,9 +325,10 @@ def _row(row: Mapping[str, Any]) -> str:
     numeric = {"lag-events", "quarantine"}
     tds = "".join(f'<td class="{k}{" num" if k in numeric else ""}">{v}</td>' for k, v in cells.items())
     out = f'<tr class="table-row" data-table="{_e(name)}">{tds}</tr>'
-    problems = row.get("problems") or []
-    if problems:
+    problems, warnings = row.get("problems") or [], row.get("warnings") or []
+    if problems or warnings:  # a warning (events that contradict the connector modes) leaves the table fresh
         items = "".join(f"<li>{_e(p)}</li>" for p in problems)
+        items += "".join(f'<li class="warning">warning: {_e(w)}</li>' for w in warnings)
         out += f'<tr class="problems" data-table="{_e(name)}"><td colspan="{len(COLUMNS)}"><ul>{items}</ul></td></tr>'
     return out
 
@@ -357,8 +358,8 @@ th,td{border-color:#2d3748}.op{background:#2d3748}tr.problems td{background:#3b2
 
 def render_page(payload: Mapping[str, Any]) -> str:
     """The HTML page of :func:`tables_payload`'s result: one row per table (``tr.table-row``,
-    ``data-table`` its name; a cell per figure, its class the figure), the table's problems in a
-    row under it (``tr.problems``). Every value is HTML-escaped."""
+    ``data-table`` its name; a cell per figure, its class the figure), the table's problems and
+    warnings (``li.warning``) in a row under it (``tr.problems``). Every value is HTML-escaped."""
     rows = payload["tables"]
     head = "".join(f"<th>{_e(c)}</th>" for c in COLUMNS)
     body = "".join(_row(r) for r in rows) or (

@@ -252,7 +252,7 @@ def apply(table_json: str, asset: Any, **context: Any) -> dict[str, Any]:
     clock = PhaseClock(run.seconds)
     with clock.phase("publish"):
         table, _, own = _publish(hook.catalog, cfg, asset, context)
-        nothing_applied = _applied_nothing(cfg, own, context["run_id"])
+        nothing_applied = _applied_nothing(cfg, table, own, context["run_id"])
         if nothing_applied is not None:  # an earlier try committed it, and sent its figures
             raise nothing_applied
         _runs_succeed(hook.catalog, cfg)
@@ -303,7 +303,7 @@ def publish(asset: Any, **context: Any) -> dict[str, Any]:
     hook = CdcLakeHook()
     cfg = RunPlan.from_json(context["ti"].xcom_pull(task_ids="schema_sync")).table
     table, extra, own = _publish(hook.catalog, cfg, asset, context)
-    nothing_applied = _applied_nothing(cfg, own, context["run_id"])
+    nothing_applied = _applied_nothing(cfg, table, own, context["run_id"])
     if nothing_applied is None:
         _runs_succeed(hook.catalog, cfg)
     log.info("published %s: %s", asset.uri, extra)
@@ -315,15 +315,19 @@ def publish(asset: Any, **context: Any) -> dict[str, Any]:
     return extra
 
 
-def _applied_nothing(cfg: TableConfig, own: ApplyResult | None, run_id: str) -> QuarantinedBatchError | None:
+def _applied_nothing(
+    cfg: TableConfig, table: Table, own: ApplyResult | None, run_id: str
+) -> QuarantinedBatchError | None:
     """A retry must not turn a run that applied nothing into a success: the error to fail with when
     the run's commit (made by an earlier try, which failed) quarantined every record, else ``None``."""
+    from cdclake.io.catalog import run_commit
     from cdclake.model.decision import applied_nothing_before
     from cdclake.model.run_state import applies_nothing
 
-    if own is not None and own.snapshot_id is not None and applies_nothing(own.quarantined, own.ops or {}):
-        return applied_nothing_before(cfg, run_id, own.snapshot_id, own.quarantined)
-    return None
+    if own is None or own.snapshot_id is None or not applies_nothing(own.quarantined, own.ops or {}):
+        return None
+    commit = run_commit(table, cfg.topic, run_id)  # its summary names the offset ranges
+    return applied_nothing_before(cfg, run_id, *commit) if commit is not None else None
 
 
 def _runs_succeed(catalog: Catalog, cfg: TableConfig) -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from cdclake.model.config import ConnectorModes
 from cdclake.model.connector_check import mode_contradictions
+from cdclake.model.envelope import KafkaCoordinates
 from cdclake.model.mysql_types import column_type
 from cdclake.model.types import ColumnSpec
 
@@ -38,6 +39,11 @@ def _decimal(precision: int, scale: int) -> dict:
 
 
 DEFAULT = ConnectorModes()
+
+
+def _at(*schemas: dict) -> list[tuple[KafkaCoordinates, dict]]:
+    """The row schemas as samples of partition 0 offsets 10, 11, ..."""
+    return [(KafkaCoordinates("dbz.shop.t", 0, 10 + i), s) for i, s in enumerate(schemas)]
 
 
 @pytest.mark.parametrize(
@@ -80,11 +86,11 @@ DEFAULT = ConnectorModes()
     ],
 )
 def test_events_in_another_mode_than_the_table_are_named_with_the_setting(table, event, setting, shown):
-    (found,) = mode_contradictions([table], [_schema(c=event)], DEFAULT)
+    (found,) = mode_contradictions([table], _at(_schema(c=event)), DEFAULT)
     assert (found.column, found.setting, found.events, found.table_encoding) == ("c", setting, shown, table.encoding)
     line = found.describe()
     assert line.startswith(
-        f"column 'c': the events are {found.event_encoding} ({setting}={shown}) but the table's column"
+        f"topic 'dbz.shop.t' partition 0 offset 10: column 'c': the events are {found.event_encoding} ({setting}={shown}) but the table's column"
     )
     assert f"table config connector: {setting.replace('.', '_')}: " in line
 
@@ -100,15 +106,15 @@ def test_events_in_the_tables_modes_and_ordinary_type_changes_are_not_contradict
         v={"type": "string"},
         d={"type": "int64", "name": "io.debezium.time.MicroTimestamp"},
     )
-    assert mode_contradictions(columns, [same], DEFAULT) == ()
+    assert mode_contradictions(columns, _at(same), DEFAULT) == ()
     # an INT widened to BIGINT, a DECIMAL(10,2) to DECIMAL(12,2), a VARCHAR to an ENUM: schema changes, not modes
     widened = _schema(c=_decimal(12, 2), i={"type": "int64"}, v={"type": "string", "name": "io.debezium.data.Enum"})
-    assert mode_contradictions(columns, [widened], DEFAULT) == ()
+    assert mode_contradictions(columns, _at(widened), DEFAULT) == ()
 
 
-def test_each_column_is_named_once_whichever_sample_shows_it():
+def test_each_column_is_named_once_with_the_first_sample_that_shows_it():
     table = [_table("DECIMAL", DEFAULT, 10, 2)]
     found = mode_contradictions(
-        table, [_schema(c=_decimal(10, 2)), _schema(c={"type": "double"}), _schema(c={"type": "double"})], DEFAULT
+        table, _at(_schema(c=_decimal(10, 2)), _schema(c={"type": "double"}), _schema(c={"type": "double"})), DEFAULT
     )
-    assert [f.column for f in found] == ["c"]
+    assert [(f.column, f.where.partition, f.where.offset) for f in found] == [("c", 0, 11)]

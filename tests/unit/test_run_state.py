@@ -33,7 +33,7 @@ from cdclake.model.decision import (
     nothing_applied_error,
 )
 from cdclake.model.layout import COLUMN_DEFAULTS_PROPERTY, SummaryKeys
-from cdclake.model.offsets import OffsetRange, plan_range
+from cdclake.model.offsets import OffsetRange, encode_offsets, plan_range
 from cdclake.model.plan import RunPlan
 from cdclake.model.position import BinlogPosition
 from cdclake.model.run_state import (
@@ -245,10 +245,16 @@ def test_a_run_that_applies_nothing_names_the_ranges_the_count_the_first_error_a
     )
     assert "cdclake quarantine list t" in remedy and "cdclake quarantine release t --partition P" in remedy
     # a retry that finds the run's commit applied nothing fails again, with the same remedy
-    again = str(applied_nothing_before(CFG, "run-1", 42, 7)).split("\n")
+    summary = {
+        SummaryKeys.START_OFFSETS: encode_offsets(p.range.start),
+        SummaryKeys.END_OFFSETS: encode_offsets(p.range.end),
+        SummaryKeys.QUARANTINED: "7",
+    }
+    again = str(applied_nothing_before(CFG, "run-1", 42, summary)).split("\n")
     assert again == [
-        "topic 'dbz.shop.t': all 7 record(s) of run 'run-1' were quarantined, none applied to Iceberg table "
-        "shop.t (snapshot 42); the log of the try that committed names the first",
+        "topic 'dbz.shop.t' (partition 0 offsets [10, 15), partition 2 offsets [7, 9)): all 7 record(s) of run "
+        "'run-1' were quarantined, none applied to Iceberg table shop.t (snapshot 42); the log of the try that "
+        "committed names the first",
         remedy,
     ]
     assert applies_nothing(7, {}) and not applies_nothing(7, {"c": 1}) and not applies_nothing(0, {})

@@ -289,6 +289,44 @@ def test_the_status_shows_the_failed_tries_of_a_table_until_a_run_succeeds(catal
     assert (status().run_failure, status().fresh) == (None, True)
 
 
+def test_the_status_warns_of_the_connector_modes_the_last_commit_contradicts(catalog, monkeypatch):
+    """The summary key the apply writes (``cdc.connector-contradictions``), on commits of a real
+    (local) catalog: the status, its JSON and ``cdclake status`` warn while the last CDC commit
+    carries it; the table caught up stays fresh; a later commit that agrees clears it."""
+    import pyarrow as pa
+
+    from cdclake.io.catalog import create_cdc_table
+    from cdclake.io.kafka import KafkaClients, Watermarks
+    from cdclake.model.types import ColumnSpec
+
+    cfg = make_table(freshness_minutes=15)
+    catalog.create_namespace_if_not_exists(cfg.namespace)
+    table = create_cdc_table(catalog, cfg.identifier, [ColumnSpec("id", "long", True, "int64")], ("id",))
+    monkeypatch.setattr(st, "topics_watermarks", lambda kafka, topics: {t: Watermarks({0: 0}, {0: 9}) for t in topics})
+    lines = [
+        f"topic {cfg.topic!r} partition 0 offset 3: column 'price': the events are double "
+        "(decimal.handling.mode=double) but the table's column is ...: values rounded to a double",
+        f"topic {cfg.topic!r} partition 0 offset 8: column 'qty': ...",
+    ]
+    rows = pa.Table.from_pylist([{"id": 1}], schema=table.schema().as_arrow())
+    contradicted = cdc("run-1", '{"0": 9}', 9, start='{"0": 0}', topic=cfg.topic)
+    table.append(rows, {**contradicted, SummaryKeys.CONNECTOR_CONTRADICTIONS: json.dumps(lines)})
+    status = st.table_status(catalog, KafkaClients.from_bootstrap("127.0.0.1:1"), cfg, now_ms=NOW)
+    assert (status.lag_events, status.fresh, status.problems) == (0, True, [])  # a warning, not a failure
+    assert status.last_commit is not None and status.last_commit.connector_contradictions == lines
+    (warning,) = status.warnings
+    snapshot = status.last_commit.snapshot_id
+    assert warning == (
+        f"connector modes contradict (2 columns in the last CDC commit, snapshot {snapshot}; docs/operations.md, "
+        f'"Events that contradict the connector modes"): {lines[0]}'
+    )
+    assert json.loads(status.model_dump_json())["warnings"] == [warning]
+    assert f"{cfg.name}: warning: {warning}" in format_status_table([status], with_fresh=True).splitlines()
+    table.append(rows, cdc("run-2", '{"0": 9}', 0, start='{"0": 9}', topic=cfg.topic))  # the connector set back
+    later = st.table_status(catalog, KafkaClients.from_bootstrap("127.0.0.1:1"), cfg, now_ms=NOW)
+    assert (later.warnings, later.last_commit.connector_contradictions if later.last_commit else None) == ([], [])
+
+
 def test_the_freshness_check_of_a_failing_table_names_the_failure():
     from cdclake.errors import FreshnessError
     from cdclake_airflow.freshness_dag import check_freshness

@@ -31,7 +31,8 @@ a DATETIME or TIME in one unit       the other unit (``time.     values read in 
 
 The apply checks the Connect schema of the first and the last record of each run
 (:func:`mode_contradictions`), says what it finds once per run in its log, its result and its
-commit's summary (:attr:`~cdclake.model.layout.SummaryKeys.CONNECTOR_CONTRADICTIONS`), and applies
+commit's summary (:attr:`~cdclake.model.layout.SummaryKeys.CONNECTOR_CONTRADICTIONS`; ``cdclake
+status`` and the monitor show the last CDC commit's), naming the record that shows it, and applies
 the batch as before: the remedy is the operator's (docs/operations.md, "Events that contradict the
 connector modes").
 """
@@ -44,6 +45,7 @@ from typing import Any
 
 from cdclake.errors import SchemaError
 from cdclake.model.config import ConnectorModes
+from cdclake.model.envelope import KafkaCoordinates
 from cdclake.model.types import UNSIGNED_INT64, ColumnSpec, column_from_connect, parse_decimal_encoding
 
 _DOUBLES = frozenset({"double", "float64", "float", "float32"})
@@ -67,6 +69,7 @@ class ModeContradiction:
     """One column whose events show another connector handling mode than its table column.
 
     Attributes:
+        where: the record whose Connect schema shows it (the first sampled that does).
         column: the column.
         setting: the Debezium connector property (``decimal.handling.mode``).
         events: the mode the events show (``double``).
@@ -76,6 +79,7 @@ class ModeContradiction:
         effect: what lands.
     """
 
+    where: KafkaCoordinates
     column: str
     setting: str
     events: str
@@ -85,10 +89,11 @@ class ModeContradiction:
     effect: str
 
     def describe(self) -> str:
-        """One line for the log, the run's result and the commit's summary."""
+        """One line for the log, the run's result and the commit's summary: the record, the column,
+        the mode the events show against the table's, what lands."""
         key = self.setting.replace(".", "_")
         return (
-            f"column {self.column!r}: the events are {self.event_encoding} ({self.setting}={self.events}) but the "
+            f"{self.where}: column {self.column!r}: the events are {self.event_encoding} ({self.setting}={self.events}) but the "
             f"table's column is {self.table_encoding} (table config connector: {key}: {self.configured}): "
             f"{self.effect}"
         )
@@ -165,20 +170,23 @@ def _event_encodings(row_schema: dict[str, Any]) -> dict[str, str]:
 
 
 def mode_contradictions(
-    columns: Iterable[ColumnSpec], row_schemas: Iterable[dict[str, Any]], modes: ConnectorModes
+    columns: Iterable[ColumnSpec],
+    samples: Iterable[tuple[KafkaCoordinates, dict[str, Any]]],
+    modes: ConnectorModes,
 ) -> tuple[ModeContradiction, ...]:
     """The table's columns whose events show another connector handling mode (module table), at
-    most one per column, in column order.
+    most one per column (named with the first sample that shows it), in column order.
 
     Args:
         columns: the table's source columns with their encodings.
-        row_schemas: Connect struct schemas of the events' row images
+        samples: ``(where, row schema)`` of the sampled records: their Kafka coordinates and the
+            Connect struct schema of their row image
             (:meth:`~cdclake.model.envelope.ChangeEvent.row_schema`).
         modes: the table config's ``connector:`` modes (named in the description).
     """
     found: dict[str, ModeContradiction] = {}
     table = list(columns)
-    for row_schema in row_schemas:
+    for where, row_schema in samples:
         events = _event_encodings(row_schema)
         for column in table:
             event = events.get(column.name)
@@ -188,7 +196,7 @@ def mode_contradictions(
                 if table_test(column.encoding) and event_test(event):
                     configured = str(getattr(modes, setting.replace(".", "_")))
                     found[column.name] = ModeContradiction(
-                        column.name, setting, shown(event), column.encoding, event, configured, effect
+                        where, column.name, setting, shown(event), column.encoding, event, configured, effect
                     )
                     break
     return tuple(found[c.name] for c in table if c.name in found)

@@ -39,7 +39,7 @@ from cdclake.model.convergence import (
     progress_after_completion,
 )
 from cdclake.model.layout import COLUMN_DEFAULTS_PROPERTY, QUARANTINE_SUFFIX, SummaryKeys, side_table
-from cdclake.model.offsets import Offsets, encode_offsets
+from cdclake.model.offsets import Offsets, decode_offsets, encode_offsets
 from cdclake.model.plan import RunPlan
 from cdclake.model.position import SOURCE_ORDERINGS, BinlogPosition
 from cdclake.model.run_state import BatchStats, ColumnDefault, CommittedState, QuarantinedRecord
@@ -195,7 +195,9 @@ def nothing_applied_error(plan: RunPlan, stats: BatchStats, first: QuarantinedRe
     )
 
 
-def applied_nothing_before(cfg: TableConfig, run_id: str, snapshot_id: int, quarantined: int) -> QuarantinedBatchError:
+def applied_nothing_before(
+    cfg: TableConfig, run_id: str, snapshot_id: int, summary: Mapping[str, str]
+) -> QuarantinedBatchError:
     """The error of a retry that finds its run's commit applied nothing (its try that committed
     failed with :func:`nothing_applied_error`; with the ``submit`` engine Airflow retries the Spark
     job, which then finds its range applied): the run fails again rather than succeed silently.
@@ -204,12 +206,20 @@ def applied_nothing_before(cfg: TableConfig, run_id: str, snapshot_id: int, quar
         cfg: the table.
         run_id: the run.
         snapshot_id: the run's commit.
-        quarantined: the records the commit quarantined (``cdc.records-quarantined``).
+        summary: its snapshot summary (:func:`~cdclake.io.catalog.run_commit`); named: its offset
+            ranges (``cdc.kafka.start-offsets`` to ``cdc.kafka.end-offsets``, the partitions it
+            read) and the records it quarantined (``cdc.records-quarantined``).
     """
+    start = decode_offsets(summary[SummaryKeys.START_OFFSETS])
+    ranges = ", ".join(
+        f"partition {p} offsets [{start[p]}, {end})"
+        for p, end in sorted(decode_offsets(summary[SummaryKeys.END_OFFSETS]).items())
+        if end > start[p]
+    )
     return QuarantinedBatchError(
-        f"topic {cfg.topic!r}: all {quarantined} record(s) of run {run_id!r} were quarantined, none applied to "
-        f"Iceberg table {cfg.identifier} (snapshot {snapshot_id}); the log of the try that committed names the "
-        "first\n" + _quarantine_remedy(cfg)
+        f"topic {cfg.topic!r} ({ranges}): all {summary[SummaryKeys.QUARANTINED]} record(s) of run "
+        f"{run_id!r} were quarantined, none applied to Iceberg table {cfg.identifier} (snapshot {snapshot_id}); "
+        "the log of the try that committed names the first\n" + _quarantine_remedy(cfg)
     )
 
 

@@ -34,6 +34,9 @@ class LastCommit(BaseModel):
         run_id: ``cdc.run-id``: the Airflow run that committed it.
         events: ``cdc.events``: Kafka records of its range (tombstones and quarantined ones included).
         replay: it was a manual replay (``cdc.replay``).
+        connector_contradictions: ``cdc.connector-contradictions``: the Debezium handling modes its
+            events showed where the table's columns expect others, one line per column
+            (:mod:`cdclake.model.connector_check`); empty when they agreed.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -44,6 +47,19 @@ class LastCommit(BaseModel):
     run_id: str | None
     events: int
     replay: bool = False
+    connector_contradictions: list[str] = []
+
+    def connector_warning(self) -> str | None:
+        """One sentence for the status's warnings when its events contradict the connector modes:
+        how many columns, the first line; ``None`` when they agreed."""
+        lines = self.connector_contradictions
+        if not lines:
+            return None
+        return (
+            f"connector modes contradict ({len(lines)} column{'' if len(lines) == 1 else 's'} in the last CDC "
+            f'commit, snapshot {self.snapshot_id}; docs/operations.md, "Events that contradict the connector '
+            f'modes"): {lines[0]}'
+        )
 
 
 class Activity(BaseModel):
@@ -272,6 +288,9 @@ class TableStatus(BaseModel):
             not judged or unknown.
         problems: what is missing or wrong, one sentence each (no table, no topic, offsets
             outside the topic, failing runs: :meth:`RunFailure.describe`).
+        warnings: what the table applied but is likely wrong, one sentence each (events that
+            contradict the connector modes: :meth:`LastCommit.connector_warning`); they do not
+            make the table late.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -303,6 +322,7 @@ class TableStatus(BaseModel):
     freshness_minutes: int | None = None
     fresh: bool | None = None
     problems: list[str] = []
+    warnings: list[str] = []
 
 
 def partition_lag(
@@ -389,6 +409,7 @@ def commit_activity(
                 run_id=run[0],
                 events=_int(summary, SummaryKeys.EVENTS),
                 replay=summary.get(SummaryKeys.REPLAY) == "true",
+                connector_contradictions=json.loads(summary.get(SummaryKeys.CONNECTOR_CONTRADICTIONS, "[]")),
             )
         if same_run or not start_ms <= ts_ms <= now_ms:
             continue

@@ -8,9 +8,9 @@ Per table:
 * **Kafka** (:func:`~cdclake.io.kafka.topics_watermarks`): the topic's high watermarks, against the
   table's committed offsets: the records not applied yet, per partition and in all.
 * **The snapshot summaries** of the table's ancestry (:class:`~cdclake.model.layout.SummaryKeys`):
-  the last CDC commit (snapshot id, time, run id), the records applied per hour and the counts by
-  kind over the last 24 hours, the full snapshot in progress, the greatest position's Kafka
-  timestamp.
+  the last CDC commit (snapshot id, time, run id, and the connector modes its events contradicted:
+  a warning, the table may still be fresh), the records applied per hour and the counts by kind
+  over the last 24 hours, the full snapshot in progress, the greatest position's Kafka timestamp.
 * **The source time of the newest event applied**: the greatest ``cdc.last-source-ts`` of the
   window's commits, and the data files' column bounds of ``_cdc_source_ts`` in the table's rows
   and delete tombstones (no data file is read; the bounds also cover commits older than the key).
@@ -286,6 +286,7 @@ def _lake(catalog: Catalog, cfg: TableConfig, now: int) -> _Lake:
     state = committed_state(table, cfg.topic)
     schema = table.schema()
     last, per_hour, activity = commit_activity(ancestry(table), cfg.topic, now)
+    warning = last.connector_warning() if last is not None else None
     source_ts = [activity.last_source_ts_ms, column_upper_bound_ms(table, SOURCE_TS_COLUMN)]
     tombstones = load_table_or_none(catalog, side_table(cfg.identifier, TOMBSTONES_SUFFIX))
     if tombstones is not None:
@@ -303,6 +304,7 @@ def _lake(catalog: Catalog, cfg: TableConfig, now: int) -> _Lake:
         "last_source_ts_ms": max(known) if known else None,
         "open_quarantine": open_quarantine(catalog, cfg.identifier),
         "run_failure": RunFailure.from_property(table.properties.get(RUN_FAILURE_PROPERTY)),
+        "warnings": [warning] if warning is not None else [],
     }
     if state.snapshot is not None:
         fields["snapshot_in_progress"] = SnapshotInProgress(

@@ -267,7 +267,7 @@ def _check_connector_modes(ctx: ApplyContext, stats: BatchStats) -> BatchStats:
             continue
         row_schema = event.row_schema() if event is not None else None
         if row_schema is not None:
-            schemas.append(row_schema)
+            schemas.append((where, row_schema))
     found = tuple(c.describe() for c in mode_contradictions(ctx.columns, schemas, ctx.cfg.connector))
     if found:
         log.warning(
