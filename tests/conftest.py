@@ -12,6 +12,7 @@ import pytest
 
 from cdclake.model.config import TableConfig
 from cdclake.settings import Settings
+from cdclake_dev.process import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "debezium"
@@ -33,28 +34,6 @@ class DebeziumFiles:
         raise FileNotFoundError(f"{relative} is in none of {[str(r) for r in self.roots]}")
 
 
-def _free_port_pair() -> int:
-    """A loopback port P with P and P+1 free (broker and controller listeners)."""
-    import socket
-
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port + 1)) != 0 and port < 65000:
-                return port
-    raise RuntimeError("no free pair of loopback ports")
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def fixtures_dir() -> DebeziumFiles:
     return DebeziumFiles()
@@ -71,12 +50,12 @@ def stack_settings(tmp_path_factory: pytest.TempPathFactory):
         {
             "CDCLAKE_STATE_DIR": str(state),
             # ports of their own, so that test sessions never share (or stop) each other's servers
-            "CDCLAKE_KAFKA_BOOTSTRAP": "127.0.0.1:" + os.environ.get("CDCLAKE_TEST_KAFKA_PORT", str(_free_port_pair())),
+            "CDCLAKE_KAFKA_BOOTSTRAP": "127.0.0.1:" + os.environ.get("CDCLAKE_TEST_KAFKA_PORT", str(free_port(2))),
             "CDCLAKE_TABLES_CONFIG": str(state / "tables.yaml"),
-            "CDCLAKE_MARIADB_PORT": str(_free_port()),
-            "CDCLAKE_CONNECT_PORT": str(_free_port()),
+            "CDCLAKE_MARIADB_PORT": str(free_port()),
+            "CDCLAKE_CONNECT_PORT": str(free_port()),
             "CDCLAKE_TOPIC_PREFIX": "chain",
-            "CDCLAKE_SPARK_CONNECT_PORT": str(_free_port()),
+            "CDCLAKE_SPARK_CONNECT_PORT": str(free_port()),
             "CDCLAKE_ENGINE_MEMORY": "2g",
         }
     )

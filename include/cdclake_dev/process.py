@@ -26,6 +26,7 @@ from __future__ import annotations
 import http.client
 import logging
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -62,11 +63,41 @@ def http_ok(url: str) -> bool:
         return False
 
 
-def free_port() -> int:
-    """A TCP port on :data:`LOOPBACK` that no process listens on now."""
+FREE_PORT_RANGE = (20000, 32000)
+"""Where :func:`free_port` looks: below Linux's default ephemeral range (32768-60999), so that a
+port handed out is not taken, before its server binds it, as the source port of some outgoing
+connection (a port the OS picks with ``bind(0)`` comes from that range and can be)."""
+
+_handed_out: set[int] = set()
+
+
+def free_port(span: int = 1) -> int:
+    """A TCP port ``P`` on :data:`LOOPBACK` such that ``P .. P+span-1`` can be bound now and were
+    not handed out before by this process (a topology's ports are all distinct).
+
+    Args:
+        span: how many consecutive ports (a Kafka broker's listener and its controller's: 2).
+
+    Raises:
+        RuntimeError: no such ports in :data:`FREE_PORT_RANGE` after 200 tries.
+    """
+    low, high = FREE_PORT_RANGE
+    for _ in range(200):
+        first = random.randrange(low, high - span)
+        ports = range(first, first + span)
+        if not _handed_out.intersection(ports) and all(_bindable(p) for p in ports):
+            _handed_out.update(ports)
+            return first
+    raise RuntimeError(f"no {span} free consecutive port(s) on {LOOPBACK} in {low}..{high}")
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
+        try:
+            sock.bind((LOOPBACK, port))
+        except OSError:
+            return False
+    return True
 
 
 def check_port(port: int, name: str = "port") -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from cdclake.io.catalog import load_catalog
 from cdclake_dev import chain as source_chain
 from cdclake_dev.airflow_env import airflow_env
 from cdclake_dev.cli import ensure_airflow_db
+from cdclake_dev.process import free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -32,25 +32,19 @@ CREATE TABLE accounts (
 ROWS = 2500
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Airflow:
     """``airflow standalone`` on the test stack's Airflow home, driven through the CLI."""
 
     def __init__(self, settings, log_path) -> None:
         self.env = airflow_env(settings)
-        port = _free_port()
+        port = free_port()
         self.env.update(
             {
                 "AIRFLOW__API__PORT": str(port),
                 "AIRFLOW__API__HOST": "127.0.0.1",
                 "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-                "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
-                "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port()),
+                "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+                "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
                 "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
                 "AIRFLOW__CORE__PARALLELISM": "4",
                 "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "5",

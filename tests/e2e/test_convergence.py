@@ -19,6 +19,7 @@ from cdclake.model.layout import SummaryKeys
 from cdclake.model.snapshot import build_signal
 from cdclake_dev import chain as source_chain
 from cdclake_dev.cli import ensure_airflow_db, run_table_dag
+from cdclake_dev.process import free_port
 from tests.e2e.test_chain import wait_for_note
 
 pytestmark = pytest.mark.e2e
@@ -252,10 +253,9 @@ def test_a_failover_upstream_of_the_replica_debezium_reads_goes_on(chain, stack_
     from server id 7 (``SET SESSION server_id``: what a new primary upstream of the replica looks
     like in the replica's binlog) while the replica's binlog goes on: the table follows, recording
     the new identity, instead of stopping for a re-snapshot."""
-    from tests.conftest import _free_port
 
     replica = stack_settings.model_copy(
-        update={"state_dir": tmp_path / "replica", "mariadb_port": _free_port(), "topic_prefix": "replica"}
+        update={"state_dir": tmp_path / "replica", "mariadb_port": free_port(), "topic_prefix": "replica"}
     )
     settings, topic = with_table(stack_settings, tmp_path, "rpl", prefix=replica.topic_prefix)
     print(source_chain.start_mariadb(replica, replica_of=stack_settings))

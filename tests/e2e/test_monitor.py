@@ -16,7 +16,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -35,6 +34,7 @@ from cdclake.pipeline.status import status_of_tables
 from cdclake.settings import PROJECT_ROOT
 from cdclake_dev.airflow_env import airflow_env
 from cdclake_dev.cli import ensure_airflow_db, run_table_dag
+from cdclake_dev.process import free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -44,12 +44,6 @@ STUCK = "ui_stuck"
 APPLIED = 12
 """Events of the products capture applied by the DAG run; the rest stay in the topic."""
 USER, ROLE = "admin", "admin"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _chromium() -> str:
@@ -121,7 +115,7 @@ def api_server(stack_settings, applied, tmp_path_factory):
     password = secrets.token_urlsafe(12)
     passwords = home / "passwords.json"
     passwords.write_text(json.dumps({USER: password}))
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = airflow_env(stack_settings)
     env.update(

@@ -34,7 +34,8 @@ from cdclake.spark.session import set_catalog
 from cdclake_dev.parts.postgres import Postgres
 from cdclake_dev.parts.rest_catalog import RestCatalogServer
 from cdclake_dev.parts.s3 import S3Proxy
-from tests.conftest import _free_port, apply_offsets, make_table, plan_offsets
+from cdclake_dev.process import free_port
+from tests.conftest import apply_offsets, make_table, plan_offsets
 from tests.integration.test_apply import produce_raw
 from tests.integration.test_contract import ev, key
 from tests.processes import group_alive, pid_in
@@ -83,8 +84,8 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parts]:
     pg_dir = Path(tempfile.mkdtemp(prefix="cdclake-test-catalogs-pg-"))
     work = tmp_path_factory.mktemp("catalogs")
     secret_key = uuid.uuid4().hex
-    postgres = Postgres(pg_dir, _free_port())
-    s3 = S3Proxy(work / "s3", _free_port(), ACCESS_KEY, secret_key)
+    postgres = Postgres(pg_dir, free_port())
+    s3 = S3Proxy(work / "s3", free_port(), ACCESS_KEY, secret_key)
     rest: RestCatalogServer | None = None
     pgids: list[int] = []
     try:
@@ -99,7 +100,7 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parts]:
         s3.ensure_bucket(BUCKET)
         rest = RestCatalogServer(
             work / "rest",
-            _free_port(),
+            free_port(),
             jdbc_uri=postgres.jdbc_uri("rest_catalog"),
             jdbc_user="rest_catalog",
             jdbc_password=rest_password,

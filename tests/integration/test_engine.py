@@ -28,7 +28,8 @@ from cdclake.model.layout import QUARANTINE_SUFFIX, RUN_BRANCH_PREFIX, SummaryKe
 from cdclake.model.plan import RunPlan
 from cdclake.spark.session import connect_session
 from cdclake_dev import engine as local_engine
-from tests.conftest import _free_port, make_table, plan_offsets
+from cdclake_dev.process import free_port
+from tests.conftest import make_table, plan_offsets
 from tests.integration.test_apply import produce_raw
 from tests.integration.test_contract import COLUMNS, ev, key
 from tests.integration.test_crash import job_env
@@ -301,7 +302,7 @@ def test_a_connect_session_is_in_utc_and_decodes_datetimes_without_its_zone(stac
 
 
 def test_a_server_that_is_not_there_is_a_clear_error_without_the_token():
-    port = _free_port()
+    port = free_port()
     with pytest.raises(EngineUnavailableError) as info:
         connect_session(f"sc://localhost:{port}/;token=s3cr3t-token", conn_id="spark_connect_default")
     message = str(info.value)

@@ -14,7 +14,7 @@ from confluent_kafka import KafkaError, KafkaException
 from cdclake.io.kafka import KafkaClients, ensure_topic, produce, read_partition, topic_watermarks
 from cdclake.settings import Settings
 from cdclake_dev import stack
-from tests.conftest import _free_port, _free_port_pair
+from cdclake_dev.process import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -32,12 +32,12 @@ def sasl_broker(tmp_path_factory: pytest.TempPathFactory):
     and stops it at the end of the module."""
     state = tmp_path_factory.mktemp("sasl-stack")
     settings = Settings.from_env(
-        {"CDCLAKE_STATE_DIR": str(state), "CDCLAKE_KAFKA_BOOTSTRAP": f"127.0.0.1:{_free_port_pair()}"}
+        {"CDCLAKE_STATE_DIR": str(state), "CDCLAKE_KAFKA_BOOTSTRAP": f"127.0.0.1:{free_port(2)}"}
     )
     port = int(settings.kafka_bootstrap.rpartition(":")[2])
-    sasl_port = _free_port()
+    sasl_port = free_port()
     while sasl_port in (port, port + 1):
-        sasl_port = _free_port()
+        sasl_port = free_port()
     listener = stack.SaslListener(sasl_port, {USER: PASSWORD, "reader": "another-Secret"})
     started = time.monotonic()
     report = stack.start_broker(settings, sasl=listener)
@@ -171,7 +171,7 @@ def test_listener_settings_are_checked(sasl_broker):
         stack.start_broker(settings, sasl=stack.SaslListener(port + 1, {USER: PASSWORD}))
     # the running broker serves no SASL listener on another port: it says so at once
     with pytest.raises(RuntimeError, match="runs without a SASL listener"):
-        stack.start_broker(settings, sasl=stack.SaslListener(_free_port(), {USER: PASSWORD}))
+        stack.start_broker(settings, sasl=stack.SaslListener(free_port(), {USER: PASSWORD}))
 
 
 def test_restart_with_the_same_users_still_authenticates(sasl_broker, sasl_topic):

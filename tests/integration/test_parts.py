@@ -22,7 +22,7 @@ from cdclake_dev.parts.postgres import Postgres
 from cdclake_dev.parts.rest_catalog import RestCatalogServer, catalog_env
 from cdclake_dev.parts.s3 import S3Proxy
 from cdclake_dev.parts.spark_cluster import SparkStandalone
-from tests.conftest import _free_port
+from cdclake_dev.process import free_port
 from tests.processes import group_alive, pid_in
 
 pytestmark = pytest.mark.integration
@@ -80,8 +80,8 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parts]:
     pg_dir = Path(tempfile.mkdtemp(prefix="cdclake-test-pg-"))
     work = tmp_path_factory.mktemp("parts")
     secret_key = uuid.uuid4().hex
-    postgres = Postgres(pg_dir, _free_port())
-    s3 = S3Proxy(work / "s3", _free_port(), ACCESS_KEY, secret_key)
+    postgres = Postgres(pg_dir, free_port())
+    s3 = S3Proxy(work / "s3", free_port(), ACCESS_KEY, secret_key)
     start_s: dict[str, float] = {}
     rest: RestCatalogServer | None = None
     pgids: list[int] = []
@@ -95,7 +95,7 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parts]:
         s3.ensure_bucket(BUCKET)
         rest = RestCatalogServer(
             work / "rest",
-            _free_port(),
+            free_port(),
             jdbc_uri=postgres.jdbc_uri("iceberg"),
             jdbc_user="iceberg",
             jdbc_password=jdbc_password,
@@ -227,7 +227,7 @@ def test_airflow_processes_run_a_dag_on_postgres(parts: Parts, tmp_path: Path) -
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
     }
-    airflow = AirflowProcesses(env, tmp_path / "logs", _free_port())
+    airflow = AirflowProcesses(env, tmp_path / "logs", free_port())
     pgids: list[int] = []
     try:
         airflow.migrate({"parts_pool": (1, "a pool of the test")})
@@ -247,7 +247,7 @@ def test_airflow_processes_run_a_dag_on_postgres(parts: Parts, tmp_path: Path) -
 def test_spark_standalone_worker_registers_alive(tmp_path: Path) -> None:
     import pyspark
 
-    spark = SparkStandalone(tmp_path / "spark", _free_port(), worker_cores=1, worker_memory="512m")
+    spark = SparkStandalone(tmp_path / "spark", free_port(), worker_cores=1, worker_memory="512m")
     package = Path(pyspark.__file__).parent
     package_dirs_before = {d: (package / d).exists() for d in ("work", "logs")}
     pgids: list[int] = []

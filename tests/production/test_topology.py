@@ -19,8 +19,8 @@ import pytest
 
 from cdclake.settings import PROJECT_ROOT
 from cdclake_dev import production, production_demo
+from cdclake_dev.process import free_port
 from cdclake_dev.production import Ports, Topology
-from tests.conftest import _free_port, _free_port_pair
 
 pytestmark = pytest.mark.production
 
@@ -30,18 +30,18 @@ def topology() -> Iterator[Topology]:
     # PostgreSQL runs as the `postgres` user: its folder's parents must be searchable by it
     state = Path(tempfile.mkdtemp(prefix="cdclake-production-"))
     state.chmod(0o755)
-    kafka = _free_port_pair()
+    kafka = free_port(2)
     ports = Ports(
-        postgres=_free_port(),
-        s3=_free_port(),
-        rest_catalog=_free_port(),
+        postgres=free_port(),
+        s3=free_port(),
+        rest_catalog=free_port(),
         kafka=kafka,
-        kafka_sasl=_free_port(),
-        mariadb=_free_port(),
-        kafka_connect=_free_port(),
-        spark_master=_free_port(),
-        spark_connect=_free_port(),
-        airflow_api=_free_port(),
+        kafka_sasl=free_port(),
+        mariadb=free_port(),
+        kafka_connect=free_port(),
+        spark_master=free_port(),
+        spark_connect=free_port(),
+        airflow_api=free_port(),
     )
     topo = Topology(state, ports)
     try:
