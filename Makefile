@@ -4,13 +4,16 @@ CDCLAKE := .venv/bin/cdclake
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: demo demo-production test lint bench bench-reconcile bench-engine bench-maintenance setup stack-start stack-stop stack-status engine-start engine-stop engine-status status chain-start chain-stop airflow-ui lock clean help
+.PHONY: demo demo-avro demo-production test lint bench bench-reconcile bench-engine bench-maintenance setup stack-start stack-stop stack-status engine-start engine-stop engine-status status chain-start chain-stop airflow-ui lock clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
 
 demo: setup  ## set up, load the real Debezium fixtures, run both table DAGs, show the Iceberg tables
 	$(CDCLAKE) demo --quiet
+
+demo-avro: setup  ## the real chain with Avro: MariaDB, Debezium writing Avro through a schema registry (Apicurio), writes to a demo table, its DAG, the Iceberg table
+	$(CDCLAKE) demo --avro --quiet
 
 demo-production: setup  ## the production topology on this machine (PostgreSQL, REST catalog, S3, Spark cluster, SASL Kafka, MariaDB + Debezium, Airflow's processes): a workload through the scheduled DAGs; fails unless every table equals its source
 	$(CDCLAKE) production demo
@@ -61,10 +64,10 @@ engine-status:  ## is the shared Spark Connect server running?
 status:  ## per table: lag (events, time), last commit, events in 24 h, open quarantine, schema, last reconcile
 	$(CDCLAKE) status
 
-chain-start: setup  ## start the real source chain: Kafka, MariaDB, Kafka Connect + Debezium MariaDB connector
-	$(CDCLAKE) chain start
+chain-start: setup  ## start the real source chain: Kafka, MariaDB, Kafka Connect + Debezium MariaDB connector, the schema registry
+	$(CDCLAKE) chain start --registry
 
-chain-stop:  ## stop the real source chain
+chain-stop:  ## stop the real source chain (and the schema registry)
 	$(CDCLAKE) chain stop
 
 airflow-ui: stack-start  ## Airflow UI on http://127.0.0.1:8080 (airflow standalone on SQLite)

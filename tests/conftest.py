@@ -89,6 +89,20 @@ def chain(stack_settings: Settings, kafka):
 
 
 @pytest.fixture(scope="session")
+def schema_registry(stack_settings: Settings):
+    """A running Apicurio Registry (in-memory, :class:`cdclake_dev.parts.registry.SchemaRegistry`)
+    on a port of its own, started by the first test that asks for it; yields its
+    Confluent-compatible API URL (``http://127.0.0.1:<port>/apis/ccompat/v7``), what the
+    pipeline's registry config and :func:`cdclake_dev.chain.add_avro_connector` take."""
+    from cdclake_dev.parts.registry import SchemaRegistry
+
+    registry = SchemaRegistry(stack_settings.state_dir / "registry", free_port())
+    registry.start()
+    yield registry.ccompat_url
+    registry.stop()
+
+
+@pytest.fixture(scope="session")
 def engine(stack_settings: Settings) -> str:
     """The shared Spark Connect server of the tests' stack (stopped with ``stack_settings``);
     yields its URL with the token, for :func:`cdclake.spark.session.connect_session`."""

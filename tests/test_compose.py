@@ -167,3 +167,11 @@ def test_the_images_that_drive_spark_hold_java_and_the_jars():
     assert "requirements.txt" in airflow and "/opt/cdclake/.jars" in airflow
     assert "/opt/cdclake/.jars/spark" in stages[services()["spark-connect"]["build"]["target"]]
     assert "-P spark" in stages["jars"]  # the same Maven manifest as `make setup`
+
+
+def test_the_schema_registry_is_the_version_the_local_topology_runs():
+    registry = services()["schema-registry"]
+    pom = (PROJECT_ROOT / "include" / "jars" / "pom.xml").read_text()
+    [version] = re.findall(r"<apicurio.version>([^<]+)</apicurio.version>", pom)
+    assert registry["image"] == f"apicurio/apicurio-registry-sql:{version}"
+    assert registry["environment"]["QUARKUS_HTTP_PORT"] == str(production.Ports.with_offset(0).schema_registry)

@@ -127,6 +127,25 @@ class EngineUnavailableError(CdcLakeError, ConnectionError):
     message names the server (never its token) and the Airflow connection."""
 
 
+class UnknownSchemaIdError(CdcLakeError, LookupError):
+    """The schema registry has no schema of an id a record names (HTTP 404, error code 40403):
+    the record was written against another registry, or its schema was deleted. ``schema_id``
+    is the id; the message names the registry (never its credentials)."""
+
+    def __init__(self, schema_id: int, registry: str) -> None:
+        self.schema_id = schema_id
+        super().__init__(
+            f"schema registry {registry} has no schema of id {schema_id}: the record was written against "
+            "another registry, or its schema was deleted"
+        )
+
+
+class SchemaRegistryUnavailableError(CdcLakeError, ConnectionError):
+    """The schema registry does not answer, answers with a server error (5xx), or refuses the
+    credentials (401, 403). Nothing was applied; the task's retry tries again. The message names
+    the registry and its Airflow connection or environment variable, never the credentials."""
+
+
 class FreshnessError(CdcLakeError):
     """A table is behind its freshness target (``freshness_minutes``): events are waiting and the
     newest applied one is older than the target. The message names the table, its lag in events

@@ -6,31 +6,34 @@ broker and the same Iceberg catalog.
 
 Defaults (the embedded stack) keep everything under ``<project>/.stack``:
 
-=============================  ===============================================  =========================
-variable                       meaning                                          default
-=============================  ===============================================  =========================
-``CDCLAKE_STATE_DIR``          root of the local stack's data                   ``<project>/.stack``
-``CDCLAKE_KAFKA_BOOTSTRAP``    Kafka ``bootstrap.servers``                      ``127.0.0.1:19092``
-``CDCLAKE_CATALOG_NAME``       Iceberg catalog name (Spark and pyiceberg)       ``lake``
-``CDCLAKE_CATALOG_TYPE``       ``sql`` (JDBC catalog database) or ``rest``         ``sql``
-``CDCLAKE_CATALOG_URI``        ``sql``: SQLAlchemy URI of the catalog database;   ``<state>/iceberg/catalog.db``
-                               ``rest``: the REST catalog's base URL
-``CDCLAKE_WAREHOUSE``          warehouse location (URI: ``file://``, ``s3://``)  ``<state>/iceberg/warehouse``
-``CDCLAKE_TABLES_CONFIG``      table config file                                ``include/tables.yaml``
-``CDCLAKE_SPARK_MASTER``       Spark master for the embedded stack              ``local[2]``
-``CDCLAKE_MARIADB_PORT``       loopback port of the local MariaDB               ``13306``
-``CDCLAKE_CONNECT_PORT``       REST port of the local Kafka Connect worker      ``18083``
-``CDCLAKE_TOPIC_PREFIX``       Debezium ``topic.prefix`` of the local chain     ``mariadb``
-``CDCLAKE_SIGNAL_CHANNEL``     bootstrap signals: ``source`` table or ``kafka``  ``source``
-``CDCLAKE_SIGNAL_TABLE``       the connector's ``signal.data.collection``       ``inventory.debezium_signal``
-``CDCLAKE_ENGINE``             the apply engine: ``connect`` or ``submit``       ``connect``
-``CDCLAKE_SPARK_CONNECT_PORT`` loopback port of the local Spark Connect server  ``15002``
-``CDCLAKE_ENGINE_MEMORY``      the local Spark Connect server's heap            ``4g``
-``CDCLAKE_APPLY_POOL_SLOTS``   applies at once (Airflow pool ``cdc_apply``)      ``2``
-``CDCLAKE_SPARK_LOG_LEVEL``    Spark's log level (``spark.log.level``): INFO     ``WARN``
-                               to see Spark's own chatter in task logs
-``CDCLAKE_APPLY_PAUSE_AT``     debugging: pause the apply job at a commit point  unset
-=============================  ===============================================  =========================
+===============================  ===============================================  =========================
+variable                         meaning                                          default
+===============================  ===============================================  =========================
+``CDCLAKE_STATE_DIR``            root of the local stack's data                   ``<project>/.stack``
+``CDCLAKE_KAFKA_BOOTSTRAP``      Kafka ``bootstrap.servers``                      ``127.0.0.1:19092``
+``CDCLAKE_CATALOG_NAME``         Iceberg catalog name (Spark and pyiceberg)       ``lake``
+``CDCLAKE_CATALOG_TYPE``         ``sql`` (JDBC catalog database) or ``rest``         ``sql``
+``CDCLAKE_CATALOG_URI``          ``sql``: SQLAlchemy URI of the catalog database;   ``<state>/iceberg/catalog.db``
+                                 ``rest``: the REST catalog's base URL
+``CDCLAKE_WAREHOUSE``            warehouse location (URI: ``file://``, ``s3://``)  ``<state>/iceberg/warehouse``
+``CDCLAKE_TABLES_CONFIG``        table config file                                ``include/tables.yaml``
+``CDCLAKE_SPARK_MASTER``         Spark master for the embedded stack              ``local[2]``
+``CDCLAKE_MARIADB_PORT``         loopback port of the local MariaDB               ``13306``
+``CDCLAKE_CONNECT_PORT``         REST port of the local Kafka Connect worker      ``18083``
+``CDCLAKE_TOPIC_PREFIX``         Debezium ``topic.prefix`` of the local chain     ``mariadb``
+``CDCLAKE_SIGNAL_CHANNEL``       bootstrap signals: ``source`` table or ``kafka``  ``source``
+``CDCLAKE_SIGNAL_TABLE``         the connector's ``signal.data.collection``       ``inventory.debezium_signal``
+``CDCLAKE_ENGINE``               the apply engine: ``connect`` or ``submit``       ``connect``
+``CDCLAKE_SPARK_CONNECT_PORT``   loopback port of the local Spark Connect server  ``15002``
+``CDCLAKE_ENGINE_MEMORY``        the local Spark Connect server's heap            ``4g``
+``CDCLAKE_APPLY_POOL_SLOTS``     applies at once (Airflow pool ``cdc_apply``)      ``2``
+``CDCLAKE_SPARK_LOG_LEVEL``      Spark's log level (``spark.log.level``): INFO     ``WARN``
+                                 to see Spark's own chatter in task logs
+``CDCLAKE_APPLY_PAUSE_AT``       debugging: pause the apply job at a commit point  unset
+``CDCLAKE_SCHEMA_REGISTRY_URL``  the schema registry of ``value_format: avro``    unset
+                                 topics (Confluent REST API base URL), when no
+                                 Airflow connection ``schema_registry`` exists
+===============================  ===============================================  =========================
 
 The Airflow connection ids the DAGs use are constants here (:class:`ConnectionIds`); their
 contents (hosts, credentials) are Airflow's, resolved when a task runs. Credentials never come
@@ -72,6 +75,7 @@ _KNOWN = {
     "SPARK_LOG_LEVEL",
     "APPLY_POOL_SLOTS",
     "APPLY_PAUSE_AT",  # read by the apply job: cdclake.spark.commit.PAUSE_ENV (debugging)
+    "SCHEMA_REGISTRY_URL",
 }
 
 
@@ -99,6 +103,14 @@ class ConnectionIds:
     ``client.region``, ...), merged over ``CDCLAKE_CATALOG_*`` when a task runs
     (:meth:`Settings.with_catalog`). Without it the catalog is the environment's (the embedded
     default, which has no credentials)."""
+    SCHEMA_REGISTRY = "schema_registry"
+    """type ``http`` or ``generic``, optional: the Confluent-compatible schema registry of
+    ``value_format: avro`` topics (:mod:`cdclake.io.registry`). ``host`` is the registry's REST API
+    base URL (Apicurio: ``http://<host>:<port>/apis/ccompat/v7``), ``login``/``password`` its basic
+    auth; ``extra`` holds further confluent-kafka ``SchemaRegistryClient`` keys as that client names
+    them (``ssl.ca.location``, ``timeout``, ``max.retries``; a bearer token:
+    ``bearer.auth.credentials.source: STATIC_TOKEN``, ``bearer.auth.token``,
+    ``bearer.auth.logical.cluster``). Without it the registry is ``CDCLAKE_SCHEMA_REGISTRY_URL``'s."""
 
 
 APPLY_POOL_DESCRIPTION = "table DAGs' apply tasks: how many run at once on the engine"
@@ -143,6 +155,10 @@ class Settings(BaseModel):
     """Spark's own log level (``spark.log.level``) in the spark-submit jobs, the tests' sessions
     and the Connect server: ``WARN`` keeps Spark's INFO chatter out of the Airflow task logs."""
     apply_pool_slots: int = 2
+    schema_registry_url: str = ""
+    """The schema registry of ``value_format: avro`` topics when no Airflow connection
+    :attr:`ConnectionIds.SCHEMA_REGISTRY` exists (the CLI, the local stack): a URL without
+    credentials; empty: none."""
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
@@ -186,6 +202,7 @@ class Settings(BaseModel):
                 engine_memory=env.get("CDCLAKE_ENGINE_MEMORY", "4g"),
                 spark_log_level=env.get("CDCLAKE_SPARK_LOG_LEVEL", "WARN").upper(),
                 apply_pool_slots=int(env.get("CDCLAKE_APPLY_POOL_SLOTS", "2")),
+                schema_registry_url=env.get("CDCLAKE_SCHEMA_REGISTRY_URL", ""),
             )
         )
 
@@ -369,7 +386,7 @@ def jars_dir(profile: str) -> Path:
 
 
 def spark_jars() -> list[Path]:
-    """The jars ``spark-submit --jars`` needs (Iceberg runtime, Kafka source, JDBC drivers).
+    """The jars ``spark-submit --jars`` needs (Iceberg runtime, Kafka source, spark-avro, JDBC drivers).
 
     Raises:
         FileNotFoundError: the jars were not fetched yet (run ``make setup``).

@@ -15,6 +15,9 @@ the two connections the table DAGs use:
   wait on Debezium's notification topic (a consumer group that never commits).
 * ``cdc_source_db`` (type ``mysql``): the source database, where the bootstrap DAG inserts
   snapshot signals.
+* ``schema_registry`` (type ``http``), when ``CDCLAKE_SCHEMA_REGISTRY_URL`` is set: the schema
+  registry of ``value_format: avro`` topics (the local chain's Apicurio Registry,
+  :mod:`cdclake_dev.parts.registry`), its Confluent-compatible API URL as the host.
 """
 
 from __future__ import annotations
@@ -78,6 +81,16 @@ def airflow_env(settings: Settings, base: dict[str, str] | None = None) -> dict[
                     "login": "debezium",
                     "password": "dbz",
                 }
+            ),
+            # the registry as production passes it (a connection); none without a URL
+            **(
+                {
+                    f"AIRFLOW_CONN_{ConnectionIds.SCHEMA_REGISTRY.upper()}": json.dumps(
+                        {"conn_type": "http", "host": settings.schema_registry_url}
+                    )
+                }
+                if settings.schema_registry_url
+                else {}
             ),
             # the CDCLAKE_* settings the tasks read, pinned to what this process resolved
             **settings.to_env(),

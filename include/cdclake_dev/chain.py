@@ -20,6 +20,12 @@ the settings of another state directory and port), with ``log_slave_updates``, s
 the replicated events with the server id and GTID of the server that originated them; a second
 Debezium connector reading it is added to the running Connect worker through its REST API
 (:func:`add_connector`).
+
+A connector writing **Avro** (Apicurio's ``AvroConverter``, Confluent wire format, schemas in a
+schema registry such as :class:`~cdclake_dev.parts.registry.SchemaRegistry`) can be added beside
+the JSON one on the same MariaDB and worker (:func:`add_avro_connector`): one source table then
+feeds a JSON topic and an Avro topic. The local chain's registry is :func:`local_registry`
+(``cdclake chain start --registry``; ``make demo-avro``, :mod:`cdclake_dev.demo_avro`).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,6 +47,9 @@ from cdclake_dev.system import java_executable
 if TYPE_CHECKING:
     from pymysql.connections import Connection
     from pymysql.cursors import Cursor
+
+    from cdclake.io.kafka import KafkaClients
+    from cdclake_dev.parts.registry import SchemaRegistry
 
 CONNECTOR_CONFIG = PROJECT_ROOT / "include" / "stack" / "debezium" / "inventory-connector.json"
 DB_USER = "debezium"
@@ -394,38 +404,176 @@ def add_connector(settings: Settings, name: str, source: Settings, *, timeout_s:
     Raises:
         RuntimeError: the connector did not stream within ``timeout_s`` seconds (names its status).
     """
+    from cdclake.io.kafka import KafkaClients
+
+    prefix = source.topic_prefix
+    config = _beside_config(prefix, "184055")
+    config["database.port"] = str(source.mariadb_port)
+    _connect_api(settings, "/connectors", "POST", {"name": name, "config": config})
+    kafka = KafkaClients.from_settings(settings)
+    _wait_streaming(settings, name, kafka, f"{prefix}.notifications", timeout_s)
+    return f"connector {name!r} streams 127.0.0.1:{source.mariadb_port} into {prefix}.*"
+
+
+def _beside_config(prefix: str, server_id: str) -> dict[str, str]:
+    """The config of :data:`CONNECTOR_CONFIG` for a connector beside the first on the same worker:
+    topic prefix ``prefix``, binlog client id ``server_id`` (another than the first connector's),
+    its own schema history and notification topics, the signal table as its only signal channel."""
     import json
 
-    from cdclake.io.kafka import KafkaClients
-    from cdclake.pipeline.snapshot import read_notifications
-
-    config = json.loads(CONNECTOR_CONFIG.read_text())["config"]
-    prefix = source.topic_prefix
+    config: dict[str, str] = json.loads(CONNECTOR_CONFIG.read_text())["config"]
     config.update(
         {
-            "database.port": str(source.mariadb_port),
-            "database.server.id": "184055",  # the binlog client's id: another than the first connector's
+            "database.server.id": server_id,
             "topic.prefix": prefix,
             "schema.history.internal.kafka.topic": f"{prefix}.schema-history",
             "signal.enabled.channels": "source",
             "notification.sink.topic.name": f"{prefix}.notifications",
         }
     )
-    _connect_api(settings, "/connectors", "POST", {"name": name, "config": config})
+    return config
+
+
+def _wait_streaming(settings: Settings, name: str, kafka: KafkaClients, topic: str, timeout_s: float) -> None:
+    """Wait until connector ``name`` streams: its notification topic ``topic`` (JSON, or Avro read
+    through ``kafka``'s schema registry) holds its initial snapshot's last notification
+    (``Initial Snapshot`` ``COMPLETED`` or ``SKIPPED``).
+
+    Raises:
+        RuntimeError: a task failed, or not within ``timeout_s`` seconds (names its status).
+    """
+    from cdclake.pipeline.snapshot import read_notifications
+
     deadline = time.monotonic() + timeout_s
     status: dict = {}
-    kafka = KafkaClients.from_bootstrap(settings.kafka_bootstrap)
     while time.monotonic() < deadline:
         status = connector_status(settings, name)
         if any(t["state"] == "FAILED" for t in status.get("tasks") or []):
             break
         if any(
             n.aggregate_type == "Initial Snapshot" and n.type in ("COMPLETED", "SKIPPED")
-            for n in read_notifications(kafka, f"{prefix}.notifications")
+            for n in read_notifications(kafka, topic)
         ):
-            return f"connector {name!r} streams 127.0.0.1:{source.mariadb_port} into {prefix}.*"
+            return
         time.sleep(0.5)
     raise RuntimeError(f"connector {name!r} did not stream within {timeout_s:.0f} s: {status}")
+
+
+REGISTRY_PORT = 18081
+"""The loopback port of the local chain's schema registry (:func:`local_registry`) unless
+``CDCLAKE_SCHEMA_REGISTRY_URL`` names another."""
+
+
+def local_registry(settings: Settings) -> SchemaRegistry:
+    """The local chain's schema registry: Apicurio Registry under ``<state>/registry`` on
+    127.0.0.1, its schemas in an H2 file there (the Avro records already in the local broker keep
+    their ids across a stop and start), on the port of ``settings.schema_registry_url`` when it is
+    set (``CDCLAKE_SCHEMA_REGISTRY_URL``), else :data:`REGISTRY_PORT`."""
+    from urllib.parse import urlsplit
+
+    from cdclake_dev.parts.registry import SchemaRegistry
+
+    port = urlsplit(settings.schema_registry_url).port if settings.schema_registry_url else None
+    return SchemaRegistry(settings.state_dir / "registry", port or REGISTRY_PORT, persistent=True)
+
+
+AVRO_CONVERTER = "io.apicurio.registry.utils.converter.AvroConverter"
+"""Apicurio's Kafka Connect Avro converter (the plugin folder
+``.jars/connect-plugins/apicurio-registry-converter``)."""
+AVRO_SERVER_ID = "184056"
+"""The binlog client id of :func:`add_avro_connector`'s connector (the JSON connector's is
+``184054``, :func:`add_connector`'s ``184055``)."""
+
+
+def avro_converter_config(registry_url: str) -> dict[str, str]:
+    """Connector settings that make keys and values Avro in the Confluent wire format (magic byte
+    0, the 4-byte content id, the Avro datum; no id headers) through :data:`AVRO_CONVERTER`, which
+    registers each new writer schema in the registry (``auto-register``) under
+    ``<topic>-key``/``<topic>-value``.
+
+    Args:
+        registry_url: the registry's Confluent-compatible API, Apicurio's
+            ``http://<host>:<port>/apis/ccompat/v7``; the converter is given the same server's v2
+            API (``.../apis/registry/v2``), its own.
+
+    Raises:
+        ValueError: ``registry_url`` is not an Apicurio ``ccompat`` URL.
+    """
+    base, found, _ = registry_url.partition("/apis/ccompat/")
+    if not found:
+        raise ValueError(f"{registry_url!r} is not an Apicurio ccompat URL (http://<host>:<port>/apis/ccompat/v7)")
+    converter = {
+        "apicurio.registry.url": f"{base}/apis/registry/v2",
+        "apicurio.registry.auto-register": "true",
+        "apicurio.registry.find-latest": "true",
+        "apicurio.registry.as-confluent": "true",
+        "apicurio.registry.use-id": "contentId",
+        "apicurio.registry.headers.enabled": "false",
+    }
+    config = {}
+    for side in ("key", "value"):
+        config[f"{side}.converter"] = AVRO_CONVERTER
+        config.update({f"{side}.converter.{k}": v for k, v in converter.items()})
+    return config
+
+
+def add_avro_connector(
+    settings: Settings,
+    registry_url: str,
+    tables: Sequence[str],
+    *,
+    name: str = "avro-connector",
+    topic_prefix: str | None = None,
+    overrides: Mapping[str, str] | None = None,
+    timeout_s: float = 60.0,
+) -> str:
+    """Add a second Debezium connector to the running Connect worker of ``settings``, on the same
+    MariaDB as the first, writing Avro (:func:`avro_converter_config`) through the registry of
+    ``registry_url``: the config of :data:`CONNECTOR_CONFIG` for ``tables`` only
+    (``table.include.list``), under ``topic_prefix`` (default ``<settings.topic_prefix>_avro``),
+    with its own client server id (:data:`AVRO_SERVER_ID`), schema history topic and notification
+    topic, and the signal table as its only signal channel. One source table then feeds a JSON
+    topic ``<prefix>.inventory.<table>`` and an Avro topic ``<topic_prefix>.inventory.<table>``;
+    its schema-change topic (``<topic_prefix>``) and notifications are Avro too. A standalone
+    worker forgets the connector when it stops; :func:`remove_connector` removes it before.
+
+    Returns once it streams (its initial snapshot's last notification, decoded through the
+    registry, is on ``<topic_prefix>.notifications``): the snapshot's reads of ``tables`` are on
+    their topics, later writes reach it as change events.
+
+    Args:
+        settings: the chain's settings (Connect port, broker).
+        registry_url: the registry's Confluent-compatible API (Apicurio's ``.../apis/ccompat/v7``).
+        tables: ``<database>.<table>`` names, e.g. ``["inventory.orders"]``.
+        name: the connector's name.
+        topic_prefix: its ``topic.prefix``.
+        overrides: connector settings set last (e.g. ``field.name.adjustment.mode=avro``).
+        timeout_s: how long to wait for it to stream.
+
+    Raises:
+        ValueError: no table, or ``registry_url`` is not an Apicurio ccompat URL.
+        RuntimeError: the connector did not stream within ``timeout_s`` seconds (names its status).
+    """
+    from cdclake.io.kafka import KafkaClients
+    from cdclake.io.registry import SchemaRegistry
+
+    if not tables:
+        raise ValueError("add_avro_connector needs at least one table")
+    prefix = topic_prefix or f"{settings.topic_prefix}_avro"
+    config = _beside_config(prefix, AVRO_SERVER_ID)
+    # JsonConverter settings
+    for key in (
+        "key.converter.schemas.enable",
+        "value.converter.schemas.enable",
+        "value.converter.replace.null.with.default",
+    ):
+        config.pop(key)
+    config.update({"table.include.list": ",".join(tables), **avro_converter_config(registry_url), **(overrides or {})})
+    _connect_api(settings, "/connectors", "POST", {"name": name, "config": config})
+    registry = SchemaRegistry({"url": registry_url}, origin=f"connector {name!r}")
+    kafka = KafkaClients.from_bootstrap(settings.kafka_bootstrap, registry)
+    _wait_streaming(settings, name, kafka, f"{prefix}.notifications", timeout_s)
+    return f"connector {name!r} streams {', '.join(tables)} as Avro into {prefix}.* (registry {registry_url})"
 
 
 def remove_connector(settings: Settings, name: str) -> str:

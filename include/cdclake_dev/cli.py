@@ -3,6 +3,7 @@
 cdclake stack start|stop|status     the local stack: Kafka broker (KRaft) and Spark Connect engine
 cdclake engine start|stop|status    the shared Spark Connect server the apply tasks use
 cdclake chain start|stop|status     the real source chain: Kafka + MariaDB + Kafka Connect/Debezium
+cdclake chain start --registry      ... and the schema registry Avro connectors write to
 cdclake load FILE --table NAME      put a captured Debezium event file into the table's topic
 cdclake run NAME                    run the table's DAG once (airflow dags test)
 cdclake run NAME --replay-from-offsets '{"0": 120}'   a manual replay (also from the UI form)
@@ -12,6 +13,7 @@ cdclake status [--json] [NAME ...]  per table: lag, last commit, events 24 h, qu
 cdclake maintain [NAME ...] [--dry-run]  run cdc_maintenance once: compaction, snapshot expiry
 cdclake airflow ARGS...             the airflow CLI with the local stack's environment
 cdclake demo                        load the bundled fixtures, run both DAGs, show the tables
+cdclake demo --avro                 the real chain with Avro and a schema registry, end to end
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ def cmd_stack(args: argparse.Namespace) -> int:
     elif args.action == "stop":
         if with_engine:
             print(engine.stop_engine(settings))
+        print(_stop_registry(settings))
         print(stack.stop_broker(settings))
     else:
         status = stack.broker_status(settings)
@@ -85,6 +88,14 @@ def cmd_engine(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stop_registry(settings: Settings) -> str:
+    """Stop the local chain's schema registry (:func:`cdclake_dev.chain.local_registry`) if it runs."""
+    from cdclake_dev.chain import local_registry
+
+    pid = local_registry(settings).stop()
+    return "Apicurio Registry not running" if pid is None else f"Apicurio Registry stopped (pid {pid})"
+
+
 def cmd_chain(args: argparse.Namespace) -> int:
     from cdclake_dev import chain as source_chain
     from cdclake_dev import stack
@@ -101,11 +112,21 @@ def cmd_chain(args: argparse.Namespace) -> int:
             f"Debezium topics: {settings.topic_prefix}.inventory.<table>, schema changes: "
             f"{settings.topic_prefix}, notifications: {settings.topic_prefix}.notifications"
         )
+        if args.registry:
+            registry = source_chain.local_registry(settings)
+            registry.start()
+            print(
+                f"Apicurio Registry on {registry.url} (storage {registry.dir / 'data'}); "
+                f"for value_format: avro tables: export CDCLAKE_SCHEMA_REGISTRY_URL={registry.ccompat_url}"
+            )
     elif args.action == "stop":
         print(source_chain.stop_connect(settings))
+        print(_stop_registry(settings))
         print(source_chain.stop_mariadb(settings))
         print(stack.stop_broker(settings))
     else:
+        registry = source_chain.local_registry(settings)
+        print(f"Apicurio Registry on {registry.url}: {'running' if registry.running() else 'not running'}")
         try:
             status = source_chain.connector_status(settings)
             print(
@@ -125,9 +146,7 @@ def cmd_load(args: argparse.Namespace) -> int:
 
     settings = _settings()
     cfg = load_tables(settings.tables_config).get(args.table)
-    counts = load_events(
-        Path(args.file), cfg, KafkaClients.from_bootstrap(settings.kafka_bootstrap), partitions=args.partitions
-    )
+    counts = load_events(Path(args.file), cfg, KafkaClients.from_settings(settings), partitions=args.partitions)
     total = sum(counts.values())
     print(
         f"loaded {total} event(s) from {args.file} into {cfg.topic!r}: "
@@ -266,7 +285,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
 
     params = ReconcileParams(mode=args.mode, chunk_rows=args.chunk_rows, ignored_columns=cfg.reconcile.ignored_columns)
     result = reconcile_table(
-        settings, KafkaClients.from_bootstrap(settings.kafka_bootstrap), cfg, local_source(settings), params, catch_up
+        settings, KafkaClients.from_settings(settings), cfg, local_source(settings), params, catch_up
     )
     print(result.summary())
     for which in ("only_in_source", "only_in_lake", "differing"):
@@ -334,7 +353,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 2
     statuses = status_of_tables(
         load_catalog(settings),
-        KafkaClients.from_bootstrap(settings.kafka_bootstrap),
+        KafkaClients.from_settings(settings),
         tables,
         freshness_minutes=args.freshness_minutes,
     )
@@ -359,7 +378,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from cdclake_dev import stack
 
     settings = _settings()
-    kafka = KafkaClients.from_bootstrap(settings.kafka_bootstrap)
+    if args.avro:
+        from cdclake_dev import demo_avro
+
+        return demo_avro.demo(
+            settings,
+            run_dag=lambda name, s: _run_quiet(name, s) if args.quiet else run_table_dag(name, s),
+            say=lambda line: print(line, flush=True),
+        )
+    kafka = KafkaClients.from_settings(settings)
     print(stack.start_broker(settings))
     tables = load_tables(settings.tables_config)
     fixtures = Path(args.fixtures)
@@ -450,6 +477,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["start", "stop", "status"])
     p.add_argument("--no-schemas", action="store_true", help="JsonConverter schemas.enable=false")
     p.add_argument("--snapshot-mode", default="initial", help="Debezium snapshot.mode (initial)")
+    p.add_argument(
+        "--registry", action="store_true", help="start: also the schema registry (Apicurio, 127.0.0.1:18081)"
+    )
     p.set_defaults(func=cmd_chain)
 
     p = sub.add_parser("load", help="produce a captured Debezium event file into a table's topic")
@@ -530,6 +560,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fixtures", default=str(DEFAULT_FIXTURES), help="the Debezium fixtures folder")
     p.add_argument("--partitions", type=int, default=3, help="partitions of the demo topics (3)")
     p.add_argument("--quiet", action="store_true", help="print DAG logs only when a run fails")
+    p.add_argument(
+        "--avro",
+        action="store_true",
+        help="instead: the real chain (MariaDB, Debezium writing Avro, a schema registry), writes to a demo "
+        "table, its DAG, the Iceberg table",
+    )
     p.set_defaults(func=cmd_demo)
     return parser
 

@@ -19,6 +19,9 @@ service                what runs (launcher)                                     
                        (:func:`cdclake_dev.stack.start_broker`)
 ``mariadb``            the source database (binlog ROW/FULL)                           3306
 ``connect``            Kafka Connect + Debezium MariaDB connector                      8083
+``schema-registry``    Apicurio Registry (Confluent-compatible API), the schemas of    8085
+                       Avro connectors; no authentication, on 127.0.0.1 only
+                       (:class:`~cdclake_dev.parts.registry.SchemaRegistry`)
 ``spark-master``       Spark standalone master and a worker                            7077
                        (:class:`~cdclake_dev.parts.spark_cluster.SparkStandalone`)
 ``spark-connect``      the shared engine: Spark Connect server on that master, token   15002
@@ -48,6 +51,7 @@ from cdclake_dev import chain, engine, stack
 from cdclake_dev.airflow_env import airflow_env
 from cdclake_dev.parts.airflow import AirflowProcesses
 from cdclake_dev.parts.postgres import Postgres
+from cdclake_dev.parts.registry import SchemaRegistry
 from cdclake_dev.parts.rest_catalog import RestCatalogServer
 from cdclake_dev.parts.s3 import S3Proxy
 from cdclake_dev.parts.spark_cluster import SparkStandalone
@@ -86,6 +90,7 @@ SERVICES: tuple[Service, ...] = (
     Service("kafka", 9094),
     Service("mariadb", 3306),
     Service("connect", 8083),
+    Service("schema-registry", 8085),
     Service("spark-master", 7077),
     Service("spark-connect", 15002),
     Service("airflow-api-server", 8080),
@@ -105,6 +110,7 @@ class Ports:
     kafka_sasl: int
     mariadb: int
     kafka_connect: int
+    schema_registry: int
     spark_master: int
     spark_connect: int
     airflow_api: int
@@ -121,6 +127,7 @@ class Ports:
             kafka_sasl=by["kafka"],
             mariadb=by["mariadb"],
             kafka_connect=by["connect"],
+            schema_registry=by["schema-registry"],
             spark_master=by["spark-master"],
             spark_connect=by["spark-connect"],
             airflow_api=by["airflow-api-server"],
@@ -182,6 +189,11 @@ class Topology:
             "CDCLAKE_ENGINE_MEMORY": "2g",
             "CDCLAKE_APPLY_POOL_SLOTS": "2",
         }
+
+    @property
+    def registry_url(self) -> str:
+        """The schema registry's Confluent-compatible API (the ``schema_registry`` connection's host)."""
+        return self._registry().ccompat_url
 
     @property
     def settings(self) -> Settings:
@@ -246,6 +258,7 @@ class Topology:
                 "login": chain.DB_USER,
                 "password": self.secrets["source_db"],
             },
+            ConnectionIds.SCHEMA_REGISTRY: {"conn_type": "http", "host": self.registry_url},
         }
 
     # --- files ------------------------------------------------------------------------------
@@ -344,13 +357,19 @@ class Topology:
     def _spark(self) -> SparkStandalone:
         return SparkStandalone(self.state_dir / "spark", self.ports.spark_master, worker_cores=2, worker_memory="2g")
 
+    def _registry(self) -> SchemaRegistry:
+        # H2 in a file: the jar of .jars/registry has no other database driver (docker-compose's
+        # image keeps the schemas in PostgreSQL)
+        return SchemaRegistry(self.state_dir / "registry", self.ports.schema_registry, persistent=True)
+
     def _sasl(self) -> stack.SaslListener:
         return stack.SaslListener(self.ports.kafka_sasl, {KAFKA_USER: self.secrets["kafka"]}, SASL_MECHANISM)
 
     def start_parts(self) -> list[str]:
         """Start every part but Kafka Connect and Airflow (idempotent): PostgreSQL with the
         ``airflow`` and ``iceberg`` databases, s3proxy with the bucket, the REST catalog, Kafka,
-        MariaDB, the Spark master and worker, the Connect server. Returns one line per part."""
+        MariaDB, the schema registry, the Spark master and worker, the Connect server. Returns one
+        line per part."""
         self._write_files()
         s = self.secrets
         out = []
@@ -369,6 +388,9 @@ class Topology:
         out.append(f"Iceberg REST catalog on {rest.uri} (JDBC catalog in PostgreSQL, warehouse {WAREHOUSE})")
         out.append(stack.start_broker(self.settings, sasl=self._sasl()))
         out.append(chain.start_mariadb(self.settings, cdc_password=s["source_db"]))
+        registry = self._registry()
+        registry.start()
+        out.append(f"Apicurio Registry on {registry.url} (Confluent-compatible API {registry.ccompat_url})")
         spark = self._spark()
         spark.start()
         out.append(f"Spark master {spark.master_url} with a worker ({spark.worker_cores} cores)")
@@ -399,7 +421,7 @@ class Topology:
             out.append("Airflow stopped")
         out.append(chain.stop_connect(self.settings))
         out.append(engine.stop_engine(self.settings))
-        for part in (self._spark(), self._rest(self._postgres()), self._s3()):
+        for part in (self._spark(), self._registry(), self._rest(self._postgres()), self._s3()):
             part.stop()
             out.append(f"{type(part).__name__} stopped")
         out.append(chain.stop_mariadb(self.settings))

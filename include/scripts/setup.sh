@@ -2,7 +2,8 @@
 # Set up everything the project runs on, from a clean clone; idempotent and quick when done.
 #   1. .venv        Python virtual environment with the pinned requirements (uv, from PyPI)
 #   2. .jars/       JVM jars from Maven Central (include/jars/pom.xml): Spark side, Kafka side,
-#                   Iceberg REST catalog server, s3proxy
+#                   Kafka Connect plugins (Debezium, Apicurio's converters), Iceberg REST catalog
+#                   server, s3proxy, Apicurio Registry
 #   3. Debian packages: MariaDB, Chromium, PostgreSQL (apt-get, when missing)
 #   4. Airflow      metadata DB (SQLite) under the state dir, migrated
 # Non-interactive; each step is skipped when its inputs did not change (stamp files).
@@ -65,6 +66,18 @@ if [ "$(cat .jars/.pom.sha 2>/dev/null)" != "$want" ]; then
     || { tail -40 .jars/maven-debezium.log >&2; exit 1; }
   [ -d .jars/connect-plugins/debezium-connector-mariadb ] \
     || { echo "the Debezium plugin was not unpacked into .jars/connect-plugins" >&2; exit 1; }
+  say "fetching Apicurio's Kafka Connect converters (Maven)"
+  mvn -B -s include/jars/settings.xml -f include/jars/pom.xml -P registry-converter \
+    dependency:copy-dependencies -DoutputDirectory="$ROOT/.jars/connect-plugins/apicurio-registry-converter" \
+    > .jars/maven-registry-converter.log 2>&1 \
+    || { tail -40 .jars/maven-registry-converter.log >&2; exit 1; }
+  say "fetching Apicurio Registry (Maven)"
+  rm -rf .jars/registry
+  mvn -B -s include/jars/settings.xml -f include/jars/pom.xml -P registry \
+    dependency:unpack@registry-app -DoutputDirectory="$ROOT/.jars/registry" > .jars/maven-registry.log 2>&1 \
+    || { tail -40 .jars/maven-registry.log >&2; exit 1; }
+  compgen -G '.jars/registry/apicurio-registry-app-*-runner.jar' >/dev/null \
+    || { echo "Apicurio Registry was not unpacked into .jars/registry" >&2; exit 1; }
   for profile in spark kafka rest-catalog s3proxy; do
     say "fetching $profile jars (Maven)"
     rm -rf ".jars/$profile"

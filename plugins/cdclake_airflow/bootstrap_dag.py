@@ -219,6 +219,22 @@ def applied(target: dict[str, Any]) -> Any:
     return PokeReturnValue(is_done=done, xcom_value={"table": target["identifier"], "committed": committed})
 
 
+def match_notification(message: Any, **kwargs: Any) -> dict[str, Any] | None:
+    """``apply_function`` of the notification wait, run in the triggerer:
+    :func:`cdclake.model.snapshot.match_notification`, an Avro notification read with the schema
+    registry of :class:`~cdclake_airflow.hooks.CdcLakeHook` (resolved for each Avro record: the
+    connection may change while a wait runs; the notifications of one wait are few)."""
+    from cdclake.model.avro import is_framed
+    from cdclake.model.snapshot import match_notification as match
+    from cdclake_airflow.hooks import CdcLakeHook
+
+    lookup = None
+    if is_framed(message.value()):
+        registry = CdcLakeHook().schema_registry
+        lookup = registry.writer_schema if registry is not None else None
+    return match(message, **kwargs, schema_lookup=lookup)
+
+
 class NotificationSensor(BaseSensorOperator):
     """Deferrable wait on Debezium's notification topic: the Kafka provider's
     ``AwaitMessageTrigger`` runs in the triggerer (no worker slot) and fires on the first record
@@ -324,7 +340,7 @@ def build_bootstrap_dag(settings: Settings, tables: list[TableConfig]) -> DAG:
             task_id="wait_for_snapshot",
             kafka_config_id=ConnectionIds.KAFKA_NOTIFICATIONS,
             topics=[settings.notification_topic],
-            apply_function="cdclake.model.snapshot.match_notification",
+            apply_function="cdclake_airflow.bootstrap_dag.match_notification",
             apply_function_kwargs={
                 "signal_ids": "{{ ti.xcom_pull(task_ids='signal')['signal_ids'] }}",
                 "snapshot_type": "{{ params.snapshot_type }}",

@@ -3,16 +3,17 @@ runs (never at DAG-parse time), and the clients built from them; the one place t
 
 :class:`CdcLakeHook` owns the Kafka connection (``kafka_default``), the Iceberg catalog
 (``iceberg_catalog`` merged into ``CDCLAKE_*``), the Spark Connect engine
-(``spark_connect_default``) and the source database (``cdc_source_db``), the ids of
+(``spark_connect_default``), the source database (``cdc_source_db``) and the schema registry of
+Avro topics (``schema_registry``, optional), the ids of
 :class:`cdclake.settings.ConnectionIds`; each client is built on first use, once per hook.
 
 Every credential a task uses comes from here: the Kafka client config (SASL/SSL included), the
 Iceberg catalog's properties (JDBC password, S3 keys, REST token), the source database's login,
-the Spark Connect token. Airflow masks the connections' passwords and sensitive extra keys in task
+the Spark Connect token, the schema registry's basic auth or bearer token. Airflow masks the connections' passwords and sensitive extra keys in task
 logs; this project never logs them nor passes them on a command line: the Spark Connect URL (its
 token) goes only to the session, and an error names the server without it
-(:func:`cdclake.spark.session.connect_session`); a ``spark-submit`` job gets the catalog and Kafka
-config in a private file (:mod:`cdclake_airflow.spark_submit`).
+(:func:`cdclake.spark.session.connect_session`); a ``spark-submit`` job gets the catalog, Kafka and
+schema registry config in a private file (:mod:`cdclake_airflow.spark_submit`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from cdclake.io.kafka import KafkaClients
+    from cdclake.io.registry import SchemaRegistry
     from cdclake.io.source_db import SourceDatabase
 
 
@@ -46,6 +48,8 @@ class CdcLakeHook(BaseHook):
         spark_connect_conn_id: the Spark Connect server's connection (host, port, token).
         source_db_conn_id: the source database's MySQL connection (host, port, login, password,
             schema).
+        schema_registry_conn_id: the optional schema registry connection
+            (:attr:`cdclake.settings.ConnectionIds.SCHEMA_REGISTRY`).
     """
 
     def __init__(
@@ -55,12 +59,14 @@ class CdcLakeHook(BaseHook):
         catalog_conn_id: str = ConnectionIds.ICEBERG_CATALOG,
         spark_connect_conn_id: str = ConnectionIds.SPARK_CONNECT,
         source_db_conn_id: str = ConnectionIds.SOURCE_DB,
+        schema_registry_conn_id: str = ConnectionIds.SCHEMA_REGISTRY,
     ) -> None:
         super().__init__()
         self.kafka_conn_id = kafka_conn_id
         self.catalog_conn_id = catalog_conn_id
         self.spark_connect_conn_id = spark_connect_conn_id
         self.source_db_conn_id = source_db_conn_id
+        self.schema_registry_conn_id = schema_registry_conn_id
 
     def kafka_config(self) -> dict[str, Any]:
         """The librdkafka client config of connection ``kafka_conn_id``: its whole ``extra``
@@ -78,6 +84,41 @@ class CdcLakeHook(BaseHook):
         except AirflowNotFoundException:
             return None
         return dict(conn.extra_dejson)
+
+    def schema_registry_config(self) -> dict[str, Any] | None:
+        """The ``SchemaRegistryClient`` config of connection ``schema_registry_conn_id``: ``url``
+        from ``host`` (the registry's REST API base URL; a bare host name gets ``http://`` and the
+        connection's ``port``), ``basic.auth.user.info`` from ``login``/``password``, and the
+        ``extra`` keys (``bearer.auth.token``, ``ssl.ca.location``, ...). ``None`` when no such
+        connection is defined."""
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        try:
+            conn = self.get_connection(self.schema_registry_conn_id)
+        except AirflowNotFoundException:
+            return None
+        url = conn.host or ""
+        if url and "://" not in url:
+            url = f"http://{url}" + (f":{conn.port}" if conn.port else "")
+        config: dict[str, Any] = {"url": url, **conn.extra_dejson}
+        if conn.login:
+            config["basic.auth.user.info"] = f"{conn.login}:{conn.password or ''}"
+        return config
+
+    @cached_property
+    def schema_registry(self) -> SchemaRegistry | None:
+        """The schema registry of connection ``schema_registry_conn_id``; without the connection,
+        ``CDCLAKE_SCHEMA_REGISTRY_URL``'s (:attr:`settings`); ``None`` when neither is set.
+
+        Raises:
+            ConfigError: the connection has no host, or a key ``SchemaRegistryClient`` refuses.
+        """
+        from cdclake.io.registry import SchemaRegistry, registry_from_settings
+
+        config = self.schema_registry_config()
+        if config is None:
+            return registry_from_settings(self.settings)
+        return SchemaRegistry(config, origin=f"Airflow connection {self.schema_registry_conn_id!r}")
 
     @cached_property
     def settings(self) -> Settings:
@@ -101,14 +142,16 @@ class CdcLakeHook(BaseHook):
 
     @cached_property
     def kafka(self) -> KafkaClients:
-        """The Kafka clients of connection ``kafka_conn_id`` (:meth:`kafka_config`).
+        """The Kafka clients of connection ``kafka_conn_id`` (:meth:`kafka_config`), with the
+        :attr:`schema_registry`.
 
         Raises:
-            ConfigError: the connection has no ``bootstrap.servers`` in its extra.
+            ConfigError: the connection has no ``bootstrap.servers`` in its extra, or the schema
+                registry's config is refused.
         """
         from cdclake.io.kafka import KafkaClients
 
-        return KafkaClients(self.kafka_config())
+        return KafkaClients(self.kafka_config(), self.schema_registry)
 
     def source_database(self) -> SourceDatabase:
         """The source database of connection ``source_db_conn_id`` (its host, port, login,

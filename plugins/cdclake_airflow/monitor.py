@@ -67,7 +67,7 @@ def kafka_for_request(hook: "CdcLakeHook") -> "tuple[KafkaClients, str]":
     except Exception as e:  # a missing or malformed connection: the settings still name a broker
         log.warning("Airflow connection %s unusable (%s): using CDCLAKE_KAFKA_BOOTSTRAP", conn_id, e)
         return (
-            KafkaClients.from_bootstrap(hook.settings.kafka_bootstrap),
+            KafkaClients.from_settings(hook.settings),
             f"CDCLAKE_KAFKA_BOOTSTRAP (connection {conn_id} unusable: {type(e).__name__})",
         )
 

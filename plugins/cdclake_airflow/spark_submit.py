@@ -1,8 +1,8 @@
 """``spark-submit`` for the ``submit`` engine, without a credential on its command line.
 
 :class:`CdcSparkSubmitOperator` is the Spark provider's ``SparkSubmitOperator``; when it runs, it
-resolves the task's connections (the Iceberg catalog's properties and the Kafka client config,
-:class:`cdclake_airflow.hooks.CdcLakeHook`), writes them to a file readable by the task's user only
+resolves the task's connections (the Iceberg catalog's properties, the Kafka client config and the
+schema registry's config, :class:`cdclake_airflow.hooks.CdcLakeHook`), writes them to a file readable by the task's user only
 (mode 0600, in a private temporary folder), passes the job ``--connections-file <path>`` and
 deletes the file when the job ends. The job reads it with :func:`cdclake.spark.session.job_connections`. So the
 DAG, its rendered fields, the serialized DAG and the ``spark-submit`` command line carry only the
@@ -33,7 +33,11 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
         connections = CdcLakeHook()
         folder = Path(tempfile.mkdtemp(prefix="cdclake-run-"))  # mode 0700
         path = folder / "connections.json"
-        doc = {"catalog": connections.catalog_properties(), "kafka": connections.kafka_config()}
+        doc = {
+            "catalog": connections.catalog_properties(),
+            "kafka": connections.kafka_config(),
+            "schema_registry": connections.schema_registry_config(),
+        }
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as out:
             json.dump(doc, out)

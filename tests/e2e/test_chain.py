@@ -223,3 +223,82 @@ def test_workload_with_connector_crash_converges_to_source(chain, stack_settings
                 [[v.isoformat() if isinstance(v, dt.datetime) else v for v in row] for row in source_rows(db)], indent=1
             )
         )
+
+
+AVRO_DDL = """
+CREATE TABLE {table} (
+  id INT NOT NULL PRIMARY KEY,
+  amount DECIMAL(10,2) NULL,
+  big BIGINT UNSIGNED NULL,
+  ratio DOUBLE NULL,
+  flag BOOLEAN NOT NULL DEFAULT TRUE,
+  note VARCHAR(40) NOT NULL DEFAULT 'none',
+  day DATE NULL,
+  placed DATETIME(6) NULL,
+  stamp TIMESTAMP(3) NULL,
+  raw VARBINARY(8) NULL
+)"""
+
+
+def _records(settings, topic: str, at_least: int, timeout_s: float = 60.0) -> list:
+    """The records of ``topic`` once it holds at least ``at_least`` (raw bytes: key, value)."""
+    from cdclake.io.kafka import KafkaClients, read_topic
+
+    kafka = KafkaClients.from_bootstrap(settings.kafka_bootstrap)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        records = list(read_topic(kafka, topic) or ())
+        if len(records) >= at_least or time.monotonic() > deadline:
+            return records
+        time.sleep(0.5)
+
+
+def _after_columns(connect_schema: dict) -> list:
+    from cdclake.model.types import columns_from_connect
+
+    [after] = [f for f in connect_schema["fields"] if f["field"] == "after"]
+    return columns_from_connect(after)
+
+
+def test_an_avro_connector_beside_the_json_one_gives_the_same_columns(chain, stack_settings, schema_registry):
+    """A second connector on the same MariaDB writing Avro through Apicurio's converter: its
+    records are Confluent-framed (magic byte 0, a 4-byte id the registry serves, with Connect's
+    ``connect.name`` attributes), and the writer schema read as a Connect schema gives the same
+    ``after`` columns as the JSON connector's Connect schema of the same table (both streamed
+    from the same binlog DDL: a snapshot reads ``BOOLEAN`` back as ``tinyint(1)``, an int16, where
+    the DDL parser gives a boolean). Its schema-change topic is Avro too."""
+    import uuid
+
+    import httpx
+
+    from cdclake.model.avro import connect_schema, split_wire
+
+    settings = stack_settings
+    table = f"avro_{uuid.uuid4().hex[:8]}"
+    prefix = f"{settings.topic_prefix}_avro"
+    print(source_chain.add_avro_connector(settings, schema_registry, [f"inventory.{table}"], topic_prefix=prefix))
+    try:
+        db = source_chain.mariadb_connect(settings, database="inventory")
+        with db.cursor() as cur:
+            cur.execute(AVRO_DDL.format(table=table))
+            cur.execute(
+                f"INSERT INTO {table} VALUES (1, 12.34, 18446744073709551615, 0.5, FALSE, 'a', '2026-11-24',"
+                " '2026-11-24 08:30:15.123456', '2026-11-24 08:30:15.123', x'00ff')"
+            )
+            cur.execute(f"INSERT INTO {table} (id) VALUES (2)")
+        json_records = _records(settings, f"{settings.topic_prefix}.inventory.{table}", 2)
+        avro_records = _records(settings, f"{prefix}.inventory.{table}", 2)
+        assert len(json_records) == len(avro_records) == 2
+        ids = {split_wire(r.value())[0] for r in avro_records}
+        assert all(split_wire(r.key())[0] for r in avro_records)  # keys are framed Avro too
+        [schema_id] = ids
+        served = httpx.get(f"{schema_registry}/schemas/ids/{schema_id}")
+        assert served.status_code == 200, served.text
+        writer = json.loads(served.json()["schema"])
+        assert writer["connect.name"] == f"{prefix}.inventory.{table}.Envelope"
+        json_schema = json.loads(json_records[0].value())["schema"]
+        assert _after_columns(connect_schema(writer)) == _after_columns(json_schema)
+        schema_changes = _records(settings, prefix, 1)
+        assert schema_changes and all(split_wire(r.value())[0] for r in schema_changes)
+    finally:
+        print(source_chain.remove_connector(settings, "avro-connector"))

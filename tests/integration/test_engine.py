@@ -289,16 +289,79 @@ print("CLIENT_DONE", json.dumps([built, row["dt"], again]), flush=True)
 def test_a_connect_session_is_in_utc_and_decodes_datetimes_without_its_zone(stack_settings, engine):
     """Every session :func:`connect_session` builds sets its own time zone to UTC, and a DATETIME
     decodes to its wall-clock value even in a session of another zone (over Connect)."""
+    assert _client_result(_ZONE_CLIENT, engine, stack_settings) == ["UTC", "2020-07-17 18:00:22.123456", "UTC"]
+
+
+def _client_result(code: str, engine: str, settings):
+    """What the Connect client ``code`` (``python -c``, the engine URL as its argument) printed
+    after ``CLIENT_DONE``, as JSON."""
     proc = subprocess.run(
-        [sys.executable, "-c", _ZONE_CLIENT, engine],
-        env=job_env(stack_settings),
-        capture_output=True,
-        text=True,
-        timeout=300,
+        [sys.executable, "-c", code, engine], env=job_env(settings), capture_output=True, text=True, timeout=300
     )
     done = [line for line in proc.stdout.splitlines() if line.startswith("CLIENT_DONE ")]
     assert done, proc.stderr[-4000:]
-    assert json.loads(done[0][len("CLIENT_DONE ") :]) == ["UTC", "2020-07-17 18:00:22.123456", "UTC"]
+    return json.loads(done[0][len("CLIENT_DONE ") :])
+
+
+AVRO_SCHEMA = json.dumps(
+    {
+        "type": "record",
+        "name": "Value",
+        "namespace": "cdclake.test",
+        "fields": [
+            {"name": "id", "type": "int"},
+            {
+                "name": "amount",
+                "type": [
+                    "null",
+                    {
+                        "type": "bytes",
+                        "logicalType": "decimal",
+                        "precision": 10,
+                        "scale": 2,
+                        "connect.name": "org.apache.kafka.connect.data.Decimal",
+                    },
+                ],
+                "default": None,
+            },
+            {"name": "note", "type": ["null", "string"], "default": None},
+        ],
+    }
+)
+"""A Debezium-like writer schema: a Connect decimal (bytes with ``connect.name``), a nullable string."""
+
+
+def avro_round_trip(spark) -> list[list]:
+    """Rows written with ``to_avro`` behind a 5-byte Confluent header, then read back with
+    ``from_avro`` of the datum after it (``substring(value, 6)``), as ``[id, amount, note]``."""
+    from decimal import Decimal
+
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import from_avro, to_avro
+
+    rows = spark.createDataFrame(
+        [(1, Decimal("12.34"), "a"), (2, None, None)], "id int, amount decimal(10,2), note string"
+    )
+    header = F.unhex(F.lit("0000000007"))  # magic byte 0, schema id 7
+    framed = rows.select(F.concat(header, to_avro(F.struct("id", "amount", "note"), AVRO_SCHEMA)).alias("value"))
+    back = framed.select(from_avro(F.expr("substring(value, 6)"), AVRO_SCHEMA).alias("r")).select("r.*")
+    return [[r.id, None if r.amount is None else str(r.amount), r.note] for r in back.orderBy("id").collect()]
+
+
+_AVRO_CLIENT = """
+import json, sys
+from cdclake.spark.session import connect_session
+from tests.integration.test_engine import avro_round_trip
+print("CLIENT_DONE", json.dumps(avro_round_trip(connect_session(sys.argv[1]))), flush=True)
+"""
+
+
+def test_spark_avro_reads_what_it_writes_in_a_classic_session_and_over_connect(spark, stack_settings, engine):
+    """The spark-avro jar (``.jars/spark``) is on both launch paths: ``from_avro`` of ``to_avro``
+    gives the rows back, in the tests' classic session and over the Spark Connect server."""
+    expected = [[1, "12.34", "a"], [2, None, None]]
+    assert avro_round_trip(spark) == expected
+    assert _client_result(_AVRO_CLIENT, engine, stack_settings) == expected
 
 
 def test_a_server_that_is_not_there_is_a_clear_error_without_the_token():

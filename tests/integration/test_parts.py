@@ -1,7 +1,8 @@
 """The production parts' launchers (:mod:`cdclake_dev.parts`) for real: PostgreSQL, s3proxy and
 Iceberg's REST catalog server over a JdbcCatalog in that PostgreSQL, written to through pyiceberg's
-``RestCatalog`` with its files in s3proxy's folder; a Spark standalone master with one worker.
-Every part is stopped at the end and its processes are checked gone."""
+``RestCatalog`` with its files in s3proxy's folder; a Spark standalone master with one worker;
+Apicurio Registry (the tests' ``schema_registry``). Every part is stopped at the end and its
+processes are checked gone."""
 
 from __future__ import annotations
 
@@ -13,16 +14,19 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pyarrow as pa
 import pytest
 
 from cdclake_dev.parts.airflow import AirflowProcesses
 from cdclake_dev.parts.postgres import Postgres
+from cdclake_dev.parts.registry import SchemaRegistry
 from cdclake_dev.parts.rest_catalog import RestCatalogServer, catalog_env
 from cdclake_dev.parts.s3 import S3Proxy
 from cdclake_dev.parts.spark_cluster import SparkStandalone
 from cdclake_dev.process import free_port
+from tests.integration.test_engine import AVRO_SCHEMA
 from tests.processes import group_alive, pid_in
 
 pytestmark = pytest.mark.integration
@@ -266,3 +270,28 @@ def test_spark_standalone_worker_registers_alive(tmp_path: Path) -> None:
         spark.stop()
     assert not [g for g in pgids if group_alive(g)], "Spark processes outlived stop()"
     assert not os.path.exists(spark.dir / "master.pid")
+
+
+def test_schema_registry_serves_a_registered_avro_schema_by_id(schema_registry: str, stack_settings) -> None:
+    """A schema registered through the Confluent-compatible API (``POST /subjects/<s>/versions``)
+    comes back by its id (``GET /schemas/ids/<id>``) with Connect's attributes kept; a second
+    launcher on the registry's folder finds it running."""
+    import json
+
+    import httpx
+
+    subject = f"parts-{uuid.uuid4().hex[:8]}-value"
+    registered = httpx.post(
+        f"{schema_registry}/subjects/{subject}/versions",
+        json={"schema": AVRO_SCHEMA},
+        headers={"Content-Type": "application/vnd.schemaregistry.v1+json"},
+    )
+    assert registered.status_code == 200, registered.text
+    schema_id = registered.json()["id"]
+    served = httpx.get(f"{schema_registry}/schemas/ids/{schema_id}")
+    assert served.status_code == 200, served.text
+    assert json.loads(served.json()["schema"]) == json.loads(AVRO_SCHEMA)
+    assert subject in httpx.get(f"{schema_registry}/subjects").json()
+    assert httpx.get(f"{schema_registry}/schemas/ids/{schema_id + 1000}").status_code == 404
+    again = SchemaRegistry(stack_settings.state_dir / "registry", urlsplit(schema_registry).port or 0)
+    assert again.running() and again.start() < 1.0

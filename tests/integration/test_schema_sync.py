@@ -168,6 +168,33 @@ def test_missing_schema_change_topic_applies_nothing(kafka, stack_settings):
     assert result.offset_range == planned and result.applied == ()
 
 
+def test_a_missing_schema_change_topic_is_said_once(kafka, stack_settings, caplog):
+    import logging
+
+    from cdclake.io.catalog import create_cdc_table
+    from cdclake.model.types import ColumnSpec
+
+    cfg = make_table(topic=f"nosc{uuid.uuid4().hex[:8]}.inventory.orders")
+    catalog = load_catalog(stack_settings)
+    create_cdc_table(catalog, cfg.identifier, [ColumnSpec("id", "int", True, "int32")], ("id",))
+    planned = OffsetRange(topic=cfg.topic, start={0: 0}, end={0: 3})
+    with caplog.at_level(logging.INFO, logger="cdclake.pipeline.schema_sync"):
+        for _ in range(3):
+            assert sync_for_range(catalog, kafka, cfg, planned).offset_range == planned
+    said = [r for r in caplog.records if "does not exist" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.WARNING, logging.INFO, logging.INFO]
+    assert "evolves from the schemas its events carry" in said[0].getMessage()
+    from cdclake.model.config import SchemaChangePolicy
+    from cdclake.model.layout import SCHEMA_FROM_EVENTS_PROPERTY
+
+    assert catalog.load_table(cfg.identifier).properties[SCHEMA_FROM_EVENTS_PROPERTY] == "true"
+    caplog.clear()  # schema_changes.source: events: the topic is not looked for
+    events = cfg.model_copy(update={"schema_changes": SchemaChangePolicy(source="events")})
+    with caplog.at_level(logging.INFO, logger="cdclake.pipeline.schema_sync"):
+        assert sync_for_range(catalog, kafka, events, planned).offset_range == planned
+    assert [r.getMessage() for r in caplog.records if "does not exist" in r.getMessage()] == []
+
+
 def test_apply_stops_on_a_column_the_table_lacks(spark, kafka, stack_settings):
     from cdclake.errors import SchemaError
 
@@ -252,3 +279,124 @@ def test_an_event_from_before_a_rename_landing_late_in_another_partition_keeps_i
     assert run("run-3").capped_before is not None  # the batch holds the late update: capped after it
     assert run("run-4").capped_before is None
     assert quantities("quantity") == {1: 6, 2: 7, 3: 8}
+
+
+def evolved_event(
+    template: str, pos: int, row: dict, *, add: tuple[tuple[str, dict], ...] = (), retype=None, drop=()
+) -> tuple[str, str]:
+    """``(key, value)`` of a create event shaped like ``template`` whose Connect row schema gains
+    ``add`` (``(column it follows, field)``), changes ``retype`` (``{column: Connect type}``) and
+    loses ``drop``: the event's own schema shows the change, no schema-change topic does."""
+    doc = json.loads(template)
+    for image in doc["schema"]["fields"][:2]:  # before, after
+        fields = [dict(f) for f in image["fields"] if f["field"] not in drop]
+        for f in fields:
+            f["type"] = (retype or {}).get(f["field"], f["type"])
+        for follows, field in add:
+            fields.insert(next(i for i, f in enumerate(fields) if f["field"] == follows) + 1, field)
+        image["fields"] = fields
+    doc["payload"]["source"]["pos"] = pos
+    doc["payload"]["after"] = {k: v for k, v in doc["payload"]["after"].items() if k not in drop} | row
+    return json.dumps({"id": row["id"]}), json.dumps(doc)
+
+
+def orders_template() -> str:
+    return next(
+        json.loads(line)["value"] for line in (CHAIN / "orders.jsonl").read_text().splitlines() if '"op\\":\\"c' in line
+    )
+
+
+def test_a_table_without_schema_change_topic_evolves_from_the_events_schema(spark, kafka, stack_settings):
+    """No schema-change topic: a column added mid-batch and in a later run, and an int32 column
+    widened to int64 (a value above 2^31), reach the Iceberg table from the events' own Connect
+    schema; a column the events lose is kept; a column added to the config's ``columns`` is added."""
+    cfg = make_table(topic=f"ev{uuid.uuid4().hex[:8]}.inventory.orders")
+    template = orders_template()
+    discount = ("qty", {"type": "int32", "optional": True, "field": "discount"})
+    coupon = ("active", {"type": "string", "optional": True, "field": "coupon"})
+    produce(
+        kafka,
+        cfg.topic,
+        [
+            evolved_event(template, 30000, {"id": 1, "qty": 1}),
+            evolved_event(template, 30100, {"id": 2, "qty": 2, "discount": 5}, add=(discount,)),
+            evolved_event(template, 30200, {"id": 1, "qty": 1, "discount": 7}, add=(discount,)),
+        ],
+    )
+    first = OffsetRange(topic=cfg.topic, start={0: 0}, end={0: 3})
+    assert apply_offsets(spark, stack_settings, cfg, first, "run-1").status == "committed"
+    table = load_catalog(stack_settings).load_table(cfg.identifier)
+    names = [n for n in table.schema().column_names if not n.startswith("_cdc_")]
+    assert names == ["id", "customer", "qty", "discount", "price", "note", "placed", "active"]
+    rows = {r["id"]: r for r in table.scan().to_arrow().to_pylist()}
+    assert (rows[1]["discount"], rows[2]["discount"]) == (7, 5)
+
+    big = 3_000_000_000
+    produce(
+        kafka,
+        cfg.topic,
+        [
+            evolved_event(
+                template,
+                30300,
+                {"id": 3, "qty": big, "discount": 1, "coupon": "SPRING"},
+                add=(discount, coupon),
+                retype={"qty": "int64"},
+                drop=("note",),
+            ),
+            evolved_event(template, 30400, {"id": 2, "qty": 4, "discount": 6}, add=(discount,)),
+        ],
+    )
+    second = OffsetRange(topic=cfg.topic, start={0: 3}, end={0: 5})
+    # a column added to the table config's `columns` after the table exists is added too
+    edited = cfg.model_copy(update={"columns": {"id": "int", "customer": "string", "region": "string"}})
+    assert apply_offsets(spark, stack_settings, edited, second, "run-2").status == "committed"
+    table = load_catalog(stack_settings).load_table(cfg.identifier)
+    fields = source_fields(table)
+    assert fields["qty"][1] == "long" and fields["coupon"][1] == "string" and "note" in fields
+    assert fields["region"][1] == "string"
+    rows = {r["id"]: r for r in table.scan().to_arrow().to_pylist()}
+    assert (rows[3]["qty"], rows[3]["coupon"], rows[3]["note"]) == (big, "SPRING", None)
+    assert (rows[2]["qty"], rows[2]["discount"], rows[1]["qty"]) == (4, 6, 1)
+    assert json.loads(table.properties[COLUMN_ENCODINGS_PROPERTY])["qty"] == "int64"
+
+
+def test_an_incompatible_type_in_the_events_schema_follows_the_policy(spark, kafka, stack_settings):
+    """No schema-change topic: an int column whose events turn to strings stops the table under
+    ``incompatible: fail`` (naming the column, both types and the first event), nothing
+    committed; under ``new_column`` the old column is set aside with its values."""
+    from cdclake.model.config import SchemaChangePolicy
+
+    cfg = make_table(topic=f"ei{uuid.uuid4().hex[:8]}.inventory.orders")
+    template = orders_template()
+    produce(
+        kafka,
+        cfg.topic,
+        [
+            evolved_event(template, 30000, {"id": 1, "qty": 1}),
+            evolved_event(template, 30100, {"id": 3, "qty": 3}),
+            evolved_event(template, 30200, {"id": 2, "qty": "many"}, retype={"qty": "string"}),
+            evolved_event(template, 30300, {"id": 1, "qty": "lots"}, retype={"qty": "string"}),
+        ],
+    )
+    first = OffsetRange(topic=cfg.topic, start={0: 0}, end={0: 2})
+    assert apply_offsets(spark, stack_settings, cfg, first, "run-1").status == "committed"
+    catalog = load_catalog(stack_settings)
+    before = catalog.load_table(cfg.identifier).metadata
+    second = OffsetRange(topic=cfg.topic, start={0: 2}, end={0: 4})
+    with pytest.raises(
+        SchemaChangeError, match=r"partition 0 offset 2 changes column 'qty' from int to string .*cannot promote"
+    ):
+        apply_offsets(spark, stack_settings, cfg, second, "run-2")
+    after = catalog.load_table(cfg.identifier).metadata
+    assert (after.current_snapshot_id, after.current_schema_id) == (
+        before.current_snapshot_id,
+        before.current_schema_id,
+    )
+
+    aside = cfg.model_copy(update={"schema_changes": SchemaChangePolicy(incompatible="new_column")})
+    assert apply_offsets(spark, stack_settings, aside, second, "run-3").status == "committed"
+    table = catalog.load_table(cfg.identifier)
+    assert source_fields(table)["qty"][1] == "string" and source_fields(table)["qty__0_2"][1] == "int"
+    rows = {r["id"]: (r["qty"], r["qty__0_2"]) for r in table.scan().to_arrow().to_pylist()}
+    assert rows == {1: ("lots", None), 2: ("many", None), 3: (None, 3)}

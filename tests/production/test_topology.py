@@ -39,6 +39,7 @@ def topology() -> Iterator[Topology]:
         kafka_sasl=free_port(),
         mariadb=free_port(),
         kafka_connect=free_port(),
+        schema_registry=free_port(),
         spark_master=free_port(),
         spark_connect=free_port(),
         airflow_api=free_port(),
@@ -67,6 +68,20 @@ def test_every_table_equals_its_source_after_triggered_and_scheduled_runs(demo: 
         assert ("manual", "success") in kinds, (dag_id, kinds)
         assert ("scheduled", "success") in kinds, (dag_id, kinds)
     assert demo.ok
+
+
+def test_the_schema_registry_answers_on_loopback_through_its_connection(demo, topology: Topology):
+    """The topology's schema registry (for ``value_format: avro`` tables; the topology's own tables
+    are JSON, so no task reads it) serves its Confluent-compatible API on 127.0.0.1, and the
+    ``schema_registry`` connection the tasks resolve points at it."""
+    import json
+
+    import httpx
+
+    assert httpx.get(f"{topology.registry_url}/subjects", timeout=10).status_code == 200
+    assert topology.registry_url.startswith("http://127.0.0.1:")
+    connections = json.loads((topology.state_dir / "airflow" / "connections.json").read_text())
+    assert connections["schema_registry"] == {"conn_type": "http", "host": topology.registry_url}
 
 
 def test_the_applies_ran_on_the_spark_cluster_and_the_warehouse_is_on_s3(demo, topology: Topology):

@@ -168,8 +168,18 @@ def test_table_without_primary_key_is_refused_unless_changelog(tmp_path):
     path.write_text("tables:\n" + TABLE_A.replace("[id]", "[]"))
     cfg = load_tables(path).tables[0]
     with pytest.raises(ConfigError, match="has no primary key.*write_mode: changelog"):
-        cfg.check_runnable()
-    cfg.model_copy(update={"write_mode": "changelog"}).check_runnable()
+        cfg.check_runnable(has_schema_registry=False)
+    cfg.model_copy(update={"write_mode": "changelog"}).check_runnable(has_schema_registry=False)
+
+
+def test_avro_table_is_runnable_only_with_a_schema_registry(tmp_path):
+    path = tmp_path / "tables.yaml"
+    path.write_text("tables:\n" + TABLE_A + "    value_format: avro\n")
+    cfg = load_tables(path).tables[0]
+    assert cfg.value_format == "avro"
+    with pytest.raises(ConfigError, match="needs a schema registry.*'schema_registry'.*CDCLAKE_SCHEMA_REGISTRY_URL"):
+        cfg.check_runnable(has_schema_registry=False)
+    cfg.check_runnable(has_schema_registry=True)
 
 
 def test_repeated_primary_key_column_raises(tmp_path):
@@ -202,7 +212,7 @@ def test_unsupported_column_type_raises_naming_column_and_type(tmp_path):
 
 
 def test_unknown_value_format_raises(tmp_path):
-    msg = config_error(tmp_path, "tables:\n" + TABLE_A + "    value_format: avro\n")
+    msg = config_error(tmp_path, "tables:\n" + TABLE_A + "    value_format: protobuf\n")
     assert "value_format" in msg
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import logging
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +28,7 @@ from cdclake.model.layout import (
 )
 from cdclake.model.offsets import Offsets
 from cdclake.model.run_state import CommittedState, committed_state_of
-from cdclake.model.schema_diff import SourceSchema
+from cdclake.model.schema_diff import ChangePlan, SourceSchema
 from cdclake.model.types import ColumnSpec, column_doc, parse_decimal_type
 from cdclake.settings import Settings
 
@@ -163,6 +163,44 @@ def ensure_columns(table: Table, columns: Iterable[tuple[str, str, str]]) -> Tab
         for name, typ, doc in missing:
             update.add_column(name, iceberg_type(typ), doc=doc or None)
     log.info("table %s: added column(s) %s", ".".join(table.name()), [n for n, _, _ in missing])
+    return table.refresh()
+
+
+def evolve_schema(table: Table, plans: Sequence[ChangePlan], properties: Mapping[str, str]) -> Table:
+    """Apply the schema ``plans`` in order (:class:`~cdclake.model.schema_diff.ChangePlan`: each
+    plan's renames in one schema update, then the rest in another) and set ``properties`` with the
+    last plan's column encodings, in ONE Iceberg transaction; returns the table refreshed."""
+    # nested field ids (struct<wkb,srid>) are placeholders: add_column assigns fresh ones
+    placeholder_ids = itertools.count(1_000_000)
+    with table.transaction() as txn:
+        for plan in plans:
+            if plan.renames:
+                with txn.update_schema() as update:
+                    for old, new in plan.renames:
+                        update.rename_column(old, new)
+            if plan.is_empty:
+                continue
+            with txn.update_schema() as update:
+                for spec, after in plan.adds:
+                    update.add_column(
+                        spec.name,
+                        iceberg_type(spec.iceberg_type, placeholder_ids),
+                        required=False,
+                        doc=column_doc(spec.encoding),
+                    )
+                    if after is None:
+                        update.move_first(spec.name)
+                    else:
+                        update.move_after(spec.name, after)
+                for name, new_type in plan.promotions:
+                    update.update_column(name, field_type=iceberg_type(new_type))
+                for name in plan.optional:
+                    update.make_column_optional(name)
+                if plan.identifier is not None:
+                    update.set_identifier_fields(*plan.identifier)
+                for name in plan.deletes:
+                    update.delete_column(name)
+        txn.set_properties({**properties, **(column_encodings_property(plans[-1].encodings) if plans else {})})
     return table.refresh()
 
 

@@ -68,7 +68,7 @@ def load_events(path: Path, table: TableConfig, kafka: KafkaClients, *, partitio
     def records() -> Iterator[tuple[bytes | None, bytes | None, None]]:
         for index, value in enumerate(read_event_file(path)):
             where = KafkaCoordinates(f"{path.name}[{index}]")
-            event = parse_value(value, table.value_format, where, table.ordering)
+            event = parse_value(value, table.value_format, where, table.ordering, schema_lookup=kafka.schema_lookup)
             key = None if event is None or event.op == "t" else build_key(event, table.primary_key, table.value_format)
             yield key, value, None
 

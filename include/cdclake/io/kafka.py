@@ -22,6 +22,10 @@ if TYPE_CHECKING:
     from confluent_kafka import Consumer, KafkaError, Message, Producer
     from confluent_kafka.admin import AdminClient, ClusterMetadata  # type: ignore[attr-defined]
 
+    from cdclake.io.registry import SchemaRegistry
+    from cdclake.model.avro import SchemaLookup
+    from cdclake.settings import Settings
+
 log = logging.getLogger(__name__)
 
 TIMEOUT_S = 30.0
@@ -126,13 +130,16 @@ class KafkaClients:
     Args:
         config: librdkafka properties; ``bootstrap.servers`` is required. Values are passed as
             given (an Airflow Kafka connection's ``extra``).
+        schema_registry: the schema registry of the cluster's Avro topics
+            (``value_format: avro``), or ``None`` when none is configured; everything that
+            reads the topics takes it from here.
 
     Raises:
         ConfigError: no ``bootstrap.servers``, or an ``isolation.level`` other than
             :data:`ISOLATION_LEVEL`.
     """
 
-    def __init__(self, config: Mapping[str, Any]) -> None:
+    def __init__(self, config: Mapping[str, Any], schema_registry: SchemaRegistry | None = None) -> None:
         if not config.get("bootstrap.servers"):
             raise ConfigError(f"Kafka client config has no 'bootstrap.servers' (keys: {sorted(config)})")
         if config.get("isolation.level", ISOLATION_LEVEL) != ISOLATION_LEVEL:
@@ -142,11 +149,27 @@ class KafkaClients:
                 "remove the property from the connection"
             )
         self._config = dict(config)
+        self.schema_registry = schema_registry
 
     @classmethod
-    def from_bootstrap(cls, servers: str) -> KafkaClients:
+    def from_bootstrap(cls, servers: str, schema_registry: SchemaRegistry | None = None) -> KafkaClients:
         """Clients of a plaintext cluster known only by its ``bootstrap.servers``."""
-        return cls({"bootstrap.servers": servers})
+        return cls({"bootstrap.servers": servers}, schema_registry)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> KafkaClients:
+        """Clients of the settings' plaintext cluster (``CDCLAKE_KAFKA_BOOTSTRAP``) with the schema
+        registry of ``CDCLAKE_SCHEMA_REGISTRY_URL``, if set: the CLI's and the local stack's."""
+        from cdclake.io.registry import registry_from_settings
+
+        return cls.from_bootstrap(settings.kafka_bootstrap, registry_from_settings(settings))
+
+    @property
+    def schema_lookup(self) -> SchemaLookup | None:
+        """The writer schema of a schema id from :attr:`schema_registry`
+        (:meth:`~cdclake.io.registry.SchemaRegistry.writer_schema`), or ``None`` without a
+        registry: the ``schema_lookup`` of :func:`cdclake.model.envelope.parse_value`."""
+        return self.schema_registry.writer_schema if self.schema_registry is not None else None
 
     @property
     def bootstrap(self) -> str:

@@ -14,7 +14,7 @@ error, so a typo never becomes a silent no-op::
         namespace: inventory                # Iceberg namespace
         table: products                     # Iceberg table
         primary_key: [id]
-        value_format: json_with_schema      # or: json (JsonConverter schemas.enable=false)
+        value_format: json_with_schema      # or: json (schemas.enable=false), avro (a schema registry)
         schema_changes:                     # optional; see SchemaChangePolicy
           incompatible: fail                # or: new_column
           dropped_columns: keep             # or: delete
@@ -33,17 +33,30 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from cdclake.errors import ConfigError
 from cdclake.model.types import parse_decimal_type
+from cdclake.settings import ConnectionIds
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAME = re.compile(r"^[a-z0-9_]+$")
 
-ValueFormat = Literal["json", "json_with_schema"]
-"""How the Kafka record value is serialized by Kafka Connect's ``JsonConverter``:
+ValueFormat = Literal["json", "json_with_schema", "avro"]
+"""How the Kafka record value is serialized by the connector's value converter:
 
-* ``json_with_schema``: ``{"schema": {...}, "payload": <envelope>}`` (``schemas.enable=true``)
-* ``json``: the bare envelope ``{"before", "after", "source", "op", "ts_ms"}``
-  (``schemas.enable=false``)
+* ``json_with_schema``: ``JsonConverter`` with ``schemas.enable=true``,
+  ``{"schema": {...}, "payload": <envelope>}``
+* ``json``: ``JsonConverter`` with ``schemas.enable=false``, the bare envelope
+  ``{"before", "after", "source", "op", "ts_ms"}``
+* ``avro``: an Avro converter writing Confluent's wire format (Confluent's ``AvroConverter``,
+  Apicurio's with ``as-confluent``): magic byte, schema id, Avro datum; the writer schema is read
+  from the schema registry (:mod:`cdclake.model.avro`; needs :data:`NO_SCHEMA_REGISTRY`'s
+  connection or variable)
 """
+
+NO_SCHEMA_REGISTRY = (
+    "value_format: avro needs a schema registry, and none is configured: define the Airflow connection "
+    f"{ConnectionIds.SCHEMA_REGISTRY!r} (host: the registry's URL, e.g. http://<host>:<port>/apis/ccompat/v7 "
+    "for Apicurio) or set CDCLAKE_SCHEMA_REGISTRY_URL (the CLI, the local stack)"
+)
+"""The remedy when an Avro topic is read without a schema registry (docs/operations.md)."""
 
 ICEBERG_PRIMITIVES = {
     "boolean",
@@ -76,6 +89,14 @@ class SchemaChangePolicy(BaseModel):
     topic: str | None = None
     """The connector's schema-change topic; default: the data topic's ``<topic.prefix>`` (the
     data topic without its last two parts, ``<database>.<table>``)."""
+    source: Literal["topic", "events"] = "topic"
+    """Where the table's schema changes come from. ``topic``: the schema-change topic (schema
+    sync, :mod:`cdclake.pipeline.schema_sync`); while that topic does not exist (the connector
+    runs with ``include.schema.changes=false``), or under ``ordering: kafka`` (nothing places a
+    change among the events), from the events as with ``events``. ``events``: the topic is never
+    read; the apply evolves the table from the row schema the events carry (the Connect schema of
+    ``json_with_schema``, the Avro writer schema): new columns added, types promoted, columns
+    absent from the events kept (:func:`cdclake.model.schema_diff.plan_from_events`)."""
 
 
 class ConnectorModes(BaseModel):
@@ -210,7 +231,9 @@ class TableConfig(TableDefaults):
     columns: dict[str, str] | None = None
     """Column name -> Iceberg primitive type, in source order. Needed only to create the table
     from ``json`` values (no Connect schema in the events); ``json_with_schema`` tables are
-    created from the events' own schema."""
+    created from the events' own schema. Edited once the table exists, the next run adds the new
+    columns and promotes widened types (:mod:`cdclake.spark.evolve`); an incompatible type is a
+    :class:`~cdclake.errors.SchemaChangeError`, a removed column is kept."""
 
     @field_validator("topic")
     @classmethod
@@ -265,12 +288,19 @@ class TableConfig(TableDefaults):
                 raise ValueError(f"primary key column(s) {missing} are not in columns")
         return self
 
-    def check_runnable(self) -> None:
+    def check_runnable(self, *, has_schema_registry: bool) -> None:
         """Refuse a table that cannot be applied as configured.
 
+        Args:
+            has_schema_registry: whether the run's Kafka clients have a schema registry
+                (:attr:`cdclake.io.kafka.KafkaClients.schema_registry`).
+
         Raises:
-            ConfigError: no primary key and ``write_mode`` is not ``changelog``.
+            ConfigError: no primary key and ``write_mode`` is not ``changelog``; ``value_format:
+                avro`` without a schema registry (:data:`NO_SCHEMA_REGISTRY`).
         """
+        if self.value_format == "avro" and not has_schema_registry:
+            raise ConfigError(f"table {self.name!r} ({self.topic}): {NO_SCHEMA_REGISTRY}")
         if not self.primary_key and self.write_mode != "changelog":
             raise ConfigError(
                 f"table {self.name!r} ({self.topic}) has no primary key, so its rows cannot be "

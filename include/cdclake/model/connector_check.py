@@ -156,6 +156,12 @@ _RULES: tuple[_Rule, ...] = (
 """``(table encoding?, event encoding?, setting, the mode the events show, what lands)``: the module table."""
 
 
+def contradicts_modes(table_encoding: str, event_encoding: str) -> bool:
+    """Whether events of ``event_encoding`` in a column of ``table_encoding`` show another connector
+    handling mode (the module table): a contradiction this check reports, not a schema change."""
+    return any(table_test(table_encoding) and event_test(event_encoding) for table_test, event_test, *_ in _RULES)
+
+
 def _event_encodings(row_schema: dict[str, Any]) -> dict[str, str]:
     """``{column: encoding}`` of a row schema's fields; fields this version cannot map are left
     out (the apply reports their values, if they do not fit)."""

@@ -11,7 +11,10 @@ Envelope (Debezium MySQL connector docs, "Data change events")::
      "op": "c" | "u" | "d" | "r" | "t", "ts_ms": <ms>, "transaction": {...} | null}
 
 With ``value_format: json_with_schema`` the envelope is the ``payload`` of
-``{"schema": <Connect schema>, "payload": <envelope>}``.
+``{"schema": <Connect schema>, "payload": <envelope>}``. With ``value_format: avro`` it is the
+Avro datum of a Confluent-framed value, read as the JSON value ``JsonConverter`` would have written,
+and its writer schema read as the Connect schema (:mod:`cdclake.model.avro`): both formats give
+the same :class:`ChangeEvent`.
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from cdclake.errors import BadRecordError
-from cdclake.model.config import ValueFormat
+from cdclake.errors import BadRecordError, ConfigError, SchemaError, UnknownSchemaIdError
+from cdclake.model.avro import SchemaLookup, read_value, value_connect_schema
+from cdclake.model.config import NO_SCHEMA_REGISTRY, ValueFormat
 from cdclake.model.position import BinlogPosition
 
 OPS = ("c", "u", "d", "r", "t")
@@ -50,7 +54,8 @@ class ChangeEvent:
         source: the ``source`` metadata block.
         position: the event's binlog position (see :mod:`cdclake.model.position`).
         ts_ms: when the connector processed the event, epoch milliseconds.
-        value_schema: the Connect schema of the value (``json_with_schema`` only).
+        value_schema: the Connect schema of the value (``json_with_schema``; ``avro``: the
+            writer schema's, :func:`cdclake.model.avro.connect_schema`); ``None`` for ``json``.
     """
 
     op: str
@@ -78,31 +83,49 @@ class ChangeEvent:
 
 
 def parse_value(
-    value: bytes | str | None, value_format: ValueFormat, where: KafkaCoordinates, ordering: str = "binlog"
+    value: bytes | str | None,
+    value_format: ValueFormat,
+    where: KafkaCoordinates,
+    ordering: str = "binlog",
+    *,
+    schema_lookup: SchemaLookup | None = None,
 ) -> ChangeEvent | None:
     """Parse one Kafka record value into a :class:`ChangeEvent`.
 
     Args:
-        value: the record value (UTF-8 JSON), or ``None`` for a Kafka tombstone.
-        value_format: ``json_with_schema`` or ``json`` (see :data:`cdclake.model.config.ValueFormat`).
+        value: the record value (UTF-8 JSON; ``avro``: Confluent-framed Avro), or ``None`` for a
+            Kafka tombstone.
+        value_format: ``json_with_schema``, ``json`` or ``avro`` (see
+            :data:`cdclake.model.config.ValueFormat`).
         where: the record's Kafka coordinates, for error messages.
+        schema_lookup: ``avro`` only: the writer schema of a schema id (the Kafka clients'
+            schema registry, :meth:`cdclake.io.registry.SchemaRegistry.writer_schema`).
 
     Returns:
         The event, or ``None`` for a Kafka tombstone (null value), which carries no change.
 
     Raises:
-        BadRecordError: not JSON, not an envelope, no or unknown ``op``, no binlog position, or
-            no row image for the op; the message names ``where``.
+        BadRecordError: not JSON (``avro``: bad framing, a schema id the registry does not have,
+            bytes that do not decode with the writer schema; the message names the schema id),
+            not an envelope, no or unknown ``op``, no binlog position, or no row image for the
+            op; the message names ``where``.
+        ConfigError: ``avro`` without ``schema_lookup`` (no schema registry configured), or a
+            registry config that is wrong (from ``schema_lookup``).
+        SchemaRegistryUnavailableError: ``avro``: the registry does not answer (from
+            ``schema_lookup``; a retry may succeed, so the record is not bad).
     """
     if value is None:
         return None
-    try:
-        doc = json.loads(value)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise BadRecordError(where, f"value is not JSON ({e})") from e
+    value_schema = None
+    if value_format == "avro":
+        doc, value_schema = _avro_doc(value, where, schema_lookup)
+    else:
+        try:
+            doc = json.loads(value)
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise BadRecordError(where, f"value is not JSON ({e})") from e
     if not isinstance(doc, dict):
         raise BadRecordError(where, "value is not a JSON object")
-    value_schema = None
     if value_format == "json_with_schema":
         if "payload" not in doc:
             raise BadRecordError(where, "value has no 'payload' (expected value_format json_with_schema)")
@@ -128,3 +151,22 @@ def parse_value(
     if op == "d" and not isinstance(before, dict):
         raise BadRecordError(where, "op 'd' without a 'before' image")
     return ChangeEvent(op, before, after, source, position, doc.get("ts_ms"), value_schema)
+
+
+def _avro_doc(
+    value: bytes | str, where: KafkaCoordinates, schema_lookup: SchemaLookup | None
+) -> tuple[Any, dict[str, Any]]:
+    """The envelope and the Connect schema of an ``avro`` value (see :func:`parse_value`)."""
+    if schema_lookup is None:
+        raise ConfigError(f"cannot read the Avro record at {where}: {NO_SCHEMA_REGISTRY}")
+    if isinstance(value, str):
+        raise BadRecordError(where, "value is text, not Confluent-framed Avro bytes")
+    try:
+        _, writer, doc = read_value(value, schema_lookup)
+    except ConfigError:  # the registry's URL or config is wrong: not the record's fault
+        raise
+    except UnknownSchemaIdError as e:
+        raise BadRecordError(where, str(e)) from e
+    except (ValueError, SchemaError) as e:  # framing; decoding, a schema read_value cannot map (names the id)
+        raise BadRecordError(where, f"Avro value cannot be read: {e}") from e
+    return doc, value_connect_schema(writer)

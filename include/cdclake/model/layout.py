@@ -102,6 +102,11 @@ SCHEMA_CHANGE_POSITION_PROPERTY = "cdc.schema-change-position"
 """Table property: position ``<file seq>:<pos>:<row>:<rank>`` of the last source schema change
 applied by schema sync (:mod:`cdclake.pipeline.schema_sync`), committed with the schema update."""
 
+SCHEMA_FROM_EVENTS_PROPERTY = "cdc.schema-from-events"
+"""Table property: ``true`` once schema sync has said (a warning, once) that the table's
+schema-change topic does not exist and the table evolves from its events' own schemas
+(``schema_changes.source``)."""
+
 SCHEMA_INDEX_OFFSETS_KEY = "cdc.indexed-offsets"
 """Snapshot-summary key of the schema-change index table (:mod:`cdclake.pipeline.schema_index`):
 JSON ``{"<topic>": {"<partition>": <next offset>}}``, the offsets of every schema-change topic

@@ -29,6 +29,12 @@ DROP / RENAME of the table         :class:`~cdclake.errors.SchemaChangeError` (s
                                    a DROP before the Iceberg table exists
 =================================  ==============================================================
 
+**Without a schema-change topic** (``schema_changes.source``), the same rules are applied to the row
+schemas the events carry (:func:`plan_from_events`): new columns added, types promoted, a type the
+table's column holds (an event from before a promotion) left as it is, a column absent from the
+events kept (a row schema cannot tell a drop from a rename), other type changes to
+``incompatible``. The table config's ``columns`` are applied the same way.
+
 **Table rename and drop stop the table.** The data topic is named after the source table: after
 a rename its events go to another topic, and a dropped table (maybe re-created with other
 columns) has nothing left to mirror. The error names the DDL and its position; the remedy is an
@@ -57,6 +63,7 @@ from dataclasses import dataclass, field, replace
 from cdclake.errors import DdlParseError, SchemaChangeError, SchemaError
 from cdclake.model.config import ConnectorModes, SchemaChangePolicy, TableConfig
 from cdclake.model.ddl import ddl_effects
+from cdclake.model.envelope import KafkaCoordinates
 from cdclake.model.mysql_types import column_type
 from cdclake.model.offsets import OffsetRange
 from cdclake.model.position import BinlogPosition
@@ -104,7 +111,9 @@ class ChangePlan:
     ``promotions``, ``optional`` and ``deletes`` are the names after the renames.
     """
 
-    change: SchemaChange
+    change: SchemaChange | None
+    """The schema change planned; ``None`` for a plan made from the events' own schemas
+    (:func:`plan_from_events`)."""
     renames: list[tuple[str, str]] = field(default_factory=list)
     adds: list[tuple[ColumnSpec, str | None]] = field(default_factory=list)
     """``(column, the column it goes after or None for first)``; always optional."""
@@ -248,6 +257,142 @@ def plan_change(
         tuple(columns[n] for n in order), plan.identifier if plan.identifier is not None else current.identifier
     )
     plan.encodings = encodings
+    return plan
+
+
+@dataclass(frozen=True)
+class ObservedSchema:
+    """The row columns an event's own schema shows (its Connect row schema, or an Avro writer
+    schema read as one: :func:`cdclake.model.avro.connect_schema`), mapped by
+    :func:`cdclake.model.types.columns_from_connect`; or the table config's ``columns``.
+
+    Attributes:
+        columns: the columns, in source order.
+        where: the event that shows them; ``None`` for the table config's ``columns``.
+    """
+
+    columns: tuple[ColumnSpec, ...]
+    where: KafkaCoordinates | None = None
+
+    def describe(self) -> str:
+        return f"the event at {self.where}" if self.where is not None else "the table config's columns"
+
+
+def _holds(existing: ColumnSpec, shown: ColumnSpec) -> bool:
+    """Whether a column of type ``existing`` holds every value of one typed ``shown``: the same
+    type, or a type ``shown`` promotes to (an event from before a promotion, or a narrowing)."""
+    return is_promotion(shown.iceberg_type, existing.iceberg_type)
+
+
+def fits_table(current: SourceSchema, observed: ObservedSchema) -> bool:
+    """Whether the table takes events of the ``observed`` schema as it is: it has each of their
+    columns with a type that holds its values, optional where the events' column is, and each of
+    its columns the events lack is optional (it reads null in their rows)."""
+    shown = {c.name for c in observed.columns}
+    for c in observed.columns:
+        existing = current.get(c.name)
+        if existing is None or not _holds(existing, c):
+            return False
+        if existing.required and not c.required and c.name not in current.identifier:
+            return False
+    return all(not c.required or c.name in shown or c.name in current.identifier for c in current.columns)
+
+
+def _incompatible(existing: ColumnSpec, shown: ColumnSpec) -> bool:
+    """A column of the table cannot take events typed ``shown``: its type neither holds their
+    values nor can be promoted to theirs (Iceberg spec, "Schema evolution")."""
+    return not _holds(existing, shown) and not is_promotion(existing.iceberg_type, shown.iceberg_type)
+
+
+def incompatible_columns(current: SourceSchema, observed: ObservedSchema) -> list[str]:
+    """The columns of ``observed`` that the table's same-named column cannot take (:func:`_incompatible`)."""
+    return [c.name for c in observed.columns if (e := current.get(c.name)) is not None and _incompatible(e, c)]
+
+
+def plan_from_events(
+    current: SourceSchema, observed: list[ObservedSchema], *, table: str, policy: SchemaChangePolicy
+) -> ChangePlan:
+    """The schema update that makes the table take every ``observed`` schema (pure), for tables
+    without a schema-change topic (``schema_changes.source``): the rules of :func:`plan_change`
+    on a row schema instead of a DDL's ``tableChanges``.
+
+    A column the table lacks is added, optional, after the column before it in the schema that
+    shows it; a type Iceberg promotes the column's to (int->long, float->double, a decimal's
+    precision up at the same scale) is promoted, and the column takes the events' encoding; a
+    column typed so that the table's type holds its values (an event from before a promotion)
+    changes nothing; a required column that the events make optional or lack becomes optional.
+    A column absent from the events is kept: a row schema cannot tell a dropped column from a
+    renamed one (``dropped_columns`` applies to schema sync only). Any other type change goes to
+    ``policy.incompatible``: ``fail`` raises, ``new_column`` renames the old column aside to
+    ``<column>__<partition>_<offset>`` (the Kafka coordinates of the first event showing the new
+    type) and adds the column with its new type. The table config's ``columns`` are only ever
+    added or promoted.
+
+    Args:
+        current: the table's source columns and identifier fields.
+        observed: the schemas, in the order they were met (the first event showing a change
+            is named by errors and aside names).
+        table: the Iceberg table's identifier (for errors).
+        policy: the table's ``schema_changes``.
+
+    Raises:
+        SchemaChangeError: an incompatible type change under ``incompatible: fail``, of a primary
+            key column, or in the table config's ``columns``; names the event's topic, partition
+            and offset (or the table config), the column, the old and the new type.
+    """
+    plan = ChangePlan(None)
+    added: set[str] = set()
+    columns = {c.name: c for c in current.columns}
+    order = [c.name for c in current.columns]
+    for obs in observed:
+        previous: str | None = None
+        for shown in obs.columns:
+            existing = columns.get(shown.name)
+            if existing is not None and _incompatible(existing, shown):
+                where = (
+                    f"table {table}: {obs.describe()} changes column {shown.name!r} from {existing.iceberg_type} to "
+                    f"{shown.iceberg_type} (encoding {shown.encoding}), which Iceberg cannot promote"
+                )
+                if obs.where is None:
+                    raise SchemaChangeError(f"{where}. Nothing was applied; correct the table config's columns.")
+                if policy.incompatible == "fail" or shown.name in current.identifier or shown.name in added:
+                    # a key column cannot be set aside, nor a column this plan only adds
+                    raise SchemaChangeError(
+                        f"{where}. Nothing was committed and the table's offsets did not move. Set "
+                        "schema_changes.incompatible: new_column to keep the old column renamed aside, "
+                        "or migrate the table by hand."
+                    )
+                aside = f"{shown.name}__{obs.where.partition}_{obs.where.offset}"
+                plan.renames.append((shown.name, aside))
+                columns[aside] = replace(columns.pop(shown.name), name=aside)
+                order[order.index(shown.name)] = aside
+                existing = None
+            if existing is None:
+                spec = replace(shown, required=False)
+                plan.adds.append((spec, previous))
+                added.add(spec.name)
+                columns[spec.name] = spec
+                order.insert(order.index(previous) + 1 if previous else 0, spec.name)
+            elif not _holds(existing, shown):
+                promoted = replace(existing, iceberg_type=shown.iceberg_type, encoding=shown.encoding)
+                if shown.name in added:  # added by this plan: added with the wider type
+                    plan.adds = [
+                        ((promoted, after) if spec.name == shown.name else (spec, after)) for spec, after in plan.adds
+                    ]
+                else:
+                    plan.promotions = [p for p in plan.promotions if p[0] != shown.name]
+                    plan.promotions.append((shown.name, shown.iceberg_type))
+                columns[shown.name] = promoted
+            previous = shown.name
+        if obs.where is None:
+            continue
+        shown_required = {c.name: c.required for c in obs.columns}
+        for name in order:
+            if columns[name].required and name not in current.identifier and not shown_required.get(name, False):
+                plan.optional.append(name)
+                columns[name] = replace(columns[name], required=False)
+    plan.after = SourceSchema(tuple(columns[n] for n in order), current.identifier)
+    plan.encodings = {n: columns[n].encoding for n in order}
     return plan
 
 

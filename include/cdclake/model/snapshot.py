@@ -31,7 +31,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdclake.errors import SnapshotError
+from cdclake.errors import ConfigError, SchemaError, SnapshotError, UnknownSchemaIdError
+from cdclake.model.avro import SchemaLookup, is_framed, read_value
+from cdclake.model.config import NO_SCHEMA_REGISTRY
 
 ACTIONS = ("execute", "stop", "pause", "resume")
 """The bootstrap DAG's actions: Debezium signal types ``<action>-snapshot``."""
@@ -115,14 +117,27 @@ class Notification:
         )
 
 
-def parse_notification(value: bytes | str | None) -> Notification | None:
-    """Parse a notification record value (JsonConverter, with or without the schema envelope);
-    ``None`` for a tombstone or a value that is not a notification."""
+def parse_notification(value: bytes | str | None, schema_lookup: SchemaLookup | None = None) -> Notification | None:
+    """Parse a notification record value (JsonConverter, with or without the schema envelope; or
+    Confluent-framed Avro, read with ``schema_lookup``, the schema registry's writer schemas, when
+    the value starts with the magic byte: :func:`cdclake.model.avro.is_framed`); ``None`` for a
+    tombstone or a value that is not a notification (nor readable: a schema id the registry does not
+    have, bytes that do not decode).
+
+    Raises:
+        ConfigError: an Avro value without ``schema_lookup`` (no schema registry configured), or
+            a registry config that is wrong (from ``schema_lookup``).
+        SchemaRegistryUnavailableError: the registry does not answer (from ``schema_lookup``).
+    """
     if value is None:
         return None
+    if is_framed(value) and schema_lookup is None:
+        raise ConfigError(f"Debezium's notifications are Avro: {NO_SCHEMA_REGISTRY}")
     try:
-        doc = json.loads(value)
-    except ValueError:
+        doc = read_value(value, schema_lookup)[2] if schema_lookup and is_framed(value) else json.loads(value)
+    except ConfigError:  # the registry's URL or config is wrong
+        raise
+    except (ValueError, SchemaError, UnknownSchemaIdError):
         return None
     if isinstance(doc, dict) and "payload" in doc and "schema" in doc:
         doc = doc["payload"]
@@ -152,12 +167,19 @@ def belongs_to(n: Notification, signal_ids: list[str], snapshot_type: str, since
 
 
 def match_notification(
-    message: Any, signal_ids: list[str], snapshot_type: str, since_ms: int, data_collections: list[str]
+    message: Any,
+    signal_ids: list[str],
+    snapshot_type: str,
+    since_ms: int,
+    data_collections: list[str],
+    schema_lookup: SchemaLookup | None = None,
 ) -> dict[str, Any] | None:
-    """``apply_function`` of the bootstrap DAG's ``AwaitMessageSensor``: a dict (which fires the
-    trigger) when ``message`` ends the snapshot (``COMPLETED``, ``ABORTED``) or reports a failed
-    table scan of one of ``data_collections``; ``None`` (keep waiting) otherwise."""
-    n = parse_notification(message.value())
+    """The test of the bootstrap DAG's notification wait (its ``apply_function``,
+    :func:`cdclake_airflow.bootstrap_dag.match_notification`): a dict (which fires the trigger)
+    when ``message`` ends the snapshot (``COMPLETED``, ``ABORTED``) or reports a failed table scan
+    of one of ``data_collections``; ``None`` (keep waiting) otherwise. ``schema_lookup``: as
+    :func:`parse_notification`'s."""
+    n = parse_notification(message.value(), schema_lookup)
     if n is None or not belongs_to(n, list(signal_ids), snapshot_type, int(since_ms)):
         return None
     failed_scan = (

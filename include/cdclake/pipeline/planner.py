@@ -39,11 +39,12 @@ def plan_next(
     Raises:
         TopicNotFoundError: the topic does not exist.
         OffsetsOutOfRangeError: the start offsets are outside the topic's watermarks.
-        ConfigError: the table cannot be applied as configured (no primary key, not changelog).
+        ConfigError: the table cannot be applied as configured (no primary key, not changelog;
+            ``value_format: avro`` and the Kafka clients have no schema registry).
         ValueError: both replay starts given, or a partition the topic does not have, or
             ``accept_source_change`` without replay start offsets (the new history's start).
     """
-    cfg.check_runnable()
+    cfg.check_runnable(has_schema_registry=kafka.schema_registry is not None)
     if replay_from_offsets is not None and replay_from_timestamp_ms is not None:
         raise ValueError("give replay start offsets or a replay start timestamp, not both")
     if accept_source_change and replay_from_offsets is None:

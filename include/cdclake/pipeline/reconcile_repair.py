@@ -123,7 +123,7 @@ def _wait_snapshot(kafka: KafkaClients, topic: str, signal_id: str, since_ms: in
         end = topic_watermarks(kafka, topic).high
         for p, high in end.items():
             for msg in read_partition(kafka, topic, p, start.get(p, 0), high, group_id="cdclake-reconcile"):
-                n = parse_notification(msg.value())
+                n = parse_notification(msg.value(), kafka.schema_lookup)
                 if n is None or n.id != signal_id or n.timestamp_ms < since_ms - 60_000:
                     continue
                 if n.type == "COMPLETED":

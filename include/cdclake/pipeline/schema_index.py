@@ -11,6 +11,11 @@ NULL: every table's read includes it, and
 of the topic would. Records that concern no table (``SET``, ``CREATE DATABASE``, Kafka tombstones)
 get no row. The name is a superset key: the exact filter stays ``changes_from_record``.
 
+A connector writing Avro (Confluent wire format) writes its schema-change records so too: a value
+that starts with the magic byte is read with the schema registry of the Kafka clients and indexed
+as the JSON ``JsonConverter`` would have written (:func:`json_value`), so that everything
+downstream reads one format.
+
 The offsets indexed so far are in the snapshot summary of each commit (key
 :data:`~cdclake.model.layout.SCHEMA_INDEX_OFFSETS_KEY`), so rows and offsets move together in ONE
 commit. Several tables' tasks catch up at once: each commit asserts the snapshot it read the
@@ -28,9 +33,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cdclake.errors import TopicNotFoundError
+from cdclake.errors import ConfigError, SchemaChangeError, SchemaError, TopicNotFoundError, UnknownSchemaIdError
 from cdclake.io.catalog import ancestry, iceberg_type, load_table_or_none
 from cdclake.io.kafka import KafkaClients, read_partition, topic_watermarks
+from cdclake.model.avro import is_framed, read_value
+from cdclake.model.config import NO_SCHEMA_REGISTRY
 from cdclake.model.ddl import ddl_effects
 from cdclake.model.layout import SCHEMA_INDEX_OFFSETS_KEY, SIDE_TABLE_PROPERTIES
 from cdclake.model.position import ORDERINGS, BinlogPosition
@@ -55,7 +62,7 @@ INDEX_COLUMNS: tuple[tuple[str, str, bool, str], ...] = (
         False,
         "a source table name (without its database) the record may concern; null: every table must read it",
     ),
-    ("value", "string", True, "the record value (UTF-8 JSON text)"),
+    ("value", "string", True, "the record value (UTF-8 JSON text; an Avro value as JSON)"),
 )
 """``(name, Iceberg type, required, doc)`` of the index table's columns."""
 
@@ -252,6 +259,7 @@ def _catch_up_once(table: Table, kafka: KafkaClients, topic: str) -> CatchUpResu
         read += 1
         if value is None:  # a Kafka tombstone: skipped by schema sync, concerns no table
             continue
+        value = json_value(kafka, topic, partition, offset, value)
         text = value.decode("utf-8", errors="replace")
         names = record_table_names(value)
         rows.extend(
@@ -288,6 +296,34 @@ def _records(
         for msg in read_partition(kafka, topic, partition, start[partition], end[partition], group_id=_GROUP_ID):
             value = msg.value()
             yield partition, msg.offset() or 0, value if isinstance(value, bytes) or value is None else value.encode()
+
+
+def json_value(kafka: KafkaClients, topic: str, partition: int, offset: int, value: bytes) -> bytes:
+    """``value``, or, when it is Confluent-framed Avro (:func:`cdclake.model.avro.is_framed`), its
+    datum as the JSON ``JsonConverter`` writes with ``schemas.enable=false`` (UTF-8).
+
+    Raises:
+        ConfigError: an Avro value and the Kafka clients have no schema registry, or its config
+            is wrong.
+        SchemaChangeError: an Avro value that cannot be read (bad framing, a schema id the registry
+            does not have, bytes that do not decode); names topic, partition, offset and the id.
+            Every table's schema sync would stop on it, as on any unreadable schema-change record.
+        SchemaRegistryUnavailableError: the registry does not answer (a retry may succeed).
+    """
+    if not is_framed(value):
+        return value
+    where = f"schema-change topic {topic!r} partition {partition} offset {offset}"
+    if kafka.schema_lookup is None:
+        raise ConfigError(f"{where} holds Avro values: {NO_SCHEMA_REGISTRY}")
+    try:
+        doc = read_value(value, kafka.schema_lookup)[2]
+    except ConfigError:  # the registry's URL or config is wrong: not the record's fault
+        raise
+    except (ValueError, SchemaError, UnknownSchemaIdError) as e:
+        raise SchemaChangeError(
+            f"{where}: the Avro schema-change record cannot be read: {e}. Every table's schema sync needs it"
+        ) from e
+    return json.dumps(doc).encode()
 
 
 def _offsets_text(offsets: dict[int, int]) -> str:

@@ -10,7 +10,6 @@ batch read to its end, and would then be read by the new column names.
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import time
@@ -22,23 +21,24 @@ from cdclake.errors import BadRecordError, SchemaChangeError
 from cdclake.io.catalog import (
     committed_offsets,
     create_cdc_table,
-    iceberg_type,
+    evolve_schema,
     identifier_fields,
     load_table_or_none,
     source_schema,
+    update_table_property,
 )
 from cdclake.io.kafka import KafkaClients, offsets_for_time, read_partition, topic_watermarks
 from cdclake.model.config import TableConfig, ValueFormat
 from cdclake.model.convergence import SNAPSHOT_SETTLE_MS, unsettled_partitions
 from cdclake.model.defaults import added_column_default
 from cdclake.model.envelope import KafkaCoordinates, parse_value
-from cdclake.model.layout import COLUMN_DEFAULTS_PROPERTY, SCHEMA_CHANGE_POSITION_PROPERTY, column_encodings_property
+from cdclake.model.layout import COLUMN_DEFAULTS_PROPERTY, SCHEMA_CHANGE_POSITION_PROPERTY, SCHEMA_FROM_EVENTS_PROPERTY
 from cdclake.model.mysql_types import column_type
 from cdclake.model.offsets import OffsetRange, Offsets, plan_range
 from cdclake.model.position import SOURCE_ORDERINGS, BinlogPosition
 from cdclake.model.schema_changes import SchemaChange, changes_from_record
 from cdclake.model.schema_diff import ChangePlan, check_primary_key, cut_at, cut_before, plan_change
-from cdclake.model.types import ColumnSpec, column_doc
+from cdclake.model.types import ColumnSpec
 from cdclake.pipeline.schema_index import catch_up, indexed_records
 
 if TYPE_CHECKING:
@@ -78,44 +78,11 @@ def read_schema_changes(
 
 def _commit_plans(table: Table, plans: list[ChangePlan], position: BinlogPosition) -> Table:
     """Apply ``plans`` in order and record ``position``, in ONE Iceberg transaction."""
-    # nested field ids (struct<wkb,srid>) are placeholders: add_column assigns fresh ones
-    placeholder_ids = itertools.count(1_000_000)
-    with table.transaction() as txn:
-        for plan in plans:
-            if plan.renames:
-                with txn.update_schema() as update:
-                    for old, new in plan.renames:
-                        update.rename_column(old, new)
-            if plan.is_empty:
-                continue
-            with txn.update_schema() as update:
-                for spec, after in plan.adds:
-                    update.add_column(
-                        spec.name,
-                        iceberg_type(spec.iceberg_type, placeholder_ids),
-                        required=False,
-                        doc=column_doc(spec.encoding),
-                    )
-                    if after is None:
-                        update.move_first(spec.name)
-                    else:
-                        update.move_after(spec.name, after)
-                for name, new_type in plan.promotions:
-                    update.update_column(name, field_type=iceberg_type(new_type))
-                for name in plan.optional:
-                    update.make_column_optional(name)
-                if plan.identifier is not None:
-                    update.set_identifier_fields(*plan.identifier)
-                for name in plan.deletes:
-                    update.delete_column(name)
-        properties = {SCHEMA_CHANGE_POSITION_PROPERTY: position.to_text()}
-        if plans:
-            properties.update(column_encodings_property(plans[-1].encodings))
-        defaults = _added_defaults(table, plans)
-        if defaults is not None:
-            properties[COLUMN_DEFAULTS_PROPERTY] = defaults
-        txn.set_properties(properties)
-    return table.refresh()
+    properties = {SCHEMA_CHANGE_POSITION_PROPERTY: position.to_text()}
+    defaults = _added_defaults(table, plans)
+    if defaults is not None:
+        properties[COLUMN_DEFAULTS_PROPERTY] = defaults
+    return evolve_schema(table, plans, properties)
 
 
 def _added_defaults(table: Table, plans: list[ChangePlan]) -> str | None:
@@ -126,7 +93,7 @@ def _added_defaults(table: Table, plans: list[ChangePlan]) -> str | None:
     entries = json.loads(table.properties.get(COLUMN_DEFAULTS_PROPERTY, "{}"))
     changed = False
     for plan in plans:
-        if plan.change.kind != "ALTER":
+        if plan.change is None or plan.change.kind != "ALTER":
             continue
         aside = {new for _, new in plan.renames}
         raw = {c.get("name"): c for c in plan.change.columns}
@@ -423,7 +390,8 @@ def read_data_positions(
             ):
                 offset = msg.offset() or 0
                 try:
-                    event = parse_value(msg.value(), value_format, KafkaCoordinates(topic, p, offset), ordering)
+                    where = KafkaCoordinates(topic, p, offset)
+                    event = parse_value(msg.value(), value_format, where, ordering, schema_lookup=kafka.schema_lookup)
                 except BadRecordError:
                     continue
                 if event is not None:
@@ -432,18 +400,44 @@ def read_data_positions(
     return list(positions())
 
 
-def _no_schema_topic(cfg: TableConfig) -> None:
+def _no_schema_topic(catalog: Catalog, cfg: TableConfig) -> None:
+    """Say that the table has no schema sync and evolves from its events' own schemas: a warning
+    the first time its schema-change topic is found missing (recorded in the table property
+    :data:`~cdclake.model.layout.SCHEMA_FROM_EVENTS_PROPERTY`), an info line on later runs."""
     if cfg.ordering not in SOURCE_ORDERINGS:
         log.info(
-            "table %s: ordering %s places no schema change among the events: no schema sync (docs/table-config.md)",
+            "table %s: ordering %s places no schema change among the events: no schema sync; the table "
+            "evolves from the events' own schemas (docs/table-config.md)",
             cfg.identifier,
             cfg.ordering,
         )
         return
+    table = load_table_or_none(catalog, cfg.identifier)
+    if table is None or table.properties.get(SCHEMA_FROM_EVENTS_PROPERTY) == "true":
+        log.info(
+            "table %s: schema-change topic %r does not exist: the table evolves from the events' own schemas",
+            cfg.identifier,
+            cfg.schema_change_topic,
+        )
+        return
     log.warning(
-        "schema-change topic %r does not exist: no schema sync (the connector needs include.schema.changes=true)",
+        "table %s: schema-change topic %r does not exist (the connector runs with include.schema.changes=false, "
+        "or has written nothing yet): the table evolves from the schemas its events carry: columns added, types "
+        'promoted, columns the events lose kept (docs/operations.md, "Schema evolution from the events"). Set '
+        "schema_changes.source: events to make it the table's rule; this is said once",
+        cfg.identifier,
         cfg.schema_change_topic,
     )
+    update_table_property(catalog, cfg.identifier, SCHEMA_FROM_EVENTS_PROPERTY, lambda _: "true")
+
+
+def _from_events(cfg: TableConfig) -> bool:
+    """The table evolves from its events by configuration (``schema_changes.source: events``):
+    its schema-change topic is not read."""
+    if cfg.schema_changes.source == "events":
+        log.info("table %s: schema_changes.source: events: no schema sync; the apply evolves the table", cfg.identifier)
+        return True
+    return False
 
 
 def sync_for_range(catalog: Catalog, kafka: KafkaClients, cfg: TableConfig, offset_range: OffsetRange) -> SyncResult:
@@ -451,12 +445,15 @@ def sync_for_range(catalog: Catalog, kafka: KafkaClients, cfg: TableConfig, offs
     batch (:func:`sync_changes`), reading the schema-change topic and, only when changes are
     pending, the batch's event positions.
 
-    A missing schema-change topic (``include.schema.changes=false``) applies nothing; events whose
-    columns the table lacks then stop the apply step (it never drops a column silently).
+    A missing schema-change topic (``include.schema.changes=false``), or ``schema_changes.source:
+    events``, applies nothing here: the apply step evolves the table from the events' own schemas
+    (:mod:`cdclake.spark.evolve`).
     """
+    if _from_events(cfg):
+        return SyncResult(offset_range)
     changes = read_schema_changes(catalog, kafka, cfg.schema_change_topic, cfg.source_table_id, cfg.ordering)
     if changes is None:
-        _no_schema_topic(cfg)
+        _no_schema_topic(catalog, cfg)
         return SyncResult(offset_range)
     table = load_table_or_none(catalog, cfg.identifier)
     positions = None
@@ -480,9 +477,11 @@ def sync_table_schema(catalog: Catalog, kafka: KafkaClients, cfg: TableConfig) -
         SchemaChangeError, SchemaError: as :func:`sync_changes`.
         TopicNotFoundError: the data topic does not exist.
     """
+    if _from_events(cfg):
+        return SyncResult(OffsetRange(topic=cfg.topic, start={}, end={}))
     changes = read_schema_changes(catalog, kafka, cfg.schema_change_topic, cfg.source_table_id, cfg.ordering)
     if changes is None:
-        _no_schema_topic(cfg)
+        _no_schema_topic(catalog, cfg)
         return SyncResult(OffsetRange(topic=cfg.topic, start={}, end={}))
     table = load_table_or_none(catalog, cfg.identifier)
     marks = topic_watermarks(kafka, cfg.topic)

@@ -53,7 +53,7 @@ def read_notifications(kafka: KafkaClients, topic: str) -> list[Notification]:
     records = read_topic(kafka, topic, group_id="cdclake-notifications")
     found = []
     for msg in records or ():
-        n = parse_notification(msg.value())
+        n = parse_notification(msg.value(), kafka.schema_lookup)
         if n is not None:
             found.append(n)
     return sorted(found, key=lambda n: n.timestamp_ms)

@@ -39,7 +39,6 @@ import time
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
-from cdclake.errors import BadRecordError
 from cdclake.io.catalog import (
     check_ordering,
     committed_state,
@@ -60,7 +59,7 @@ from cdclake.model.decision import (
     nothing_applied_error,
     starting_state,
 )
-from cdclake.model.envelope import KafkaCoordinates, parse_value
+from cdclake.model.envelope import KafkaCoordinates
 from cdclake.model.layout import (
     COLUMN_DEFAULTS_PROPERTY,
     METADATA_COLUMNS,
@@ -75,8 +74,10 @@ from cdclake.model.run_state import BatchStats, ColumnDefault, CommittedState
 from cdclake.settings import Settings
 from cdclake.spark.commit import commit, demote_rows, merge
 from cdclake.spark.context import ApplyContext, resolve_table, source_columns
+from cdclake.spark.evolve import MAX_EVOLUTIONS, evolve_table
 from cdclake.spark.names import quote_identifier
 from cdclake.spark.parse import parse_records, unknown_columns_floor
+from cdclake.spark.parse_avro import WriterSchemas, parse_avro_records, read_writer_schemas
 from cdclake.spark.positions import position_column, position_literal, position_literal_sql, position_sql
 from cdclake.spark.quarantine import QUARANTINED, bad_batch, first_quarantined, split_bad_and_held, write_quarantine
 from cdclake.spark.read import read_range
@@ -160,13 +161,11 @@ def apply_range(
         PositionOrderError: the events change binlog basename or source server.
         SchemaError: the table cannot be created from, or does not fit, the events.
     """
-    from pyspark import StorageLevel
-
     cfg, offset_range = plan.table, plan.range
-    cfg.check_runnable()
+    kafka = kafka or KafkaClients.from_settings(settings)
+    cfg.check_runnable(has_schema_registry=kafka.schema_registry is not None)
     if offset_range.is_empty:
         return ApplyResult("empty")
-    kafka = kafka or KafkaClients.from_bootstrap(settings.kafka_bootstrap)
     catalog = load_catalog(settings)
     existing = load_table_or_none(catalog, cfg.identifier)
     state, done = _start_check(existing, plan) if existing is not None else (None, None)
@@ -176,18 +175,30 @@ def apply_range(
     # Not cached: a 1,000,000-event batch is 4.4 GiB of values. The records are parsed once into a
     # cache without the raw value; the rare bad and held-back records are read again from Kafka.
     raw = read_range(spark, kafka, offset_range)
-    table = ensure_columns(existing or resolve_table(catalog, cfg, raw), METADATA_COLUMNS)
+    table = ensure_columns(
+        existing or resolve_table(catalog, cfg, raw, schema_lookup=kafka.schema_lookup), METADATA_COLUMNS
+    )
     if state is None:  # a new table: created by this run, or by a first run racing it since
         state, done = _start_check(table, plan)
         if done is not None:
             return done
     check_ordering(table, cfg.ordering, has_commits=state.offsets is not None)
     ctx = ApplyContext(spark, settings, kafka, plan, catalog, table, state, source_columns(table))
-    base = parse_records(raw, cfg.value_format, list(ctx.columns), cfg.primary_key, cfg.ordering).drop("value")
-    base = base.persist(StorageLevel.MEMORY_AND_DISK)
+    # avro: the batch's schema ids (one Spark job) and their writer schemas, read once; a registry
+    # that does not answer fails the run here, before anything is written
+    lookup = kafka.schema_lookup
+    writers = read_writer_schemas(raw, lookup) if cfg.value_format == "avro" and lookup is not None else None
+    base, parsed, stats = _parse(ctx, raw, writers)
     try:
-        parsed = split_bad_and_held(ctx, base)
-        stats = _check_connector_modes(ctx, batch_stats(parsed, cfg, unknown_columns_floor(table)))
+        for n in range(MAX_EVOLUTIONS):
+            evolved = evolve_table(ctx, stats, parsed, first=n == 0)
+            if evolved is None:
+                break
+            # the table took the events' schema (or the config's columns): the batch is parsed again by it
+            base.unpersist()
+            ctx = evolved
+            base, parsed, stats = _parse(ctx, raw, writers)
+        table = ctx.table
         check_columns(stats, cfg)
         if stats.bad and cfg.bad_records == "fail":
             raise bad_batch(ctx, parsed, stats.bad)
@@ -228,6 +239,30 @@ def apply_range(
         base.unpersist()
 
 
+def _parse(ctx: ApplyContext, raw: DataFrame, writers: WriterSchemas | None) -> tuple[DataFrame, DataFrame, BatchStats]:
+    """The batch parsed by the table's columns (``writers``: Avro values, by these writer schemas)
+    into a cache without the raw values, the same with the quarantine's hold-backs, and its
+    statistics (the caller unpersists the cache)."""
+    from pyspark import StorageLevel
+
+    cfg, columns = ctx.cfg, list(ctx.columns)
+    if writers is not None:
+        records = parse_avro_records(
+            raw, writers.schemas, columns, cfg.primary_key, cfg.ordering, unusable=writers.unusable
+        )
+    else:
+        records = parse_records(raw, cfg.value_format, columns, cfg.primary_key, cfg.ordering)
+    base = records.drop("value")
+    base = base.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        parsed = split_bad_and_held(ctx, base)
+        stats = batch_stats(parsed, cfg, unknown_columns_floor(ctx.table))
+        return base, parsed, _check_connector_modes(ctx, stats, writers)
+    except BaseException:
+        base.unpersist()
+        raise
+
+
 def _start_check(table: Table, plan: RunPlan) -> tuple[CommittedState, ApplyResult | None]:
     """The start check (:func:`~cdclake.model.decision.check_start`) on ``table`` as it is now.
 
@@ -252,22 +287,20 @@ def _start_check(table: Table, plan: RunPlan) -> tuple[CommittedState, ApplyResu
     return state, ApplyResult.of_commit("already_applied", *own) if own is not None else ApplyResult("already_applied")
 
 
-def _check_connector_modes(ctx: ApplyContext, stats: BatchStats) -> BatchStats:
+def _check_connector_modes(ctx: ApplyContext, stats: BatchStats, writers: WriterSchemas | None) -> BatchStats:
     """``stats`` with the connector modes the events contradict (:mod:`cdclake.model.connector_check`),
     checked on the Connect schemas of the batch's first and last record (two Kafka reads; events
-    without a schema are not checked), and said once in the run's log."""
-    if ctx.cfg.value_format != "json_with_schema":
+    without a schema are not checked) or, Avro, of every writer schema of the batch (``writers``,
+    each named by its first record; no read), and said once in the run's log."""
+    if ctx.cfg.value_format == "json":
         return stats
     schemas = []
-    for partition, offset in stats.schema_samples:
-        where = KafkaCoordinates(ctx.cfg.topic, partition, offset)
-        try:
-            event = parse_value(ctx.record_value(partition, offset), ctx.cfg.value_format, where, ctx.cfg.ordering)
-        except BadRecordError:
-            continue
-        row_schema = event.row_schema() if event is not None else None
+    if writers is not None:
+        schemas = [(KafkaCoordinates(ctx.cfg.topic, p, o), row) for (p, o), row in writers.row_schemas()]
+    for partition, offset in stats.schema_samples if writers is None else ():
+        row_schema = ctx.row_schema(partition, offset)
         if row_schema is not None:
-            schemas.append((where, row_schema))
+            schemas.append((KafkaCoordinates(ctx.cfg.topic, partition, offset), row_schema))
     found = tuple(c.describe() for c in mode_contradictions(ctx.columns, schemas, ctx.cfg.connector))
     if found:
         log.warning(

@@ -3,12 +3,13 @@ Iceberg table, committed state, source columns, Kafka clients) and handed to eac
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from cdclake.errors import BadRecordError, SchemaError
 from cdclake.io.catalog import create_cdc_table, ensure_side_table, load_table_or_none, source_schema
 from cdclake.io.kafka import KafkaClients, read_partition
+from cdclake.model.avro import SchemaLookup
 from cdclake.model.config import TableConfig
 from cdclake.model.envelope import KafkaCoordinates, parse_value
 from cdclake.model.layout import side_table
@@ -47,6 +48,9 @@ class ApplyContext:
     table: Table
     state: CommittedState
     columns: tuple[ColumnSpec, ...]
+    _values: dict[tuple[int, int], bytes | None] = field(default_factory=dict, repr=False, compare=False)
+    """Record values read again from Kafka, by ``(partition, offset)``: the few records that the
+    connector-mode check and schema evolution both read (:meth:`record_value`)."""
 
     @property
     def cfg(self) -> TableConfig:
@@ -61,8 +65,30 @@ class ApplyContext:
         """The value of the record at ``partition``/``offset`` of the table's topic, read again
         from Kafka (the parse cache keeps no values); ``None`` for a tombstone or a record no
         longer there."""
-        records = read_partition(self.kafka, self.cfg.topic, partition, offset, offset + 1, group_id="cdclake-record")
-        return next((m.value() for m in records), None)
+        key = (partition, offset)
+        if key not in self._values:
+            records = read_partition(
+                self.kafka, self.cfg.topic, partition, offset, offset + 1, group_id="cdclake-record"
+            )
+            self._values[key] = next((m.value() for m in records), None)
+        return self._values[key]
+
+    def row_schema(self, partition: int, offset: int) -> dict[str, Any] | None:
+        """The Connect row schema of the record at ``partition``/``offset`` (``json_with_schema``:
+        the value's Connect schema; ``avro``: the writer schema read as one), or ``None`` for a
+        tombstone, a record without one (``json``) or a bad record."""
+        where = KafkaCoordinates(self.cfg.topic, partition, offset)
+        try:
+            event = parse_value(
+                self.record_value(partition, offset),
+                self.cfg.value_format,
+                where,
+                self.cfg.ordering,
+                schema_lookup=self.kafka.schema_lookup,
+            )
+        except BadRecordError:
+            return None
+        return event.row_schema() if event is not None else None
 
     def side_table(
         self, suffix: str, columns: list[tuple[str, str, bool]] | None = None, docs: dict[str, str] | None = None
@@ -88,8 +114,9 @@ def source_columns(table: Table) -> tuple[ColumnSpec, ...]:
     return columns
 
 
-def resolve_table(catalog: Catalog, cfg: TableConfig, raw: DataFrame) -> Table:
-    """Load the Iceberg table, creating it on first use from the events' schema or the config.
+def resolve_table(catalog: Catalog, cfg: TableConfig, raw: DataFrame, *, schema_lookup: SchemaLookup | None) -> Table:
+    """Load the Iceberg table, creating it on first use from the events' schema or the config
+    (``schema_lookup``: the writer schemas of ``avro`` events, :attr:`KafkaClients.schema_lookup`).
 
     Raises:
         SchemaError: the table does not exist and neither the config (``columns``) nor an event
@@ -102,8 +129,8 @@ def resolve_table(catalog: Catalog, cfg: TableConfig, raw: DataFrame) -> Table:
         return table
     if cfg.columns is not None:
         columns = columns_from_config(cfg.columns, cfg.primary_key)
-    elif cfg.value_format == "json_with_schema":
-        columns = _columns_from_first_schema(raw, cfg)
+    elif cfg.value_format in ("json_with_schema", "avro"):
+        columns = _columns_from_first_schema(raw, cfg, schema_lookup)
     else:
         raise SchemaError(
             f"table {cfg.identifier} does not exist and its events carry no schema "
@@ -118,13 +145,15 @@ def resolve_table(catalog: Catalog, cfg: TableConfig, raw: DataFrame) -> Table:
         return catalog.load_table(cfg.identifier)
 
 
-def _columns_from_first_schema(raw: DataFrame, cfg: TableConfig) -> list[ColumnSpec]:
+def _columns_from_first_schema(
+    raw: DataFrame, cfg: TableConfig, schema_lookup: SchemaLookup | None
+) -> list[ColumnSpec]:
     rows = raw.filter("value is not null").select("partition", "offset", "value").limit(100).collect()
     first_bad: BadRecordError | None = None
     for rec in rows:
         where = KafkaCoordinates(cfg.topic, rec["partition"], rec["offset"])
         try:
-            event = parse_value(bytes(rec["value"]), cfg.value_format, where, cfg.ordering)
+            event = parse_value(bytes(rec["value"]), cfg.value_format, where, cfg.ordering, schema_lookup=schema_lookup)
         except BadRecordError as e:
             first_bad = first_bad or e
             continue

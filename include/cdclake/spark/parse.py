@@ -3,6 +3,10 @@ the decoded row image and, for a record that cannot be applied, the reason.
 
 Envelope: Debezium MySQL connector docs, "Data change events"; the same rules record by record
 are in :mod:`cdclake.model.envelope` (both are tested against the same captured files).
+
+JSON values (``json``, ``json_with_schema``) are read here (:func:`parse_records`), Avro ones in
+:mod:`cdclake.spark.parse_avro`; both end in :func:`records_from_envelopes`, which decodes the
+row image and finds the envelope's and the row's defects the same way for every format.
 """
 
 from __future__ import annotations
@@ -36,17 +40,29 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 
-def _envelope_ddl(columns: list[tuple[str, str]], value_format: str) -> str:
-    row = ",".join(f"{quote_identifier(name)}:{typ}" for name, typ in columns)
-    envelope = (
-        f"struct<before:struct<{row}>,after:struct<{row}>,"
-        "source:struct<connector:string,name:string,server_id:bigint,file:string,pos:bigint,"
-        "row:int,snapshot:string,ts_ms:bigint,db:string,table:string,gtid:string>,"
-        "op:string,ts_ms:bigint>"
-    )
-    if value_format == "json_with_schema":
-        return f"struct<payload:{envelope},_corrupt_record:string>"
-    return envelope[:-1] + ",_corrupt_record:string>"
+SOURCE_FIELDS = (
+    ("connector", "string"),
+    ("name", "string"),
+    ("server_id", "bigint"),
+    ("file", "string"),
+    ("pos", "bigint"),
+    ("row", "int"),
+    ("snapshot", "string"),
+    ("ts_ms", "bigint"),
+    ("db", "string"),
+    ("table", "string"),
+    ("gtid", "string"),
+)
+"""The fields of Debezium's ``source`` block the apply reads, with their Spark types."""
+
+
+def envelope_type(columns: list[ColumnSpec]) -> str:
+    """The Spark type of a Debezium envelope as the apply reads it: ``before`` and ``after``
+    structs of the table's columns, each in its JSON read type (:func:`~cdclake.spark.decode.json_read_type`),
+    the :data:`SOURCE_FIELDS` of ``source``, ``op`` and ``ts_ms``."""
+    row = ",".join(f"{quote_identifier(c.name)}:{json_read_type(c.encoding)}" for c in columns)
+    source = ",".join(f"{name}:{typ}" for name, typ in SOURCE_FIELDS)
+    return f"struct<before:struct<{row}>,after:struct<{row}>,source:struct<{source}>,op:string,ts_ms:bigint>"
 
 
 def parse_records(
@@ -56,32 +72,29 @@ def parse_records(
     primary_key: tuple[str, ...],
     ordering: str = "binlog",
 ) -> DataFrame:
-    """Parse Kafka records into one row per record with its op, position, image and error.
+    """Parse Kafka records of JSON values into one row per record with its op, position, image
+    and error (the columns of :func:`records_from_envelopes`).
 
-    Output columns: ``topic``, ``partition``, ``offset``, ``timestamp``, ``key``, ``value``,
-    ``is_tombstone``, ``op``, ``file_base``, ``server_id``, ``snapshot_marker`` (``source.snapshot``),
-    ``gtid`` (``source.gtid``) and the metadata columns of
-    :data:`cdclake.model.layout.METADATA_COLUMNS` (``_cdc_op``, ``_cdc_snapshot``, ``_cdc_binlog_*``,
-    ``_cdc_gtid_seq``, ``_cdc_source_ts``, ``_cdc_kafka_*``), ``position`` (struct in
-    ``ordering``, see :func:`cdclake.spark.positions.position_column`),
-    ``image`` (struct of the source columns, decoded), ``error`` (null when the record can be
-    applied, else the reason; :data:`TYPE_MISMATCH` until :func:`describe_mismatches` names the
-    column), ``unknown_column`` (the first name in the applied image, ``after``
-    or for a delete ``before``, that is not one of ``columns``; else null).
+    A value that is not JSON, or lacks the ``payload`` of ``json_with_schema``, is a bad record;
+    one whose JSON does not fit the types read is :data:`TYPE_MISMATCH` until
+    :func:`describe_mismatches` names the column. ``unknown_column``: the first name in the
+    applied image (``after``, or for a delete ``before``) that is not one of ``columns``.
     """
     from pyspark.sql import functions as F
 
-    ddl = _envelope_ddl([(c.name, json_read_type(c.encoding)) for c in columns], value_format)
+    envelope = envelope_type(columns)
+    ddl = (
+        f"struct<payload:{envelope},_corrupt_record:string>"
+        if value_format == "json_with_schema"
+        else envelope[:-1] + ",_corrupt_record:string>"
+    )
     text = F.col("value").cast("string")
     # The whole value is parsed, Connect schema and all: cutting the payload out first (with
     # get_json_object) would re-serialize it through Jackson, which writes a JSON number with a
     # fraction as a double and so loses NUMERIC-encoded decimals' digits.
     parsed = F.from_json(text, ddl, _PERMISSIVE)
     env = "j.payload" if value_format == "json_with_schema" else "j"
-    df = raw.select(*KAFKA_RECORD_COLUMNS, parsed.alias("j")).withColumn(
-        "_image_raw",
-        F.when(F.col(f"{env}.op") == "d", F.col(f"{env}.before")).otherwise(F.col(f"{env}.after")),
-    )
+    df = raw.select(*KAFKA_RECORD_COLUMNS, parsed.alias("j"))
     # The names in the applied image's JSON that are not source columns, which from_json drops
     # silently (see cdclake.model.decision.check_columns). Only the names are read, so re-serializing is
     # harmless here.
@@ -93,11 +106,68 @@ def parse_records(
         F.coalesce(F.json_object_keys(image_json), F.array().cast("array<string>")),
         F.array(*[F.lit(c.name) for c in columns]).cast("array<string>"),
     )
+    format_error = (
+        F.when(
+            F.col("j._corrupt_record").isNotNull()
+            & (F.col(env).isNull() | F.expr("try_parse_json(cast(value AS STRING)) IS NULL")),
+            F.lit("value is not JSON"),
+        )
+        .when(F.col("j._corrupt_record").isNotNull(), F.lit(TYPE_MISMATCH))
+        .when(
+            F.col(env).isNull(),
+            F.lit(
+                "value has no 'payload' (expected value_format json_with_schema)"
+                if value_format == "json_with_schema"
+                else "value is not a JSON object"
+            ),
+        )
+    )
+    envelopes = df.select(
+        *KAFKA_RECORD_COLUMNS,
+        F.col(env).alias("env"),
+        format_error.alias("format_error"),
+        F.when(F.col(env).isNotNull(), F.try_element_at(unknown, F.lit(1))).alias("unknown_column"),
+    )
+    return records_from_envelopes(envelopes, columns, primary_key, ordering)
+
+
+def records_from_envelopes(
+    envelopes: DataFrame,
+    columns: list[ColumnSpec],
+    primary_key: tuple[str, ...],
+    ordering: str,
+) -> DataFrame:
+    """The parse's common part, whatever the value format: envelopes read -> one row per record
+    with its op, position, decoded image and error.
+
+    Args:
+        envelopes: the Kafka record columns (:data:`~cdclake.spark.read.KAFKA_RECORD_COLUMNS`),
+            ``env`` (the envelope, of :func:`envelope_type`; null when the value could not be
+            read), ``format_error`` (why the value could not be read as an envelope of the
+            table's columns, else null; ignored for a tombstone) and ``unknown_column``.
+
+    Returns:
+        Columns ``topic``, ``partition``, ``offset``, ``timestamp``, ``key``, ``value``,
+        ``is_tombstone``, ``op``, ``file_base``, ``server_id``, ``snapshot_marker``
+        (``source.snapshot``), ``gtid`` (``source.gtid``) and the metadata columns of
+        :data:`cdclake.model.layout.METADATA_COLUMNS` (``_cdc_op``, ``_cdc_snapshot``,
+        ``_cdc_binlog_*``, ``_cdc_gtid_seq``, ``_cdc_source_ts``, ``_cdc_kafka_*``), ``position``
+        (struct in ``ordering``, see :func:`cdclake.spark.positions.position_column`), ``image``
+        (struct of the source columns, decoded), ``error`` (null when the record can be applied,
+        else the reason: ``format_error`` first, then the envelope's and the row's defects) and
+        ``unknown_column``.
+    """
+    from pyspark.sql import functions as F
+
+    df = envelopes.withColumn(
+        "_image_raw",
+        F.when(F.col("env.op") == "d", F.col("env.before")).otherwise(F.col("env.after")),
+    )
     raw_sql = {c.name: f"_image_raw.{quote_identifier(c.name)}" for c in columns}
     # decoded once, in a column of its own: the fit check below reads it rather than decode again
     df = df.withColumn("_image", F.struct(*[decode(raw_sql[c.name], c.encoding).alias(c.name) for c in columns]))
-    op = F.col(f"{env}.op")
-    src = f"{env}.source"
+    op = F.col("env.op")
+    src = "env.source"
     image_raw = F.col("_image_raw")
     image = F.col("_image")
     file, src_pos = F.col(f"{src}.file"), F.col(f"{src}.pos")
@@ -118,20 +188,7 @@ def parse_records(
     row_error = F.when(op.isin("c", "u", "r", "d"), row_error)
     error = (
         F.when(F.col("value").isNull(), F.lit(None))
-        .when(
-            F.col("j._corrupt_record").isNotNull()
-            & (F.col(env).isNull() | F.expr("try_parse_json(cast(value AS STRING)) IS NULL")),
-            F.lit("value is not JSON"),
-        )
-        .when(F.col("j._corrupt_record").isNotNull(), F.lit(TYPE_MISMATCH))
-        .when(
-            F.col(env).isNull(),
-            F.lit(
-                "value has no 'payload' (expected value_format json_with_schema)"
-                if value_format == "json_with_schema"
-                else "value is not a JSON object"
-            ),
-        )
+        .when(F.col("format_error").isNotNull(), F.col("format_error"))
         .when(op.isNull(), F.lit("envelope has no 'op'"))
         .when(~op.isin("c", "u", "d", "r", "t"), F.concat(F.lit("unknown op '"), op, F.lit("'")))
         .when(
@@ -141,10 +198,10 @@ def parse_records(
         .when(_no_file_number(file, ordering), F.lit("source.file has no numeric suffix"))
         .when(_unplaced_truncate(op, ordering), F.lit(UNPLACED_TRUNCATE))
         .when(
-            op.isin("c", "u", "r") & F.col(f"{env}.after").isNull(),
+            op.isin("c", "u", "r") & F.col("env.after").isNull(),
             F.concat(F.lit("op '"), op, F.lit("' without an 'after' image")),
         )
-        .when((op == "d") & F.col(f"{env}.before").isNull(), F.lit("op 'd' without a 'before' image"))
+        .when((op == "d") & F.col("env.before").isNull(), F.lit("op 'd' without a 'before' image"))
         .otherwise(row_error)
     )
     ts_ms = F.col(f"{src}.ts_ms")
@@ -168,7 +225,7 @@ def parse_records(
         F.col("offset").alias("_cdc_kafka_offset"),
         image.alias("image"),
         error.alias("error"),
-        F.when(F.col(env).isNotNull(), F.try_element_at(unknown, F.lit(1))).alias("unknown_column"),
+        F.col("unknown_column"),
     )
     return out.withColumn("position", position_column(ordering))
 
@@ -241,8 +298,13 @@ def describe_mismatches(records: DataFrame, columns: list[ColumnSpec], value_for
     and the table's type; else by the envelope's fields (``source``, ``op``, ``ts_ms``).
 
     For the few records a run quarantines or reports: each such value is parsed once per column
-    and image, with the same ``from_json`` rule as :func:`parse_records`, to find the column."""
+    and image, with the same ``from_json`` rule as :func:`parse_records`, to find the column.
+    Avro values are returned as they are: their parse names the column already
+    (:mod:`cdclake.spark.parse_avro`)."""
     from pyspark.sql import functions as F
+
+    if value_format == "avro":
+        return records
 
     text = F.col("value").cast("string")
     mismatch = F.col("error") == TYPE_MISMATCH

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cdclake.errors import BadBatchError, BadRecordError
+from cdclake.model.avro import SchemaLookup
 from cdclake.model.config import TableConfig
 from cdclake.model.envelope import KafkaCoordinates, parse_value
 from cdclake.model.layout import QUARANTINE_COLUMNS, QUARANTINE_SUFFIX
@@ -135,7 +136,8 @@ def bad_batch(ctx: ApplyContext, parsed: DataFrame, total: int) -> BadBatchError
     for b in bad_rows:
         where = KafkaCoordinates(cfg.topic, b["partition"], b["offset"])
         value = ctx.record_value(b["partition"], b["offset"])
-        described.append((b["partition"], b["offset"], value, _describe_bad_record(value, cfg, where, b["error"])))
+        reason = _describe_bad_record(value, cfg, where, b["error"], ctx.kafka.schema_lookup)
+        described.append((b["partition"], b["offset"], value, reason))
     if any(reason == TYPE_MISMATCH for *_, reason in described):
         # the column is named by Spark, on these few values only (parse.describe_mismatches)
         records = ctx.spark.createDataFrame(described, "partition int, offset long, value binary, error string")
@@ -144,14 +146,20 @@ def bad_batch(ctx: ApplyContext, parsed: DataFrame, total: int) -> BadBatchError
     return BadBatchError([(cfg.topic, p, o, reason) for p, o, _, reason in described], total)
 
 
-def _describe_bad_record(value: bytes | None, cfg: TableConfig, where: KafkaCoordinates, spark_reason: str) -> str:
+def _describe_bad_record(
+    value: bytes | None,
+    cfg: TableConfig,
+    where: KafkaCoordinates,
+    spark_reason: str,
+    schema_lookup: SchemaLookup | None,
+) -> str:
     """The reason for a record Spark flagged: the envelope's defect as the Python parser names it
     (:func:`~cdclake.model.envelope.parse_value`), else Spark's reason (which names a column whose
     value does not fit, :mod:`cdclake.spark.parse`)."""
     if value is None:
         return spark_reason
     try:
-        parse_value(value, cfg.value_format, where, cfg.ordering)
+        parse_value(value, cfg.value_format, where, cfg.ordering, schema_lookup=schema_lookup)
     except BadRecordError as e:
         return e.reason
     return spark_reason

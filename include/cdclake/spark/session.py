@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from cdclake.errors import EngineUnavailableError
-from cdclake.settings import Settings, spark_jars
+from cdclake.settings import ConnectionIds, Settings, spark_jars
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -182,7 +182,8 @@ def job_connections(
 
     Args:
         path: the ``--connections-file`` the task wrote (JSON ``{"catalog": <Iceberg catalog
-            properties> | null, "kafka": <librdkafka client config>}``, mode 0600; see
+            properties> | null, "kafka": <librdkafka client config>, "schema_registry":
+            <SchemaRegistryClient config> | null}``, mode 0600; see
             :mod:`cdclake_airflow.spark_submit`), or ``None`` outside Airflow.
         settings: the job's ``CDCLAKE_*`` settings.
         bootstrap_servers: without ``path``: the plaintext cluster's ``bootstrap.servers``
@@ -190,7 +191,8 @@ def job_connections(
 
     Returns:
         ``settings`` with the file's catalog (:meth:`~cdclake.settings.Settings.with_catalog`),
-        and the clients of the file's Kafka config.
+        and the clients of the file's Kafka config with its schema registry (without one in the
+        file or without ``path``: ``CDCLAKE_SCHEMA_REGISTRY_URL``'s, if set).
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
@@ -199,10 +201,19 @@ def job_connections(
     import json
 
     from cdclake.io.kafka import KafkaClients
+    from cdclake.io.registry import SchemaRegistry, registry_from_settings
 
     if path is None:
-        return settings, KafkaClients.from_bootstrap(bootstrap_servers or settings.kafka_bootstrap)
+        registry = registry_from_settings(settings)
+        return settings, KafkaClients.from_bootstrap(bootstrap_servers or settings.kafka_bootstrap, registry)
     with open(path) as f:
         doc = json.load(f)
     catalog = doc.get("catalog")
-    return (settings if catalog is None else settings.with_catalog(catalog)), KafkaClients(doc["kafka"])
+    registry_config = doc.get("schema_registry")
+    registry = (
+        registry_from_settings(settings)
+        if registry_config is None
+        else SchemaRegistry(registry_config, origin=f"Airflow connection {ConnectionIds.SCHEMA_REGISTRY!r}")
+    )
+    kafka = KafkaClients(doc["kafka"], registry)
+    return (settings if catalog is None else settings.with_catalog(catalog)), kafka

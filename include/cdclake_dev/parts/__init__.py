@@ -9,6 +9,8 @@ passes.
 * :mod:`~cdclake_dev.parts.rest_catalog`: Iceberg's REST catalog server (``.jars/rest-catalog``, the
   ``RESTCatalogServer`` test fixture of Iceberg 1.11) over a ``JdbcCatalog`` in PostgreSQL, its
   data and metadata files written through ``S3FileIO``.
+* :mod:`~cdclake_dev.parts.registry`: Apicurio Registry 2.6 (``.jars/registry``), the schema registry
+  of the Avro chain (Confluent-compatible API), in-memory storage.
 * :mod:`~cdclake_dev.parts.spark_cluster`: a Spark standalone master and one worker from the pip
   ``pyspark`` package.
 * :mod:`~cdclake_dev.parts.airflow`: Airflow 3's ``scheduler``, ``dag-processor``, ``triggerer``

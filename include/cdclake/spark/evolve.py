@@ -1,0 +1,179 @@
+"""Schema evolution from the events' own schemas, for tables without a schema-change topic
+(``schema_changes.source``; docs/operations.md, "Schema evolution from the events").
+
+The parse reads every record by the table's columns, and a record whose row schema the table does
+not take shows there: a column the table lacks (``unknown_column``), or a value that does not fit
+its column's type (a bad record: a long in an int column, text in a number column). This module
+reads the row schemas of the few records that show it (the first with an unknown column, the first
+misfit of each partition) and of the batch's last record (which the connector-mode check reads
+anyway, and which shows a change every value still parses under, such as float -> double), plans
+the schema update (:func:`cdclake.model.schema_diff.plan_from_events`) and commits it in one
+Iceberg transaction; the apply then parses the batch again under the new columns. A batch whose
+events fit the table costs nothing more: no Spark job, no Kafka read.
+
+The table config's ``columns`` evolve the table the same way (added and promoted, never set aside),
+so that a ``columns:`` edited after the table exists is applied, not ignored.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from cdclake.errors import SchemaError
+from cdclake.io.catalog import evolve_schema, source_schema
+from cdclake.io.kafka import topic_exists
+from cdclake.model.avro import source_names
+from cdclake.model.connector_check import contradicts_modes
+from cdclake.model.envelope import KafkaCoordinates
+from cdclake.model.position import SOURCE_ORDERINGS
+from cdclake.model.run_state import BatchStats
+from cdclake.model.schema_diff import (
+    ChangePlan,
+    ObservedSchema,
+    SourceSchema,
+    fits_table,
+    incompatible_columns,
+    plan_from_events,
+)
+from cdclake.model.types import ColumnSpec, columns_from_config, columns_from_connect
+from cdclake.spark.context import ApplyContext, source_columns
+from cdclake.spark.parse import TYPE_MISMATCH
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
+
+MAX_EVOLUTIONS = 3
+"""Schema updates one run makes at most: each is followed by a parse of the batch under the new
+columns, which may show a further schema (a batch holding three schema versions)."""
+
+
+def evolve_table(ctx: ApplyContext, stats: BatchStats, parsed: DataFrame, *, first: bool) -> ApplyContext | None:
+    """Evolve the table to the table config's ``columns`` and, for a table without a schema-change
+    topic, to the row schemas of the batch's events that it does not take (see the module
+    docstring); nothing is read unless the parse shows a misfit.
+
+    Args:
+        ctx: the run's context, with the table as the batch was parsed by.
+        stats: the parsed batch's statistics.
+        parsed: the parsed batch (its ``error`` and ``partition``/``offset``).
+        first: the run's first evolution. Later ones, made after the batch was parsed again, take
+            no incompatible change: events of the batch from before such a change (its old type)
+            would set the new column aside again; they are bad records of the new column instead.
+
+    Returns:
+        The context with the evolved table and its columns, or ``None`` when nothing changed.
+
+    Raises:
+        SchemaChangeError: an incompatible type change under ``schema_changes.incompatible: fail``
+            (or in the table config's ``columns``), naming the topic, partition and offset of the
+            first event read that shows it, the column, its type and the new one; nothing committed.
+        SchemaError: an event's row schema has a type this version does not map.
+    """
+    cfg = ctx.cfg
+    current = source_schema(ctx.table)
+    observed = []
+    if cfg.columns is not None:
+        observed.append(ObservedSchema(tuple(columns_from_config(cfg.columns, cfg.primary_key))))
+    if cfg.value_format != "json":  # events of other formats carry their row schema
+        observed.extend(_drifted(ctx, current, stats, parsed, first=first))
+    plan = plan_from_events(current, observed, table=cfg.identifier, policy=cfg.schema_changes)
+    if plan.is_empty:
+        return None
+    table = evolve_schema(ctx.table, [plan], {})
+    log.info(
+        "table %s: schema evolved from %s: %s",
+        cfg.identifier,
+        "; ".join(o.describe() for o in observed),
+        _describe(plan),
+    )
+    return replace(ctx, table=table, columns=source_columns(table))
+
+
+def _describe(plan: ChangePlan) -> str:
+    parts = [f"column {old!r} set aside as {new!r} (incompatible type)" for old, new in plan.renames]
+    parts += [f"column {spec.name!r} {spec.iceberg_type} added" for spec, _ in plan.adds]
+    parts += [f"column {name!r} promoted to {typ}" for name, typ in plan.promotions]
+    parts += [f"column {name!r} made optional" for name in plan.optional]
+    return ", ".join(parts)
+
+
+def _drifted(
+    ctx: ApplyContext, current: SourceSchema, stats: BatchStats, parsed: DataFrame, *, first: bool
+) -> list[ObservedSchema]:
+    """The row schemas the table does not take, of the batch's last record, its first record with
+    an unknown column and its first misfit of each partition, in Kafka order (partition, offset);
+    none for a table that evolves by its schema-change topic. Only a batch with bad records costs
+    a Spark job (the misfits), and only a batch the table does not take a Kafka metadata request."""
+    from pyspark.sql import functions as F
+
+    coordinates = set(stats.schema_samples[-1:])
+    if stats.unknown_column is not None:
+        coordinates.add((stats.unknown_column.partition, stats.unknown_column.offset))
+    drifted = _not_taken(ctx, current, coordinates, first=first)
+    if not (drifted or stats.bad) or not _from_events(ctx):
+        return []
+    if stats.bad:
+        misfit = (F.col("error") == TYPE_MISMATCH) | F.col("error").startswith("column '")
+        rows = parsed.filter(misfit).groupBy("partition").agg(F.min("offset").alias("offset")).collect()
+        drifted += _not_taken(
+            ctx, current, {(int(r["partition"]), int(r["offset"])) for r in rows} - coordinates, first=first
+        )
+    return sorted(drifted, key=lambda o: (o.where.partition, o.where.offset) if o.where else (-1, -1))
+
+
+def _not_taken(
+    ctx: ApplyContext, current: SourceSchema, coordinates: set[tuple[int, int]], *, first: bool
+) -> list[ObservedSchema]:
+    """The row schemas of the records at ``coordinates`` that the table does not take as it is
+    (after the run's first evolution: leaving out those with an incompatible type, see
+    :func:`evolve_table`)."""
+    avro = ctx.cfg.value_format == "avro"
+    out = []
+    for partition, offset in sorted(coordinates):
+        row_schema = ctx.row_schema(partition, offset)
+        if row_schema is None:
+            continue
+        where = KafkaCoordinates(ctx.cfg.topic, partition, offset)
+        try:
+            observed = ObservedSchema(
+                tuple(_as_the_table_reads(current, columns_from_connect(row_schema), avro=avro)), where
+            )
+        except SchemaError as e:
+            if not _from_events(ctx):  # the schema-change topic says what the columns are
+                continue
+            raise SchemaError(f"{where}: the event's row schema cannot be mapped to Iceberg: {e}") from e
+        if not fits_table(current, observed) and (first or not incompatible_columns(current, observed)):
+            out.append(observed)
+    return out
+
+
+def _as_the_table_reads(current: SourceSchema, columns: list[ColumnSpec], *, avro: bool) -> list[ColumnSpec]:
+    """``columns`` by their source names (``avro``: a field name adjusted by Debezium's ``avro`` name
+    adjustment is the table column's it stands for: :func:`cdclake.model.avro.source_names`), with
+    each column whose encoding contradicts the table's connector modes taken as the table's column:
+    the connector-mode check reports it (``decimal.handling.mode=double`` against a decimal column
+    is a connector setting, not a source schema change)."""
+    if avro:
+        names = source_names([c.name for c in columns], [c.name for c in current.columns])
+        columns = [replace(c, name=names[c.name]) for c in columns]
+    out = []
+    for c in columns:
+        existing = current.get(c.name)
+        if existing is not None and contradicts_modes(existing.encoding, c.encoding):
+            c = replace(existing, required=c.required)
+        out.append(c)
+    return out
+
+
+def _from_events(ctx: ApplyContext) -> bool:
+    """Whether the table evolves from its events: ``schema_changes.source: events``, an ordering
+    that places no schema change among the events (``kafka``), or no schema-change topic (asked of
+    Kafka only when the events show a schema the table does not take)."""
+    cfg = ctx.cfg
+    if cfg.schema_changes.source == "events" or cfg.ordering not in SOURCE_ORDERINGS:
+        return True
+    return not topic_exists(ctx.kafka, cfg.schema_change_topic)

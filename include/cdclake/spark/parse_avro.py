@@ -1,0 +1,403 @@
+"""Parsing Kafka records of Debezium envelopes in Avro (Confluent wire format, a schema registry)
+into the rows :func:`cdclake.spark.parse.parse_records` gives for JSON (Spark).
+
+Each record's value is the magic byte, its writer schema's id and the Avro datum
+(:mod:`cdclake.model.avro`). The batch's schema ids are collected first (:func:`read_writer_schemas`,
+one small Spark job) and their writer schemas fetched from the registry; the parse then decodes
+each record with ``from_avro`` (spark-avro) and the writer schema of its id, its logical types
+removed (:func:`~cdclake.model.avro.without_logical_types`), and brings the row image to the
+table's columns by name (Debezium's ``avro`` name adjustment undone,
+:func:`~cdclake.model.avro.source_names`), each value turned into what ``from_json`` reads from
+``JsonConverter``'s JSON of the same Connect value (bytes as base64 text, a decimal's as a variant
+string). The decoding that follows (:func:`~cdclake.spark.decode.decode`) is the JSON path's,
+unchanged: both formats give the same Iceberg values.
+
+All ids are decoded in one pass over the records (a ``CASE`` on the id): a union of one filtered
+read per id would read the Kafka range once per id.
+
+A writer column of another encoding than the table's column (:func:`~cdclake.model.types.column_from_connect`
+of the writer's Connect schema, :func:`~cdclake.model.avro.connect_schema`) is taken when the
+table's column can hold its values unchanged (:func:`takes_encoding`: int32 into int64, float
+into double, a decimal into one of the same scale and no fewer digits); otherwise each record of
+that id with a value in that column is a bad record naming the schema id, the column and both
+encodings.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from cdclake.errors import SchemaError, UnknownSchemaIdError
+from cdclake.model.avro import HEADER_BYTES, MAGIC_BYTE, connect_schema, source_names, without_logical_types
+from cdclake.model.schema_diff import is_promotion, same_json_values
+from cdclake.model.types import ColumnSpec, column_from_connect, iceberg_type_of_encoding, parse_decimal_encoding
+from cdclake.spark.decode import json_read_type
+from cdclake.spark.parse import SOURCE_FIELDS, envelope_type, records_from_envelopes
+from cdclake.spark.read import KAFKA_RECORD_COLUMNS
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+log = logging.getLogger(__name__)
+
+_PERMISSIVE = {"mode": "PERMISSIVE"}
+"""``from_avro`` options: bytes that do not decode give a struct of nulls, never an error."""
+
+_STRUCT_FIELD = re.compile(r"(\w+):(\w+)")
+
+
+@dataclass(frozen=True)
+class WriterSchemas:
+    """The writer schemas of a batch's records.
+
+    Attributes:
+        schemas: schema id -> the Avro writer schema (parsed JSON), for the ids the registry knows.
+        unusable: schema id -> why its schema in the registry cannot read its records (not an
+            Avro record schema); an id the registry does not have is in neither.
+        first: schema id -> ``(partition, offset)`` of the batch's first record of that id
+            (every id of the batch).
+    """
+
+    schemas: Mapping[int, Any]
+    unusable: Mapping[int, str] = field(default_factory=dict)
+    first: Mapping[int, tuple[int, int]] = field(default_factory=dict)
+
+    def row_schemas(self) -> list[tuple[tuple[int, int], dict[str, Any]]]:
+        """``((partition, offset) of its first record, Connect row schema)`` of each known id whose
+        writer schema has a row image (``after`` or ``before``), in the order of their first records."""
+        out = []
+        for schema_id in sorted(self.schemas, key=lambda i: self.first.get(i, (0, 0))):
+            try:
+                row = _row_schema(_envelope_fields(connect_schema(self.schemas[schema_id])))
+            except SchemaError:
+                continue
+            if row is not None:
+                out.append((self.first.get(schema_id, (0, 0)), row))
+        return out
+
+
+def read_writer_schemas(raw: DataFrame, writer_schema: Callable[[int], Any]) -> WriterSchemas:
+    """The schema ids of ``raw``'s framed records (one Spark job over their 5-byte headers) and
+    the writer schema of each, by ``writer_schema`` (the registry client's
+    :meth:`~cdclake.io.registry.SchemaRegistry.writer_schema`).
+
+    An id the registry does not have, or whose schema is not an Avro record, is left out of
+    :attr:`WriterSchemas.schemas` (its records become bad records). Any other registry error
+    propagates: :class:`~cdclake.errors.SchemaRegistryUnavailableError` (nothing is applied; the
+    task's retry tries again), :class:`~cdclake.errors.ConfigError`.
+    """
+    from pyspark.sql import functions as F
+
+    rows = (
+        raw.filter(_framed())
+        .groupBy(_schema_id().alias("schema_id"))
+        .agg(F.min(F.struct("partition", "offset")).alias("first"))
+        .collect()
+    )
+    first = {int(r["schema_id"]): (int(r["first"]["partition"]), int(r["first"]["offset"])) for r in rows}
+    schemas, unusable = {}, {}
+    for schema_id in sorted(first):
+        try:
+            schemas[schema_id] = writer_schema(schema_id)
+        except UnknownSchemaIdError as e:
+            log.warning("the records of schema id %s are bad records: %s", schema_id, e)
+        except SchemaError as e:
+            log.warning("the records of schema id %s are bad records: %s", schema_id, e)
+            unusable[schema_id] = str(e)
+    return WriterSchemas(schemas, unusable, first)
+
+
+def takes_encoding(writer: str, table: str) -> bool:
+    """Whether a table column of encoding ``table`` holds the values of a writer column of
+    encoding ``writer`` unchanged: the same encoding, a widening Iceberg promotes (int into
+    long, float into double) of the same JSON values (:func:`~cdclake.model.schema_diff.same_json_values`),
+    or a decimal of the same scale into one of no fewer digits (or exact text)."""
+    if writer == table:
+        return True
+    w, t = parse_decimal_encoding(writer), parse_decimal_encoding(table)
+    if w is not None and t is not None:
+        return w[1] == t[1] and (t[0] is None or (w[0] is not None and t[0] >= w[0]))
+    if w is not None or t is not None:
+        return False
+    return same_json_values(writer, table) and is_promotion(
+        iceberg_type_of_encoding(writer), iceberg_type_of_encoding(table)
+    )
+
+
+def parse_avro_records(
+    raw: DataFrame,
+    schemas: Mapping[int, Any],
+    columns: list[ColumnSpec],
+    primary_key: tuple[str, ...],
+    ordering: str = "binlog",
+    *,
+    unusable: Mapping[int, str] | None = None,
+) -> DataFrame:
+    """Parse Kafka records of Confluent-framed Avro values into the rows of
+    :func:`~cdclake.spark.parse.parse_records` (see :func:`~cdclake.spark.parse.records_from_envelopes`).
+
+    Args:
+        schemas: schema id -> the Avro writer schema (parsed JSON) of that id
+            (:attr:`WriterSchemas.schemas`).
+        unusable: schema id -> why the registry gave no writer schema for it
+            (:attr:`WriterSchemas.unusable`), the error of its records; an id in neither is
+            "not in the schema registry".
+
+    Bad records (besides the envelope's and the row's defects): a value not in the Confluent
+    wire format (shorter than the 5-byte header, or a first byte other than 0), a schema id not in
+    ``schemas``, bytes that do not decode with their id's writer schema, a writer column whose
+    encoding the table's column cannot take (:func:`takes_encoding`; only records with a value in
+    it), a writer schema that is no Connect schema. ``unknown_column``: the first field of the
+    writer's row (source names) that is not one of ``columns``, for records with that image.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import from_avro
+
+    readings = [_Reading(schema_id, schema, columns) for schema_id, schema in sorted(schemas.items())]
+    sid = F.col("_schema_id")
+    datum = F.expr(f"substring(value, {HEADER_BYTES + 1})")
+    decoded = raw.select(
+        *KAFKA_RECORD_COLUMNS,
+        F.when(_framed(), _schema_id()).alias("_schema_id"),
+        *[
+            F.when(sid == r.schema_id, from_avro(datum, r.avro_json, _PERMISSIVE)).alias(f"_avro{k}")
+            for k, r in enumerate(readings)
+            if r.avro_json is not None
+        ],
+    )
+    parsed_type = f"struct<env:{envelope_type(columns)},format_error:string,unknown_column:string>"
+    parsed = F.lit(None).cast(parsed_type)
+    for k, r in reversed(list(enumerate(readings))):
+        parsed = F.when(sid == r.schema_id, r.parsed(F.col(f"_avro{k}")).cast(parsed_type)).otherwise(parsed)
+    known = F.lit(False)
+    if readings:
+        known = sid.isin(*[r.schema_id for r in readings])
+    format_error = (
+        F.when(
+            ~_framed(),
+            F.format_string(
+                "value is not in the Confluent wire format (magic byte 0, a 4-byte schema id, the Avro datum): "
+                "%s bytes long, first byte 0x%s",
+                F.length("value"),
+                F.hex(F.substring("value", 1, 1)),
+            ),
+        )
+        .when(~known, _unknown_id_error(sid, unusable or {}))
+        .otherwise(F.col("_parsed.format_error"))
+    )
+    envelopes = decoded.select(*KAFKA_RECORD_COLUMNS, sid, parsed.alias("_parsed")).select(
+        *KAFKA_RECORD_COLUMNS,
+        F.col("_parsed.env").alias("env"),
+        format_error.alias("format_error"),
+        F.col("_parsed.unknown_column").alias("unknown_column"),
+    )
+    return records_from_envelopes(envelopes, columns, primary_key, ordering)
+
+
+def _unknown_id_error(sid: Column, unusable: Mapping[int, str]) -> Column:
+    """The error of a record whose schema id has no writer schema."""
+    from pyspark.sql import functions as F
+
+    error = F.format_string("schema id %s is not in the schema registry", sid)
+    for schema_id, reason in unusable.items():
+        error = F.when(sid == schema_id, F.lit(f"schema id {schema_id}: {reason}")).otherwise(error)
+    return error
+
+
+def _framed() -> Column:
+    """The value is long enough for the Confluent header and starts with the magic byte."""
+    from pyspark.sql import functions as F
+
+    return (F.length("value") >= HEADER_BYTES) & (F.hex(F.substring("value", 1, 1)) == f"{MAGIC_BYTE:02X}")
+
+
+def _schema_id() -> Column:
+    """The schema id of a framed value: bytes 1-4, a big-endian signed int32 (as
+    :func:`~cdclake.model.avro.split_wire` reads it)."""
+    from pyspark.sql import functions as F
+
+    unsigned = F.conv(F.hex(F.substring("value", 2, 4)), 16, 10).cast("bigint")
+    return F.when(unsigned >= 2**31, unsigned - 2**32).otherwise(unsigned)
+
+
+def _envelope_fields(schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {f["field"]: f for f in schema.get("fields", ()) if "field" in f}
+
+
+def _row_schema(envelope: Mapping[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The Connect struct schema of the envelope's row image (``after``, else ``before``)."""
+    for image in ("after", "before"):
+        row = envelope.get(image)
+        if row is not None and row.get("type") == "struct":
+            return row
+    return None
+
+
+def _base64(value: Column) -> Column:
+    """Bytes as ``JsonConverter`` writes them: standard base64 with padding, on one line. Spark's
+    ``base64`` breaks lines every 76 characters by default (``spark.sql.chunkBase64String.enabled``);
+    the breaks are taken out, whatever that setting."""
+    from pyspark.sql import functions as F
+
+    return F.replace(F.base64(value), F.lit("\r\n"), F.lit(""))
+
+
+def _json_leaf(value: Column, writer_type: str, read_type: str) -> Column:
+    """A decoded Avro primitive as ``from_json`` reads the same Connect value from JSON as ``read_type``."""
+    if writer_type == "bytes":
+        return _base64(value)
+    if writer_type in ("float", "float32") and read_type == "double":
+        # JSON holds the float's shortest decimal text, which reads as that double, not as the
+        # float's exact binary value
+        return value.cast("string").cast("double")
+    return value.cast(read_type)
+
+
+def _json_value(value: Column, writer: dict[str, Any], read_type: str) -> Column:
+    """A decoded Avro value of Connect field schema ``writer`` as ``from_json`` reads it as
+    ``read_type`` (:func:`~cdclake.spark.decode.json_read_type`)."""
+    from pyspark.sql import functions as F
+
+    if read_type == "variant":  # a decimal: JSON's base64 string of the unscaled bytes
+        return _base64(value).cast("variant")
+    if not read_type.startswith("struct<"):
+        return _json_leaf(value, str(writer.get("type")), read_type)
+    parts = {f["field"]: f for f in writer.get("fields", ())}
+    return F.when(
+        value.isNotNull(),
+        F.struct(
+            *[
+                (
+                    _json_leaf(value[name], str(parts[name].get("type")), typ)
+                    if name in parts
+                    else F.lit(None).cast(typ)
+                ).alias(name)
+                for name, typ in _STRUCT_FIELD.findall(read_type[len("struct<") : -1])
+            ]
+        ),
+    )
+
+
+class _Reading:
+    """How the records of one schema id are read into the table's envelope (:func:`parsed`)."""
+
+    def __init__(self, schema_id: int, schema: Any, columns: list[ColumnSpec]) -> None:
+        self.schema_id = schema_id
+        self.columns = columns
+        self.avro_json: str | None = None
+        self.schema_error: str | None = None
+        try:
+            self.envelope = _envelope_fields(connect_schema(schema))
+            self.avro_json = json.dumps(without_logical_types(schema))
+        except SchemaError as e:
+            self.envelope = {}
+            self.schema_error = f"schema id {schema_id}: the writer schema is not a Connect schema: {e}"
+        row = _row_schema(self.envelope)
+        row_fields = {f["field"]: f for f in (row or {}).get("fields", ()) if "field" in f}
+        names = source_names(row_fields, [c.name for c in columns])
+        known = {c.name for c in columns}
+        self.unknown = next((names[w] for w in row_fields if names[w] not in known), None)
+        self.fields: dict[str, tuple[str, dict[str, Any]]] = {}
+        """table column -> (writer field name, its Connect schema)"""
+        for writer_name, source_name in names.items():
+            if source_name in known and source_name not in self.fields:
+                self.fields[source_name] = (writer_name, row_fields[writer_name])
+        self.misfits: dict[str, str] = {}
+        """table column -> why the table cannot take the writer's column"""
+        for c in columns:
+            if c.name not in self.fields:
+                continue
+            writer_field = dict(self.fields[c.name][1], field=c.name)
+            try:
+                writer_encoding = column_from_connect(writer_field).encoding
+            except SchemaError as e:
+                self.misfits[c.name] = f"schema id {schema_id}: {e}"
+                continue
+            if not takes_encoding(writer_encoding, c.encoding):
+                self.misfits[c.name] = (
+                    f"schema id {schema_id}: column {c.name!r} is {writer_encoding} in the writer schema, which the "
+                    f"table's column ({c.iceberg_type}, encoding {c.encoding}) cannot take"
+                )
+
+    def parsed(self, d: Column) -> Column:
+        """``struct<env, format_error, unknown_column>`` of a record of this id, from its decoded
+        datum ``d`` (``from_avro``; a struct of nulls when the bytes do not decode)."""
+        from pyspark.sql import functions as F
+
+        if self.schema_error is not None:
+            return F.struct(F.lit(None).alias("env"), F.lit(self.schema_error).alias("format_error"), F.lit(None))
+        images = [i for i in ("before", "after") if self.envelope.get(i, {}).get("type") == "struct"]
+        error = F.lit(None).cast("string")
+        for name in reversed([c.name for c in self.columns if c.name in self.misfits]):
+            writer_name = self.fields[name][0]
+            present = F.lit(False)
+            for image in images:
+                present = present | d[image][writer_name].isNotNull()
+            error = F.when(present, F.lit(self.misfits[name])).otherwise(error)
+        error = F.when(
+            self._undecoded(d),
+            F.lit(f"value does not decode with the writer schema of schema id {self.schema_id} (corrupt Avro bytes)"),
+        ).otherwise(error)
+        env = F.struct(
+            self._image(d, "before").alias("before"),
+            self._image(d, "after").alias("after"),
+            self._source(d).alias("source"),
+            self._top(d, "op", "string").alias("op"),
+            self._top(d, "ts_ms", "bigint").alias("ts_ms"),
+        )
+        applied = F.when(env["op"] == "d", env["before"]).otherwise(env["after"])
+        unknown = F.when(applied.isNotNull(), F.lit(self.unknown)) if self.unknown is not None else F.lit(None)
+        return F.struct(env.alias("env"), error.alias("format_error"), unknown.cast("string").alias("unknown_column"))
+
+    def _undecoded(self, d: Column) -> Column:
+        """``from_avro``'s permissive result for bytes that do not decode: every field null, the
+        envelope's required ones (``op``, ``source``) included."""
+        from pyspark.sql import functions as F
+
+        required = [name for name, f in self.envelope.items() if not f.get("optional", False)] or list(self.envelope)
+        out = F.lit(bool(required))
+        for name in required:
+            out = out & d[name].isNull()
+        return out
+
+    def _top(self, d: Column, name: str, typ: str) -> Column:
+        from pyspark.sql import functions as F
+
+        return d[name].try_cast(typ) if name in self.envelope else F.lit(None).cast(typ)
+
+    def _source(self, d: Column) -> Column:
+        from pyspark.sql import functions as F
+
+        present = {f["field"] for f in self.envelope.get("source", {}).get("fields", ())}
+        if not present:
+            return F.lit(None)
+        return F.when(
+            d["source"].isNotNull(),
+            F.struct(
+                *[
+                    (d["source"][name].try_cast(typ) if name in present else F.lit(None).cast(typ)).alias(name)
+                    for name, typ in SOURCE_FIELDS
+                ]
+            ),
+        )
+
+    def _image(self, d: Column, image: str) -> Column:
+        from pyspark.sql import functions as F
+
+        if self.envelope.get(image, {}).get("type") != "struct":
+            return F.lit(None)
+        values = []
+        for c in self.columns:
+            read_type = json_read_type(c.encoding)
+            if c.name in self.fields and c.name not in self.misfits:
+                writer_name, writer_field = self.fields[c.name]
+                value = _json_value(d[image][writer_name], writer_field, read_type)
+            else:
+                value = F.lit(None).cast(read_type)
+            values.append(value.alias(c.name))
+        return F.when(d[image].isNotNull(), F.struct(*values))
