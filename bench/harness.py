@@ -43,8 +43,9 @@ from typing import Any, TypeVar
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 # this checkout's packages first: cdclake, the Airflow plugins and the bench's modules (spawned
-# children, in_child, inherit the path)
-for _p in (ROOT / "include", ROOT / "plugins", BENCH_DIR):
+# children, in_child, inherit the path); the checkout itself for the tests' Avro encoder
+# (tests/avro_events.py, the Avro workload's)
+for _p in (ROOT, ROOT / "include", ROOT / "plugins", BENCH_DIR):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
@@ -278,6 +279,8 @@ class Part:
 
         if self == BROKER:
             return f"{LOOPBACK}:{free_port_pair()}"
+        if self == REGISTRY:  # its Confluent-compatible API (SchemaRegistry.ccompat_url)
+            return f"http://{LOOPBACK}:{free_port()}/apis/ccompat/v7"
         return str(free_port())
 
     def start(self, settings: Settings) -> str:
@@ -293,6 +296,9 @@ BROKER = Part("broker", "CDCLAKE_KAFKA_BOOTSTRAP")
 ENGINE = Part("Spark Connect server", "CDCLAKE_SPARK_CONNECT_PORT")
 MARIADB = Part("MariaDB", "CDCLAKE_MARIADB_PORT")
 CONNECT = Part("Kafka Connect", "CDCLAKE_CONNECT_PORT")
+REGISTRY = Part("schema registry", "CDCLAKE_SCHEMA_REGISTRY_URL")
+"""Apicurio Registry in memory (:mod:`cdclake_dev.parts.registry`), its Confluent-compatible URL
+the setting; state in ``<state dir>/registry``."""
 
 
 def _start_stop(part: Part) -> tuple[Callable[[Settings], str], Callable[[Settings], str]]:
@@ -303,7 +309,30 @@ def _start_stop(part: Part) -> tuple[Callable[[Settings], str], Callable[[Settin
         ENGINE: (engine.start_engine, engine.stop_engine),
         MARIADB: (chain.start_mariadb, chain.stop_mariadb),
         CONNECT: (chain.start_connect, chain.stop_connect),
+        REGISTRY: (_start_registry, _stop_registry),
     }[part]
+
+
+def _registry(settings: Settings):  # noqa: ANN202 - cdclake_dev's SchemaRegistry, imported here
+    from urllib.parse import urlsplit
+
+    from cdclake_dev.parts.registry import SchemaRegistry
+
+    port = urlsplit(settings.schema_registry_url).port
+    if port is None:
+        raise ValueError(f"CDCLAKE_SCHEMA_REGISTRY_URL {settings.schema_registry_url!r} names no port")
+    return SchemaRegistry(settings.state_dir / "registry", port)
+
+
+def _start_registry(settings: Settings) -> str:
+    registry = _registry(settings)
+    took = registry.start()
+    return f"Apicurio Registry started on {registry.url} in {took:.1f} s"
+
+
+def _stop_registry(settings: Settings) -> str:
+    pid = _registry(settings).stop()
+    return "Apicurio Registry stopped" if pid is not None else "Apicurio Registry was not running"
 
 
 def stack_settings(work: Path, parts: Sequence[Part], **environ: str) -> Settings:

@@ -20,6 +20,15 @@ the starting Iceberg tables, then measures one stage after another:
 6. ``overhead``: ``airflow dags test`` of the table DAG with no new events and with one new event,
    beside a trivial one-task DAG (Airflow's floor) run the same way.
 
+Stages 1-3 also run on the same events in Avro (``avro_read_parse``, ``avro_append``,
+``avro_apply``): a second topic, same keys and partitions, each value the Confluent wire format of
+the Avro writer schema a Kafka Connect Avro converter makes of the events' Connect schema,
+registered in a schema registry the bench starts (Apicurio, :mod:`cdclake_dev.parts.registry`;
+with ``--external-broker`` the one of ``CDCLAKE_SCHEMA_REGISTRY_URL`` when set). The peer's input
+is the reduced rows, the same for both formats. At ``--avro-own-process 0`` (the tiny size) each
+Avro stage runs in the process of its JSON stage, after it: its wall seconds are then that
+process's session start plus its own job seconds.
+
 Every measured step is a process of its own (Spark stages through ``spark-submit`` with the
 table DAG's settings); its wall time and the peak RSS of its whole process tree (sampled every
 0.1 s with psutil) are recorded. Results: ``<out>/bench-<size>-<time>.json`` and ``.md``; the
@@ -43,6 +52,7 @@ from cdclake.settings import Settings
 from harness import (
     BENCH_DIR,
     BROKER,
+    REGISTRY,
     BenchRun,
     add_run_options,
     add_size_options,
@@ -59,6 +69,7 @@ from harness import (
     summary_head,
 )
 from lake import (
+    AvroEncoder,
     Loaded,
     check_one_event,
     check_table,
@@ -67,6 +78,7 @@ from lake import (
     expected_rows,
     kafka_clients,
     load_workload,
+    load_workload_avro,
     produce,
 )
 from measure import Measured, measure, ratio, summarize
@@ -80,6 +92,7 @@ SIZES: dict[str, dict[str, int]] = {
         "growth_events": 400,
         "growth_keys": 100,
         "reps": 1,
+        "avro_own_process": 0,
     },
     "medium": {
         "events": 200_000,
@@ -89,6 +102,7 @@ SIZES: dict[str, dict[str, int]] = {
         "growth_events": 100_000,
         "growth_keys": 20_000,
         "reps": 3,
+        "avro_own_process": 1,
     },
     "full": {
         "events": 1_000_000,
@@ -98,6 +112,7 @@ SIZES: dict[str, dict[str, int]] = {
         "growth_events": 100_000,
         "growth_keys": 20_000,
         "reps": 3,
+        "avro_own_process": 1,
     },
 }
 """Presets of ``--size``; ``full`` is issue 6's workload."""
@@ -108,6 +123,9 @@ TARGETS = {
     "apply/peer": 1.0,
     "growth big/base": 1.5,
     "dag no-new/trivial": 1.5,
+    "avro apply/read_parse": 2.0,
+    "avro apply/append": 2.0,
+    "avro apply s per 1M events": 25.0,
 }
 APPLY_PEAK_RSS_TARGET = 4 * 1024**3
 
@@ -160,8 +178,11 @@ def run(args: argparse.Namespace) -> int:
 
     p = resolve_size(args, SIZES)
     bench = BenchRun.begin(args, f"bench-{args.size}", "cdclake-bench-")
-    parts = () if args.external_broker else (BROKER,)
+    parts = () if args.external_broker else (BROKER, REGISTRY)
     settings = Settings.from_env() if args.external_broker else stack_settings(bench.work, parts)
+    if not settings.schema_registry_url:  # an external broker without a registry: one of its own
+        parts = (REGISTRY,)
+        settings = settings.model_copy(update={"schema_registry_url": REGISTRY.free_port_setting()})
     settings = settings.model_copy(update={"tables_config": bench.work / "tables.yaml"})
     decimal = wl.decimal_supported()
     info = bench.info(
@@ -182,8 +203,8 @@ def run(args: argparse.Namespace) -> int:
         start_parts(settings, parts)
         ctx = Context(bench, settings, load_catalog(settings), f"bench_{bench.tag}", p, decimal, child_env(settings))
         ctx.catalog.create_namespace_if_not_exists(ctx.ns)
-        main_load, growth, info["setup"] = load(ctx)
-        stages, checks = measure_stages(ctx, main_load, growth)
+        main_load, avro_load, growth, info["setup"] = load(ctx)
+        stages, checks = measure_stages(ctx, main_load, avro_load, growth)
         overhead_stages, overhead_checks = measure_overhead(ctx, main_load)
         stages.update(overhead_stages)
         checks.update(overhead_checks)
@@ -223,19 +244,22 @@ class Context:
         return check_table(self.catalog, f"{self.ns}.{table}", loaded, self.p.base_rows, self.decimal)
 
 
-def load(ctx: Context) -> tuple[Loaded, Loaded, dict[str, Any]]:
-    """The main and the growth workload into their topics, and the starting tables ``base`` and
-    ``big``. Returns the two workloads and the setup's figures."""
+def load(ctx: Context) -> tuple[Loaded, Loaded, Loaded, dict[str, Any]]:
+    """The main workload (in JSON and in Avro) and the growth workload into their topics, and the
+    starting tables ``base`` and ``big``. Returns the three workloads and the setup's figures."""
     p, tag = ctx.p, ctx.bench.tag
     print("generating and loading the workload ...", flush=True)
     main_spec = wl.WorkloadSpec(events=p.events, keys=p.keys, existing_rows=p.base_rows, new_id_start=p.big_rows)
-    main = load_workload(ctx.settings, f"bench.{tag}.orders", main_spec, ctx.decimal)
+    encoder = AvroEncoder(ctx.settings.schema_registry_url, f"bench.{tag}.orders_avro-value", ctx.decimal)
+    main, avro = load_workload_avro(
+        ctx.settings, f"bench.{tag}.orders", main_spec, ctx.decimal, f"bench.{tag}.orders_avro", encoder
+    )
     growth_spec = wl.WorkloadSpec(
         events=p.growth_events, keys=p.growth_keys, existing_rows=p.base_rows, new_id_start=p.big_rows, seed=7
     )
     growth = load_workload(ctx.settings, f"bench.{tag}.orders_growth", growth_spec, ctx.decimal)
     setup: dict[str, Any] = {}
-    for name, loaded in (("workload", main), ("growth_workload", growth)):
+    for name, loaded in (("workload", main), ("avro_workload", avro), ("growth_workload", growth)):
         setup[name] = {
             "topic": loaded.topic,
             "events": loaded.events,
@@ -246,20 +270,22 @@ def load(ctx: Context) -> tuple[Loaded, Loaded, dict[str, Any]]:
             "keys_touched": len(loaded.state.rows),
             "load_s": round(loaded.load_s, 1),
         }
+    setup["avro_workload"] |= {"schema_id": encoder.schema_id, "encode_s": round(encoder.seconds, 1)}
     print(
         f"  loaded {main.events} + {growth.events} events ({main.bytes / 2**20:.0f} MiB + "
-        f"{growth.bytes / 2**20:.0f} MiB) in {main.load_s + growth.load_s:.0f} s",
+        f"{growth.bytes / 2**20:.0f} MiB) in {main.load_s + growth.load_s:.0f} s; in Avro {avro.bytes / 2**20:.0f} "
+        f"MiB in {avro.load_s:.0f} s ({encoder.seconds:.0f} s encoding)",
         flush=True,
     )
     print("writing the starting tables ...", flush=True)
     for table, rows in (("base", p.base_rows), ("big", p.big_rows)):
         setup[f"{table}_table_s"] = round(create_base_table(ctx.catalog, f"{ctx.ns}.{table}", rows, ctx.decimal), 1)
-    return main, growth, setup
+    return main, avro, growth, setup
 
 
-def measure_stages(ctx: Context, main: Loaded, growth: Loaded) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Stages 1 to 5, ``p.reps`` times each. Returns the stages' figures and the checks of the
-    tables they wrote against the source."""
+def measure_stages(ctx: Context, main: Loaded, avro: Loaded, growth: Loaded) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Stages 1 to 5, ``p.reps`` times each, and stages 1 to 3 on the Avro workload ``avro``.
+    Returns the stages' figures and the checks of the tables they wrote against the source."""
     from cdclake.io.catalog import create_cdc_table
     from cdclake.model.types import columns_from_connect
 
@@ -277,23 +303,39 @@ def measure_stages(ctx: Context, main: Loaded, growth: Loaded) -> tuple[dict[str
         m.result["slowest_queries"] = spark_profile(event_log, logs / f"{label}-plans.txt")
         return m
 
+    def both(kind: str, table: str, avro_table: str) -> None:
+        """Stage ``kind`` on the JSON workload into ``table`` and on the Avro one into ``avro_table``."""
+        if p.avro_own_process:
+            runs[kind].append(stage(f"{kind}_r{rep}", kind, main, table))
+            runs[f"avro_{kind}"].append(stage(f"avro_{kind}_r{rep}", kind, avro, avro_table, ("--format", "avro")))
+            return
+        m = stage(f"{kind}_r{rep}", kind, main, table, ("--then-avro", avro.range_json, avro_table))
+        runs[kind].append(m)
+        runs[f"avro_{kind}"].append(shared_process(m))
+
     names = ("read_parse", "append", "apply", "peer", "growth_base", "growth_big")
-    runs: dict[str, list[Measured]] = {name: [] for name in names}
+    runs: dict[str, list[Measured]] = {name: [] for name in (*names, *(f"avro_{n}" for n in AVRO_STAGES))}
     checks: dict[str, Any] = {}
+    columns = columns_from_connect({"fields": wl.row_fields(ctx.decimal)})
     for rep in range(1, p.reps + 1):
         print(f"repetition {rep}/{p.reps}", flush=True)
-        runs["read_parse"].append(stage(f"read_parse_r{rep}", "read_parse", main, "base"))
-        columns = columns_from_connect({"fields": wl.row_fields(ctx.decimal)})
-        create_cdc_table(ctx.catalog, f"{ctx.ns}.append_r{rep}", columns, ("id",))
-        runs["append"].append(stage(f"append_r{rep}", "append", main, f"append_r{rep}"))
-        ctx.clone("base", f"apply_r{rep}")
-        runs["apply"].append(stage(f"apply_r{rep}", "apply", main, f"apply_r{rep}"))
+        both("read_parse", "base", "base")
+        for prefix in ("", "avro_"):
+            create_cdc_table(ctx.catalog, f"{ctx.ns}.{prefix}append_r{rep}", columns, ("id",))
+            ctx.clone("base", f"{prefix}apply_r{rep}")
+        both("append", f"append_r{rep}", f"avro_append_r{rep}")
+        both("apply", f"apply_r{rep}", f"avro_apply_r{rep}")
         ctx.clone("base", f"peer_r{rep}")
         peer = [sys.executable, str(BENCH_DIR / "peer_upsert.py"), "--table", f"{ctx.ns}.peer_r{rep}"]
         runs["peer"].append(ctx.measure(f"peer_r{rep}", [*peer, "--upserts", str(upserts), "--deletes", str(deletes)]))
         if rep == 1:
             checks["apply"], checks["peer"] = ctx.check("apply_r1", main), ctx.check("peer_r1", main)
-            print(f"  check apply: {checks['apply']['ok']}, peer: {checks['peer']['ok']}", flush=True)
+            checks["avro_apply"] = ctx.check("avro_apply_r1", avro)
+            print(
+                f"  check apply: {checks['apply']['ok']}, avro apply: {checks['avro_apply']['ok']}, "
+                f"peer: {checks['peer']['ok']}",
+                flush=True,
+            )
         for which, base in (("growth_base", "base"), ("growth_big", "big")):
             ctx.clone(base, f"{which}_r{rep}")
             count = ("--count-after",) if rep == 1 else ()
@@ -308,10 +350,26 @@ def measure_stages(ctx: Context, main: Loaded, growth: Loaded) -> tuple[dict[str
         got = runs[which][0].result.get("rows_after")
         checks[which] = {"rows": got, "expected_rows": rows + net, "ok": got == rows + net}
 
-    stages = {name: summarize(runs[name], p.events) for name in ("read_parse", "append", "apply", "peer")}
+    main_stages = ("read_parse", "append", "apply", "peer", *(f"avro_{n}" for n in AVRO_STAGES))
+    stages = {name: summarize(runs[name], p.events) for name in main_stages}
     stages["growth_base"] = summarize(runs["growth_base"], p.growth_events) | {"table_rows": p.base_rows}
     stages["growth_big"] = summarize(runs["growth_big"], p.growth_events) | {"table_rows": p.big_rows}
     return stages, checks
+
+
+AVRO_STAGES = ("read_parse", "append", "apply")
+"""The stages also measured on the Avro workload (``avro_<stage>``)."""
+
+
+def shared_process(m: Measured) -> Measured:
+    """The Avro stage that ran in ``m``'s process after its JSON stage (``--then-avro``): wall
+    seconds the process's session start plus the Avro stage's job seconds, the process's peak
+    RSS (an upper bound), no JVM time of its own."""
+    avro = m.result["avro"]
+    wall = m.result["session_s"] + avro["job_s"]
+    return Measured(
+        f"avro_{m.label}", wall, m.peak_rss, m.returncode, None, avro | {"shared_process": True}, m.load_avg
+    )
 
 
 def measure_overhead(ctx: Context, main: Loaded) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -371,6 +429,8 @@ def ratios(stages: dict[str, Any]) -> dict[str, Any]:
         "apply/peer": ("apply", "peer"),
         "growth big/base": ("growth_big", "growth_base"),
         "dag no-new/trivial": ("dag_no_new", "dag_trivial"),
+        "avro apply/read_parse": ("avro_apply", "avro_read_parse"),
+        "avro apply/append": ("avro_apply", "avro_append"),
     }
     out = {}
     for name, (a, b) in pairs.items():
@@ -381,6 +441,12 @@ def ratios(stages: dict[str, Any]) -> dict[str, Any]:
             "target": TARGETS[name],
             "met": value is not None and value <= TARGETS[name],
         }
+    per_1m = stages["avro_apply"]["wall_s"] * 1_000_000 / stages["avro_apply"]["events"]
+    out["avro apply s per 1M events"] = {
+        "wall": round(per_1m, 3),
+        "target": TARGETS["avro apply s per 1M events"],
+        "met": per_1m <= TARGETS["avro apply s per 1M events"],
+    }
     peak = stages["apply"]["peak_rss_mib"]
     out["apply peak RSS GiB"] = {
         "wall": round(peak / 1024, 2),
@@ -405,6 +471,9 @@ def markdown(result: dict[str, Any]) -> str:
         "read_parse": "1. read+parse (floor)",
         "append": "2. append (write floor)",
         "apply": "3. apply (ours)",
+        "avro_read_parse": "1. read+parse (floor), Avro",
+        "avro_append": "2. append (write floor), Avro",
+        "avro_apply": "3. apply (ours), Avro",
         "peer": "4. peer: pyiceberg upsert of reduced rows",
         "growth_base": f"5. growth: apply into {p['base_rows']:,} rows",
         "growth_big": f"5. growth: apply into {p['big_rows']:,} rows",
@@ -419,6 +488,17 @@ def markdown(result: dict[str, Any]) -> str:
         eps = f"{s['events_per_s']:,.0f}" if "events_per_s" in s else ""
         job = s["job_s"] if s.get("job_s") is not None else (f"spark {s['spark_s']}" if s.get("spark_s") else "")
         lines.append(f"| {label} | {s['wall_s']} | {job} | {eps} | {s['peak_rss_mib']:,.0f} |")
+    setup = result.get("setup", {})
+    if "avro_workload" in setup:
+        json_w, avro_w = setup["workload"], setup["avro_workload"]
+        prepass = [r["result"].get("prepass_s") for r in result["stages"]["avro_read_parse"]["runs"]]
+        lines += [
+            "",
+            f"Avro: {avro_w['mean_event_bytes']:,} bytes an event ({json_w['mean_event_bytes']:,} in JSON); "
+            f"the schema-id pass of the Avro read+parse (in its job seconds): "
+            f"{', '.join(f'{x:.1f}' for x in prepass if x is not None)} s; Avro stages in "
+            f"{'processes of their own' if p.get('avro_own_process') else 'their JSON stage processes'}.",
+        ]
     lines += ["", "| ratio | measured (wall) | job only | target | met |", "|---|---:|---:|---:|---|"]
     for name, r in result["ratios"].items():
         lines.append(
@@ -444,6 +524,7 @@ def build_parser() -> argparse.ArgumentParser:
             "growth_events": "events of the growth batch",
             "growth_keys": "keys of the growth batch",
             "reps": "repetitions of each measurement (median)",
+            "avro_own_process": "1: each Avro stage in a process of its own; 0: after its JSON stage, in its process",
         },
     )
     add_run_options(parser, external_broker=True)

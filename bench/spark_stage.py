@@ -15,8 +15,15 @@ Stages, on one Kafka offset range of the workload topic:
 * ``apply``: the apply job itself (:func:`cdclake.spark.apply.apply_range`, as
   ``spark_jobs/apply_cdc.py`` calls it) into ``--table``.
 
+Each reads ``json_with_schema`` values, or with ``--format avro`` Avro through the schema
+registry of ``CDCLAKE_SCHEMA_REGISTRY_URL`` (the read stages then parse as the apply does: the
+schema-id pass, :func:`cdclake.spark.parse_avro.read_writer_schemas`, and
+:func:`cdclake.spark.parse_avro.parse_avro_records`). ``--then-avro RANGE TABLE`` runs the same
+stage on the Avro workload afterwards in the same process (the tiny size's way: one JVM start
+fewer per stage).
+
 Prints one line ``BENCH_STAGE_RESULT <json>``: ``session_s`` (SparkSession start), ``job_s``
-(the stage's work) and what it counted.
+(the stage's work) and what it counted; with ``--then-avro`` the Avro stage's under ``avro``.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import argparse
 import json
 import sys
 import time
+from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,6 +41,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--range", required=True, help="OffsetRange JSON")
     parser.add_argument("--namespace", required=True)
     parser.add_argument("--table", required=True, help="Iceberg table (append target or apply target)")
+    parser.add_argument("--format", choices=["json_with_schema", "avro"], default="json_with_schema")
+    parser.add_argument(
+        "--then-avro",
+        nargs=2,
+        metavar=("RANGE", "TABLE"),
+        help="then the same stage on the Avro workload's range and table, in this process (its figures under 'avro')",
+    )
     parser.add_argument(
         "--count-after", action="store_true", help="apply: count the table's rows afterwards (not timed)"
     )
@@ -40,67 +55,94 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.monotonic()
     from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
 
-    from cdclake.io.catalog import load_catalog
     from cdclake.io.kafka import KafkaClients
-    from cdclake.model.config import TableConfig
-    from cdclake.model.layout import METADATA_COLUMNS
-    from cdclake.model.offsets import OffsetRange
-    from cdclake.model.plan import RunPlan
     from cdclake.settings import Settings
-    from cdclake.spark.apply import apply_range
-    from cdclake.spark.context import source_columns
-    from cdclake.spark.parse import parse_records
-    from cdclake.spark.read import read_range
 
     settings = Settings.from_env()
-    kafka = KafkaClients.from_bootstrap(settings.kafka_bootstrap)
-    offset_range = OffsetRange.from_json(args.range)
-    cfg = TableConfig.model_validate(
-        {
-            "name": args.table.lower(),
-            "topic": offset_range.topic,
-            "namespace": args.namespace,
-            "table": args.table,
-            "primary_key": ["id"],
-            "value_format": "json_with_schema",
-        }
-    )
+    kafka = KafkaClients.from_settings(settings)  # with the schema registry of CDCLAKE_SCHEMA_REGISTRY_URL
     spark = SparkSession.builder.getOrCreate()  # name and settings from spark-submit
-    session_s = time.monotonic() - t0
-    out: dict = {"stage": args.stage, "session_s": session_s}
+    out: dict = {"session_s": time.monotonic() - t0}
     try:
-        t1 = time.monotonic()
-        if args.stage == "apply":
-            plan = RunPlan(table=cfg, run_id=f"bench-{args.table}", range=offset_range)
-            # the apply alone, not cdclake.runner.apply_plan: the session is the driver's, timed
-            # apart (session_s), and job_s times every stage the same way
-            result = apply_range(spark, settings, plan, kafka=kafka)
-            out.update(result=json.loads(result.to_json()))
-        else:
-            columns = list(source_columns(load_catalog(settings).load_table(cfg.identifier)))
-            raw = read_range(spark, kafka, offset_range)
-            if args.stage == "read_parse":
-                parsed = parse_records(raw, cfg.value_format, columns, cfg.primary_key)
-                row = (
-                    parsed.select(F.xxhash64(*parsed.columns).alias("h"))
-                    .agg(F.count(F.lit(1)).alias("n"), F.bit_xor("h").alias("h"))
-                    .collect()[0]
-                )
-                out.update(events=row["n"], checksum=row["h"])
-            else:
-                parsed = parse_records(raw.filter("value is not null"), cfg.value_format, columns, cfg.primary_key)
-                parsed.select(
-                    *[F.col("image")[c.name].alias(c.name) for c in columns], *[m for m, _, _ in METADATA_COLUMNS]
-                ).writeTo(f"{settings.catalog_name}.{cfg.identifier}").append()
-        out["job_s"] = time.monotonic() - t1
+        out |= run_stage(spark, settings, kafka, args.stage, args.format, args.range, args.namespace, args.table)
         if args.count_after:
-            out["rows_after"] = spark.table(f"{settings.catalog_name}.{cfg.identifier}").count()
+            out["rows_after"] = spark.table(f"{settings.catalog_name}.{args.namespace}.{args.table}").count()
+        if args.then_avro:
+            avro_range, avro_table = args.then_avro
+            out["avro"] = run_stage(spark, settings, kafka, args.stage, "avro", avro_range, args.namespace, avro_table)
     finally:
         spark.stop()
     print("BENCH_STAGE_RESULT " + json.dumps(out), flush=True)
     return 0
+
+
+def run_stage(
+    spark: Any, settings: Any, kafka: Any, stage: str, value_format: str, range_json: str, namespace: str, table: str
+) -> dict[str, Any]:
+    """One stage on the range ``range_json`` of events in ``value_format``; returns ``stage``,
+    ``job_s`` (its seconds) and what it counted; an Avro read (``read_parse``, ``append``) also
+    ``prepass_s``, the seconds of its schema-id pass (:func:`~cdclake.spark.parse_avro.read_writer_schemas`),
+    which ``job_s`` includes."""
+    from pyspark.sql import functions as F
+
+    from cdclake.io.catalog import load_catalog
+    from cdclake.model.config import TableConfig
+    from cdclake.model.layout import METADATA_COLUMNS
+    from cdclake.model.offsets import OffsetRange
+    from cdclake.model.plan import RunPlan
+    from cdclake.spark.apply import apply_range
+    from cdclake.spark.context import source_columns
+    from cdclake.spark.parse import parse_records
+    from cdclake.spark.parse_avro import parse_avro_records, read_writer_schemas
+    from cdclake.spark.read import read_range
+
+    offset_range = OffsetRange.from_json(range_json)
+    cfg = TableConfig.model_validate(
+        {
+            "name": table.lower(),
+            "topic": offset_range.topic,
+            "namespace": namespace,
+            "table": table,
+            "primary_key": ["id"],
+            "value_format": value_format,
+        }
+    )
+    out: dict[str, Any] = {"stage": stage, "format": value_format}
+    t1 = time.monotonic()
+    if stage == "apply":
+        plan = RunPlan(table=cfg, run_id=f"bench-{table}", range=offset_range)
+        # the apply alone, not cdclake.runner.apply_plan: the session is the driver's, timed
+        # apart (session_s), and job_s times every stage the same way
+        out.update(result=json.loads(apply_range(spark, settings, plan, kafka=kafka).to_json()))
+        out["job_s"] = time.monotonic() - t1
+        return out
+    columns = list(source_columns(load_catalog(settings).load_table(cfg.identifier)))
+    raw = read_range(spark, kafka, offset_range)
+    if stage == "append":
+        raw = raw.filter("value is not null")
+
+    def parse(raw: Any) -> Any:
+        if value_format != "avro":
+            return parse_records(raw, value_format, columns, cfg.primary_key)
+        t2 = time.monotonic()
+        writers = read_writer_schemas(raw, kafka.schema_lookup)
+        out["prepass_s"] = time.monotonic() - t2
+        return parse_avro_records(raw, writers.schemas, columns, cfg.primary_key, unusable=writers.unusable)
+
+    parsed = parse(raw)
+    if stage == "read_parse":
+        row = (
+            parsed.select(F.xxhash64(*parsed.columns).alias("h"))
+            .agg(F.count(F.lit(1)).alias("n"), F.bit_xor("h").alias("h"))
+            .collect()[0]
+        )
+        out.update(events=row["n"], checksum=row["h"])
+    else:
+        parsed.select(
+            *[F.col("image")[c.name].alias(c.name) for c in columns], *[m for m, _, _ in METADATA_COLUMNS]
+        ).writeTo(f"{settings.catalog_name}.{cfg.identifier}").append()
+    out["job_s"] = time.monotonic() - t1
+    return out
 
 
 if __name__ == "__main__":

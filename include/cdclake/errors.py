@@ -130,13 +130,17 @@ class EngineUnavailableError(CdcLakeError, ConnectionError):
 class UnknownSchemaIdError(CdcLakeError, LookupError):
     """The schema registry has no schema of an id a record names (HTTP 404, error code 40403):
     the record was written against another registry, or its schema was deleted. ``schema_id``
-    is the id; the message names the registry (never its credentials)."""
+    is the id; the message names the registry (never its credentials).
+
+    Args:
+        registry: the registry as messages name it, ``schema registry <URL> (<its config's origin>)``.
+    """
 
     def __init__(self, schema_id: int, registry: str) -> None:
         self.schema_id = schema_id
         super().__init__(
-            f"schema registry {registry} has no schema of id {schema_id}: the record was written against "
-            "another registry, or its schema was deleted"
+            f"{registry} has no schema of id {schema_id}: the record was written against another registry, "
+            "or its schema was deleted"
         )
 
 

@@ -9,16 +9,20 @@ from __future__ import annotations
 import base64
 import datetime
 import json
+import uuid
 from decimal import Decimal
 from typing import Any
 
 import pytest
 
+from cdclake.errors import SchemaChangeError
 from cdclake.io.catalog import load_catalog
 from cdclake.io.kafka import KafkaClients, ensure_topic, produce
 from cdclake.io.registry import SchemaRegistry
 from cdclake.model.avro import connect_schema
 from cdclake.model.layout import QUARANTINE_SUFFIX
+from cdclake.model.offsets import OffsetRange
+from cdclake.model.plan import RunPlan
 from cdclake.model.types import columns_from_connect
 from cdclake.pipeline.planner import plan_next
 from cdclake.spark.apply import apply_range
@@ -27,6 +31,7 @@ from cdclake.spark.parse_avro import parse_avro_records
 from tests.avro_events import avro_datum, avro_event, avro_name, avro_schema, confluent_value
 from tests.conftest import make_table
 from tests.full_types import wkb_linestring, wkb_point
+from tests.integration.test_schema_sync import evolved_event, orders_template, source_fields
 
 pytestmark = pytest.mark.integration
 
@@ -482,3 +487,106 @@ def test_avro_apply_through_a_real_registry_lands_the_json_rows(spark, kafka, sc
         "encoding string) cannot take",
         f"value does not decode with the writer schema of schema id {ids[next(iter(ids))]} (corrupt Avro bytes)",
     ]
+
+
+def test_avro_without_schema_change_topic_evolves_from_each_writer_schema(
+    spark, kafka, schema_registry, stack_settings
+):
+    """No schema-change topic, Avro on two partitions, partition 1 behind on an older writer schema
+    (the batch's last record in Kafka order): every writer schema of a batch evolves the table. A
+    second one adds a column and widens int32 -> int64 (a value above 2^31); a third, in a later
+    run, widens the added column. Their records land with their values, none quarantined. An
+    incompatible one (int64 -> string) under ``incompatible: fail`` names its schema id and first
+    record; nothing committed."""
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    cfg = make_table(value_format="avro", topic=f"ea{uuid.uuid4().hex[:8]}.inventory.orders")
+    template, big = orders_template(), 3_000_000_000
+    discount = ("qty", {"type": "int32", "optional": True, "field": "discount"})
+    discount64 = ("qty", {"type": "int64", "optional": True, "field": "discount"})
+    registry = SchemaRegistryClient({"url": schema_registry})
+    ids: dict[str, int] = {}
+
+    def produce_avro(records: list[tuple[int, tuple[str, str]]]) -> None:
+        producer = kafka.producer()
+        for partition, (key, value) in records:
+            event = json.loads(value)
+            schema = avro_schema(event["schema"])
+            text = json.dumps(schema, sort_keys=True)
+            if text not in ids:
+                ids[text] = registry.register_schema(f"{cfg.topic}-value", Schema(text, "AVRO"))
+            datum = avro_datum(event["schema"], event["payload"])
+            producer.produce(cfg.topic, key=key, value=confluent_value(ids[text], schema, datum), partition=partition)
+        producer.flush(30)
+
+    clients = KafkaClients.from_bootstrap(stack_settings.kafka_bootstrap, SchemaRegistry({"url": schema_registry}))
+
+    def apply(start: dict[int, int], end: dict[int, int], run_id: str):
+        plan = RunPlan(table=cfg, run_id=run_id, range=OffsetRange(topic=cfg.topic, start=start, end=end))
+        return apply_range(spark, stack_settings, plan, kafka=clients)
+
+    ensure_topic(kafka, cfg.topic, 2)
+    produce_avro(
+        [
+            (0, evolved_event(template, 40000, {"id": 1, "qty": 1})),
+            (1, evolved_event(template, 40050, {"id": 3, "qty": 3})),
+            (
+                0,
+                evolved_event(
+                    template, 40100, {"id": 2, "qty": big, "discount": 5}, add=(discount,), retype={"qty": "int64"}
+                ),
+            ),
+        ]
+    )
+    first = apply({0: 0, 1: 0}, {0: 2, 1: 1}, "run-1")
+    assert (first.status, first.quarantined) == ("committed", 0)
+    produce_avro(
+        [
+            (
+                1,
+                evolved_event(
+                    template, 40250, {"id": 3, "qty": 4, "discount": 6}, add=(discount,), retype={"qty": "int64"}
+                ),
+            ),
+            (
+                0,
+                evolved_event(
+                    template,
+                    40300,
+                    {"id": 4, "qty": big + 1, "discount": big},
+                    add=(discount64,),
+                    retype={"qty": "int64"},
+                ),
+            ),
+        ]
+    )
+    second = apply({0: 2, 1: 1}, {0: 3, 1: 2}, "run-2")
+    assert (second.status, second.quarantined) == ("committed", 0)
+    table = load_catalog(stack_settings).load_table(cfg.identifier)
+    assert (source_fields(table)["qty"][1], source_fields(table)["discount"][1]) == ("long", "long")
+    rows = {r["id"]: (r["qty"], r["discount"]) for r in table.scan().to_arrow().to_pylist()}
+    assert rows == {1: (1, None), 2: (big, 5), 3: (4, 6), 4: (big + 1, big)}
+
+    produce_avro(
+        [
+            (
+                1,
+                evolved_event(
+                    template, 40450, {"id": 3, "qty": 5, "discount": 7}, add=(discount64,), retype={"qty": "int64"}
+                ),
+            ),
+            (0, evolved_event(template, 40500, {"id": 5, "qty": "many"}, add=(discount64,), retype={"qty": "string"})),
+        ]
+    )
+    text_id = list(ids.values())[-1]
+    before = table.metadata
+    with pytest.raises(
+        SchemaChangeError,
+        match=rf"partition 0 offset 3 \(writer schema id {text_id}\) changes column 'qty' from long to string",
+    ):
+        apply({0: 3, 1: 2}, {0: 4, 1: 3}, "run-3")
+    after = load_catalog(stack_settings).load_table(cfg.identifier).metadata
+    assert (after.current_snapshot_id, after.current_schema_id) == (
+        before.current_snapshot_id,
+        before.current_schema_id,
+    )

@@ -25,6 +25,9 @@ STAGES = {
     "dag_trivial",
     "dag_no_new",
     "dag_one_event",
+    "avro_read_parse",
+    "avro_append",
+    "avro_apply",
 }
 RATIOS = {
     "apply/append",
@@ -33,10 +36,13 @@ RATIOS = {
     "growth big/base",
     "dag no-new/trivial",
     "apply peak RSS GiB",
+    "avro apply/read_parse",
+    "avro apply/append",
+    "avro apply s per 1M events",
 }
 
 
-def test_bench_tiny_measures_every_stage_and_apply_equals_the_source(stack_settings, kafka, tmp_path):
+def test_bench_tiny_measures_every_stage_and_apply_equals_the_source(stack_settings, kafka, schema_registry, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("CDCLAKE_")}
     env.update(
         {
@@ -44,6 +50,7 @@ def test_bench_tiny_measures_every_stage_and_apply_equals_the_source(stack_setti
             "CDCLAKE_KAFKA_BOOTSTRAP": stack_settings.kafka_bootstrap,
             "CDCLAKE_CATALOG_URI": stack_settings.catalog_uri,
             "CDCLAKE_WAREHOUSE": stack_settings.warehouse,
+            "CDCLAKE_SCHEMA_REGISTRY_URL": schema_registry,
             "PYTHONPATH": os.pathsep.join([str(ROOT / "include"), str(ROOT / "plugins")]),
         }
     )
@@ -75,10 +82,18 @@ def test_bench_tiny_measures_every_stage_and_apply_equals_the_source(stack_setti
     for name, stage in result["stages"].items():
         assert stage["wall_s"] > 0 and stage["peak_rss_mib"] > 0, name
         assert len(stage["runs"]) == result["params"]["reps"] == 1, name
-    for name in ("read_parse", "append", "apply", "peer"):
+    for name in ("read_parse", "append", "apply", "peer", "avro_read_parse", "avro_append", "avro_apply"):
         assert result["stages"][name]["events"] == 2_000
         assert result["stages"][name]["events_per_s"] > 0
     assert result["stages"]["apply"]["runs"][0]["result"]["result"]["status"] == "committed"
+    # the Avro workload is the same events: the same counts, and (below) the same table
+    avro_apply = result["stages"]["avro_apply"]["runs"][0]["result"]["result"]
+    assert avro_apply == {
+        **result["stages"]["apply"]["runs"][0]["result"]["result"],
+        "snapshot_id": avro_apply["snapshot_id"],
+    }
+    assert result["stages"]["avro_read_parse"]["runs"][0]["result"]["events"] == 2_000
+    assert result["setup"]["avro_workload"]["mean_event_bytes"] < result["setup"]["workload"]["mean_event_bytes"]
     assert set(result["ratios"]) == RATIOS
     for ratio in result["ratios"].values():
         assert ratio["wall"] > 0 and isinstance(ratio["met"], bool)
@@ -88,6 +103,7 @@ def test_bench_tiny_measures_every_stage_and_apply_equals_the_source(stack_setti
     assert checks["apply"]["ok"], checks["apply"]
     assert checks["apply"]["rows"] == checks["apply"]["expected_rows"]
     assert checks["apply"]["checked_rows"] > 0
+    assert checks["avro_apply"]["ok"] and checks["avro_apply"]["checked_rows"] == checks["apply"]["checked_rows"]
     assert all(c["ok"] for c in checks.values()), checks
     # a run with no new events starts no Spark job
     assert checks["dag_no_new"]["spark_started"] is False
@@ -96,3 +112,4 @@ def test_bench_tiny_measures_every_stage_and_apply_equals_the_source(stack_setti
 
     markdown = json_file.with_suffix(".md").read_text()
     assert "| 3. apply (ours) |" in markdown and "| apply/append |" in markdown
+    assert "| 3. apply (ours), Avro |" in markdown and "| avro apply/read_parse |" in markdown

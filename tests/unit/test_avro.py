@@ -202,12 +202,14 @@ def test_registry_that_does_not_answer_is_unavailable_not_a_bad_record():
 
 class _Refusing(http.server.BaseHTTPRequestHandler):
     """A registry stand-in answering every request with the status its path's last part names
-    (``.../schemas/ids/401`` -> 401): a refusal of credentials and a server error cannot be made
-    with the tests' real registry, which has no authentication."""
+    (``.../schemas/ids/401`` -> 401; 404 with Confluent's "Schema not found", 40403): a refusal of
+    credentials and a server error cannot be made with the tests' real registry, which has no
+    authentication."""
 
     def do_GET(self) -> None:
         status = int(self.path.rsplit("/", 1)[-1].split("?")[0])
-        body = json.dumps({"error_code": status * 100 + 1, "message": "refused"}).encode()
+        code = 40403 if status == 404 else status * 100 + 1
+        body = json.dumps({"error_code": code, "message": "refused"}).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -218,28 +220,40 @@ class _Refusing(http.server.BaseHTTPRequestHandler):
         pass
 
 
+@pytest.fixture
+def stand_in():
+    """The URL of a running :class:`_Refusing` registry stand-in."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), _Refusing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 @pytest.mark.parametrize(
     ("status", "message"),
     [(401, "refused the credentials .*HTTP 401.* of Airflow connection 'schema_registry'"), (503, "HTTP 503")],
 )
-def test_registry_refusing_credentials_or_failing_is_unavailable(status, message):
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), _Refusing)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        registry = SchemaRegistry(
-            {
-                "url": f"http://127.0.0.1:{server.server_port}",
-                "basic.auth.user.info": "reader:s3cret",
-                "max.retries": 0,
-            },
-            origin="Airflow connection 'schema_registry'",
-        )
-        with pytest.raises(SchemaRegistryUnavailableError, match=message) as refused:
-            registry.writer_schema(status)
-        assert "s3cret" not in str(refused.value)
-    finally:
-        server.shutdown()
-        server.server_close()
+def test_registry_refusing_credentials_or_failing_is_unavailable(stand_in, status, message):
+    registry = SchemaRegistry(
+        {"url": stand_in, "basic.auth.user.info": "reader:s3cret", "max.retries": 0},
+        origin="Airflow connection 'schema_registry'",
+    )
+    with pytest.raises(SchemaRegistryUnavailableError, match=message) as refused:
+        registry.writer_schema(status)
+    assert "s3cret" not in str(refused.value)
+
+
+def test_an_unknown_schema_id_names_the_registry_once(stand_in):
+    registry = SchemaRegistry({"url": stand_in, "max.retries": 0}, origin="Airflow connection 'schema_registry'")
+    with pytest.raises(UnknownSchemaIdError) as unknown:
+        registry.writer_schema(404)
+    assert str(unknown.value) == (
+        f"schema registry {stand_in} (Airflow connection 'schema_registry') has no schema of id 404: the record "
+        "was written against another registry, or its schema was deleted"
+    )
 
 
 def test_registry_config_refused_names_the_origin_never_the_secret():

@@ -213,8 +213,16 @@ def test_a_topic_that_gained_partitions_is_applied_once_and_a_stale_plan_stops(d
 
 def test_an_unknown_column_names_where_it_is():
     check_columns(BatchStats(events=1), CFG)
-    with pytest.raises(SchemaError, match=r"partition 1 offset 7: the event has column 'color'"):
-        check_columns(BatchStats(events=1, unknown_column=UnknownColumn(1, 7, "color")), CFG)
+    stats = BatchStats(events=1, unknown_column=UnknownColumn(1, 7, "color"))
+    with pytest.raises(SchemaError, match=r"partition 1 offset 7: the event has column 'color'") as synced:
+        check_columns(stats, CFG)
+    assert f"schema-change topic {CFG.schema_change_topic!r}" in str(synced.value)
+    # a table that evolves from its events: its schema-change topic is not the cause, the event is
+    with pytest.raises(SchemaError, match=r"partition 1 offset 7: the event has column 'color'") as evolving:
+        check_columns(stats, CFG, from_events=True)
+    message = str(evolving.value)
+    assert "its own row schema does not list it" in message and "declare the column" in message
+    assert "schema-change topic" not in message
 
 
 # --- floors, high position, identity -------------------------------------------------------------

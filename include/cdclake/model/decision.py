@@ -154,21 +154,38 @@ def check_start(state: CommittedState | None, plan: RunPlan, *, run_committed: b
     )
 
 
-def check_columns(stats: BatchStats, cfg: TableConfig) -> None:
-    """Stop when an event's row image has a column the Iceberg table lacks (its schema change
-    was not synced): parsing would drop the column silently.
+def check_columns(stats: BatchStats, cfg: TableConfig, *, from_events: bool = False) -> None:
+    """Stop when an event's row image has a column the Iceberg table lacks: parsing would drop the
+    column silently. With a schema-change topic, its schema change was not synced; for a table that
+    evolves from its events (``from_events``: docs/operations.md, "Schema evolution from the
+    events"), the event's payload has a column its own row schema does not list.
 
     Raises:
-        SchemaError: names the topic, partition, offset and column of the first such event.
+        SchemaError: names the topic, partition, offset and column of the first such event, what
+            is wrong and the remedy.
     """
     first = stats.unknown_column
-    if first is not None:
-        raise SchemaError(
-            f"topic {cfg.topic!r} partition {first.partition} offset {first.offset}: the event has "
-            f"column {first.column!r}, which Iceberg table {cfg.identifier} lacks (its schema change "
-            f"was not applied; schema-change topic {cfg.schema_change_topic!r}). Nothing was committed "
-            "and the offsets did not move; the column is never dropped silently."
+    if first is None:
+        return
+    where = (
+        f"topic {cfg.topic!r} partition {first.partition} offset {first.offset}: the event has "
+        f"column {first.column!r}, which Iceberg table {cfg.identifier} lacks"
+    )
+    if from_events:
+        cause = (
+            "; the table evolves from its events' row schemas, and this event's payload has the column but its "
+            "own row schema does not list it (Kafka Connect's JsonConverter lists every field: another producer "
+            "wrote the event). Correct the producer, or declare the column in the table config's columns: the "
+            "next run adds it"
         )
+    else:
+        cause = (
+            f" (its schema change was not applied; schema-change topic {cfg.schema_change_topic!r}). Check that "
+            "the connector writes its schema changes there (include.schema.changes=true, schema_changes.topic)"
+        )
+    raise SchemaError(
+        f"{where}{cause}. Nothing was committed and the offsets did not move; the column is never dropped silently."
+    )
 
 
 def nothing_applied_error(plan: RunPlan, stats: BatchStats, first: QuarantinedRecord) -> QuarantinedBatchError:

@@ -269,13 +269,18 @@ class ObservedSchema:
     Attributes:
         columns: the columns, in source order.
         where: the event that shows them; ``None`` for the table config's ``columns``.
+        schema_id: the Avro writer schema's id in the schema registry, for events in Avro.
     """
 
     columns: tuple[ColumnSpec, ...]
     where: KafkaCoordinates | None = None
+    schema_id: int | None = None
 
     def describe(self) -> str:
-        return f"the event at {self.where}" if self.where is not None else "the table config's columns"
+        if self.where is None:
+            return "the table config's columns"
+        of_id = f" (writer schema id {self.schema_id})" if self.schema_id is not None else ""
+        return f"the event at {self.where}{of_id}"
 
 
 def _holds(existing: ColumnSpec, shown: ColumnSpec) -> bool:

@@ -74,7 +74,7 @@ from cdclake.model.run_state import BatchStats, ColumnDefault, CommittedState
 from cdclake.settings import Settings
 from cdclake.spark.commit import commit, demote_rows, merge
 from cdclake.spark.context import ApplyContext, resolve_table, source_columns
-from cdclake.spark.evolve import MAX_EVOLUTIONS, evolve_table
+from cdclake.spark.evolve import MAX_EVOLUTIONS, evolve_table, from_events
 from cdclake.spark.names import quote_identifier
 from cdclake.spark.parse import parse_records, unknown_columns_floor
 from cdclake.spark.parse_avro import WriterSchemas, parse_avro_records, read_writer_schemas
@@ -191,7 +191,7 @@ def apply_range(
     base, parsed, stats = _parse(ctx, raw, writers)
     try:
         for n in range(MAX_EVOLUTIONS):
-            evolved = evolve_table(ctx, stats, parsed, first=n == 0)
+            evolved = evolve_table(ctx, stats, parsed, first=n == 0, writers=writers)
             if evolved is None:
                 break
             # the table took the events' schema (or the config's columns): the batch is parsed again by it
@@ -199,7 +199,7 @@ def apply_range(
             ctx = evolved
             base, parsed, stats = _parse(ctx, raw, writers)
         table = ctx.table
-        check_columns(stats, cfg)
+        check_columns(stats, cfg, from_events=stats.unknown_column is not None and from_events(ctx))
         if stats.bad and cfg.bad_records == "fail":
             raise bad_batch(ctx, parsed, stats.bad)
         if stats.quarantined:
@@ -296,7 +296,7 @@ def _check_connector_modes(ctx: ApplyContext, stats: BatchStats, writers: Writer
         return stats
     schemas = []
     if writers is not None:
-        schemas = [(KafkaCoordinates(ctx.cfg.topic, p, o), row) for (p, o), row in writers.row_schemas()]
+        schemas = [(KafkaCoordinates(ctx.cfg.topic, p, o), row) for _, (p, o), row in writers.row_schemas()]
     for partition, offset in stats.schema_samples if writers is None else ():
         row_schema = ctx.row_schema(partition, offset)
         if row_schema is not None:

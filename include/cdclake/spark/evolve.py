@@ -1,14 +1,23 @@
 """Schema evolution from the events' own schemas, for tables without a schema-change topic
 (``schema_changes.source``; docs/operations.md, "Schema evolution from the events").
 
-The parse reads every record by the table's columns, and a record whose row schema the table does
-not take shows there: a column the table lacks (``unknown_column``), or a value that does not fit
-its column's type (a bad record: a long in an int column, text in a number column). This module
-reads the row schemas of the few records that show it (the first with an unknown column, the first
-misfit of each partition) and of the batch's last record (which the connector-mode check reads
-anyway, and which shows a change every value still parses under, such as float -> double), plans
-the schema update (:func:`cdclake.model.schema_diff.plan_from_events`) and commits it in one
-Iceberg transaction; the apply then parses the batch again under the new columns. A batch whose
+``avro``: every writer schema of the batch is known before the parse
+(:func:`cdclake.spark.parse_avro.read_writer_schemas`), and each one the table does not take is
+observed, named by its schema id and the batch's first record of that id: a column the table
+lacks, a type it must promote (int32 -> int64), a type it cannot take. The records of a writer
+column the table's column cannot take are bad records of the parse; once the column is promoted
+they parse.
+
+``json_with_schema``: the parse reads every record by the table's columns, and a record whose row
+schema the table does not take shows there: a column the table lacks (``unknown_column``), or a
+value that does not fit its column's type (a bad record: a long in an int column, text in a number
+column). This module reads the row schemas of the few records that show it (the first with an
+unknown column, the first misfit of each partition) and of the batch's last record (which the
+connector-mode check reads anyway, and which shows a change every value still parses under, such as
+float -> double).
+
+The schema update is planned (:func:`cdclake.model.schema_diff.plan_from_events`) and committed in
+one Iceberg transaction; the apply then parses the batch again under the new columns. A batch whose
 events fit the table costs nothing more: no Spark job, no Kafka read.
 
 The table config's ``columns`` evolve the table the same way (added and promoted, never set aside),
@@ -19,7 +28,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cdclake.errors import SchemaError
 from cdclake.io.catalog import evolve_schema, source_schema
@@ -42,7 +51,11 @@ from cdclake.spark.context import ApplyContext, source_columns
 from cdclake.spark.parse import TYPE_MISMATCH
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from pyspark.sql import DataFrame
+
+    from cdclake.spark.parse_avro import WriterSchemas
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +64,9 @@ MAX_EVOLUTIONS = 3
 columns, which may show a further schema (a batch holding three schema versions)."""
 
 
-def evolve_table(ctx: ApplyContext, stats: BatchStats, parsed: DataFrame, *, first: bool) -> ApplyContext | None:
+def evolve_table(
+    ctx: ApplyContext, stats: BatchStats, parsed: DataFrame, *, first: bool, writers: WriterSchemas | None = None
+) -> ApplyContext | None:
     """Evolve the table to the table config's ``columns`` and, for a table without a schema-change
     topic, to the row schemas of the batch's events that it does not take (see the module
     docstring); nothing is read unless the parse shows a misfit.
@@ -63,6 +78,9 @@ def evolve_table(ctx: ApplyContext, stats: BatchStats, parsed: DataFrame, *, fir
         first: the run's first evolution. Later ones, made after the batch was parsed again, take
             no incompatible change: events of the batch from before such a change (its old type)
             would set the new column aside again; they are bad records of the new column instead.
+        writers: ``avro``: the batch's writer schemas (:func:`~cdclake.spark.parse_avro.read_writer_schemas`),
+            each observed as it is, named by its id and its first record; ``stats`` and ``parsed``
+            are then not read.
 
     Returns:
         The context with the evolved table and its columns, or ``None`` when nothing changed.
@@ -70,7 +88,8 @@ def evolve_table(ctx: ApplyContext, stats: BatchStats, parsed: DataFrame, *, fir
     Raises:
         SchemaChangeError: an incompatible type change under ``schema_changes.incompatible: fail``
             (or in the table config's ``columns``), naming the topic, partition and offset of the
-            first event read that shows it, the column, its type and the new one; nothing committed.
+            first event read that shows it (and its writer schema id), the column, its type and
+            the new one; nothing committed.
         SchemaError: an event's row schema has a type this version does not map.
     """
     cfg = ctx.cfg
@@ -78,7 +97,9 @@ def evolve_table(ctx: ApplyContext, stats: BatchStats, parsed: DataFrame, *, fir
     observed = []
     if cfg.columns is not None:
         observed.append(ObservedSchema(tuple(columns_from_config(cfg.columns, cfg.primary_key))))
-    if cfg.value_format != "json":  # events of other formats carry their row schema
+    if writers is not None:
+        observed.extend(_writers_not_taken(ctx, current, writers, first=first))
+    elif cfg.value_format != "json":  # events of other formats carry their row schema
         observed.extend(_drifted(ctx, current, stats, parsed, first=first))
     plan = plan_from_events(current, observed, table=cfg.identifier, policy=cfg.schema_changes)
     if plan.is_empty:
@@ -101,51 +122,78 @@ def _describe(plan: ChangePlan) -> str:
     return ", ".join(parts)
 
 
+def _writers_not_taken(
+    ctx: ApplyContext, current: SourceSchema, writers: WriterSchemas, *, first: bool
+) -> list[ObservedSchema]:
+    """The batch's Avro writer schemas the table does not take, each named by its id and the
+    first record of that id, in Kafka order (partition, offset); none for a table that evolves by
+    its schema-change topic. Every writer schema of the batch is known before the parse: no Spark
+    job, and a Kafka metadata request only when one is not taken."""
+    schemas = [
+        (KafkaCoordinates(ctx.cfg.topic, p, o), row, schema_id) for schema_id, (p, o), row in writers.row_schemas()
+    ]
+    drifted = _not_taken(ctx, current, schemas, first=first)
+    return drifted if drifted and from_events(ctx) else []
+
+
 def _drifted(
     ctx: ApplyContext, current: SourceSchema, stats: BatchStats, parsed: DataFrame, *, first: bool
 ) -> list[ObservedSchema]:
-    """The row schemas the table does not take, of the batch's last record, its first record with
-    an unknown column and its first misfit of each partition, in Kafka order (partition, offset);
-    none for a table that evolves by its schema-change topic. Only a batch with bad records costs
-    a Spark job (the misfits), and only a batch the table does not take a Kafka metadata request."""
+    """``json_with_schema``: the row schemas the table does not take, of the batch's last record,
+    its first record with an unknown column and its first misfit of each partition, in Kafka order
+    (partition, offset); none for a table that evolves by its schema-change topic. Only a batch
+    with bad records costs a Spark job (the misfits), and only a batch the table does not take a
+    Kafka metadata request."""
     from pyspark.sql import functions as F
 
     coordinates = set(stats.schema_samples[-1:])
     if stats.unknown_column is not None:
         coordinates.add((stats.unknown_column.partition, stats.unknown_column.offset))
-    drifted = _not_taken(ctx, current, coordinates, first=first)
-    if not (drifted or stats.bad) or not _from_events(ctx):
+    drifted = _not_taken(ctx, current, _read_row_schemas(ctx, coordinates), first=first)
+    if not (drifted or stats.bad) or not from_events(ctx):
         return []
     if stats.bad:
         misfit = (F.col("error") == TYPE_MISMATCH) | F.col("error").startswith("column '")
         rows = parsed.filter(misfit).groupBy("partition").agg(F.min("offset").alias("offset")).collect()
-        drifted += _not_taken(
-            ctx, current, {(int(r["partition"]), int(r["offset"])) for r in rows} - coordinates, first=first
-        )
+        misfits = {(int(r["partition"]), int(r["offset"])) for r in rows} - coordinates
+        drifted += _not_taken(ctx, current, _read_row_schemas(ctx, misfits), first=first)
     return sorted(drifted, key=lambda o: (o.where.partition, o.where.offset) if o.where else (-1, -1))
 
 
-def _not_taken(
-    ctx: ApplyContext, current: SourceSchema, coordinates: set[tuple[int, int]], *, first: bool
-) -> list[ObservedSchema]:
-    """The row schemas of the records at ``coordinates`` that the table does not take as it is
-    (after the run's first evolution: leaving out those with an incompatible type, see
-    :func:`evolve_table`)."""
-    avro = ctx.cfg.value_format == "avro"
+def _read_row_schemas(
+    ctx: ApplyContext, coordinates: set[tuple[int, int]]
+) -> list[tuple[KafkaCoordinates, dict[str, Any], None]]:
+    """The Connect row schemas of the records at ``coordinates`` (one Kafka read each; a record
+    without one is left out)."""
     out = []
     for partition, offset in sorted(coordinates):
         row_schema = ctx.row_schema(partition, offset)
-        if row_schema is None:
-            continue
-        where = KafkaCoordinates(ctx.cfg.topic, partition, offset)
+        if row_schema is not None:
+            out.append((KafkaCoordinates(ctx.cfg.topic, partition, offset), row_schema, None))
+    return out
+
+
+def _not_taken(
+    ctx: ApplyContext,
+    current: SourceSchema,
+    schemas: Sequence[tuple[KafkaCoordinates, dict[str, Any], int | None]],
+    *,
+    first: bool,
+) -> list[ObservedSchema]:
+    """Of ``schemas`` (``(the record that shows it, its Connect row schema, its writer schema id
+    or None)``), those the table does not take as it is (after the run's first evolution: leaving
+    out those with an incompatible type, see :func:`evolve_table`)."""
+    avro = ctx.cfg.value_format == "avro"
+    out = []
+    for where, row_schema, schema_id in schemas:
         try:
-            observed = ObservedSchema(
-                tuple(_as_the_table_reads(current, columns_from_connect(row_schema), avro=avro)), where
-            )
+            columns = _as_the_table_reads(current, columns_from_connect(row_schema), avro=avro)
         except SchemaError as e:
-            if not _from_events(ctx):  # the schema-change topic says what the columns are
+            if not from_events(ctx):  # the schema-change topic says what the columns are
                 continue
-            raise SchemaError(f"{where}: the event's row schema cannot be mapped to Iceberg: {e}") from e
+            of_id = f" (writer schema id {schema_id})" if schema_id is not None else ""
+            raise SchemaError(f"{where}{of_id}: the event's row schema cannot be mapped to Iceberg: {e}") from e
+        observed = ObservedSchema(tuple(columns), where, schema_id)
         if not fits_table(current, observed) and (first or not incompatible_columns(current, observed)):
             out.append(observed)
     return out
@@ -169,7 +217,7 @@ def _as_the_table_reads(current: SourceSchema, columns: list[ColumnSpec], *, avr
     return out
 
 
-def _from_events(ctx: ApplyContext) -> bool:
+def from_events(ctx: ApplyContext) -> bool:
     """Whether the table evolves from its events: ``schema_changes.source: events``, an ordering
     that places no schema change among the events (``kafka``), or no schema-change topic (asked of
     Kafka only when the events show a schema the table does not take)."""

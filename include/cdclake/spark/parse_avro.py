@@ -67,9 +67,10 @@ class WriterSchemas:
     unusable: Mapping[int, str] = field(default_factory=dict)
     first: Mapping[int, tuple[int, int]] = field(default_factory=dict)
 
-    def row_schemas(self) -> list[tuple[tuple[int, int], dict[str, Any]]]:
-        """``((partition, offset) of its first record, Connect row schema)`` of each known id whose
-        writer schema has a row image (``after`` or ``before``), in the order of their first records."""
+    def row_schemas(self) -> list[tuple[int, tuple[int, int], dict[str, Any]]]:
+        """``(schema id, (partition, offset) of its first record, Connect row schema)`` of each
+        known id whose writer schema has a row image (``after`` or ``before``), in the order of
+        their first records (Kafka order: partition, offset)."""
         out = []
         for schema_id in sorted(self.schemas, key=lambda i: self.first.get(i, (0, 0))):
             try:
@@ -77,7 +78,7 @@ class WriterSchemas:
             except SchemaError:
                 continue
             if row is not None:
-                out.append((self.first.get(schema_id, (0, 0)), row))
+                out.append((schema_id, self.first.get(schema_id, (0, 0)), row))
         return out
 
 
