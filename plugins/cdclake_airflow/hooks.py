@@ -86,23 +86,49 @@ class CdcLakeHook(BaseHook):
         return dict(conn.extra_dejson)
 
     def schema_registry_config(self) -> dict[str, Any] | None:
-        """The ``SchemaRegistryClient`` config of connection ``schema_registry_conn_id``: ``url``
-        from ``host`` (the registry's REST API base URL; a bare host name gets ``http://`` and the
-        connection's ``port``), ``basic.auth.user.info`` from ``login``/``password``, and the
-        ``extra`` keys (``bearer.auth.token``, ``ssl.ca.location``, ...). ``None`` when no such
-        connection is defined."""
+        """The ``SchemaRegistryClient`` config of connection ``schema_registry_conn_id``, or
+        without it the ``url`` of ``CDCLAKE_SCHEMA_REGISTRY_URL`` (:attr:`settings`); ``None``
+        when neither is set.
+
+        ``url`` from the connection's ``host`` (a whole base URL is taken as it is; a bare host
+        name gets the scheme of the connection's type, ``https`` or else ``http``, as Airflow parses
+        ``https://user:pw@host/path`` URIs, or of its ``schema`` when that is ``http``/``https``,
+        then its ``port`` and its ``schema`` as the path), ``basic.auth.user.info`` from
+        ``login``/``password``, and the ``extra`` keys (``bearer.auth.token``,
+        ``ssl.ca.location``, ...).
+
+        Raises:
+            ConfigError: credentials on a connection whose URL is plain ``http`` to a host other
+                than the loopback (they would cross the network in clear text).
+        """
         from airflow.sdk.exceptions import AirflowNotFoundException
+
+        from cdclake.errors import ConfigError
 
         try:
             conn = self.get_connection(self.schema_registry_conn_id)
         except AirflowNotFoundException:
-            return None
+            url = self.settings.schema_registry_url
+            return None if url is None else {"url": url}  # the local stack's: no credentials
         url = conn.host or ""
         if url and "://" not in url:
-            url = f"http://{url}" + (f":{conn.port}" if conn.port else "")
+            path = conn.schema or ""
+            scheme = "https" if conn.conn_type == "https" else "http"
+            if path in ("http", "https"):  # the HTTP connection form's "Schema" field
+                scheme, path = path, ""
+            url = (
+                f"{scheme}://{url}" + (f":{conn.port}" if conn.port else "") + (f"/{path.lstrip('/')}" if path else "")
+            )
         config: dict[str, Any] = {"url": url, **conn.extra_dejson}
         if conn.login:
             config["basic.auth.user.info"] = f"{conn.login}:{conn.password or ''}"
+        secret = conn.login or any("auth" in key for key in conn.extra_dejson)
+        host = url.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0]
+        if secret and url.startswith("http://") and host not in ("127.0.0.1", "localhost", "[::1]"):
+            raise ConfigError(
+                f"Airflow connection {self.schema_registry_conn_id!r} sends registry credentials over plain "
+                f"http to {host}: use an https URL (connection type https, or the whole URL as its host)"
+            )
         return config
 
     @cached_property
@@ -117,6 +143,8 @@ class CdcLakeHook(BaseHook):
 
         config = self.schema_registry_config()
         if config is None:
+            return None
+        if config == {"url": self.settings.schema_registry_url}:
             return registry_from_settings(self.settings)
         return SchemaRegistry(config, origin=f"Airflow connection {self.schema_registry_conn_id!r}")
 

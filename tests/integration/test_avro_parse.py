@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from cdclake.errors import SchemaChangeError
-from cdclake.io.catalog import load_catalog
+from cdclake.errors import SchemaChangeError, SchemaRegistryUnavailableError
+from cdclake.io.catalog import committed_offsets, load_catalog
 from cdclake.io.kafka import KafkaClients, ensure_topic, produce
 from cdclake.io.registry import SchemaRegistry
 from cdclake.model.avro import connect_schema
@@ -487,6 +487,17 @@ def test_avro_apply_through_a_real_registry_lands_the_json_rows(spark, kafka, sc
         "encoding string) cannot take",
         f"value does not decode with the writer schema of schema id {ids[next(iter(ids))]} (corrupt Avro bytes)",
     ]
+
+    # a batch of which no schema id is known is a registry fault (the wrong one, or one that lost
+    # its schemas), not bad records: the run fails for its retry, nothing quarantined or committed
+    done = committed_offsets(load_catalog(stack_settings).load_table(avro_cfg.identifier), avro_cfg.topic)
+    produce(kafka, avro_cfg.topic, [(b"k", b"\x00" + (10**6 + 1).to_bytes(4, "big") + values[0][5:], None)])
+    plan = plan_next(load_catalog(stack_settings), clients, avro_cfg, "avro-lost-run")
+    with pytest.raises(
+        SchemaRegistryUnavailableError, match=r"none of the batch's 1 schema id\(s\) is in the registry"
+    ):
+        apply_range(spark, stack_settings, plan, kafka=clients)
+    assert committed_offsets(load_catalog(stack_settings).load_table(avro_cfg.identifier), avro_cfg.topic) == done
 
 
 def test_avro_without_schema_change_topic_evolves_from_each_writer_schema(

@@ -47,3 +47,30 @@ def test_the_schema_registry_reaches_the_kafka_clients_of_the_cli_and_of_a_submi
     assert kafka.schema_registry.describe() == "https://registry.internal/apis/ccompat/v7"
     path.write_text(json.dumps({"catalog": None, "kafka": {"bootstrap.servers": "b:9092"}, "schema_registry": None}))
     assert job_connections(str(path), plain)[1].schema_registry is None
+
+
+@pytest.mark.parametrize(
+    ("uri", "url"),
+    [
+        # Airflow parses the scheme of a URI as the connection type and its path as the schema
+        ("https://u:p@reg.example.com:8443/apis/ccompat/v7", "https://reg.example.com:8443/apis/ccompat/v7"),
+        ("http://127.0.0.1:18081/apis/ccompat/v7", "http://127.0.0.1:18081/apis/ccompat/v7"),
+    ],
+)
+def test_the_registry_connection_keeps_its_scheme_and_path(monkeypatch, uri, url):
+    from cdclake_airflow.hooks import CdcLakeHook
+
+    monkeypatch.setenv("AIRFLOW_CONN_SCHEMA_REGISTRY", uri)
+    config = CdcLakeHook().schema_registry_config()
+    assert config is not None and config["url"] == url
+    assert config.get("basic.auth.user.info") == ("u:p" if "u:p@" in uri else None)
+
+
+def test_registry_credentials_over_plain_http_to_another_host_are_refused(monkeypatch):
+    from cdclake.errors import ConfigError
+    from cdclake_airflow.hooks import CdcLakeHook
+
+    monkeypatch.setenv("AIRFLOW_CONN_SCHEMA_REGISTRY", "http://u:secret@reg.example.com/apis/ccompat/v7")
+    with pytest.raises(ConfigError, match="plain http to reg.example.com") as caught:
+        CdcLakeHook().schema_registry_config()
+    assert "secret" not in str(caught.value)

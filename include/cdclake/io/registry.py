@@ -90,8 +90,8 @@ class SchemaRegistry:
             UnknownSchemaIdError: the registry has no schema of this id (404, error code
                 :data:`SCHEMA_NOT_FOUND`).
             SchemaRegistryUnavailableError: the registry does not answer (connection refused, DNS,
-                timeout after the client's retries), answers 5xx, or refuses the credentials
-                (401, 403): a retry may succeed.
+                timeout after the client's retries), answers 5xx or 429, answers what is not a
+                registry's JSON, or refuses the credentials (401, 403): a retry may succeed.
             ConfigError: any other HTTP error (a 404 without error code 40403 is a URL that is not
                 a registry's API base, e.g. Apicurio without ``/apis/ccompat/v7``).
             SchemaError: the schema is not an Avro record schema (a Protobuf or JSON Schema id).
@@ -115,7 +115,7 @@ class SchemaRegistry:
                     f"{where} refused the credentials (HTTP {status}) reading schema id {schema_id}: check the "
                     f"login/password or bearer token of {self._origin}"
                 ) from e
-            if status >= 500:
+            if status >= 500 or status == 429:  # 429: rate limited
                 raise SchemaRegistryUnavailableError(
                     f"{where} failed reading schema id {schema_id} (HTTP {status}, error code {code}): "
                     f"{e.error_message}; the task's retry tries again"
@@ -134,6 +134,11 @@ class SchemaRegistry:
             raise SchemaRegistryUnavailableError(
                 f"{where} does not answer reading schema id {schema_id} ({type(e).__name__}: {e}); "
                 "the task's retry tries again"
+            ) from e
+        except ValueError as e:  # not the registry's JSON (a proxy's HTML page): nothing said about the id
+            raise SchemaRegistryUnavailableError(
+                f"{where} answered reading schema id {schema_id} with something that is not a registry's answer "
+                f"({type(e).__name__}: {e}); the task's retry tries again"
             ) from e
         if (schema.schema_type or "AVRO") != "AVRO":
             raise SchemaError(f"schema id {schema_id} of {where} is a {schema.schema_type} schema, not Avro")

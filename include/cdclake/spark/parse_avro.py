@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cdclake.errors import SchemaError, UnknownSchemaIdError
+from cdclake.errors import SchemaError, SchemaRegistryUnavailableError, UnknownSchemaIdError
 from cdclake.model.avro import HEADER_BYTES, MAGIC_BYTE, connect_schema, source_names, without_logical_types
 from cdclake.model.schema_diff import is_promotion, same_json_values
 from cdclake.model.types import ColumnSpec, column_from_connect, iceberg_type_of_encoding, parse_decimal_encoding
@@ -88,7 +88,9 @@ def read_writer_schemas(raw: DataFrame, writer_schema: Callable[[int], Any]) -> 
     :meth:`~cdclake.io.registry.SchemaRegistry.writer_schema`).
 
     An id the registry does not have, or whose schema is not an Avro record, is left out of
-    :attr:`WriterSchemas.schemas` (its records become bad records). Any other registry error
+    :attr:`WriterSchemas.schemas` (its records become bad records), unless no id of the batch is
+    known: then :class:`~cdclake.errors.SchemaRegistryUnavailableError` (a wrong or emptied
+    registry is a fault of the set-up; nothing is quarantined). Any other registry error
     propagates: :class:`~cdclake.errors.SchemaRegistryUnavailableError` (nothing is applied; the
     task's retry tries again), :class:`~cdclake.errors.ConfigError`.
     """
@@ -101,15 +103,38 @@ def read_writer_schemas(raw: DataFrame, writer_schema: Callable[[int], Any]) -> 
         .collect()
     )
     first = {int(r["schema_id"]): (int(r["first"]["partition"]), int(r["first"]["offset"])) for r in rows}
-    schemas, unusable = {}, {}
+    schemas, unusable, unknown = {}, {}, []
     for schema_id in sorted(first):
+        partition, offset = first[schema_id]
         try:
             schemas[schema_id] = writer_schema(schema_id)
         except UnknownSchemaIdError as e:
-            log.warning("the records of schema id %s are bad records: %s", schema_id, e)
+            log.warning(
+                "the records of schema id %s (the first: partition %s offset %s) are bad records: %s",
+                schema_id,
+                partition,
+                offset,
+                e,
+            )
+            unknown.append(e)
         except SchemaError as e:
-            log.warning("the records of schema id %s are bad records: %s", schema_id, e)
+            log.warning(
+                "the records of schema id %s (the first: partition %s offset %s) are bad records: %s",
+                schema_id,
+                partition,
+                offset,
+                e,
+            )
             unusable[schema_id] = str(e)
+    if unknown and not schemas and not unusable:
+        # not one id of the batch known: the registry is the wrong one or lost its schemas (an
+        # in-memory registry restarted), a fault of the set-up, not of the records: nothing is
+        # quarantined, and the run fails for its retry (or the operator) to find the registry
+        raise SchemaRegistryUnavailableError(
+            f"none of the batch's {len(unknown)} schema id(s) is in the registry (first: {unknown[0]}; its first "
+            f"record at partition {first[unknown[0].schema_id][0]} offset {first[unknown[0].schema_id][1]}): "
+            "is the connection the registry the connector writes to, and does the registry keep its schemas?"
+        )
     return WriterSchemas(schemas, unusable, first)
 
 
