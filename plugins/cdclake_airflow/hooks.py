@@ -109,7 +109,7 @@ class CdcLakeHook(BaseHook):
             conn = self.get_connection(self.schema_registry_conn_id)
         except AirflowNotFoundException:
             url = self.settings.schema_registry_url
-            return None if url is None else {"url": url}  # the local stack's: no credentials
+            return {"url": url} if url else None  # the local stack's: no credentials
         url = conn.host or ""
         if url and "://" not in url:
             path = conn.schema or ""
