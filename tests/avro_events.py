@@ -19,6 +19,8 @@ from typing import Any
 
 import fastavro
 
+from cdclake.model.types import DECIMAL
+
 _PRIMITIVE = {
     "int8": "int",
     "int16": "int",
@@ -37,7 +39,6 @@ _LOGICAL = {
     "org.apache.kafka.connect.data.Time": "time-millis",
     "org.apache.kafka.connect.data.Timestamp": "timestamp-millis",
 }
-DECIMAL = "org.apache.kafka.connect.data.Decimal"
 
 
 def avro_name(name: str) -> str:
