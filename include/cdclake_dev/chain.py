@@ -357,7 +357,7 @@ def start_connect(
             str(CONNECTOR_CONFIG),
         ],
         env=env,
-        ready=lambda: port_open(LOOPBACK, settings.connect_port),
+        ready=lambda: _connect_ready(settings),
         timeout_s=timeout_s,
         poll_s=0.3,
     )
@@ -381,6 +381,21 @@ def _connect_api(settings: Settings, path: str, method: str = "GET", body: dict 
     with urllib.request.urlopen(request, timeout=30) as resp:
         text = resp.read()
     return json.loads(text) if text else None
+
+
+def _connect_ready(settings: Settings) -> bool:
+    """Whether the worker's REST API lists the connector of :data:`CONNECTOR_CONFIG`: the port
+    opens before the herder runs, and until then ``POST /connectors`` answers 404."""
+    import json
+    import urllib.error
+
+    if not port_open(LOOPBACK, settings.connect_port):
+        return False
+    try:
+        listed = _connect_api(settings, "/connectors") or []
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return False
+    return json.loads(CONNECTOR_CONFIG.read_text())["name"] in listed
 
 
 def connector_status(settings: Settings, name: str | None = None) -> dict:

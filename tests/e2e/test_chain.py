@@ -33,9 +33,15 @@ CREATE TABLE orders (
 )"""
 
 
-def wait_for_note(settings, topic: str, note: str, timeout_s: float = 120.0) -> None:
-    """Wait until Debezium has published an event whose after image carries ``note``."""
+def wait_for_note(settings, topic: str, note: str, timeout_s: float = 120.0, registry_url: str | None = None) -> None:
+    """Wait until Debezium has published an event whose after image carries ``note``; with
+    ``registry_url`` (a Confluent-compatible API) the values are Avro in the Confluent wire format."""
     from confluent_kafka import Consumer
+
+    from cdclake.io.registry import SchemaRegistry
+    from cdclake.model.avro import read_value
+
+    lookup = SchemaRegistry({"url": registry_url}).writer_schema if registry_url else None
 
     consumer = Consumer(
         {
@@ -52,7 +58,8 @@ def wait_for_note(settings, topic: str, note: str, timeout_s: float = 120.0) -> 
             msg = consumer.poll(1.0)
             if msg is None or msg.error() or msg.value() is None:
                 continue
-            payload = json.loads(msg.value()).get("payload") or {}
+            value = read_value(msg.value(), lookup)[2] if lookup else json.loads(msg.value()).get("payload")
+            payload = value or {}
             if (payload.get("after") or {}).get("note") == note:
                 return
         raise AssertionError(f"no event with note {note!r} on {topic} within {timeout_s}s")

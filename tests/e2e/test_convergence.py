@@ -54,13 +54,19 @@ def summary(settings, name: str) -> dict[str, str]:
     return dict(snap.summary.additional_properties) if snap is not None else {}
 
 
-def catch_up(settings, name: str, db, max_runs: int = 3) -> dict[str, str]:
-    """Run the table DAG until no full snapshot is in progress; returns the last commit's summary.
+def catch_up(
+    settings, name: str, db, max_runs: int = 3, *, source: str | None = None, topic: str | None = None
+) -> dict[str, str]:
+    """Run the table DAG ``name`` (source table ``source``, default ``name``, its events on
+    ``topic``, default the chain's JSON topic of it; Avro when the settings name a registry) until
+    no full snapshot is in progress; returns the last commit's summary.
 
     A partition without records after the snapshot's end counts as done once read to its end a
     minute after it: between runs the test waits that long and changes a row (a run with nothing
     new stops at ``plan``)."""
-    topic = f"{settings.topic_prefix}.inventory.{name}"
+    source = source or name
+    topic = topic or f"{settings.topic_prefix}.inventory.{source}"
+    registry = settings.schema_registry_url if not topic.startswith(f"{settings.topic_prefix}.") else None
     for i in range(max_runs):
         assert run_table_dag(name, settings) == 0
         props = summary(settings, name)
@@ -71,9 +77,9 @@ def catch_up(settings, name: str, db, max_runs: int = 3) -> dict[str, str]:
         if end is not None:
             time.sleep(max(0.0, (end["timestamp"] + SNAPSHOT_SETTLE_MS) / 1000 - time.time()) + 1)
         with db.cursor() as cur:
-            cur.execute(f"SELECT min(id) FROM {name}")
-            cur.execute(f"UPDATE {name} SET note = %s WHERE id = %s", (f"nudge-{i}", cur.fetchone()[0]))
-        wait_for_note(settings, topic, f"nudge-{i}")
+            cur.execute(f"SELECT min(id) FROM {source}")
+            cur.execute(f"UPDATE {source} SET note = %s WHERE id = %s", (f"nudge-{name}-{i}", cur.fetchone()[0]))
+        wait_for_note(settings, topic, f"nudge-{name}-{i}", registry_url=registry)
     raise AssertionError(f"a full snapshot is still in progress after {max_runs} runs: {progress}")
 
 
@@ -96,42 +102,81 @@ def restart_without_offsets(settings, **kwargs) -> None:
     source_chain.start_connect(settings, **kwargs)
 
 
-def test_connect_killed_before_its_first_offset_flush_converges(chain, stack_settings, tmp_path):
+def test_connect_killed_before_its_first_offset_flush_converges(chain, stack_settings, schema_registry, tmp_path):
+    """Debezium killed (kill -9) before it ever saved its offsets takes a new initial snapshot when
+    it comes back, with no record of what it streamed; the lake converges through it, both for the
+    JsonConverter connector and for a second connector writing Avro through the schema registry
+    (``conv.crash_avro``: Connect forgets a standalone worker's REST-added connector, so it is added
+    again, with no offsets either)."""
     settings, topic = with_table(stack_settings, tmp_path, "crash")
+    avro_prefix = f"{settings.topic_prefix}_crash"
+    avro_topic = f"{avro_prefix}.inventory.crash"
+    config = yaml.safe_load(settings.tables_config.read_text())
+    avro_entry = {**config["tables"][0], "name": "crash_avro", "table": "crash_avro", "topic": avro_topic}
+    config["tables"].append({**avro_entry, "value_format": "avro"})
+    settings.tables_config.write_text(yaml.safe_dump(config))
+    settings = settings.model_copy(update={"schema_registry_url": schema_registry})
+
+    def add_avro_connector() -> None:
+        # its own binlog client id: another Avro connector of the session may still be connected
+        print(
+            source_chain.add_avro_connector(
+                settings,
+                schema_registry,
+                ["inventory.crash"],
+                name="crash-avro",
+                topic_prefix=avro_prefix,
+                overrides={"database.server.id": "184058"},
+            )
+        )
+
+    def converged() -> None:
+        for name in ("crash", "crash_avro"):
+            catch_up(settings, name, db, source="crash", topic=avro_topic if name == "crash_avro" else topic)
+        expected = source_rows(db, "crash")
+        assert lake_rows(settings, "crash") == expected
+        assert lake_rows(settings, "crash_avro") == expected
+
     db = source_chain.mariadb_connect(settings, database="inventory")
     with db.cursor() as cur:
         cur.execute("DROP TABLE IF EXISTS crash")
         cur.execute(DDL.format(name="crash"))
         cur.executemany("INSERT INTO crash VALUES (%s, %s, NULL)", [(i, f"v{i}") for i in range(1, 61)])
-    # a connector that never saved its offsets (flush every 10 minutes) streams DML ...
+    # connectors that never saved their offsets (flush every 10 minutes) stream DML ...
     restart_without_offsets(settings, offset_flush_interval_ms=600_000)
-    with db.cursor() as cur:
-        cur.execute("UPDATE crash SET v = 'streamed' WHERE id <= 10")
-        cur.execute("DELETE FROM crash WHERE id BETWEEN 11 AND 15")
-        cur.execute("INSERT INTO crash VALUES (100, 'new', NULL)")
-        cur.execute("UPDATE crash SET note = 'barrier-1' WHERE id = 1")
-    wait_for_note(settings, topic, "barrier-1")
-    catch_up(settings, "crash", db)  # the restart's own snapshot completes too
-    assert lake_rows(settings, "crash") == source_rows(db, "crash")
-    # ... and is killed before its first flush
-    assert not source_chain.connect_offsets_file(settings).exists()
-    source_chain.stop_connect(settings, hard=True)
-    with db.cursor() as cur:  # never streamed: only a new snapshot tells the lake
-        cur.execute("DELETE FROM crash WHERE id BETWEEN 20 AND 39")
-        cur.execute("DELETE FROM crash WHERE id = 100")
-        cur.execute("UPDATE crash SET v = 'offline' WHERE id BETWEEN 40 AND 45")
-        cur.execute("INSERT INTO crash VALUES (200, 'offline-insert', NULL)")
-    source_chain.start_connect(settings)  # no offsets: a new initial snapshot
-    with db.cursor() as cur:
-        cur.executemany("INSERT INTO crash VALUES (%s, 'after', NULL)", [(i,) for i in range(300, 330)])
-        cur.execute("UPDATE crash SET note = 'barrier-2' WHERE id = 1")
-    wait_for_note(settings, topic, "barrier-2", timeout_s=240)
-    props = catch_up(settings, "crash", db)
-    assert lake_rows(settings, "crash") == source_rows(db, "crash")
-    done = completed_snapshots(settings, "crash")
-    assert done and done[-1]["rows_deleted"] >= 21, done  # ids 20..39 and 100
-    assert SummaryKeys.SNAPSHOT_FLOOR in props
-    print(f"\nsnapshots completed: {done}")
+    try:
+        add_avro_connector()
+        with db.cursor() as cur:
+            cur.execute("UPDATE crash SET v = 'streamed' WHERE id <= 10")
+            cur.execute("DELETE FROM crash WHERE id BETWEEN 11 AND 15")
+            cur.execute("INSERT INTO crash VALUES (100, 'new', NULL)")
+            cur.execute("UPDATE crash SET note = 'barrier-1' WHERE id = 1")
+        wait_for_note(settings, topic, "barrier-1")
+        wait_for_note(settings, avro_topic, "barrier-1", registry_url=schema_registry)
+        converged()  # the restart's own snapshots complete too
+        # ... and are killed before their first flush
+        assert not source_chain.connect_offsets_file(settings).exists()
+        source_chain.stop_connect(settings, hard=True)
+        with db.cursor() as cur:  # never streamed: only a new snapshot tells the lake
+            cur.execute("DELETE FROM crash WHERE id BETWEEN 20 AND 39")
+            cur.execute("DELETE FROM crash WHERE id = 100")
+            cur.execute("UPDATE crash SET v = 'offline' WHERE id BETWEEN 40 AND 45")
+            cur.execute("INSERT INTO crash VALUES (200, 'offline-insert', NULL)")
+        source_chain.start_connect(settings)  # no offsets: new initial snapshots
+        add_avro_connector()
+        with db.cursor() as cur:
+            cur.executemany("INSERT INTO crash VALUES (%s, 'after', NULL)", [(i,) for i in range(300, 330)])
+            cur.execute("UPDATE crash SET note = 'barrier-2' WHERE id = 1")
+        wait_for_note(settings, topic, "barrier-2", timeout_s=240)
+        wait_for_note(settings, avro_topic, "barrier-2", timeout_s=240, registry_url=schema_registry)
+        converged()
+    finally:
+        print(source_chain.remove_connector(settings, "crash-avro"))
+    for name in ("crash", "crash_avro"):
+        done = completed_snapshots(settings, name)
+        assert done and done[-1]["rows_deleted"] >= 21, (name, done)  # ids 20..39 and 100
+        assert SummaryKeys.SNAPSHOT_FLOOR in summary(settings, name)
+        print(f"\n{name}: snapshots completed: {done}")
 
 
 def test_offsets_deleted_after_deletes_and_a_truncate_converges(chain, stack_settings, tmp_path):
