@@ -25,12 +25,12 @@ Stages 1-3 also run on the same events in Avro (``avro_read_parse``, ``avro_appe
 the Avro writer schema a Kafka Connect Avro converter makes of the events' Connect schema,
 registered in a schema registry the bench starts (Apicurio, :mod:`cdclake_dev.parts.registry`;
 with ``--external-broker`` the one of ``CDCLAKE_SCHEMA_REGISTRY_URL`` when set). The peer's input
-is the reduced rows, the same for both formats. At ``--avro-own-process 0`` (the tiny size, the
-smoke test's) the Avro read+parse and apply run in the process of their JSON stage, after it (their
-wall seconds are then that process's session start plus their own job seconds), and the Avro
-append is not measured.
+is the reduced rows, the same for both formats. At ``--one-process 1`` (the tiny size, the smoke
+test's) every Spark stage runs in one ``spark-submit``, one after another (a stage's wall seconds
+are then that process's session start plus its own job seconds), and the Avro append is not
+measured.
 
-Every measured step is a process of its own (Spark stages through ``spark-submit`` with the
+Otherwise every measured step is a process of its own (Spark stages through ``spark-submit`` with the
 table DAG's settings); its wall time and the peak RSS of its whole process tree (sampled every
 0.1 s with psutil) are recorded. Results: ``<out>/bench-<size>-<time>.json`` and ``.md``; the
 ratios against the targets are printed. After ``apply`` and ``peer`` the tables are compared with
@@ -93,7 +93,7 @@ SIZES: dict[str, dict[str, int]] = {
         "growth_events": 400,
         "growth_keys": 100,
         "reps": 1,
-        "avro_own_process": 0,
+        "one_process": 1,
     },
     "medium": {
         "events": 200_000,
@@ -103,7 +103,7 @@ SIZES: dict[str, dict[str, int]] = {
         "growth_events": 100_000,
         "growth_keys": 20_000,
         "reps": 3,
-        "avro_own_process": 1,
+        "one_process": 0,
     },
     "full": {
         "events": 1_000_000,
@@ -113,7 +113,7 @@ SIZES: dict[str, dict[str, int]] = {
         "growth_events": 100_000,
         "growth_keys": 20_000,
         "reps": 3,
-        "avro_own_process": 1,
+        "one_process": 0,
     },
 }
 """Presets of ``--size``; ``full`` is issue 6's workload."""
@@ -284,6 +284,23 @@ def load(ctx: Context) -> tuple[Loaded, Loaded, Loaded, dict[str, Any]]:
     return main, avro, growth, setup
 
 
+JSON = "json_with_schema"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One Spark stage of :func:`measure_stages`: stage ``kind`` on workload ``loaded`` (values in
+    ``fmt``) into ``table``; its figures go to ``runs[key]``."""
+
+    rep: int
+    key: str
+    kind: str
+    loaded: Loaded
+    table: str
+    fmt: str = JSON
+    count_after: bool = False
+
+
 def measure_stages(ctx: Context, main: Loaded, avro: Loaded, growth: Loaded) -> tuple[dict[str, Any], dict[str, Any]]:
     """Stages 1 to 5, ``p.reps`` times each, and stages 1 to 3 on the Avro workload ``avro``.
     Returns the stages' figures and the checks of the tables they wrote against the source."""
@@ -295,55 +312,82 @@ def measure_stages(ctx: Context, main: Loaded, avro: Loaded, growth: Loaded) -> 
     upserts, deletes = peer_input(main, arrow_schema, ctx.decimal, ctx.bench.work)
     event_log = logs / "spark-events"
     event_log.mkdir(exist_ok=True)
+    runs: dict[str, list[Measured]] = {
+        name: [] for name in ("read_parse", "append", "apply", "peer", "growth_base", "growth_big")
+    } | {f"avro_{n}": [] for n in AVRO_STAGES}
 
-    def stage(label: str, kind: str, loaded: Loaded, table: str, extra: tuple[str, ...] = ()) -> Measured:
-        args = [kind, "--range", loaded.range_json, "--namespace", ctx.ns, "--table", table, *extra]
-        m = ctx.measure(
-            label, spark_submit(ctx.settings, BENCH_DIR / "spark_stage.py", args, f"bench-{label}", event_log)
-        )
-        m.result["slowest_queries"] = spark_profile(event_log, logs / f"{label}-plans.txt")
-        return m
+    def run_steps(steps: list[Step]) -> None:
+        """``steps`` in a process each, or (``p.one_process``) all in one process: each stage's
+        wall seconds are then the session start plus its own job seconds."""
+        for group in [steps] if p.one_process else [[step] for step in steps]:
+            first, label = group[0], f"{group[0].key}_r{group[0].rep}"
+            args = [first.kind, "--range", first.loaded.range_json, "--namespace", ctx.ns, "--table", first.table]
+            args += ["--format", first.fmt]
+            for step in group[1:]:
+                args += ["--then", step.kind, step.fmt, step.loaded.range_json, step.table]
+            args += [a for step in group if step.count_after for a in ("--count-after", step.table)]
+            m = ctx.measure(
+                label, spark_submit(ctx.settings, BENCH_DIR / "spark_stage.py", args, f"bench-{label}", event_log)
+            )
+            profile = spark_profile(event_log, logs / f"{label}-plans.txt")
+            results = m.result.get("stages") or [{} for _ in group]
+            for step, stage_result in zip(group, results, strict=True):
+                result = stage_result | {"slowest_queries": profile}
+                if step.count_after:
+                    result["rows_after"] = m.result["rows_after"][step.table]
+                if len(group) == 1:
+                    wall, spark_s = m.wall_s, m.spark_s
+                else:  # no JVM of its own
+                    wall, spark_s = m.result["session_s"] + result["job_s"], None
+                    result["shared_process"] = True
+                runs[step.key].append(
+                    Measured(f"{step.key}_r{step.rep}", wall, m.peak_rss, m.returncode, spark_s, result, m.load_avg)
+                )
 
-    def both(kind: str, table: str, avro_table: str) -> None:
-        """Stage ``kind`` on the JSON workload into ``table`` and on the Avro one into ``avro_table``."""
-        if p.avro_own_process:
-            runs[kind].append(stage(f"{kind}_r{rep}", kind, main, table))
-            runs[f"avro_{kind}"].append(stage(f"avro_{kind}_r{rep}", kind, avro, avro_table, ("--format", "avro")))
-            return
-        if kind == "append":  # the smoke test's size: the parse is covered by the read+parse
-            runs[kind].append(stage(f"{kind}_r{rep}", kind, main, table))
-            return
-        m = stage(f"{kind}_r{rep}", kind, main, table, ("--then-avro", avro.range_json, avro_table))
-        runs[kind].append(m)
-        runs[f"avro_{kind}"].append(shared_process(m))
+    def measure_peer(rep: int) -> None:
+        peer = [sys.executable, str(BENCH_DIR / "peer_upsert.py"), "--table", f"{ctx.ns}.peer_r{rep}"]
+        runs["peer"].append(ctx.measure(f"peer_r{rep}", [*peer, "--upserts", str(upserts), "--deletes", str(deletes)]))
 
-    names = ("read_parse", "append", "apply", "peer", "growth_base", "growth_big")
-    runs: dict[str, list[Measured]] = {name: [] for name in (*names, *(f"avro_{n}" for n in AVRO_STAGES))}
-    checks: dict[str, Any] = {}
     columns = columns_from_connect({"fields": wl.row_fields(ctx.decimal)})
+    pending: list[Step] = []
     for rep in range(1, p.reps + 1):
         print(f"repetition {rep}/{p.reps}", flush=True)
-        both("read_parse", "base", "base")
         for prefix in ("", "avro_"):
             create_cdc_table(ctx.catalog, f"{ctx.ns}.{prefix}append_r{rep}", columns, ("id",))
             ctx.clone("base", f"{prefix}apply_r{rep}")
-        both("append", f"append_r{rep}", f"avro_append_r{rep}")
-        both("apply", f"apply_r{rep}", f"avro_apply_r{rep}")
         ctx.clone("base", f"peer_r{rep}")
-        peer = [sys.executable, str(BENCH_DIR / "peer_upsert.py"), "--table", f"{ctx.ns}.peer_r{rep}"]
-        runs["peer"].append(ctx.measure(f"peer_r{rep}", [*peer, "--upserts", str(upserts), "--deletes", str(deletes)]))
-        if rep == 1:
-            checks["apply"], checks["peer"] = ctx.check("apply_r1", main), ctx.check("peer_r1", main)
-            checks["avro_apply"] = ctx.check("avro_apply_r1", avro)
-            print(
-                f"  check apply: {checks['apply']['ok']}, avro apply: {checks['avro_apply']['ok']}, "
-                f"peer: {checks['peer']['ok']}",
-                flush=True,
-            )
         for which, base in (("growth_base", "base"), ("growth_big", "big")):
             ctx.clone(base, f"{which}_r{rep}")
-            count = ("--count-after",) if rep == 1 else ()
-            runs[which].append(stage(f"{which}_r{rep}", "apply", growth, f"{which}_r{rep}", count))
+        for kind in AVRO_STAGES:
+            table = "base" if kind == "read_parse" else f"{kind}_r{rep}"
+            pending.append(Step(rep, kind, kind, main, table))
+            # one process (the smoke size): the Avro append is not measured, the read+parse covers its parse
+            if not (p.one_process and kind == "append"):
+                pending.append(
+                    Step(rep, f"avro_{kind}", kind, avro, table if kind == "read_parse" else f"avro_{table}", "avro")
+                )
+        pending += [
+            Step(rep, which, "apply", growth, f"{which}_r{rep}", count_after=rep == 1)
+            for which in ("growth_base", "growth_big")
+        ]
+        if not p.one_process:
+            run_steps(pending)
+            pending = []
+            measure_peer(rep)
+    if pending:
+        run_steps(pending)
+        for rep in range(1, p.reps + 1):
+            measure_peer(rep)
+    checks: dict[str, Any] = {
+        "apply": ctx.check("apply_r1", main),
+        "peer": ctx.check("peer_r1", main),
+        "avro_apply": ctx.check("avro_apply_r1", avro),
+    }
+    print(
+        f"  check apply: {checks['apply']['ok']}, avro apply: {checks['avro_apply']['ok']}, "
+        f"peer: {checks['peer']['ok']}",
+        flush=True,
+    )
     # the growth batch deletes and updates only ids below base_rows (rows of both tables) and
     # inserts ids from big_rows up (rows of neither)
     final = growth.state.rows
@@ -363,17 +407,6 @@ def measure_stages(ctx: Context, main: Loaded, avro: Loaded, growth: Loaded) -> 
 
 AVRO_STAGES = ("read_parse", "append", "apply")
 """The stages also measured on the Avro workload (``avro_<stage>``)."""
-
-
-def shared_process(m: Measured) -> Measured:
-    """The Avro stage that ran in ``m``'s process after its JSON stage (``--then-avro``): wall
-    seconds the process's session start plus the Avro stage's job seconds, the process's peak
-    RSS (an upper bound), no JVM time of its own."""
-    avro = m.result["avro"]
-    wall = m.result["session_s"] + avro["job_s"]
-    return Measured(
-        f"avro_{m.label}", wall, m.peak_rss, m.returncode, None, avro | {"shared_process": True}, m.load_avg
-    )
 
 
 def measure_overhead(ctx: Context, main: Loaded) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -438,7 +471,7 @@ def ratios(stages: dict[str, Any]) -> dict[str, Any]:
     }
     out = {}
     for name, (a, b) in pairs.items():
-        if a not in stages or b not in stages:  # the Avro append at --avro-own-process 0
+        if a not in stages or b not in stages:  # the Avro append at --one-process 1
             continue
         value = ratio(stages[a]["wall_s"], stages[b]["wall_s"])
         out[name] = {
@@ -503,7 +536,7 @@ def markdown(result: dict[str, Any]) -> str:
             f"Avro: {avro_w['mean_event_bytes']:,} bytes an event ({json_w['mean_event_bytes']:,} in JSON); "
             f"the schema-id pass of the Avro read+parse (in its job seconds): "
             f"{', '.join(f'{x:.1f}' for x in prepass if x is not None)} s; Avro stages in "
-            f"{'processes of their own' if p.get('avro_own_process') else 'the processes of their JSON stages (no Avro append)'}.",
+            f"{'one process with every stage (no Avro append)' if p.get('one_process') else 'processes of their own'}.",
         ]
     lines += ["", "| ratio | measured (wall) | job only | target | met |", "|---|---:|---:|---:|---|"]
     for name, r in result["ratios"].items():
@@ -530,7 +563,7 @@ def build_parser() -> argparse.ArgumentParser:
             "growth_events": "events of the growth batch",
             "growth_keys": "keys of the growth batch",
             "reps": "repetitions of each measurement (median)",
-            "avro_own_process": "1: each Avro stage in a process of its own; 0: after its JSON stage, in its process",
+            "one_process": "1: every Spark stage in one process (no Avro append); 0: each stage in a process of its own",
         },
     )
     add_run_options(parser, external_broker=True)

@@ -18,12 +18,14 @@ Stages, on one Kafka offset range of the workload topic:
 Each reads ``json_with_schema`` values, or with ``--format avro`` Avro through the schema
 registry of ``CDCLAKE_SCHEMA_REGISTRY_URL`` (the read stages then parse as the apply does: the
 schema-id pass, :func:`cdclake.spark.parse_avro.read_writer_schemas`, and
-:func:`cdclake.spark.parse_avro.parse_avro_records`). ``--then-avro RANGE TABLE`` runs the same
-stage on the Avro workload afterwards in the same process (the tiny size's way: one JVM start
-fewer per stage).
+:func:`cdclake.spark.parse_avro.parse_avro_records`). ``--then STAGE FORMAT RANGE TABLE`` (repeated)
+runs more stages afterwards in the same process, in order (the tiny size's way: one JVM start for
+every stage). ``--count-after TABLE`` (repeated) counts a table's rows after the last stage (not
+timed).
 
-Prints one line ``BENCH_STAGE_RESULT <json>``: ``session_s`` (SparkSession start), ``job_s``
-(the stage's work) and what it counted; with ``--then-avro`` the Avro stage's under ``avro``.
+Prints one line ``BENCH_STAGE_RESULT <json>``: ``session_s`` (SparkSession start), ``stages`` (per
+stage in order: ``job_s``, the stage's work, and what it counted) and ``rows_after`` (table ->
+rows).
 """
 
 from __future__ import annotations
@@ -34,24 +36,32 @@ import sys
 import time
 from typing import Any
 
+STAGES = ("read_parse", "append", "apply")
+FORMATS = ("json_with_schema", "avro")
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="spark_stage.py", description=__doc__.splitlines()[0])
-    parser.add_argument("stage", choices=["read_parse", "append", "apply"])
+    parser.add_argument("stage", choices=STAGES)
     parser.add_argument("--range", required=True, help="OffsetRange JSON")
     parser.add_argument("--namespace", required=True)
     parser.add_argument("--table", required=True, help="Iceberg table (append target or apply target)")
-    parser.add_argument("--format", choices=["json_with_schema", "avro"], default="json_with_schema")
+    parser.add_argument("--format", choices=FORMATS, default="json_with_schema")
     parser.add_argument(
-        "--then-avro",
-        nargs=2,
-        metavar=("RANGE", "TABLE"),
-        help="then the same stage on the Avro workload's range and table, in this process (its figures under 'avro')",
+        "--then",
+        nargs=4,
+        action="append",
+        default=[],
+        metavar=("STAGE", "FORMAT", "RANGE", "TABLE"),
+        help="then this stage in this process (repeatable; run in order)",
     )
     parser.add_argument(
-        "--count-after", action="store_true", help="apply: count the table's rows afterwards (not timed)"
+        "--count-after", action="append", default=[], metavar="TABLE", help="count TABLE's rows afterwards (not timed)"
     )
     args = parser.parse_args(argv)
+    for stage, value_format, _, _ in args.then:
+        if stage not in STAGES or value_format not in FORMATS:
+            parser.error(f"--then {stage} {value_format}: a stage of {STAGES} and a format of {FORMATS}")
 
     t0 = time.monotonic()
     from pyspark.sql import SparkSession
@@ -62,14 +72,17 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings.from_env()
     kafka = KafkaClients.from_settings(settings)  # with the schema registry of CDCLAKE_SCHEMA_REGISTRY_URL
     spark = SparkSession.builder.getOrCreate()  # name and settings from spark-submit
-    out: dict = {"session_s": time.monotonic() - t0}
+    out: dict = {"session_s": time.monotonic() - t0, "stages": [], "rows_after": {}}
     try:
-        out |= run_stage(spark, settings, kafka, args.stage, args.format, args.range, args.namespace, args.table)
-        if args.count_after:
-            out["rows_after"] = spark.table(f"{settings.catalog_name}.{args.namespace}.{args.table}").count()
-        if args.then_avro:
-            avro_range, avro_table = args.then_avro
-            out["avro"] = run_stage(spark, settings, kafka, args.stage, "avro", avro_range, args.namespace, avro_table)
+        for stage, value_format, range_json, table in [
+            (args.stage, args.format, args.range, args.table),
+            *args.then,
+        ]:
+            out["stages"].append(
+                run_stage(spark, settings, kafka, stage, value_format, range_json, args.namespace, table)
+            )
+        for table in args.count_after:
+            out["rows_after"][table] = spark.table(f"{settings.catalog_name}.{args.namespace}.{table}").count()
     finally:
         spark.stop()
     print("BENCH_STAGE_RESULT " + json.dumps(out), flush=True)

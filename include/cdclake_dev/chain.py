@@ -392,10 +392,10 @@ def _connect_ready(settings: Settings) -> bool:
     if not port_open(LOOPBACK, settings.connect_port):
         return False
     try:
-        listed = _connect_api(settings, "/connectors") or []
+        listed = _connect_api(settings, "/connectors")  # a JSON list of names
     except (urllib.error.URLError, ConnectionError, TimeoutError):
         return False
-    return json.loads(CONNECTOR_CONFIG.read_text())["name"] in listed
+    return json.loads(CONNECTOR_CONFIG.read_text())["name"] in (listed or ())
 
 
 def connector_status(settings: Settings, name: str | None = None) -> dict:
