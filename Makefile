@@ -4,7 +4,7 @@ CDCLAKE := .venv/bin/cdclake
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: demo demo-avro demo-production test lint bench bench-reconcile bench-engine bench-maintenance setup stack-start stack-stop stack-status engine-start engine-stop engine-status status chain-start chain-stop airflow-ui lock clean help
+.PHONY: demo demo-avro demo-production test lint bench bench-reconcile bench-engine bench-maintenance setup stack-start stack-stop stack-status engine-start engine-stop engine-status status chain-start chain-stop airflow-ui airflow-stop lock clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -46,7 +46,7 @@ setup:  ## install the virtual environment, the jars and the Airflow DB (quick w
 stack-start: setup  ## start the local stack: Kafka broker (KRaft) and the Spark Connect engine
 	$(CDCLAKE) stack start
 
-stack-stop:  ## stop the local Kafka broker and the Spark Connect engine
+stack-stop:  ## stop the Airflow UI, the local Kafka broker and the Spark Connect engine
 	$(CDCLAKE) stack stop
 
 stack-status:  ## are the local Kafka broker and the Spark Connect engine running?
@@ -70,13 +70,17 @@ chain-start: setup  ## start the real source chain: Kafka, MariaDB, Kafka Connec
 chain-stop:  ## stop the real source chain (and the schema registry)
 	$(CDCLAKE) chain stop
 
-airflow-ui: stack-start  ## Airflow UI on http://127.0.0.1:8080 (airflow standalone on SQLite)
-	$(CDCLAKE) airflow standalone
+airflow-ui: stack-start  ## Airflow UI on http://127.0.0.1:8080 (loopback only; user admin): Airflow's processes in the background
+	$(CDCLAKE) ui start
+
+airflow-stop:  ## stop the Airflow UI's processes (make stack-stop and make clean stop them too)
+	$(CDCLAKE) ui stop
 
 lock:  ## re-pin requirements.txt from requirements.in
 	.venv/bin/uv pip compile requirements.in -p 3.11 -q --no-header -o requirements.txt
 
 clean:  ## stop everything and delete the local stack's data (keeps .venv and .jars)
+	-$(CDCLAKE) ui stop
 	-$(CDCLAKE) chain stop
 	-$(CDCLAKE) engine stop
 	rm -rf .stack

@@ -254,3 +254,61 @@ def test_a_running_task_builds_only_its_own_table_dag(monkeypatch):
         """
     )
     assert result == ["cdc_inventory_customers"]
+
+
+def test_the_replay_form_refuses_what_its_schema_does_not_allow_and_requires_nothing():
+    """The table DAG's trigger form, as Airflow validates it (``Param.resolve``: the form's and the
+    REST API's check before a run exists): replay offsets as a JSON object or its text, each a
+    non-negative integer; a replay time in ISO 8601; the recovery switch in its own section; none
+    required (an empty form is an ordinary run); Airflow's Backfill not allowed."""
+    from airflow.sdk.exceptions import ParamValidationError
+
+    from cdclake_airflow.params import RECOVERY_SECTION
+    from cdclake_airflow.table_dag import build_table_dag
+    from tests.conftest import make_table
+
+    dag = build_table_dag(Settings.from_env(), make_table(schedule="*/15 * * * *"))
+    params = {name: dag.params.get_param(name) for name in dag.params}
+    assert set(params) == {"replay_from_offsets", "replay_from_timestamp", "accept_source_change"}
+    good = {
+        "replay_from_offsets": [None, '{"0": 120, "1": 98}', ' { "0" : 0 } ', {"0": 120, "1": 98}],
+        "replay_from_timestamp": [None, "2026-11-20T08:00:00Z", "2026-11-20 08:00", "2026-11-20T08:00:00.5+01:00"],
+        "accept_source_change": [None, False, True],
+    }
+    bad = {
+        "replay_from_offsets": ['{"0": -1}', '{"0": 1.5}', '{"0": "12"}', "{}", "120", {"0": -1}, {"a": 1}, {}],
+        "replay_from_timestamp": ["20/11/2026", "yesterday", "2026-11-20T08:00:00 UTC", 1700000000],
+        "accept_source_change": ["yes"],
+    }
+    for name, values in good.items():
+        for value in values:
+            assert params[name].resolve(value) == value
+    for name, values in bad.items():
+        for value in values:
+            with pytest.raises(ParamValidationError):
+                params[name].resolve(value)
+    # nothing is marked required in the form (a type that admits null, or none), and the recovery
+    # switch sits in its collapsed section
+    for param in params.values():
+        types = param.schema.get("type", ["null"])
+        assert "null" in types or "anyOf" in param.schema
+    assert params["accept_source_change"].schema["section"] == RECOVERY_SECTION
+    assert "section" not in params["replay_from_offsets"].schema
+    allowed = {t.value for t in dag.allowed_run_types}
+    assert "backfill" not in allowed and {"scheduled", "manual", "operator_triggered"} <= allowed
+
+
+def test_a_user_input_error_fails_the_task_at_once_and_other_errors_retry():
+    """The table DAG's retry policy: a trigger-form Param that does not fit (``TriggerParamError``)
+    and a quarantined batch fail the task at once; an engine that does not answer is retried."""
+    from airflow.sdk import RetryAction
+
+    from cdclake.errors import EngineUnavailableError, QuarantinedBatchError, TriggerParamError
+    from cdclake_airflow.table_dag import build_table_dag
+    from tests.conftest import make_table
+
+    dag = build_table_dag(Settings.from_env(), make_table(retries=3))
+    policy = dag.get_task("apply").retry_policy
+    for error in (TriggerParamError("replay_from_offsets: ..."), QuarantinedBatchError("...")):
+        assert policy.evaluate(error, try_number=1, max_tries=3).action is RetryAction.FAIL
+    assert policy.evaluate(EngineUnavailableError("..."), try_number=1, max_tries=3).action is RetryAction.DEFAULT

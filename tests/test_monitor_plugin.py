@@ -10,7 +10,7 @@ import textwrap
 
 from cdclake.model.status import Activity, LastCommit, RunFailure, TableStatus
 from cdclake.settings import PROJECT_ROOT, Settings
-from cdclake_airflow.monitor import format_duration, hourly_svg, render_page
+from cdclake_airflow.monitor import format_duration, hourly_svg, render_page, run_problem
 from cdclake_dev.airflow_env import airflow_env
 
 HEAVY = ("fastapi", "airflow.api_fastapi.core_api.security", "pyiceberg", "confluent_kafka", "pyspark")
@@ -123,6 +123,59 @@ def test_a_table_whose_runs_fail_shows_failing_and_why():
     assert ">failing</span>" in cell and "1 failed try: ValueError: &lt;b&gt;topic" in cell
     assert "<li>its DAG&#x27;s runs are failing: 1 failed try since the first, 16m40s ago" in page
     assert "<b>topic" not in page
+
+
+def test_a_caught_up_table_shows_caught_up_not_the_age_of_its_newest_event():
+    day = 86_400_000
+    page = render_page(
+        _payload(
+            lag_events=0,
+            caught_up=True,
+            last_event_age_ms=2386 * day,
+            lag_ms=0,
+            lag_basis="caught_up",
+            freshness_minutes=5,
+            fresh=True,
+        )
+    )
+    cell = page.split('<td class="lag-time">')[1].split("</td>")[0]
+    assert ">caught up</span>" in cell and "newest event 2386d00h old" in cell and ">2386d" not in cell
+
+
+def test_a_replay_is_marked_and_not_counted_as_new_source_activity():
+    page = render_page(
+        _payload(
+            last_commit=LastCommit(
+                snapshot_id=2**62 + 1,
+                committed_at_ms=1_699_999_940_000,
+                age_ms=60_000,
+                run_id="r",
+                events=9,
+                replay=True,
+            ),
+            activity_24h=Activity(commits=1, events=3, ops={"c": 3}, replays=1, replay_events=9),
+            events_per_hour=[0] * 23 + [3],
+        )
+    )
+    commit = page.split('<td class="last-commit">')[1].split("</td>")[0]
+    assert ">replay</span>" in commit and f'<span class="snapshot-id">{2**62 + 1}</span>' in commit
+    hourly = page.split('<td class="hourly">')[1].split("</td>")[0]
+    assert "3 events, 1 commit" in hourly and "1 replay (9 events) not counted" in hourly
+    assert 'data-events="3"' in hourly and 'data-events="9"' not in hourly
+
+
+def test_the_page_has_a_legend_of_the_debezium_ops():
+    legend = render_page(_payload()).split('id="legend">')[1].split("</div>")[0]
+    for op, name in (("c", "create"), ("u", "update"), ("d", "delete"), ("r", "snapshot read"), ("t", "truncate")):
+        assert f"<b>{op}</b> {name}" in legend
+
+
+def test_a_failed_newest_run_without_a_failure_record_is_a_problem():
+    failed = {"run_id": "manual__1", "state": "failed"}
+    assert run_problem({"run_failure": None}, failed) == "its DAG's newest run 'manual__1' failed: see its log"
+    assert run_problem({"run_failure": {"state": "failing"}}, failed) is None  # the record says more
+    assert run_problem({"run_failure": None}, {"run_id": "x", "state": "success"}) is None
+    assert run_problem({"run_failure": None}, None) is None
 
 
 def test_a_warning_shows_in_the_problems_row_and_leaves_the_table_fresh():

@@ -24,6 +24,14 @@ class ConfigError(CdcLakeError, ValueError):
     table cannot run as configured. The message names the file or variable and the key."""
 
 
+class TriggerParamError(CdcLakeError, ValueError):
+    """A Param of a DAG run's trigger form does not fit the table: a replay start the form could
+    not check (a partition the topic does not have, an offset outside the topic's watermarks, a
+    time whose records retention deleted, a time still to come, both replay starts) or a recovery
+    switch without what it needs. The message is one line naming the Param and the values it
+    allows. A user-input error: the task fails at once and is not retried."""
+
+
 class _KafkaWhere(Protocol):
     """Anything naming a Kafka record: :class:`cdclake.model.envelope.KafkaCoordinates`."""
 

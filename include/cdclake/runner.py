@@ -90,6 +90,23 @@ class RunOutcome:
     seconds: dict[str, float]
 
 
+def summary_line(plan: RunPlan, result: ApplyResult, seconds: Mapping[str, float]) -> str:
+    """The one line that tells a run, the last its task logs: the table, the status, whether it
+    was a replay, the offset range (``partition: [start, end)``), the events by op, the records
+    quarantined, the keys changed, the snapshot id and ``seconds`` per phase.
+
+    Example: ``run of table inventory.products: committed; replay no; offsets {0: [0, 5), 1: [0, 6)};
+    16 event(s) {'c': 11, 'u': 4, 'd': 1}, 0 quarantined, 10 key(s) changed, snapshot 5408683576420572515;
+    seconds {'plan': 1.3, 'apply': 6.1}``.
+    """
+    offsets = ", ".join(f"{p}: [{plan.range.start[p]}, {plan.range.end[p]})" for p in sorted(plan.range.end))
+    return (
+        f"run of table {plan.table.identifier}: {result.status}; replay {'yes' if plan.replay else 'no'}; "
+        f"offsets {{{offsets}}}; {result.events} event(s) {result.ops or {}}, {result.quarantined} quarantined, "
+        f"{result.keys_changed} key(s) changed, snapshot {result.snapshot_id}; seconds {dict(seconds)}"
+    )
+
+
 def sync_schema(catalog: Catalog, kafka: KafkaClients, plan: RunPlan) -> RunPlan:
     """The schema sync phase: apply the table's schema changes up to ``plan``'s batch
     (:func:`cdclake.pipeline.schema_sync.sync_for_range`), logging each change and a cap.

@@ -1,4 +1,4 @@
-"""The environment of the local stack's Airflow (``airflow dags test``, ``airflow standalone``).
+"""The environment of the local stack's Airflow (``airflow dags test``, the UI of ``cdclake ui``).
 
 Airflow is configured entirely by environment variables derived from :class:`Settings`: its home
 and SQLite metadata DB under the state dir, the project's ``dags/`` and ``plugins/`` folders, and
@@ -18,6 +18,14 @@ the two connections the table DAGs use:
 * ``schema_registry`` (type ``http``), when ``CDCLAKE_SCHEMA_REGISTRY_URL`` is set: the schema
   registry of ``value_format: avro`` topics (the local chain's Apicurio Registry,
   :mod:`cdclake_dev.parts.registry`), its Confluent-compatible API URL as the host.
+
+The UI (``cdclake ui start``, ``make airflow-ui``; :func:`ui_processes`) runs Airflow's four
+processes (:class:`~cdclake_dev.parts.airflow.AirflowProcesses`) with :func:`ui_env`: the
+api-server on ``127.0.0.1:8080`` only, no log server (they listen on every interface; the
+api-server reads the log files), a login (user ``admin``, its password generated into
+``<airflow home>/simple_auth_manager_passwords.json.generated``), DAGs paused at creation, and
+Airflow's parallelism sized to the machine and the apply pool (:func:`airflow_parallelism`).
+``cdclake ui stop`` (``make airflow-stop``) stops every process group it started.
 """
 
 from __future__ import annotations
@@ -25,9 +33,16 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from cdclake.settings import PROJECT_ROOT, ConnectionIds, Settings
 from cdclake_dev.engine import engine_token
+
+if TYPE_CHECKING:
+    from cdclake_dev.parts.airflow import AirflowProcesses
+
+UI_PORT = 8080
+"""The loopback port of the local UI's api-server."""
 
 
 def airflow_env(settings: Settings, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -102,3 +117,49 @@ def airflow_env(settings: Settings, base: dict[str, str] | None = None) -> dict[
         }
     )
     return env
+
+
+def airflow_parallelism(settings: Settings, cpus: int | None = None) -> int:
+    """``[core] parallelism`` of the local UI: the apply pool's slots (each an apply on the shared
+    engine, which does the heavy work) plus one task per core for the light ones (plan, freshness
+    check, maintenance), instead of Airflow's default 32 task processes.
+
+    Args:
+        settings: its ``apply_pool_slots`` (``CDCLAKE_APPLY_POOL_SLOTS``).
+        cpus: the machine's cores; default: ``os.cpu_count()``.
+    """
+    return settings.apply_pool_slots + max(1, cpus if cpus is not None else os.cpu_count() or 1)
+
+
+def ui_env(settings: Settings, base: dict[str, str] | None = None) -> dict[str, str]:
+    """:func:`airflow_env` plus the local UI's settings (module docstring): a login, paused DAGs,
+    the parallelism of :func:`airflow_parallelism`, one api-server worker, DAG files parsed every
+    30 s by one process."""
+    env = airflow_env(settings, base)
+    env.update(
+        {
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+            "AIRFLOW__CORE__PARALLELISM": str(airflow_parallelism(settings)),
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
+        }
+    )
+    return env
+
+
+def ui_processes(settings: Settings) -> AirflowProcesses:
+    """The local UI's Airflow processes: :func:`ui_env`, the api-server on ``127.0.0.1:``
+    :data:`UI_PORT`, no log servers; pid files and logs in ``<airflow home>/ui``."""
+    from cdclake_dev.parts.airflow import AirflowProcesses
+
+    return AirflowProcesses(ui_env(settings), settings.airflow_home / "ui", UI_PORT, cwd=PROJECT_ROOT, serve_logs=False)
+
+
+def password_file(settings: Settings) -> str:
+    """Where the api-server's simple auth manager writes the generated password of ``admin``."""
+    return str(settings.airflow_home / "simple_auth_manager_passwords.json.generated")

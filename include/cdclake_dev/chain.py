@@ -542,53 +542,90 @@ def add_avro_connector(
     overrides: Mapping[str, str] | None = None,
     timeout_s: float = 60.0,
 ) -> str:
-    """Add a second Debezium connector to the running Connect worker of ``settings``, on the same
-    MariaDB as the first, writing Avro (:func:`avro_converter_config`) through the registry of
-    ``registry_url``: the config of :data:`CONNECTOR_CONFIG` for ``tables`` only
-    (``table.include.list``), under ``topic_prefix`` (default ``<settings.topic_prefix>_avro``),
-    with its own client server id (:data:`AVRO_SERVER_ID`), schema history topic and notification
-    topic, and the signal table as its only signal channel. One source table then feeds a JSON
-    topic ``<prefix>.inventory.<table>`` and an Avro topic ``<topic_prefix>.inventory.<table>``;
-    its schema-change topic (``<topic_prefix>``) and notifications are Avro too. A standalone
-    worker forgets the connector when it stops; :func:`remove_connector` removes it before.
-
-    Returns once it streams (its initial snapshot's last notification, decoded through the
-    registry, is on ``<topic_prefix>.notifications``): the snapshot's reads of ``tables`` are on
-    their topics, later writes reach it as change events.
-
-    Args:
-        settings: the chain's settings (Connect port, broker).
-        registry_url: the registry's Confluent-compatible API (Apicurio's ``.../apis/ccompat/v7``).
-        tables: ``<database>.<table>`` names, e.g. ``["inventory.orders"]``.
-        name: the connector's name.
-        topic_prefix: its ``topic.prefix``.
-        overrides: connector settings set last (e.g. ``field.name.adjustment.mode=avro``).
-        timeout_s: how long to wait for it to stream.
+    """:func:`add_table_connector` writing Avro (:func:`avro_converter_config`) through the
+    registry of ``registry_url`` (Apicurio's ``.../apis/ccompat/v7``), under ``topic_prefix``
+    (default ``<settings.topic_prefix>_avro``), with the client server id :data:`AVRO_SERVER_ID`
+    unless ``overrides`` sets another. Its schema-change topic (``<topic_prefix>``) and
+    notifications are Avro too; it streams once its initial snapshot's last notification, decoded
+    through the registry, is on ``<topic_prefix>.notifications``.
 
     Raises:
         ValueError: no table, or ``registry_url`` is not an Apicurio ccompat URL.
+        RuntimeError: the connector did not stream within ``timeout_s`` seconds (names its status).
+    """
+    return add_table_connector(
+        settings,
+        tables,
+        name=name,
+        topic_prefix=topic_prefix or f"{settings.topic_prefix}_avro",
+        overrides={"database.server.id": AVRO_SERVER_ID, **(overrides or {})},
+        registry_url=registry_url,
+        timeout_s=timeout_s,
+    )
+
+
+def add_table_connector(
+    settings: Settings,
+    tables: Sequence[str],
+    *,
+    name: str,
+    topic_prefix: str,
+    overrides: Mapping[str, str],
+    registry_url: str | None = None,
+    timeout_s: float = 60.0,
+) -> str:
+    """Add another Debezium connector to the running Connect worker of ``settings``, on the same
+    MariaDB as the first: the config of :data:`CONNECTOR_CONFIG` for ``tables`` only
+    (``table.include.list``), under ``topic_prefix``, with its own schema history topic and
+    notification topic and the signal table as its only signal channel; JSON as the first writes,
+    or with ``registry_url`` Avro (:func:`avro_converter_config`). One source table then feeds a
+    topic ``<prefix>.inventory.<table>`` per connector. A standalone worker forgets the connector
+    when it stops; :func:`remove_connector` removes it before.
+
+    Returns once it streams (its initial snapshot's last notification is on
+    ``<topic_prefix>.notifications``): the snapshot's reads of ``tables`` are on their topics,
+    later writes reach it as change events.
+
+    Args:
+        settings: the chain's settings (Connect port, broker).
+        tables: ``<database>.<table>`` names, e.g. ``["inventory.orders"]``.
+        name: the connector's name.
+        topic_prefix: its ``topic.prefix``.
+        overrides: connector settings set last; ``database.server.id`` (a binlog client id no
+            other connector of the worker uses) is required.
+        registry_url: the schema registry's Confluent-compatible API; ``None``: JSON.
+        timeout_s: how long to wait for it to stream.
+
+    Raises:
+        ValueError: no table, no ``database.server.id`` in ``overrides``, or ``registry_url`` is
+            not an Apicurio ccompat URL.
         RuntimeError: the connector did not stream within ``timeout_s`` seconds (names its status).
     """
     from cdclake.io.kafka import KafkaClients
     from cdclake.io.registry import SchemaRegistry
 
     if not tables:
-        raise ValueError("add_avro_connector needs at least one table")
-    prefix = topic_prefix or f"{settings.topic_prefix}_avro"
-    config = _beside_config(prefix, AVRO_SERVER_ID)
-    # JsonConverter settings
-    for key in (
-        "key.converter.schemas.enable",
-        "value.converter.schemas.enable",
-        "value.converter.replace.null.with.default",
-    ):
-        config.pop(key)
-    config.update({"table.include.list": ",".join(tables), **avro_converter_config(registry_url), **(overrides or {})})
+        raise ValueError(f"connector {name!r} needs at least one table")
+    if "database.server.id" not in overrides:
+        raise ValueError(f"connector {name!r} needs a database.server.id of its own")
+    config = _beside_config(topic_prefix, overrides["database.server.id"])
+    registry = None
+    if registry_url is not None:
+        # JsonConverter settings
+        for key in (
+            "key.converter.schemas.enable",
+            "value.converter.schemas.enable",
+            "value.converter.replace.null.with.default",
+        ):
+            config.pop(key)
+        config.update(avro_converter_config(registry_url))
+        registry = SchemaRegistry({"url": registry_url}, origin=f"connector {name!r}")
+    config.update({"table.include.list": ",".join(tables), **overrides})
     _connect_api(settings, "/connectors", "POST", {"name": name, "config": config})
-    registry = SchemaRegistry({"url": registry_url}, origin=f"connector {name!r}")
     kafka = KafkaClients.from_bootstrap(settings.kafka_bootstrap, registry)
-    _wait_streaming(settings, name, kafka, f"{prefix}.notifications", timeout_s)
-    return f"connector {name!r} streams {', '.join(tables)} as Avro into {prefix}.* (registry {registry_url})"
+    _wait_streaming(settings, name, kafka, f"{topic_prefix}.notifications", timeout_s)
+    written = f"as Avro into {topic_prefix}.* (registry {registry_url})" if registry_url else f"into {topic_prefix}.*"
+    return f"connector {name!r} streams {', '.join(tables)} {written}"
 
 
 def remove_connector(settings: Settings, name: str) -> str:

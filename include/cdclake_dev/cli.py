@@ -1,24 +1,14 @@
 """``cdclake``: what a data engineer does by hand on the local stack.
 
-cdclake stack start|stop|status     the local stack: Kafka broker (KRaft) and Spark Connect engine
-cdclake engine start|stop|status    the shared Spark Connect server the apply tasks use
-cdclake chain start|stop|status     the real source chain: Kafka + MariaDB + Kafka Connect/Debezium
-cdclake chain start --registry      ... and the schema registry Avro connectors write to
-cdclake load FILE --table NAME      put a captured Debezium event file into the table's topic
-cdclake run NAME                    run the table's DAG once (airflow dags test)
-cdclake run NAME --replay-from-offsets '{"0": 120}'   a manual replay (also from the UI form)
-cdclake quarantine list|release NAME  records the table's runs could not apply
-cdclake show NAME                   the Iceberg table: schema, rows, snapshot summary
-cdclake status [--json] [NAME ...]  per table: lag, last commit, events 24 h, quarantine, reconcile
-cdclake maintain [NAME ...] [--dry-run]  run cdc_maintenance once: compaction, snapshot expiry
-cdclake airflow ARGS...             the airflow CLI with the local stack's environment
-cdclake demo                        load the bundled fixtures, run both DAGs, show the tables
-cdclake demo --avro                 the real chain with Avro and a schema registry, end to end
+One subcommand per task, each built by :func:`build_parser` (``cdclake --help`` lists them all,
+once; ``cdclake COMMAND --help`` gives a command's options). ``cdclake ui start|stop|status``
+runs the Airflow UI on loopback (:mod:`cdclake_dev.airflow_env`).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -52,6 +42,7 @@ def cmd_stack(args: argparse.Namespace) -> int:
         if with_engine:
             print(engine.start_engine(settings))
     elif args.action == "stop":
+        print(_stop_ui(settings))
         if with_engine:
             print(engine.stop_engine(settings))
         print(_stop_registry(settings))
@@ -140,13 +131,31 @@ def cmd_chain(args: argparse.Namespace) -> int:
 
 
 def cmd_load(args: argparse.Namespace) -> int:
+    """Produce a captured file's events into the table's topic; a file that cannot be loaded is one
+    line naming the file and the line of the event (nothing produced), a broker that does not
+    answer one line with the remedy."""
+    from confluent_kafka import KafkaException
+
+    from cdclake.errors import CdcLakeError
     from cdclake.io.events import load_events
     from cdclake.io.kafka import KafkaClients
     from cdclake.model.config import load_tables
 
     settings = _settings()
-    cfg = load_tables(settings.tables_config).get(args.table)
-    counts = load_events(Path(args.file), cfg, KafkaClients.from_settings(settings), partitions=args.partitions)
+    kafka = KafkaClients.from_settings(settings)
+    try:
+        cfg = load_tables(settings.tables_config).get(args.table)
+        counts = load_events(Path(args.file), cfg, kafka, partitions=args.partitions)
+    except (CdcLakeError, ValueError, OSError) as e:  # the file, its events or the table name
+        print(f"cdclake load: {e}", file=sys.stderr)
+        return 2
+    except KafkaException as e:
+        print(
+            f"cdclake load: Kafka at {kafka.bootstrap} did not answer ({e.args[0].str() if e.args else e}): "
+            "start the local stack's broker with `make stack-start`",
+            file=sys.stderr,
+        )
+        return 3
     total = sum(counts.values())
     print(
         f"loaded {total} event(s) from {args.file} into {cfg.topic!r}: "
@@ -188,7 +197,6 @@ def ensure_airflow_db(settings: Settings) -> None:
 def run_table_dag(name: str, settings: Settings | None = None, conf: dict | None = None) -> int:
     """Run ``cdc_<name>`` once with ``airflow dags test`` (``conf``: the trigger form's Params);
     returns 0 when the run succeeded."""
-    import json
 
     from cdclake.model.config import load_tables
 
@@ -197,15 +205,50 @@ def run_table_dag(name: str, settings: Settings | None = None, conf: dict | None
     ensure_airflow_db(settings)
     if (cfg.engine or settings.engine) == "connect":
         engine.start_engine(settings)  # quick when it runs
-    argv = ["dags", "test", cfg.dag_id] + (["--conf", json.dumps(conf)] if conf else [])
+    return _dags_test(cfg.dag_id, conf, settings)
+
+
+def failure_cause(output: str) -> str | None:
+    """The exception a failed task raised, from ``airflow dags test`` output: the exception line
+    (``ValueError: ...``) of the last traceback and the lines of its message up to the next log
+    line (at most :data:`CAUSE_LINES`); ``None`` when the output holds no traceback."""
+    lines = output.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last):")]
+    if not starts:
+        return None
+    cause: list[str] = []
+    for line in lines[starts[-1] + 1 :]:
+        if not cause:
+            if line and not line[0].isspace():  # the frames are indented; the exception line is not
+                cause.append(line)
+            continue
+        if not line.strip() or _LOG_LINE.match(line) or len(cause) >= CAUSE_LINES:
+            break
+        cause.append(line)
+    return "\n".join(cause) or None
+
+
+CAUSE_LINES = 12
+"""The most lines of an exception message :func:`failure_cause` keeps."""
+_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\dT")  # a log line of Airflow's (ISO 8601 time first)
+
+
+def _dags_test(dag_id: str, conf: dict | None, settings: Settings) -> int:
+    """``airflow dags test DAG_ID [--conf JSON]``: its output, and when the run did not succeed, a
+    last line saying so with the cause (:func:`failure_cause`). Returns 0 when it succeeded."""
+    import json
+
+    argv = ["dags", "test", dag_id] + (["--conf", json.dumps(conf)] if conf else [])
     proc = run_airflow(argv, settings, capture_output=True, text=True)
     sys.stdout.write(proc.stdout[-20000:])
     sys.stderr.write(proc.stderr[-20000:])
-    ok = proc.returncode == 0 and "state=success" in (proc.stdout + proc.stderr).replace(" ", "")
-    if not ok:
-        print(f"DAG {cfg.dag_id} did not succeed (exit code {proc.returncode})", file=sys.stderr)
-        return proc.returncode or 1
-    return 0
+    output = proc.stdout + proc.stderr
+    if proc.returncode == 0 and "state=success" in output.replace(" ", ""):
+        return 0
+    cause = failure_cause(output) or "see the log above"
+    sys.stdout.flush()
+    print(f"DAG {dag_id} did not succeed (exit code {proc.returncode}); the cause:\n{cause}", file=sys.stderr)
+    return proc.returncode or 1
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -228,7 +271,6 @@ def run_maintenance(
     Raises:
         ConfigError: a table or action name that is not known (names the known ones).
     """
-    import json
 
     from cdclake.model.config import load_tables
     from cdclake.model.maintenance import check_actions
@@ -240,16 +282,7 @@ def run_maintenance(
     ensure_airflow_db(settings)
     if settings.engine == "connect":
         engine.start_engine(settings)  # quick when it runs
-    conf = {"tables": tables, "actions": chosen, "dry_run": dry_run}
-    proc = run_airflow(
-        ["dags", "test", "cdc_maintenance", "--conf", json.dumps(conf)], settings, capture_output=True, text=True
-    )
-    sys.stdout.write(proc.stdout[-20000:])
-    sys.stderr.write(proc.stderr[-20000:])
-    if proc.returncode != 0 or "state=success" not in (proc.stdout + proc.stderr).replace(" ", ""):
-        print(f"cdc_maintenance did not succeed (exit code {proc.returncode})", file=sys.stderr)
-        return proc.returncode or 1
-    return 0
+    return _dags_test("cdc_maintenance", {"tables": tables, "actions": chosen, "dry_run": dry_run}, settings)
 
 
 def cmd_maintain(args: argparse.Namespace) -> int:
@@ -351,18 +384,52 @@ def cmd_status(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"cdclake status: {e}", file=sys.stderr)
         return 2
-    statuses = status_of_tables(
-        load_catalog(settings),
-        KafkaClients.from_settings(settings),
-        tables,
-        freshness_minutes=args.freshness_minutes,
-    )
+    kafka = KafkaClients.from_settings(settings)
+    statuses = status_of_tables(load_catalog(settings), kafka, tables, freshness_minutes=args.freshness_minutes)
     if args.json:
         print(json.dumps([s.model_dump(mode="json") for s in statuses], indent=2))
     else:
         with_fresh = args.freshness_minutes is not None or any(t.freshness_minutes for t in tables)
         sys.stdout.write(format_status_table(statuses, with_fresh=with_fresh))
+    if statuses and all(s.topic_exists is None for s in statuses):  # asked, and Kafka did not answer
+        print(
+            "cdclake status: start the local stack's Kafka broker with `make stack-start` "
+            "(or point CDCLAKE_KAFKA_BOOTSTRAP at a running one)",
+            file=sys.stderr,
+        )
+        return 3
     return 0
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    """The local Airflow UI (:func:`cdclake_dev.airflow_env.ui_processes`): start, stop, status."""
+    from cdclake_dev.airflow_env import password_file, ui_processes
+
+    settings = _settings()
+    if args.action == "stop":
+        print(_stop_ui(settings))
+        return 0
+    airflow = ui_processes(settings)
+    if args.action == "status":
+        states = {name: "running" if d.running() else "not running" for name, d in airflow.procs.items()}
+        print(f"Airflow UI on {airflow.base}: " + ", ".join(f"{name} {state}" for name, state in states.items()))
+        return 0 if all(d.running() for d in airflow.procs.values()) else 3
+    ensure_airflow_db(settings)
+    took = airflow.start()
+    print(
+        f"Airflow UI on {airflow.base} (127.0.0.1 only; ready in {took:.0f} s): user admin, its password in "
+        f"{password_file(settings)}; logs in {airflow.logs}; stop it with `make airflow-stop` (cdclake ui stop)"
+    )
+    return 0
+
+
+def _stop_ui(settings: Settings) -> str:
+    """Stop the local UI's Airflow processes, each with its process group (task processes too)."""
+    from cdclake_dev.airflow_env import ui_processes
+
+    airflow = ui_processes(settings)
+    pids = [pid for pid in airflow.stop() if pid is not None]
+    return f"Airflow UI stopped (pids {pids})" if pids else "Airflow UI not running"
 
 
 def cmd_airflow(args: argparse.Namespace) -> int:
@@ -459,11 +526,10 @@ def _run_quiet(name: str, settings: Settings) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cdclake",
-        description="Batch CDC lakehouse: Debezium events in Kafka -> Airflow + PySpark -> Iceberg.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__,
+        description="Batch CDC lakehouse: Debezium events in Kafka -> Airflow + PySpark -> Iceberg. "
+        "What a data engineer does by hand on the local stack; `cdclake COMMAND --help` for a command's options.",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
 
     p = sub.add_parser("stack", help="start, stop or check the local stack (Kafka broker, Spark Connect engine)")
     p.add_argument("action", choices=["start", "stop", "status"])
@@ -539,9 +605,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser(
+        "ui",
+        help="start, stop or check the Airflow UI on http://127.0.0.1:8080 (Airflow's processes, loopback only)",
+    )
+    p.add_argument("action", choices=["start", "stop", "status"])
+    p.set_defaults(func=cmd_ui)
+
+    p = sub.add_parser(
         "airflow",
         help="the airflow CLI with the local stack's environment",
-        description="e.g. `cdclake airflow standalone` for the UI",
+        description="e.g. `cdclake airflow dags list`; the UI is `cdclake ui start`",
     )
     p.add_argument("airflow_args", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_airflow)
@@ -571,6 +644,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import logging
+
+    from cdclake.io.kafka import LIBRDKAFKA_LOGGER
+
+    # librdkafka's own log (a line per failed connection attempt) stays out of the commands'
+    # output: what went wrong reaches the command as an exception or a status
+    librdkafka = logging.getLogger(LIBRDKAFKA_LOGGER)
+    librdkafka.addHandler(logging.NullHandler())
+    librdkafka.propagate = False
     args = build_parser().parse_args(argv)
     return args.func(args)
 

@@ -41,7 +41,8 @@ def show_table(name: str, *, limit: int, metadata_columns: bool, settings: Setti
         with pd.option_context(
             "display.float_format", lambda v: repr(float(v)), "display.max_colwidth", 80, "display.width", 200
         ):
-            out.append(arrow.slice(0, limit).to_pandas().to_string(index=False))
+            # integer columns with nulls stay integers (pandas would make them floats: 7 -> 7.0)
+            out.append(arrow.slice(0, limit).to_pandas(integer_object_nulls=True).to_string(index=False))
     else:
         out.append("")
     return "\n".join(out) + "\n"
@@ -49,7 +50,9 @@ def show_table(name: str, *, limit: int, metadata_columns: bool, settings: Setti
 
 def format_status_table(statuses: list[Any], *, with_fresh: bool = False) -> str:
     """:class:`~cdclake.pipeline.status.TableStatus` list as a terminal table, one row per table,
-    then each table's problems and warnings."""
+    then the problems and warnings: a problem every table has (Kafka did not answer) once, as
+    ``all tables: ...``, the others per table. Lag time reads ``caught up`` when nothing waits in
+    the topic; a last commit that was a manual replay is marked ``(replay)``."""
     from cdclake.model.status import format_duration
 
     def reconcile(st: Any) -> str:
@@ -77,8 +80,10 @@ def format_status_table(statuses: list[Any], *, with_fresh: bool = False) -> str
         row = [
             st.name if st.table_exists else f"{st.name} (no table)",
             "-" if st.lag_events is None else str(st.lag_events),
-            format_duration(st.lag_ms),
-            "never" if st.last_commit is None else f"{format_duration(st.last_commit.age_ms)} ago",
+            "caught up" if st.caught_up else format_duration(st.lag_ms),
+            "never"
+            if st.last_commit is None
+            else f"{format_duration(st.last_commit.age_ms)} ago{' (replay)' if st.last_commit.replay else ''}",
             "-" if st.last_commit is None else str(st.last_commit.snapshot_id),
             str(st.activity_24h.events),
             str(st.open_quarantine),
@@ -99,7 +104,9 @@ def format_status_table(statuses: list[Any], *, with_fresh: bool = False) -> str
         for r in rows
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    shared = set.intersection(*(set(st.problems) for st in statuses)) if len(statuses) > 1 else set()
+    lines.extend(f"all tables: {problem}" for problem in statuses[0].problems if problem in shared)
     for st in statuses:
-        lines.extend(f"{st.name}: {problem}" for problem in st.problems)
+        lines.extend(f"{st.name}: {problem}" for problem in st.problems if problem not in shared)
         lines.extend(f"{st.name}: warning: {warning}" for warning in st.warnings)
     return "\n".join(lines) + "\n"

@@ -101,10 +101,12 @@ def _ms(value: datetime | None) -> int | None:
 def last_runs(session: "Session", dag_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
     """The newest DAG run (greatest ``run_after``, then id) of each DAG of ``dag_ids``, from the
     Airflow metadata DB: ``{dag_id: {"run_id", "state", "run_type", "run_after_ms",
-    "start_date_ms", "end_date_ms"}}`` (epoch ms or ``None``); DAGs without a run are left out.
-    One query."""
+    "start_date_ms", "end_date_ms"}}`` (epoch ms or ``None``; each also as ``<x>_iso``, ISO 8601
+    in UTC); DAGs without a run are left out. One query."""
     from airflow.models.dagrun import DagRun
     from sqlalchemy import func, select
+
+    from cdclake.model.status import iso_time
 
     if not dag_ids:
         return {}
@@ -115,17 +117,27 @@ def last_runs(session: "Session", dag_ids: Sequence[str]) -> dict[str, dict[str,
     )
     ranked = select(DagRun.id, rank).where(DagRun.dag_id.in_(list(dag_ids))).subquery()
     runs = session.scalars(select(DagRun).join(ranked, DagRun.id == ranked.c.id).where(ranked.c.rank == 1))
-    return {
-        run.dag_id: {
+    out: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        times = {"run_after": _ms(run.run_after), "start_date": _ms(run.start_date), "end_date": _ms(run.end_date)}
+        out[run.dag_id] = {
             "run_id": run.run_id,
             "state": None if run.state is None else str(run.state),
             "run_type": None if run.run_type is None else str(run.run_type),
-            "run_after_ms": _ms(run.run_after),
-            "start_date_ms": _ms(run.start_date),
-            "end_date_ms": _ms(run.end_date),
+            **{f"{name}_ms": ms for name, ms in times.items()},
+            **{f"{name}_iso": iso_time(ms) for name, ms in times.items()},
         }
-        for run in runs
-    }
+    return out
+
+
+def run_problem(status: Mapping[str, Any], run: Mapping[str, Any] | None) -> str | None:
+    """A problem sentence when the DAG's newest run failed and the table holds no record of its
+    failed tries (:attr:`~cdclake.model.status.TableStatus.run_failure`: the DAG's callbacks
+    write it on the Iceberg table, so a run failing before the table exists leaves none);
+    ``None`` otherwise."""
+    if run is None or run.get("state") != "failed" or status.get("run_failure"):
+        return None
+    return f"its DAG's newest run {run['run_id']!r} failed: see its log"
 
 
 def tables_payload(user: Any, session: "Session", freshness_minutes: int | None = None) -> dict[str, Any]:
@@ -133,12 +145,15 @@ def tables_payload(user: Any, session: "Session", freshness_minutes: int | None 
 
     ``tables`` holds, for each configured table ``user`` may read (config order),
     :class:`~cdclake.model.status.TableStatus` as JSON (``model_dump(mode="json")``: its
-    units, epoch ms and durations in ms) plus ``dag_id`` and ``last_run`` (:func:`last_runs`,
-    ``None`` when the DAG never ran). ``kafka`` names where the Kafka client config came from
+    units, epoch ms and durations in ms, times also in ISO 8601, snapshot ids as strings) plus
+    ``dag_id`` and ``last_run`` (:func:`last_runs`, ``None`` when the DAG never ran); a newest run
+    that failed with no record of it on the table is one more problem (:func:`run_problem`), and
+    such a table is not fresh. ``kafka`` names where the Kafka client config came from
     (:func:`kafka_for_request`). Freshness: ``freshness_minutes`` for every table when given,
     else each table's ``freshness_minutes`` of the table config (unset: not judged).
     """
     from cdclake.model.config import load_tables
+    from cdclake.model.status import iso_time
     from cdclake.pipeline.status import status_of_tables
     from cdclake_airflow.hooks import CdcLakeHook
 
@@ -149,14 +164,15 @@ def tables_payload(user: Any, session: "Session", freshness_minutes: int | None 
     # None: each table's freshness_minutes of the table config
     statuses = status_of_tables(hook.catalog, kafka, tables, now_ms=now_ms, freshness_minutes=freshness_minutes)
     runs = last_runs(session, [t.dag_id for t in tables])
-    return {
-        "checked_at_ms": now_ms,
-        "kafka": kafka_source,
-        "tables": [
-            {**st.model_dump(mode="json"), "dag_id": cfg.dag_id, "last_run": runs.get(cfg.dag_id)}
-            for cfg, st in zip(tables, statuses, strict=True)
-        ],
-    }
+    rows = []
+    for cfg, st in zip(tables, statuses, strict=True):
+        row = {**st.model_dump(mode="json"), "dag_id": cfg.dag_id, "last_run": runs.get(cfg.dag_id)}
+        problem = run_problem(row, row["last_run"])
+        if problem is not None:
+            row["problems"] = [*row["problems"], problem]
+            row["fresh"] = False if row["fresh"] is not None else None
+        rows.append(row)
+    return {"checked_at_ms": now_ms, "checked_at_iso": iso_time(now_ms), "kafka": kafka_source, "tables": rows}
 
 
 # --- the page -------------------------------------------------------------------------------------
@@ -220,6 +236,7 @@ def hourly_svg(events_per_hour: Sequence[int]) -> str:
 
 
 OP_NAMES = {"c": "create", "u": "update", "d": "delete", "r": "snapshot read", "t": "truncate"}
+"""Debezium's ``op`` codes (Debezium's MySQL connector documentation, "Data change events")."""
 OP_ORDER = ("c", "u", "d", "r", "t")
 
 
@@ -269,6 +286,34 @@ def _last_run(row: Mapping[str, Any]) -> str:
     )
 
 
+def _lag_time(row: Mapping[str, Any]) -> str:
+    if row.get("caught_up"):  # nothing pending: the newest event's age is the source's quiet time
+        age = format_duration(row.get("last_event_age_ms"))
+        return f'<span class="caught-up" title="every record of the topic applied; newest event {_e(age)} old">caught up</span>'
+    return f'<span title="from {_e(row.get("lag_basis") or "-")}">{_e(format_duration(row.get("lag_ms")))}</span>'
+
+
+def _last_commit(row: Mapping[str, Any]) -> str:
+    commit = row.get("last_commit")
+    if commit is None:
+        return '<span class="muted">never</span>'
+    replay = ' <span class="badge replay" title="a manual replay of records applied before">replay</span>'
+    return (
+        f"{_e(format_duration(commit['age_ms']))} ago{replay if commit.get('replay') else ''}"
+        f'<div class="sub when">{_e(format_time(commit["committed_at_ms"]))}</div>'
+        f'<div class="sub">snapshot <span class="snapshot-id">{_e(commit["snapshot_id"])}</span></div>'
+    )
+
+
+def _hourly(row: Mapping[str, Any]) -> str:
+    activity = row.get("activity_24h") or {}
+    counts = f"{_plural(activity.get('events', 0), 'event')}, {_plural(activity.get('commits', 0), 'commit')}"
+    replays = int(activity.get("replays") or 0)
+    if replays:  # records read again: not new source activity, so not in the plot or the counts
+        counts += f'<div class="replays">{_plural(replays, "replay")} ({_plural(activity.get("replay_events", 0), "event")}) not counted</div>'
+    return f'{hourly_svg(row.get("events_per_hour") or [])}<div class="sub">{counts}</div>'
+
+
 def _reconcile(row: Mapping[str, Any]) -> str:
     rec = row.get("last_reconcile")
     if not rec:
@@ -297,7 +342,6 @@ COLUMNS = (
 
 def _row(row: Mapping[str, Any]) -> str:
     name = str(row["name"])
-    commit = row.get("last_commit")
     snap = row.get("snapshot_in_progress")
     activity = row.get("activity_24h") or {}
     lag_events = row.get("lag_events")
@@ -305,13 +349,10 @@ def _row(row: Mapping[str, Any]) -> str:
         "table": f'<div class="name">{_e(name)}</div><div class="sub">{_e(row["identifier"])} &larr; {_e(row["topic"])}</div>',
         "fresh": _fresh(row),
         "lag-events": "-" if lag_events is None else _e(int(lag_events)),
-        "lag-time": f'<span title="from {_e(row.get("lag_basis") or "-")}">{_e(format_duration(row.get("lag_ms")))}</span>',
-        "last-commit": '<span class="muted">never</span>'
-        if commit is None
-        else f'{_e(format_duration(commit["age_ms"]))} ago<div class="sub when">{_e(format_time(commit["committed_at_ms"]))}</div>'
-        f'<div class="sub">snapshot <span class="snapshot-id">{_e(commit["snapshot_id"])}</span></div>',
+        "lag-time": _lag_time(row),
+        "last-commit": _last_commit(row),
         "last-run": _last_run(row),
-        "hourly": f'{hourly_svg(row.get("events_per_hour") or [])}<div class="sub">{_plural(activity.get("events", 0), "event")}, {_plural(activity.get("commits", 0), "commit")}</div>',
+        "hourly": _hourly(row),
         "ops": _ops(activity.get("ops") or {}),
         "quarantine": _e(int(row.get("open_quarantine") or 0)),
         "schema": "-"
@@ -351,9 +392,20 @@ svg.hourly .bar{fill:#4299e1}svg.hourly .axis{stroke:#cbd5e0;stroke-width:1}
 .op{display:inline-block;background:#edf2f7;border-radius:4px;padding:0 4px;margin:0 2px 2px 0;font-size:12px}
 tr.problems td{border-bottom:1px solid #e2e8f0;background:#fffaf0;color:#9c4221;padding-top:0}
 tr.problems ul{margin:4px 0;padding-left:20px}
+.replay{background:#e9d8fd;color:#44337a;font-size:11px}.legend{color:#718096;margin-top:8px}
 @media (prefers-color-scheme: dark){body{background:#1a202c;color:#e2e8f0}th{color:#a0aec0}
 th,td{border-color:#2d3748}.op{background:#2d3748}tr.problems td{background:#3b2f1e;color:#fbd38d}}
 """
+
+
+def _legend() -> str:
+    ops = "; ".join(f"<b>{_e(op)}</b> {_e(OP_NAMES[op])}" for op in OP_ORDER)
+    return (
+        f'<div class="legend" id="legend">by op: the Debezium op of the events applied: {ops}. '
+        "Events per hour and by op count new source events only: a manual replay reads records applied "
+        "before and is counted apart. Lag time: how far the newest event applied is behind now while "
+        "events wait in the topic; <i>caught up</i> when none waits.</div>"
+    )
 
 
 def render_page(payload: Mapping[str, Any]) -> str:
@@ -375,6 +427,7 @@ def render_page(payload: Mapping[str, Any]) -> str:
         f'<div class="meta">checked {_e(format_time(payload["checked_at_ms"]))}; Kafka: {_e(payload["kafka"])}; '
         f'reloads every {REFRESH_SECONDS} s; <a href="api/tables">JSON</a></div>'
         f'<div class="scroll"><table id="cdc-tables"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+        f"{_legend()}"
         "</body></html>\n"
     )
 

@@ -1,6 +1,8 @@
-"""What the DAGs over many tables (``cdc_snapshot_bootstrap``, ``cdc_reconcile``,
-``cdc_maintenance``, ``cdc_freshness``) share: their DAG settings, the ``tables`` Param of their
-trigger form and the task that checks it (:func:`cdclake.model.selection.select_tables`)."""
+"""The Params of the trigger forms. What the DAGs over many tables (``cdc_snapshot_bootstrap``,
+``cdc_reconcile``, ``cdc_maintenance``, ``cdc_freshness``) share: their DAG settings, the ``tables``
+Param of their trigger form and the task that checks it
+(:func:`cdclake.model.selection.select_tables`). The replay Params of a table DAG
+(:func:`replay_params`)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,12 @@ if TYPE_CHECKING:
     from cdclake.model.config import TableConfig
 
 OWNER = "data-platform"
+RECOVERY_SECTION = "Recovery (only when an error names it)"
+"""The trigger form's section of the recovery switches: collapsed, apart from the everyday Params."""
+RUN_TYPES = ("scheduled", "manual", "operator_triggered", "asset_triggered", "asset_materialization")
+"""The DAG run types a table DAG allows: every one but Airflow's Backfill (``backfill``), whose runs,
+one per logical date of a range, would each apply from the committed offsets, or each replay the
+same range again when given a replay start."""
 START_DATE = datetime(2026, 1, 1)
 
 
@@ -89,3 +97,58 @@ def select_tables_task(tables: list[TableConfig], among: str = "in the table con
     return task(task_id="select_tables")(
         lambda **ctx: [t.name for t in select_tables(tables, ctx["params"]["tables"], among=among)]
     )()
+
+
+def replay_params(schedule: str | None) -> dict[str, Any]:
+    """The trigger form of a table DAG (``schedule``: its schedule, as the form says it): where a
+    replay starts (``replay_from_offsets`` or ``replay_from_timestamp``, JSON schema of
+    :mod:`cdclake.model.replay`: the form and Airflow's REST API refuse what does not fit), and
+    the recovery switch ``accept_source_change`` in the collapsed :data:`RECOVERY_SECTION`. None
+    is required: the form left empty is an ordinary run."""
+    from airflow.sdk import Param
+
+    from cdclake.model.replay import (
+        ACCEPT_PARAM,
+        OFFSETS_PARAM,
+        OFFSETS_SCHEMA,
+        TIMESTAMP_PARAM,
+        TIMESTAMP_SCHEMA,
+    )
+
+    runs = f"on its schedule ({schedule})" if schedule else "when triggered (it has no schedule)"
+    return {
+        OFFSETS_PARAM: Param(
+            None,
+            title="Replay from offsets",
+            description=(
+                "Replay: this one run starts at these offsets instead of the table's committed offsets and "
+                'ends at the topic\'s end. A JSON object of partition to offset, e.g. {"0": 120, "1": 98}; '
+                "partitions not named start at their earliest offset. Empty: an ordinary run. Airflow's "
+                'Backfill is refused for this DAG (one replay is one triggered run). "Unpause on trigger" '
+                f"unpauses the DAG: this run starts, and the table then runs {runs} until paused again; a "
+                "run triggered while the DAG stays paused waits, queued, until it is unpaused."
+            ),
+            **OFFSETS_SCHEMA,
+        ),
+        TIMESTAMP_PARAM: Param(
+            None,
+            title="Replay from timestamp",
+            description=(
+                "Replay: this one run starts at the first records at or after this time (ISO 8601, e.g. "
+                "2026-11-20T08:00:00Z; UTC when it names no offset), found with Kafka's offsets-for-times. "
+                "Give offsets or a time, not both."
+            ),
+            **TIMESTAMP_SCHEMA,
+        ),
+        ACCEPT_PARAM: Param(
+            False,
+            type=["boolean", "null"],
+            title="Accept a new binlog history",
+            section=RECOVERY_SECTION,
+            description=(
+                "Only when a run stopped on a binlog-history change (failover, RESET MASTER) and its "
+                "error says so, together with the replay_from_offsets it names: the table drops the "
+                "old history's positions and converges at the next full snapshot (docs/operations.md)."
+            ),
+        ),
+    }

@@ -4,11 +4,13 @@
   syncs the schema, applies in a new session of the shared Spark Connect server (connection
   ``spark_connect_default``) and publishes, one phase after the other in one process
   (:func:`cdclake.runner.run_once`): a run costs its events, not four task start-ups. With
-  nothing new it is *skipped*. Its log ends with one line telling the run: range, events by op,
-  quarantined, keys changed, snapshot, seconds per phase.
+  nothing new it is *skipped*. Its log ends with one line telling the run
+  (:func:`cdclake.runner.summary_line`: replay or not, offset range, events by op, quarantined,
+  keys changed, snapshot, seconds per phase); only Airflow's own closing lines follow.
 * ``submit``: ``plan -> schema_sync -> apply -> publish``, where ``apply`` is
   ``spark_jobs/apply_cdc.py`` through ``SparkSubmitOperator`` (connection ``spark_default``), for
-  clusters reached through ``spark-submit`` (YARN, Kubernetes, standalone).
+  clusters reached through ``spark-submit`` (YARN, Kubernetes, standalone). The same line ends
+  the ``publish`` task's log.
 
 The tasks take their connections from :class:`cdclake_airflow.hooks.CdcLakeHook` when they run.
 
@@ -30,10 +32,16 @@ The phases, whichever the shape:
 
 Table upkeep (compaction, snapshot expiry, tombstone expiry) is the ``cdc_maintenance`` DAG's.
 A retry of any task is safe: a run that already committed finds its offsets in the table.
-Errors a retry cannot change (:data:`NOT_RETRIED`: a run whose every record was quarantined) are
-not retried. Each failed try is counted in the table's record of failed tries
-(:func:`record_failure`), which ``cdclake status``, the CDC monitor and ``cdc_freshness`` show; the
-next run that succeeds removes it.
+Errors a retry cannot change (:data:`NOT_RETRIED`: a run whose every record was quarantined, a
+trigger-form Param that does not fit the table) are not retried. Each failed try is counted in the
+table's record of failed tries (:func:`record_failure`), which ``cdclake status``, the CDC monitor
+and ``cdc_freshness`` show; the next run that succeeds removes it.
+
+The trigger form starts a **replay** (``replay_from_offsets`` or ``replay_from_timestamp``; the
+recovery switch ``accept_source_change`` in its collapsed recovery section): the form and Airflow's
+REST API refuse a value the Params' JSON schema does not allow, and the run checks the rest first
+and fails at once, without retry, naming the Param (:mod:`cdclake.model.replay`). Airflow's
+Backfill is refused (:data:`cdclake_airflow.params.RUN_TYPES`).
 """
 
 from __future__ import annotations
@@ -47,7 +55,7 @@ from datetime import datetime, timedelta, timezone
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
-from cdclake.errors import QuarantinedBatchError
+from cdclake.errors import QuarantinedBatchError, TriggerParamError
 from cdclake.settings import APPLY_POOL, PROJECT_ROOT, ConnectionIds, Settings, jars_dir
 
 if TYPE_CHECKING:
@@ -70,37 +78,20 @@ def table_asset_uri(settings: Settings, cfg: TableConfig) -> str:
     return f"iceberg://{settings.catalog_name}/{cfg.namespace}/{cfg.table}"
 
 
-def _replay_params(params: dict[str, Any]) -> tuple[dict[int, int] | None, int | None]:
-    """The replay start from the trigger form: offsets per partition, or a timestamp."""
-    offsets = params.get("replay_from_offsets") or None
-    stamp = params.get("replay_from_timestamp") or None
-    if offsets is not None and stamp is not None:
-        raise ValueError("give replay_from_offsets or replay_from_timestamp, not both")
-    if offsets is not None:
-        if isinstance(offsets, str):
-            offsets = json.loads(offsets)
-        try:
-            offsets = {int(p): int(o) for p, o in offsets.items()}
-        except (AttributeError, TypeError, ValueError) as e:
-            raise ValueError(
-                f'replay_from_offsets must map partition to offset, e.g. {{"0": 120}}; got {offsets!r}'
-            ) from e
-    if stamp is not None:
-        parsed = datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
-        if parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=timezone.utc)
-        stamp = int(parsed.timestamp() * 1000)
-    return offsets, stamp
-
-
 def _plan_params(context: dict[str, Any]) -> dict[str, Any]:
-    """The trigger form's replay as :func:`cdclake.pipeline.planner.plan_next`'s keywords."""
-    params = context.get("params") or {}
-    offsets, stamp = _replay_params(params)
+    """The trigger form's replay as :func:`cdclake.pipeline.planner.plan_next`'s keywords, checked
+    first in the task (:func:`cdclake.model.replay.replay_start`).
+
+    Raises:
+        TriggerParamError: a Param that does not fit (names it and the values it allows).
+    """
+    from cdclake.model.replay import replay_start
+
+    start = replay_start(context.get("params") or {}, now_ms=int(datetime.now(timezone.utc).timestamp() * 1000))
     return {
-        "replay_from_offsets": offsets,
-        "replay_from_timestamp_ms": stamp,
-        "accept_source_change": bool(params.get("accept_source_change")),
+        "replay_from_offsets": start.offsets,
+        "replay_from_timestamp_ms": start.timestamp_ms,
+        "accept_source_change": start.accept_source_change,
     }
 
 
@@ -158,6 +149,7 @@ def plan(table_json: str, **context: Any) -> str | None:
     replay from there (see :func:`cdclake.pipeline.planner.plan_next`).
 
     Raises:
+        TriggerParamError: a trigger-form Param that does not fit the table (not retried).
         OffsetsOutOfRangeError: committed offsets fell below the low watermark (see the message).
         ConfigError: the table has no primary key and is not configured as a change log.
     """
@@ -218,12 +210,14 @@ def apply(table_json: str, asset: Any, **context: Any) -> dict[str, Any]:
             :func:`cdclake.runner.run_once` (the task's ordinary retry runs again).
         QuarantinedBatchError: every record of the range was quarantined, none applied; the
             quarantine and the offsets were committed, and the task is not retried.
+        TriggerParamError: a trigger-form Param that does not fit the table, found before any
+            Spark session (not retried).
     """
-    from airflow.sdk.exceptions import AirflowSkipException
+    from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
     from cdclake.errors import QuarantinedBatchError
     from cdclake.model.config import TableConfig
-    from cdclake.runner import PhaseClock, run_once
+    from cdclake.runner import PhaseClock, run_once, summary_line
     from cdclake_airflow.hooks import CdcLakeHook
     from cdclake_airflow.metrics import emit_run
 
@@ -249,6 +243,15 @@ def apply(table_json: str, asset: Any, **context: Any) -> dict[str, Any]:
     if run.result is None:
         _runs_succeed(hook.catalog, cfg)
         raise AirflowSkipException("nothing new: no Spark session, no commit, no asset event")
+    if run.result.status == "waiting":  # the apply's log says which transaction it waits for
+        if run.plan.replay:
+            raise AirflowFailException(
+                "the replay's range holds no whole source transaction (its first one is not whole: see the "
+                "log above); nothing was committed. Replay from an offset where a transaction starts, or once "
+                "its END is in the transaction topic"
+            )
+        _runs_succeed(hook.catalog, cfg)
+        raise AirflowSkipException("no whole source transaction yet: no commit, no asset event")
     clock = PhaseClock(run.seconds)
     with clock.phase("publish"):
         table, _, own = _publish(hook.catalog, cfg, asset, context)
@@ -261,17 +264,7 @@ def apply(table_json: str, asset: Any, **context: Any) -> dict[str, Any]:
     if run.result.snapshot_id is not None:  # this run's commit, made by this try or an earlier one
         _record_lineage(hook, table, cfg)
         emit_run(cfg.name, out)  # last: a try that fails before here has sent none
-    log.info(
-        "run of table %s: %s; %d event(s) %s, %d quarantined, %d key(s) changed, snapshot %s; seconds %s",
-        cfg.identifier,
-        run.result.status,
-        run.result.events,
-        run.result.ops or {},
-        run.result.quarantined,
-        run.result.keys_changed,
-        run.result.snapshot_id,
-        clock.seconds,
-    )
+    log.info("%s", summary_line(run.plan, run.result, clock.seconds))  # the task's last line
     return out
 
 
@@ -295,23 +288,30 @@ def _record_lineage(hook: CdcLakeHook, table: Table, cfg: TableConfig) -> None:
 
 def publish(asset: Any, **context: Any) -> dict[str, Any]:
     """The ``publish`` task (``submit`` engine): attach the run's commit's facts to the asset
-    event; for the run's commit, also its lineage and metrics (:func:`_publish`)."""
+    event; for the run's commit, also its lineage and metrics (:func:`_publish`). Its last line
+    tells the run (:func:`cdclake.runner.summary_line`)."""
     from cdclake.model.plan import RunPlan
+    from cdclake.runner import PhaseClock, summary_line
     from cdclake_airflow.hooks import CdcLakeHook
     from cdclake_airflow.metrics import emit_run
 
     hook = CdcLakeHook()
-    cfg = RunPlan.from_json(context["ti"].xcom_pull(task_ids="schema_sync")).table
-    table, extra, own = _publish(hook.catalog, cfg, asset, context)
-    nothing_applied = _applied_nothing(cfg, table, own, context["run_id"])
-    if nothing_applied is None:
-        _runs_succeed(hook.catalog, cfg)
-    log.info("published %s: %s", asset.uri, extra)
-    if own is not None:  # this run's commit, whichever try of the apply task made it
-        _record_lineage(hook, table, cfg)
-        emit_run(cfg.name, json.loads(own.to_json()))  # a try that fails before here has sent none
+    clock = PhaseClock()
+    with clock.phase("publish"):
+        planned = RunPlan.from_json(context["ti"].xcom_pull(task_ids="schema_sync"))
+        cfg = planned.table
+        table, extra, own = _publish(hook.catalog, cfg, asset, context)
+        nothing_applied = _applied_nothing(cfg, table, own, context["run_id"])
+        if nothing_applied is None:
+            _runs_succeed(hook.catalog, cfg)
+        log.info("published %s: %s", asset.uri, extra)
+        if own is not None:  # this run's commit, whichever try of the apply task made it
+            _record_lineage(hook, table, cfg)
+            emit_run(cfg.name, json.loads(own.to_json()))  # a try that fails before here has sent none
     if nothing_applied is not None:  # counted and traced like every commit, then the run fails
         raise nothing_applied
+    if own is not None:  # the run's last line (the other phases' seconds are their tasks' durations)
+        log.info("%s", summary_line(planned, own, clock.seconds))
     return extra
 
 
@@ -369,9 +369,10 @@ def record_failure(identifier: str, state: Literal["failing", "retrying"], conte
     log.info("table %s: failed try recorded (%s)", identifier, state)
 
 
-NOT_RETRIED = (QuarantinedBatchError,)
+NOT_RETRIED = (QuarantinedBatchError, TriggerParamError)
 """The errors a table DAG's tasks do not retry, since a retry could change nothing (the retry
-policy of :func:`build_table_dag`)."""
+policy of :func:`build_table_dag`): a run whose every record was quarantined, and a trigger-form
+Param that does not fit the table (a user-input error, not a transient one)."""
 
 
 def _submit_task(settings: Settings, cfg: TableConfig) -> Any:
@@ -404,7 +405,9 @@ def _submit_task(settings: Settings, cfg: TableConfig) -> Any:
 def build_table_dag(settings: Settings, cfg: TableConfig) -> DAG:
     """The DAG ``cdc_<name>`` of one configured table (its ``apply`` task as the table's
     ``engine`` says, else ``settings.engine``)."""
-    from airflow.sdk import DAG, Asset, ExceptionRetryPolicy, Param, RetryAction, RetryRule, task
+    from airflow.sdk import DAG, Asset, ExceptionRetryPolicy, RetryAction, RetryRule, task
+
+    from cdclake_airflow.params import RUN_TYPES, replay_params
 
     asset = Asset(name=f"{settings.catalog_name}.{cfg.identifier}", uri=table_asset_uri(settings, cfg))
     default_args = {
@@ -430,44 +433,18 @@ def build_table_dag(settings: Settings, cfg: TableConfig) -> DAG:
         default_args=default_args,
         tags=["cdc", *cfg.tags],
         doc_md=__doc__,
-        params={
-            "replay_from_offsets": Param(
-                None,
-                type=["null", "object"],
-                title="Replay from offsets",
-                description=(
-                    'Manual replay/backfill: start offset per Kafka partition, e.g. {"0": 120, '
-                    '"1": 98}; partitions not named start at their earliest offset. Leave empty '
-                    "for an ordinary run."
-                ),
-            ),
-            "replay_from_timestamp": Param(
-                None,
-                type=["null", "string"],
-                title="Replay from timestamp",
-                description=(
-                    "Manual replay/backfill: start at the first records at or after this time "
-                    "(ISO 8601, UTC if no offset given), resolved with Kafka's offsets-for-times."
-                ),
-            ),
-            "accept_source_change": Param(
-                False,
-                type="boolean",
-                title="Accept a new binlog history",
-                description=(
-                    "Only when a run stopped on a binlog-history change (failover, RESET MASTER) and its "
-                    "error says so, together with the replay_from_offsets it names: the table drops the "
-                    "old history's positions and converges at the next full snapshot (docs/operations.md)."
-                ),
-            ),
-        },
+        params=replay_params(cfg.schedule),
+        allowed_run_types=RUN_TYPES,
     ) as dag:
         table_json = cfg.model_dump_json()
         if (cfg.engine or settings.engine) == "connect":
-            task(task_id="apply", pool=APPLY_POOL, outlets=[asset])(apply)(table_json, asset)
+            # the XCom repeats the summary line, which stays the task's last line of its own
+            task(task_id="apply", pool=APPLY_POOL, outlets=[asset], show_return_value_in_logs=False)(apply)(
+                table_json, asset
+            )
         else:
             plan_task = task.short_circuit(task_id="plan")(plan)(table_json)
             sync_task = task(task_id="schema_sync")(schema_sync)()
-            publish_task = task(task_id="publish", outlets=[asset])(publish)(asset)
+            publish_task = task(task_id="publish", outlets=[asset], show_return_value_in_logs=False)(publish)(asset)
             plan_task >> sync_task >> _submit_task(settings, cfg) >> publish_task
     return dag

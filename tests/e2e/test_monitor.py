@@ -177,6 +177,19 @@ def browser():
         chromium.close()
 
 
+def _signed_in(browser, base: str, password: str):
+    """A browser context signed in as ``admin`` through the simple auth manager's login page."""
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base}/cdc/")
+    page.get_by_label("Username").fill(USER)
+    page.get_by_label("Password").fill(password)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(f"{base}/cdc/", timeout=30_000)
+    page.close()
+    return context
+
+
 def test_without_login_the_page_and_its_json_are_refused(api_server, browser):
     base, _ = api_server
     r = requests.get(f"{base}/cdc/api/tables", timeout=30)
@@ -200,14 +213,9 @@ def test_the_page_shows_what_is_stored(api_server, browser, applied, stack_setti
     cfg, unapplied, ops = applied
     snapshot_id = load_catalog(stack_settings).load_table(cfg.identifier).current_snapshot().snapshot_id
 
-    context = browser.new_context()
+    context = _signed_in(browser, base, password)
     page = context.new_page()
-    # the login page of the simple auth manager, then back to the page
     page.goto(f"{base}/cdc/")
-    page.get_by_label("Username").fill(USER)
-    page.get_by_label("Password").fill(password)
-    page.get_by_role("button", name="Sign in").click()
-    page.wait_for_url(f"{base}/cdc/", timeout=30_000)
 
     row = page.locator(f'tr.table-row[data-table="{TABLE}"]')
     row.wait_for()
@@ -231,14 +239,16 @@ def test_the_page_shows_what_is_stored(api_server, browser, applied, stack_setti
     assert seen_ops == ops
     # a table without problems has no problems row
     assert page.locator(f'tr.problems[data-table="{TABLE}"]').count() == 0
+    assert "t truncate" in page.locator("#legend").inner_text()  # what c/u/d/r/t mean
 
     # the JSON endpoint, with the browser's login cookie: the same figures
     r = context.request.get(f"{base}/cdc/api/tables")
     assert r.status == 200
     (table,) = [t for t in r.json()["tables"] if t["name"] == TABLE]
     assert table["lag_events"] == unapplied
-    assert table["last_commit"]["snapshot_id"] == snapshot_id
+    assert table["last_commit"]["snapshot_id"] == str(snapshot_id)  # 64-bit ids are strings in JSON
     assert table["last_run"]["state"] == "success"
+    assert table["last_run"]["end_date_iso"].endswith("Z") and table["checked_at_iso"].endswith("Z")  # ISO 8601
     assert table["activity_24h"]["ops"] == ops
     assert table["events_per_hour"] == [n for n, _ in drawn]
     assert table["open_quarantine"] == 0 and table["fresh"] is False and table["problems"] == []
@@ -287,3 +297,70 @@ def test_the_next_run_that_succeeds_clears_the_failure(applied, stack_settings, 
     (st,) = status_of_tables(load_catalog(stack_settings), kafka, [cfg])
     assert (st.run_failure, st.fresh, st.open_quarantine, st.lag_events) == (None, True, 2, 0)
     assert st.problems == []
+
+
+REFUSED_IN_THE_FORM = [
+    ("replay_from_offsets", '{"0": -1}'),  # a negative offset
+    ("replay_from_offsets", '{"0": 1.5}'),  # not an integer
+    ("replay_from_timestamp", "20/11/2026 08:00"),  # not ISO 8601
+]
+
+
+def test_the_trigger_form_refuses_bad_replays_and_a_run_given_both_starts_fails_at_once(
+    api_server, browser, applied, stack_settings, kafka, capsys
+):
+    """The trigger form of ``cdc_ui_stuck`` (paused; 1 retry): each malformed replay start is
+    refused in the form, naming its Param, and no run exists; a good one is accepted as typed; a run
+    given both starts (which no single Param can refuse) fails at its first try, not retried, naming
+    both Params, and the table's record of failed tries says so."""
+    base, password = api_server
+    dag_id = f"cdc_{STUCK}"
+    context = _signed_in(browser, base, password)
+    page = context.new_page()
+
+    def trigger(values: dict[str, str]):
+        page.goto(f"{base}/dags/{dag_id}")
+        page.get_by_role("button", name="Trigger").first.click()
+        dialog = page.get_by_role("dialog").last
+        # the recovery switch is in its own section, collapsed
+        assert not dialog.locator("#element_accept_source_change").is_visible()
+        for name, value in values.items():
+            dialog.locator(f"#element_{name}").fill(value)
+            assert dialog.locator(f"#element_{name}").input_value() == value  # kept as typed
+        dialog.get_by_text(f"Unpause {dag_id} on trigger").click()  # unchecked: the run waits, queued
+        assert not dialog.get_by_label(f"Unpause {dag_id} on trigger").is_checked()
+        with page.expect_response(
+            lambda r: r.url.endswith(f"/dags/{dag_id}/dagRuns") and r.request.method == "POST"
+        ) as r:
+            dialog.get_by_role("button", name="Trigger").click()
+        return dialog, r.value.status, r.value.json()  # read before the page moves on
+
+    def runs() -> int:
+        return context.request.get(f"{base}/api/v2/dags/{dag_id}/dagRuns").json()["total_entries"]
+
+    before = runs()
+    for name, value in REFUSED_IN_THE_FORM:
+        dialog, status, _ = trigger({name: value})
+        assert status == 400
+        dialog.get_by_text(f"Invalid input for param {name}").wait_for()
+    assert runs() == before
+
+    _, status, good = trigger({"replay_from_offsets": '{"0": 0}'})
+    assert status == 200 and good["state"] == "queued"  # behind the paused DAG
+    assert good["conf"]["replay_from_offsets"] == '{"0": 0}'
+    _, status, both = trigger({"replay_from_offsets": '{"0": 0}', "replay_from_timestamp": "2026-11-20T08:00:00Z"})
+    assert status == 200
+    for run in (good, both):  # no scheduler runs them; the conf is run below with `airflow dags test`
+        assert context.request.delete(f"{base}/api/v2/dags/{dag_id}/dagRuns/{run['dag_run_id']}").ok
+    context.close()
+
+    cfg = load_tables(stack_settings.tables_config).get(STUCK)
+    (before,) = status_of_tables(load_catalog(stack_settings), kafka, [cfg])
+    capsys.readouterr()
+    assert run_table_dag(STUCK, stack_settings, conf=both["conf"]) != 0
+    assert "replay_from_offsets and replay_from_timestamp: give one of them" in capsys.readouterr().out
+    (st,) = status_of_tables(load_catalog(stack_settings), kafka, [cfg])
+    failure, tried_before = st.run_failure, before.run_failure.failed_tries if before.run_failure else 0
+    assert (failure.state, failure.task_id, failure.try_number) == ("failing", "apply", 1)
+    assert failure.failed_tries == tried_before + 1  # one try: not retried
+    assert failure.error.startswith("TriggerParamError: replay_from_offsets and replay_from_timestamp")

@@ -49,6 +49,15 @@ def dag_tables(stack_settings, kafka):
     return load_tables(stack_settings.tables_config)
 
 
+def _summary_line(out: str, identifier: str) -> str:
+    """The line telling the run of table ``identifier`` in ``airflow dags test``'s output, checked to
+    be the last line its task logged: Airflow's own closing line follows it."""
+    lines = out.splitlines()
+    (at,) = [n for n, line in enumerate(lines) if f"run of table {identifier}: " in line]
+    assert "Done. Returned value not shown" in lines[at + 1]
+    return lines[at]
+
+
 def test_fixture_files_through_the_dags_give_the_final_states(
     dag_tables, stack_settings, kafka, fixtures_dir, tmp_path, capsys
 ):
@@ -63,6 +72,7 @@ def test_fixture_files_through_the_dags_give_the_final_states(
     assert run_table_dag("e2e_customers", stack_settings.model_copy(update={"engine": "submit"})) == 0
     out = "".join(capsys.readouterr())
     assert "CDC_APPLY_RESULT" in out  # spark-submit's job printed its result
+    assert "replay no; offsets {0: [0, " in _summary_line(out, customers.identifier)  # publish's last line
     # Spark's INFO chatter stays out of the task log (CDCLAKE_SPARK_LOG_LEVEL, default WARN)
     assert "INFO DAGScheduler" not in out and "INFO TaskSetManager" not in out
     assert table_rows(stack_settings, customers, CUSTOMER_COLUMNS) == CUSTOMERS_FINAL
@@ -70,7 +80,9 @@ def test_fixture_files_through_the_dags_give_the_final_states(
     assert run_table_dag("e2e_products", stack_settings) == 0
     out = "".join(capsys.readouterr())
     # a session of the engine: the apply task returned its result; no spark-submit job ran
-    assert "CDC_APPLY_RESULT" not in out and "'status': 'committed'" in out
+    assert "CDC_APPLY_RESULT" not in out
+    summary = _summary_line(out, products.identifier)
+    assert ": committed; replay no; offsets {0: [0, " in summary and ", snapshot " in summary
     table = load_catalog(stack_settings).load_table(products.identifier)
     first = table.current_snapshot()
     assert first.summary[SummaryKeys.EVENTS] == "12"

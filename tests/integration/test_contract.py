@@ -9,7 +9,13 @@ import time
 
 import pytest
 
-from cdclake.errors import ConcurrentRunError, ConfigError, PositionOrderError, QuarantinedBatchError
+from cdclake.errors import (
+    ConcurrentRunError,
+    ConfigError,
+    PositionOrderError,
+    QuarantinedBatchError,
+    TriggerParamError,
+)
 from cdclake.io.catalog import committed_offsets, load_catalog
 from cdclake.io.kafka import ensure_topic
 from cdclake.io.maintenance import expire_tombstones, release_quarantined
@@ -210,6 +216,11 @@ def test_bad_record_is_quarantined_and_its_key_held_back_until_released(spark, k
 
     # the operator releases the bad record and replays from it: the held-back events apply in order
     assert release_quarantined(load_catalog(stack_settings), table.identifier, 0, 1) == 3
+    # a replay start the topic does not have is refused before anything is read, naming what it has
+    with pytest.raises(TriggerParamError, match=r"has no partition 5; allowed: partition: offset in \{0: 0\.\."):
+        plan_offsets(stack_settings, table, replay_from_offsets={0: 1, 5: 0})
+    with pytest.raises(TriggerParamError, match=r"offset\(s\) \{0: 1000000\} outside what Kafka keeps"):
+        plan_offsets(stack_settings, table, replay_from_offsets={0: 1_000_000})
     planned = plan_offsets(stack_settings, table, replay_from_offsets={0: 1})
     result = apply_offsets(spark, stack_settings, table, planned.range, "replay", replay=True)
     assert result.status == "committed"

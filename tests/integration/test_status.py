@@ -252,6 +252,10 @@ def test_cli_status_json_and_table(spark, kafka, stack_settings, loaded):
     assert (mine.lag_events, mine.open_quarantine, mine.activity_24h.events) == (4, 1, 6)
     assert mine.last_source_ts_ms == t0 + 9_000 and mine.lag_basis == "source_ts"
     assert mine.last_commit.run_id == "run-1"
+    snapshot_id = load_catalog(stack_settings).load_table(cfg.identifier).current_snapshot().snapshot_id
+    # 64-bit ids are strings in JSON (a JavaScript number loses digits above 2**53); times also ISO 8601
+    assert doc[0]["last_commit"]["snapshot_id"] == doc[0]["current_snapshot_id"] == str(snapshot_id)
+    assert doc[0]["checked_at_iso"].endswith("Z") and doc[0]["last_commit"]["committed_at_iso"].endswith("Z")
     assert (doc[1]["table_exists"], doc[1]["topic_exists"], doc[1]["lag_events"]) == (False, False, None)
 
     # one table by name, as a terminal table
@@ -267,3 +271,18 @@ def test_cli_status_json_and_table(spark, kafka, stack_settings, loaded):
     proc = run_cli(stack_settings, [cfg, other], "no_such_table")
     assert proc.returncode == 2
     assert "no_such_table" in proc.stderr and cfg.name in proc.stderr and other.name in proc.stderr
+
+
+def test_cli_status_with_no_broker_says_so_once_with_the_remedy(stack_settings):
+    from cdclake_dev.process import free_port
+
+    nowhere = stack_settings.model_copy(update={"kafka_bootstrap": f"127.0.0.1:{free_port()}"})  # nothing listens
+    proc = run_cli(nowhere, [make_table(), make_table()])
+    assert proc.returncode == 3
+    out = proc.stdout + proc.stderr
+    assert "rdkafka" not in out and "Connection refused" not in out  # librdkafka's own log stays out
+    assert out.count("did not answer") == 1  # once, for all tables
+    # every broker down ends the wait at once (the 30 s metadata timeout would say "transport failure")
+    assert f"all tables: Kafka at {nowhere.kafka_bootstrap} did not answer: every broker" in proc.stdout
+    assert proc.stderr.strip().splitlines()[-1].startswith("cdclake status: start the local stack's Kafka broker")
+    assert "`make stack-start`" in proc.stderr

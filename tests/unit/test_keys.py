@@ -131,6 +131,22 @@ def test_key_field_is_required_even_if_row_schema_marks_it_optional():
     assert doc["schema"]["fields"] == [{"type": "string", "optional": False, "field": "sku"}]
 
 
+def test_a_row_gets_the_same_key_whatever_its_events_schemas_hold():
+    with_extras = json.loads(json.dumps(ORDERS_SCHEMA))
+    (before,) = with_extras["fields"]
+    before["fields"][0].update(
+        {"default": 0, "doc": "the order", "parameters": {"__debezium.source.column.length": "20"}}
+    )
+    plain, extra = synthetic(schema=ORDERS_SCHEMA), synthetic(schema=with_extras)
+    assert build_key(plain, ("order_id",), "json_with_schema") == build_key(extra, ("order_id",), "json_with_schema")
+    logical = json.loads(json.dumps(ORDERS_SCHEMA))
+    logical["fields"][0]["fields"][2].update({"name": "io.debezium.data.Enum", "version": 1, "parameters": {"x": "y"}})
+    doc = json.loads(build_key(synthetic(schema=logical), ("sku",), "json_with_schema"))
+    assert doc["schema"]["fields"] == [
+        {"type": "string", "optional": False, "name": "io.debezium.data.Enum", "version": 1, "field": "sku"}
+    ]
+
+
 def test_key_without_value_schema_infers_connect_types():
     row = {"i": 5, "s": "x", "b": True, "f": 1.5}
     source = {"name": "srv", "db": "db1", "table": "t", "file": "mysql-bin.000001", "pos": 4}

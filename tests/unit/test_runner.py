@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cdclake import runner
-from cdclake.runner import PhaseClock, run_once
+from cdclake.runner import PhaseClock, run_once, summary_line
 from tests.conftest import make_table
 
 
@@ -38,3 +38,22 @@ def test_run_once_refuses_fewer_than_one_attempt_before_touching_anything():
 
     with pytest.raises(ValueError, match="attempts must be at least 1, got 0"):
         run_once(make_table(), "r", settings=None, catalog=None, kafka=None, open_session=never, attempts=0)
+
+
+def test_the_summary_line_tells_the_range_the_replay_flag_the_ops_the_keys_the_snapshot_and_the_phases():
+    from cdclake.model.offsets import OffsetRange
+    from cdclake.model.plan import RunPlan
+    from cdclake.spark.apply import ApplyResult
+
+    cfg = make_table(namespace="inventory", table="products")
+    plan = RunPlan(
+        table=cfg, run_id="r", range=OffsetRange(topic=cfg.topic, start={1: 0, 0: 3}, end={0: 5, 1: 6}), replay=True
+    )
+    result = ApplyResult(
+        "committed", snapshot_id=5408683576420572515, events=8, ops={"c": 7, "d": 1}, quarantined=0, keys_changed=6
+    )
+    assert summary_line(plan, result, {"plan": 1.3, "apply": 6.1}) == (
+        "run of table inventory.products: committed; replay yes; offsets {0: [3, 5), 1: [0, 6)}; 8 event(s) "
+        "{'c': 7, 'd': 1}, 0 quarantined, 6 key(s) changed, snapshot 5408683576420572515; "
+        "seconds {'plan': 1.3, 'apply': 6.1}"
+    )

@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+from cdclake.errors import BadRecordError
 from cdclake.io.kafka import KafkaClients, ensure_topic, produce
 from cdclake.model.config import TableConfig
 from cdclake.model.envelope import KafkaCoordinates, parse_value
@@ -20,18 +21,41 @@ from cdclake.model.keys import build_key
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class FileLine(KafkaCoordinates):
+    """An event of a captured file, not in Kafka yet: errors name its file and the line it starts on."""
+
+    path: str = ""
+    line: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.path}, line {self.line}"
+
+
 def read_event_file(path: Path) -> list[bytes]:
-    """The event values of a captured file, as bytes exactly as written.
+    """The event values of a captured file, as bytes exactly as written (:func:`read_event_lines`
+    without the line numbers).
+
+    Raises:
+        ValueError: the file holds text that is not a JSON document (names the file and line).
+    """
+    return [value for _, value in read_event_lines(path)]
+
+
+def read_event_lines(path: Path) -> list[tuple[int, bytes]]:
+    """``(line number, value)`` of each event of a captured file: the 1-based line its JSON
+    document starts on, the value as bytes exactly as written.
 
     Accepts JSON lines (one event per line) and files of concatenated, possibly pretty-printed,
     JSON documents; blank lines are skipped.
 
     Raises:
-        ValueError: the file holds text that is not a JSON document (names the line).
+        ValueError: the file holds text that is not a JSON document (names the file and line).
     """
     text = path.read_text()
     decoder = json.JSONDecoder()
-    values: list[bytes] = []
+    values: list[tuple[int, bytes]] = []
+    line, counted = 1, 0
     idx = 0
     while idx < len(text):
         while idx < len(text) and text[idx].isspace():
@@ -41,8 +65,10 @@ def read_event_file(path: Path) -> list[bytes]:
         try:
             _, end = decoder.raw_decode(text, idx)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: not JSON at line {e.lineno}: {e.msg}") from e
-        values.append(text[idx:end].encode())
+            raise ValueError(f"{path}, line {e.lineno}: not JSON: {e.msg}") from None
+        line += text.count("\n", counted, idx)
+        counted = idx
+        values.append((line, text[idx:end].encode()))
         idx = end
     return values
 
@@ -60,21 +86,26 @@ def load_events(path: Path, table: TableConfig, kafka: KafkaClients, *, partitio
         Number of records produced per partition.
 
     Raises:
-        BadRecordError: an event of the file is not a valid envelope (names the file and index).
+        ValueError: the file holds text that is not JSON (names the file and the line).
+        BadRecordError: an event is not a valid envelope of the table's ``value_format``, or lacks
+            a primary-key column (names the file and the line it starts on, :class:`FileLine`).
+            Every event is checked before any is produced.
         RuntimeError: the broker rejected a record.
     """
-    ensure_topic(kafka, table.topic, partitions)
-
-    def records() -> Iterator[tuple[bytes | None, bytes | None, None]]:
-        for index, value in enumerate(read_event_file(path)):
-            where = KafkaCoordinates(f"{path.name}[{index}]")
-            event = parse_value(value, table.value_format, where, table.ordering, schema_lookup=kafka.schema_lookup)
+    records: list[tuple[bytes | None, bytes | None, None]] = []
+    for line, value in read_event_lines(path):
+        where = FileLine(table.topic, path=str(path), line=line)
+        event = parse_value(value, table.value_format, where, table.ordering, schema_lookup=kafka.schema_lookup)
+        try:
             key = None if event is None or event.op == "t" else build_key(event, table.primary_key, table.value_format)
-            yield key, value, None
+        except ValueError as e:
+            raise BadRecordError(where, str(e)) from None
+        records.append((key, value, None))
+    ensure_topic(kafka, table.topic, partitions)
 
     # the broker's first idempotent producer may be told to retry while the transaction
     # coordinator loads; librdkafka retries by itself
-    delivered = produce(kafka, table.topic, records(), partitioner="murmur2_random", **{"linger.ms": 5})
+    delivered = produce(kafka, table.topic, iter(records), partitioner="murmur2_random", **{"linger.ms": 5})
     counts = Counter(partition for partition, _ in delivered)
     log.info("produced %d event(s) of %s to %r", len(delivered), path, table.topic)
     return counts

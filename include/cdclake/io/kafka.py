@@ -107,9 +107,10 @@ class _TeardownNoise(logging.Filter):
         return "in state DOWN)" not in record.getMessage()
 
 
-_LIBRDKAFKA_LOG = logging.getLogger("cdclake.io.kafka.librdkafka")
-"""librdkafka's own log lines (level 3 and up), through Python's logging (``logger`` of every
-client) instead of the process's stderr."""
+LIBRDKAFKA_LOGGER = "cdclake.io.kafka.librdkafka"
+"""The Python logger of librdkafka's own log lines (level 3 and up; ``logger`` of every client), not
+the process's stderr: a command line tool silences it (what matters reaches it as exceptions)."""
+_LIBRDKAFKA_LOG = logging.getLogger(LIBRDKAFKA_LOGGER)
 _LIBRDKAFKA_LOG.addFilter(_TeardownNoise())
 
 
@@ -257,18 +258,24 @@ def _jaas_quoted(value: str) -> str:
 
 
 class _AuthWatch:
-    """The ``error_cb`` of a client that keeps its SASL authentication failures.
+    """The ``error_cb`` of a client that keeps its SASL authentication failures (and that every
+    broker is down: ``_ALL_BROKERS_DOWN``, connections refused or unreachable).
 
     librdkafka reports a failed authentication only as an error event and keeps retrying: the
     waiting call (metadata, delivery) would end after :data:`TIMEOUT_S` with "Broker transport
     failure" or a delivery timeout, never naming the credentials. Waits that use a watch look
     every :data:`_AUTH_CHECK_S` and fail at once with the authentication error (a wait that is
     still unanswered after the broker refused the credentials, during this call).
+
+    ``give_up_when_down``: fail at once on every broker down too, not after :data:`TIMEOUT_S`
+    (for a report such as the status, not for a run).
     """
 
-    def __init__(self, kafka: KafkaClients) -> None:
+    def __init__(self, kafka: KafkaClients, *, give_up_when_down: bool = False) -> None:
         self._kafka = kafka
+        self._give_up_when_down = give_up_when_down
         self.failure: str | None = None
+        self.down: str | None = None
 
     def __call__(self, error: KafkaError) -> None:
         from confluent_kafka import KafkaError
@@ -277,17 +284,23 @@ class _AuthWatch:
         # (a broker restarting, a client closing), not the broker's verdict on the credentials
         if error.code() == KafkaError._AUTHENTICATION and "SaslAuthenticateRequest failed" not in error.str():
             self.failure = error.str()
+        elif error.code() == KafkaError._ALL_BROKERS_DOWN:
+            self.down = error.str()
 
     def check(self) -> None:
         """Raise the authentication failure seen, if any.
 
         Raises:
             confluent_kafka.KafkaException: code ``_AUTHENTICATION``; names the brokers, the
-                user and the mechanism (never the password).
+                user and the mechanism (never the password). Code ``_ALL_BROKERS_DOWN`` when
+                the watch gives up on brokers that are down.
         """
         from confluent_kafka import KafkaError, KafkaException
 
         if self.failure is None:
+            if self._give_up_when_down and self.down is not None:
+                down = f"every broker of {self._kafka.bootstrap} refused the connection or is unreachable"
+                raise KafkaException(KafkaError(KafkaError._ALL_BROKERS_DOWN, f"{down} ({self.down})"))
             return
         config = self._kafka._config
         raise KafkaException(
@@ -361,21 +374,24 @@ def topic_watermarks(kafka: KafkaClients, topic: str) -> Watermarks:
         consumer.close()
 
 
-def topics_watermarks(kafka: KafkaClients, topics: Iterable[str]) -> dict[str, Watermarks | None]:
+def topics_watermarks(
+    kafka: KafkaClients, topics: Iterable[str], *, give_up_when_down: bool = False
+) -> dict[str, Watermarks | None]:
     """Low and high watermarks of every partition of each of ``topics`` (``None``: the topic does
     not exist), through one consumer and one metadata request: what :func:`topic_watermarks`
     gives per topic, for many topics at the cost of one connection.
 
     Raises:
         confluent_kafka.KafkaException: the cluster did not answer within :data:`TIMEOUT_S`, or
-            refused the credentials (code ``_AUTHENTICATION``, within about a second).
+            refused the credentials (code ``_AUTHENTICATION``, within about a second), or, with
+            ``give_up_when_down``, every broker is down (``_ALL_BROKERS_DOWN``, about a second).
     """
     from confluent_kafka import TopicPartition
 
     wanted = list(dict.fromkeys(topics))
     if not wanted:
         return {}
-    watch = _AuthWatch(kafka)
+    watch = _AuthWatch(kafka, give_up_when_down=give_up_when_down)
     consumer = kafka.consumer("cdclake-watermarks", error_cb=watch)
     try:
         meta = watch.list_topics(consumer)
@@ -496,6 +512,21 @@ def read_partition(
             yield msg
     finally:
         consumer.close()
+
+
+def oldest_timestamps(kafka: KafkaClients, topic: str, low: dict[int, int], high: dict[int, int]) -> dict[int, int]:
+    """The Kafka timestamp (epoch ms) of the first record at or after ``low[p]`` of each partition
+    ``p`` of ``low`` that holds one below ``high[p]`` (one record read per partition).
+
+    Raises:
+        TimeoutError, confluent_kafka.KafkaException: see :func:`read_partition`.
+    """
+    found: dict[int, int] = {}
+    for p, start in sorted(low.items()):
+        for msg in read_partition(kafka, topic, p, start, high[p], group_id="cdclake-oldest-timestamp"):
+            found[p] = msg.timestamp()[1]
+            break
+    return found
 
 
 def read_topic(kafka: KafkaClients, topic: str, *, group_id: str = "cdclake-reader") -> Iterator[Message] | None:

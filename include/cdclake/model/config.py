@@ -208,6 +208,15 @@ class TableDefaults(BaseModel):
     Maxwell setups: ``source.file`` ``""``, ``pos`` 0); it gives up the guards that compare
     positions (docs/table-config.md, ``ordering``). The ordering is fixed when the table is first
     applied (docs/operations.md, "GTID ordering")."""
+    transactions: Literal["whole", "ignore"] = "whole"
+    """``whole``: when the connector writes transaction metadata (``provide.transaction.metadata=true``:
+    its transaction topic exists), every commit holds only whole source transactions of the table
+    (:mod:`cdclake.model.transactions`); without the topic, batches are cut by offsets as with
+    ``ignore``. ``ignore``: batches are cut by ``max_events_per_run`` and the high watermarks only,
+    and a commit may hold part of a source transaction."""
+    transaction_topic: str | None = None
+    """The connector's transaction topic; default ``<topic.prefix>.transaction`` (Debezium's
+    ``topic.transaction`` default)."""
 
 
 class TableConfig(TableDefaults):
@@ -316,6 +325,18 @@ class TableConfig(TableDefaults):
     def schema_change_topic(self) -> str:
         """The topic schema sync reads (``schema_changes.topic`` or ``<topic.prefix>``)."""
         return self.schema_changes.topic or self.topic.rsplit(".", 2)[0]
+
+    @property
+    def transaction_topic_name(self) -> str:
+        """The transaction topic (``transaction_topic`` or ``<topic.prefix>.transaction``)."""
+        return self.transaction_topic or f"{self.topic.rsplit('.', 2)[0]}.transaction"
+
+    @property
+    def data_collection(self) -> str:
+        """The source table as the transaction topic's ``data_collections`` names it:
+        ``<database>.<table>``, from the data topic ``<topic.prefix>.<database>.<table>``."""
+        _, db, table = self.topic.rsplit(".", 2)
+        return f"{db}.{table}"
 
     @property
     def source_table_id(self) -> str:

@@ -128,8 +128,9 @@ def check_start(state: CommittedState | None, plan: RunPlan, *, run_committed: b
         state: the table's committed state when the run started (``None``: no table yet).
         plan: the run's plan.
         run_committed: the table's history holds a commit of ``plan.run_id``
-            (:func:`cdclake.io.catalog.run_commit`); decides replays only (a forward run's offsets
-            say whether its range is applied).
+            (:func:`cdclake.io.catalog.run_commit`): a replay, or a forward run whose range may be
+            cut to whole transactions (``plan.transactions``), applied it already; other forward
+            runs' offsets say whether their range is applied.
 
     Returns:
         ``True`` to apply; ``False`` when the range is applied already (an Airflow retry after the
@@ -145,7 +146,8 @@ def check_start(state: CommittedState | None, plan: RunPlan, *, run_committed: b
         return True
     if all(plan.range.start.get(p) == o for p, o in state.offsets.items()):
         return True
-    if state.offsets == plan.range.end:
+    # a range cut to whole transactions ends where the run's commit says, not at the plan's end
+    if state.offsets == plan.range.end or run_committed:
         return False
     raise ConcurrentRunError(
         f"table {plan.table.identifier}: committed offsets {encode_offsets(state.offsets)} are not "

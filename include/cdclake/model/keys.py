@@ -12,6 +12,12 @@ Debezium keys a data-change record by the table's primary key (Debezium MySQL co
 * ``schemas.enable=false``: ``{"id": 1001}``
 
 Serialized compactly (no spaces), in primary-key column order, as ``JsonConverter`` does.
+
+A key field keeps only what identifies the column's Connect type (``type``, and ``name`` and
+``version`` of a logical type) from the event's value schema: attributes that may differ between
+events of one row (``default`` after an ``ALTER TABLE``, ``parameters`` such as
+``__debezium.source.column.length``, ``doc``) are left out, so that a row gets the same key
+bytes, hence the same partition, whatever its events' schemas hold.
 """
 
 from __future__ import annotations
@@ -21,6 +27,9 @@ from typing import Any
 
 from cdclake.model.config import ValueFormat
 from cdclake.model.envelope import ChangeEvent
+
+KEY_FIELD_ATTRIBUTES = ("type", "name", "version")
+"""The attributes of a column's value-schema field a key field keeps (module docstring)."""
 
 
 def _compact(doc: Any) -> bytes:
@@ -54,9 +63,10 @@ def build_key(event: ChangeEvent, primary_key: tuple[str, ...], value_format: Va
     by_name = {f["field"]: f for f in row_schema.get("fields", ())}
     fields = []
     for col in primary_key:
-        field = dict(by_name.get(col) or {"type": _infer_connect_type(image[col]), "field": col})
-        field["optional"] = False
-        fields.append(field)
+        declared = by_name.get(col) or {"type": _infer_connect_type(image[col])}
+        # JsonConverter's order: type, optional, name, version, field
+        logical = {k: declared[k] for k in KEY_FIELD_ATTRIBUTES[1:] if k in declared}
+        fields.append({"type": declared["type"], "optional": False, **logical, "field": col})
     src = event.source
     schema = {
         "type": "struct",

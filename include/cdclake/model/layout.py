@@ -48,6 +48,10 @@ class SummaryKeys:
     KEYS_CHANGED = "cdc.keys-changed"
     """Rows of the merge source: the batch's keys after reduction to the latest event per key
     (``upsert`` tables; absent on change-log commits)."""
+    LAST_TRANSACTION = "cdc.last-transaction"
+    """JSON :class:`~cdclake.model.transactions.LastTransaction` (id, position of its last event) of
+    the newest whole source transaction the commit applied; absent when it applied none (no
+    transaction metadata, snapshot reads only)."""
     TRUNCATE_FLOOR = "cdc.truncate-floor"
     """Position ``<file>:<pos>:<row>:<rank>`` of the newest truncate applied; events below it are
     discarded. Carried forward by every commit."""

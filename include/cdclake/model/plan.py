@@ -21,6 +21,27 @@ PLAN_VERSION = 1
 """The version of :class:`RunPlan` this code writes and reads."""
 
 
+class TransactionRange(BaseModel):
+    """Where the run reads the ``END`` records of the transactions its batch may hold
+    (:mod:`cdclake.model.transactions`).
+
+    Attributes:
+        topic: the connector's transaction topic (the worker's topic creation settings give it
+            its partitions; records are keyed by transaction id).
+        start: per partition, the first offset to read: the first record stamped a minute before
+            the batch's first records (an ``END`` follows its transaction's events).
+        end: per partition, the topic's high watermark, read after the data topic's.
+        read_to_end: the data topic's partitions whose range ends at their high watermark.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    topic: str
+    start: Offsets
+    end: Offsets
+    read_to_end: tuple[int, ...] = ()
+
+
 class RunPlan(BaseModel):
     """One run of one table.
 
@@ -37,6 +58,8 @@ class RunPlan(BaseModel):
             ``RESET MASTER``) from the range's start: the run drops the table's source identity,
             positions, floors and tombstones and demotes its rows below the new history
             (``docs/operations.md``, "A new binlog history").
+        transactions: where the apply reads the transactions' ``END`` records to commit whole
+            source transactions only; ``None``: the range is applied as planned.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -50,6 +73,7 @@ class RunPlan(BaseModel):
     schema_changes_applied: tuple[str, ...] = ()
     capped_before: str | None = None
     accept_source_change: bool = False
+    transactions: TransactionRange | None = None
 
     def to_json(self) -> str:
         return self.model_dump_json()

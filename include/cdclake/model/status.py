@@ -10,10 +10,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from datetime import datetime
-from typing import Any, Literal
+from datetime import datetime, timezone
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    PlainSerializer,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 from cdclake.model.layout import SummaryKeys
 from cdclake.model.offsets import Offsets
@@ -22,14 +29,41 @@ HOUR_MS = 3_600_000
 WINDOW_HOURS = 24
 """The activity window: :attr:`TableStatus.events_per_hour` has one entry per hour of it."""
 
+SnapshotId = Annotated[int, PlainSerializer(str, return_type=str, when_used="json")]
+"""An Iceberg snapshot id (a 64-bit integer): a string in JSON, since JavaScript numbers (IEEE 754
+doubles) lose digits above 2**53 and snapshot ids are random 63-bit values."""
 
-class LastCommit(BaseModel):
+
+def iso_time(ms: int | None) -> str | None:
+    """Epoch ms as ISO 8601 in UTC, ``2026-11-24T03:31:06.123Z``; ``None`` when unknown."""
+    if ms is None:
+        return None
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class _Figures(BaseModel):
+    """A frozen model whose JSON form carries each epoch-ms field ``<x>_ms`` named in
+    ``_epoch_fields`` also as ``<x>_iso`` (:func:`iso_time`); the Python form is unchanged."""
+
+    model_config = ConfigDict(frozen=True)
+    _epoch_fields: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _with_iso_times(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        data = handler(self)
+        if info.mode_is_json() and isinstance(data, dict):
+            for name in self._epoch_fields:
+                data[name.removesuffix("_ms") + "_iso"] = iso_time(getattr(self, name))
+        return data
+
+
+class LastCommit(_Figures):
     """The table's newest CDC commit (the newest snapshot in the current snapshot's ancestry whose
     summary carries the table topic's end offsets; maintenance and repair commits carry none).
 
     Attributes:
-        snapshot_id: its Iceberg snapshot id.
-        committed_at_ms: its snapshot's timestamp, epoch ms.
+        snapshot_id: its Iceberg snapshot id (a string in JSON: :data:`SnapshotId`).
+        committed_at_ms: its snapshot's timestamp, epoch ms (also ``committed_at_iso`` in JSON).
         age_ms: ``now_ms - committed_at_ms``, ms.
         run_id: ``cdc.run-id``: the Airflow run that committed it.
         events: ``cdc.events``: Kafka records of its range (tombstones and quarantined ones included).
@@ -39,9 +73,9 @@ class LastCommit(BaseModel):
             (:mod:`cdclake.model.connector_check`); empty when they agreed.
     """
 
-    model_config = ConfigDict(frozen=True)
+    _epoch_fields = ("committed_at_ms",)
 
-    snapshot_id: int
+    snapshot_id: SnapshotId
     committed_at_ms: int
     age_ms: int
     run_id: str | None
@@ -62,26 +96,30 @@ class LastCommit(BaseModel):
         )
 
 
-class Activity(BaseModel):
+class Activity(_Figures):
     """What the CDC commits of a window applied, summed from their snapshot summaries.
 
     Every count is of Kafka records (events), not of rows; a run whose range took several
-    snapshots (the demotion, the ``MERGE``, the default fill) counts once.
+    snapshots (the demotion, the ``MERGE``, the default fill) counts once. A manual replay
+    (``cdc.replay``) reads records the table had already consumed: it is counted in ``replays``
+    and ``replay_events`` only, never as new source activity.
 
     Attributes:
-        commits: CDC runs that committed in the window.
-        events: records consumed (``cdc.events``: every record of the ranges).
+        commits: CDC runs that committed in the window (replays not included).
+        events: records consumed (``cdc.events``: every record of the ranges; replays not included).
         upserted: ``c``, ``u`` and ``r`` events applied (``cdc.rows-upserted``).
         deleted: ``d`` events applied (``cdc.rows-deleted``).
         kafka_tombstones: records with a null value, skipped (``cdc.kafka-tombstones``).
         quarantined: records written to the quarantine (``cdc.records-quarantined``).
         ops: events applied per Debezium op (``cdc.ops``; commits written before that key
             existed are counted in ``upserted``/``deleted`` only).
-        last_source_ts_ms: the greatest ``cdc.last-source-ts`` of the window's commits (epoch
-            ms), or ``None``.
+        replays: manual replays that committed in the window.
+        replay_events: records the replays read again.
+        last_source_ts_ms: the greatest ``cdc.last-source-ts`` of the window's commits, replays
+            included (epoch ms; also ``last_source_ts_iso`` in JSON), or ``None``.
     """
 
-    model_config = ConfigDict(frozen=True)
+    _epoch_fields = ("last_source_ts_ms",)
 
     commits: int = 0
     events: int = 0
@@ -90,6 +128,8 @@ class Activity(BaseModel):
     kafka_tombstones: int = 0
     quarantined: int = 0
     ops: dict[str, int] = {}
+    replays: int = 0
+    replay_events: int = 0
     last_source_ts_ms: int | None = None
 
 
@@ -110,14 +150,14 @@ class SnapshotInProgress(BaseModel):
     end_applied: bool
 
 
-class ReconcileSummary(BaseModel):
+class ReconcileSummary(_Figures):
     """The table's newest reconcile result: its summary row (``chunk`` -1) in
     :data:`~cdclake.pipeline.reconcile.RECONCILE_TABLE` (after the repair, in ``repair`` mode).
 
     Attributes:
         run_id: the reconcile run.
         mode: ``report`` or ``repair``.
-        reconciled_at_ms: when, epoch ms.
+        reconciled_at_ms: when, epoch ms (also ``reconciled_at_iso`` in JSON).
         age_ms: ``now_ms - reconciled_at_ms``, ms.
         source_rows: rows in the source table (or the key range compared).
         lake_rows: rows in the Iceberg table (same range).
@@ -129,7 +169,7 @@ class ReconcileSummary(BaseModel):
         clean: no key only in the source, only in the lake, or differing.
     """
 
-    model_config = ConfigDict(frozen=True)
+    _epoch_fields = ("reconciled_at_ms",)
 
     run_id: str
     mode: str
@@ -162,7 +202,7 @@ def error_line(error: BaseException | str | None) -> str:
     return line if len(line) <= MAX_ERROR_CHARS else line[: MAX_ERROR_CHARS - 3] + "..."
 
 
-class RunFailure(BaseModel):
+class RunFailure(_Figures):
     """The failed tries of a table's DAG since its last run that succeeded (table property
     :data:`~cdclake.model.layout.RUN_FAILURE_PROPERTY`, written by the DAG's failure and retry
     callbacks and removed by its next run that succeeds; docs/operations.md, "A table whose runs
@@ -171,16 +211,17 @@ class RunFailure(BaseModel):
     Attributes:
         state: ``failing``: the newest try failed for good (no retry left, or an error that is not
             retried); ``retrying``: it failed and Airflow will run it again.
-        since_ms: when the first failed try since the last run that succeeded ended, epoch ms.
+        since_ms: when the first failed try since the last run that succeeded ended, epoch ms
+            (also ``since_iso`` in JSON).
         failed_tries: the failed tries since then, of every run, retries included.
-        last_failed_ms: when the newest failed try ended, epoch ms.
+        last_failed_ms: when the newest failed try ended, epoch ms (also ``last_failed_iso``).
         run_id: the Airflow run of the newest failed try.
         task_id: its task.
         try_number: its try number.
         error: its error, one line (:func:`error_line`).
     """
 
-    model_config = ConfigDict(frozen=True)
+    _epoch_fields = ("since_ms", "last_failed_ms")
 
     state: Literal["failing", "retrying"]
     since_ms: int
@@ -238,14 +279,18 @@ class RunFailure(BaseModel):
         )
 
 
-class TableStatus(BaseModel):
-    """The status figures of one configured table (JSON: ``model_dump(mode="json")``).
+class TableStatus(_Figures):
+    """The status figures of one configured table (JSON: ``model_dump(mode="json")``: snapshot
+    ids as strings, :data:`SnapshotId`; each epoch-ms time ``<x>_ms`` also as ``<x>_iso``, ISO
+    8601 in UTC).
 
     Attributes:
         name: the table's name in the table config.
         identifier: the Iceberg table ``namespace.table``.
         topic: its Kafka topic.
         checked_at_ms: the ``now`` the figures were computed at, epoch ms.
+        caught_up: the table applied every record of its topic (``lag_events == 0``); ``None``
+            when the topic's watermarks are unknown.
         table_exists: the Iceberg table exists.
         topic_exists: the topic exists; ``None`` when Kafka was not asked or did not answer.
         committed_offsets: ``{partition: next offset to apply}`` of the last CDC commit; ``None``
@@ -261,16 +306,19 @@ class TableStatus(BaseModel):
             data files' column bounds; ``None`` when no file carries the bound.
         high_position_kafka_ts_ms: Kafka timestamp of the record of the greatest position applied
             (``cdc.high-position-timestamp``), epoch ms; ``None`` when unknown.
-        lag_ms: ``now_ms`` minus the time of the newest event applied, ms (never below 0): from
-            ``last_source_ts_ms``, else from ``high_position_kafka_ts_ms``; ``None`` when neither is
-            known. It grows while the source is quiet, even with nothing pending: read it with
-            ``lag_events``.
-        lag_basis: which time ``lag_ms`` counts from: ``source_ts`` or ``kafka_ts``.
+        last_event_age_ms: ``now_ms`` minus the time of the newest event applied, ms (never below
+            0): from ``last_source_ts_ms``, else from ``high_position_kafka_ts_ms``; ``None`` when
+            neither is known. It grows while the source is quiet.
+        lag_ms: how far the table is behind its source, ms: 0 when ``caught_up`` (nothing is
+            pending, however old the newest event), else ``last_event_age_ms``.
+        lag_basis: which time ``lag_ms`` counts from: ``source_ts`` or ``kafka_ts``; ``caught_up``
+            when the table is caught up.
         last_commit: the newest CDC commit; ``None`` when the table never committed.
         current_snapshot_id: the table's current snapshot (a later maintenance or repair commit
-            may follow the last CDC commit).
+            may follow the last CDC commit; a string in JSON).
         events_per_hour: records consumed per hour over the last 24 hours, 24 entries, oldest
-            first: entry ``i`` counts the commits in ``[now - (24 - i) h, now - (23 - i) h)``.
+            first: entry ``i`` counts the commits in ``[now - (24 - i) h, now - (23 - i) h)``;
+            manual replays are not counted (:class:`Activity`).
             Only snapshots still in the table's history count (an expiry keeping less than 24 h
             leaves the expired commits out).
         activity_24h: the counts by kind over the same 24 hours.
@@ -293,7 +341,7 @@ class TableStatus(BaseModel):
             make the table late.
     """
 
-    model_config = ConfigDict(frozen=True)
+    _epoch_fields = ("checked_at_ms", "last_source_ts_ms", "high_position_kafka_ts_ms")
 
     name: str
     identifier: str
@@ -301,16 +349,18 @@ class TableStatus(BaseModel):
     checked_at_ms: int
     table_exists: bool
     topic_exists: bool | None
+    caught_up: bool | None = None
     committed_offsets: dict[int, int] | None = None
     high_watermarks: dict[int, int] | None = None
     lag_events: int | None = None
     lag_events_by_partition: dict[int, int] | None = None
     last_source_ts_ms: int | None = None
     high_position_kafka_ts_ms: int | None = None
+    last_event_age_ms: int | None = None
     lag_ms: int | None = None
-    lag_basis: Literal["source_ts", "kafka_ts"] | None = None
+    lag_basis: Literal["source_ts", "kafka_ts", "caught_up"] | None = None
     last_commit: LastCommit | None = None
-    current_snapshot_id: int | None = None
+    current_snapshot_id: SnapshotId | None = None
     events_per_hour: list[int] = [0] * WINDOW_HOURS
     activity_24h: Activity = Activity()
     open_quarantine: int = 0
@@ -380,11 +430,14 @@ def commit_activity(
 
     Returns:
         ``(last commit or None, records per hour (24 entries, oldest first), activity)``. The
-        snapshots of one run (same run id and offsets, one after the other) count once.
+        snapshots of one run (same run id and offsets, one after the other) count once; a manual
+        replay (``cdc.replay``) counts in ``replays`` and ``replay_events`` only.
     """
     start_ms = now_ms - WINDOW_HOURS * HOUR_MS
     per_hour = [0] * WINDOW_HOURS
-    totals = dict.fromkeys(("commits", "events", "upserted", "deleted", "kafka_tombstones", "quarantined"), 0)
+    totals = dict.fromkeys(
+        ("commits", "events", "upserted", "deleted", "kafka_tombstones", "quarantined", "replays", "replay_events"), 0
+    )
     ops: dict[str, int] = {}
     last_source_ts: int | None = None
     last: LastCommit | None = None
@@ -414,6 +467,13 @@ def commit_activity(
         if same_run or not start_ms <= ts_ms <= now_ms:
             continue
         events = _int(summary, SummaryKeys.EVENTS)
+        if SummaryKeys.LAST_SOURCE_TIMESTAMP in summary:
+            ts = int(summary[SummaryKeys.LAST_SOURCE_TIMESTAMP])
+            last_source_ts = ts if last_source_ts is None else max(last_source_ts, ts)
+        if summary.get(SummaryKeys.REPLAY) == "true":  # records consumed before: no new source activity
+            totals["replays"] += 1
+            totals["replay_events"] += events
+            continue
         per_hour[min((ts_ms - start_ms) // HOUR_MS, WINDOW_HOURS - 1)] += events
         totals["commits"] += 1
         totals["events"] += events
@@ -423,23 +483,31 @@ def commit_activity(
         totals["quarantined"] += _int(summary, SummaryKeys.QUARANTINED)
         for op, n in json.loads(summary.get(SummaryKeys.OPS, "{}")).items():
             ops[op] = ops.get(op, 0) + int(n)
-        if SummaryKeys.LAST_SOURCE_TIMESTAMP in summary:
-            ts = int(summary[SummaryKeys.LAST_SOURCE_TIMESTAMP])
-            last_source_ts = ts if last_source_ts is None else max(last_source_ts, ts)
     return last, per_hour, Activity(**totals, ops=ops, last_source_ts_ms=last_source_ts)
 
 
 def time_lag(
     now_ms: int, source_ts_ms: int | None, kafka_ts_ms: int | None
 ) -> tuple[int | None, Literal["source_ts", "kafka_ts"] | None]:
-    """``(lag ms, basis)``: ``now_ms`` minus the source time of the newest event applied, or minus
+    """``(age ms, basis)`` of the newest event applied: ``now_ms`` minus its source time, or minus
     its Kafka timestamp when the source time is unknown (never below 0); ``(None, None)`` when
-    both are unknown."""
+    both are unknown. :func:`lag_time` turns it into the lag."""
     if source_ts_ms is not None:
         return max(now_ms - source_ts_ms, 0), "source_ts"
     if kafka_ts_ms is not None:
         return max(now_ms - kafka_ts_ms, 0), "kafka_ts"
     return None, None
+
+
+def lag_time(
+    lag_events: int | None, age_ms: int | None, basis: Literal["source_ts", "kafka_ts"] | None
+) -> tuple[int | None, Literal["source_ts", "kafka_ts", "caught_up"] | None]:
+    """``(lag ms, basis)`` of :class:`TableStatus`: ``(0, "caught_up")`` when nothing is pending
+    (``lag_events == 0``: the newest event's age then says how quiet the source is, not how late
+    the table is), else the age of the newest event applied (:func:`time_lag`)."""
+    if lag_events == 0:
+        return 0, "caught_up"
+    return age_ms, basis
 
 
 def freshness_verdict(

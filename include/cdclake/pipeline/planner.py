@@ -6,11 +6,14 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from cdclake.errors import TopicNotFoundError
 from cdclake.io.catalog import committed_offsets, load_table_or_none
-from cdclake.io.kafka import KafkaClients, offsets_for_time, topic_watermarks
+from cdclake.io.kafka import KafkaClients, Watermarks, offsets_for_time, oldest_timestamps, topic_watermarks
 from cdclake.model.config import TableConfig
-from cdclake.model.offsets import Offsets, plan_range
-from cdclake.model.plan import RunPlan
+from cdclake.model.offsets import OffsetRange, Offsets, plan_range
+from cdclake.model.plan import RunPlan, TransactionRange
+from cdclake.model.position import SOURCE_ORDERINGS
+from cdclake.model.replay import ReplayStart, check_exclusive, check_offsets, check_retained
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -41,26 +44,24 @@ def plan_next(
         OffsetsOutOfRangeError: the start offsets are outside the topic's watermarks.
         ConfigError: the table cannot be applied as configured (no primary key, not changelog;
             ``value_format: avro`` and the Kafka clients have no schema registry).
-        ValueError: both replay starts given, or a partition the topic does not have, or
-            ``accept_source_change`` without replay start offsets (the new history's start).
+        TriggerParamError: both replay starts given; ``accept_source_change`` without replay start
+            offsets (the new history's start); a start offset of a partition the topic does not
+            have or outside its watermarks; a start time whose records retention may have deleted
+            (:mod:`cdclake.model.replay`).
     """
     cfg.check_runnable(has_schema_registry=kafka.schema_registry is not None)
-    if replay_from_offsets is not None and replay_from_timestamp_ms is not None:
-        raise ValueError("give replay start offsets or a replay start timestamp, not both")
-    if accept_source_change and replay_from_offsets is None:
-        raise ValueError(
-            "accept_source_change needs replay_from_offsets: the first record of the new binlog history in "
-            "each partition, as the error that stopped the table names them"
-        )
+    check_exclusive(ReplayStart(replay_from_offsets, replay_from_timestamp_ms, accept_source_change))
     watermarks = topic_watermarks(kafka, cfg.topic)
     committed = committed_offsets(load_table_or_none(catalog, cfg.identifier), cfg.topic)
     start = committed
     if replay_from_offsets is not None:
-        unknown = sorted(set(replay_from_offsets) - set(watermarks.high))
-        if unknown:
-            raise ValueError(f"topic {cfg.topic!r} has no partition(s) {unknown}")
+        check_offsets(cfg.topic, replay_from_offsets, watermarks.low, watermarks.high)
         start = {p: replay_from_offsets.get(p, watermarks.low[p]) for p in watermarks.high}
     elif replay_from_timestamp_ms is not None:
+        oldest = oldest_timestamps(
+            kafka, cfg.topic, {p: o for p, o in watermarks.low.items() if o > 0}, watermarks.high
+        )
+        check_retained(cfg.topic, replay_from_timestamp_ms, watermarks.low, oldest)
         start = offsets_for_time(kafka, cfg.topic, replay_from_timestamp_ms)
     offset_range = plan_range(cfg.topic, start, watermarks.low, watermarks.high, cfg.max_events_per_run)
     replay = replay_from_offsets is not None or replay_from_timestamp_ms is not None
@@ -82,4 +83,45 @@ def plan_next(
         replay=replay,
         committed=committed,
         accept_source_change=accept_source_change,
+        transactions=plan_transactions(kafka, cfg, offset_range, watermarks),
+    )
+
+
+TRANSACTION_MARGIN_MS = 60_000
+"""How long before the batch's first records the transaction topic is read from: an ``END``
+follows its transaction's events, and the producer stamps records in the order it sends them;
+the margin covers clocks and batching."""
+
+
+def plan_transactions(
+    kafka: KafkaClients, cfg: TableConfig, offset_range: OffsetRange, watermarks: Watermarks
+) -> TransactionRange | None:
+    """Where the apply reads the ``END`` records of the batch's transactions
+    (:class:`~cdclake.model.plan.TransactionRange`); ``None`` when the table does not commit whole
+    transactions (``transactions: ignore``, ``ordering: kafka``), the range is empty, or the
+    connector writes no transaction topic (said once per run, at info)."""
+    if cfg.transactions != "whole" or cfg.ordering not in SOURCE_ORDERINGS or offset_range.is_empty:
+        return None
+    topic = cfg.transaction_topic_name
+    try:
+        marks = topic_watermarks(kafka, topic)  # after the data topic's: every END of the range's events
+    except TopicNotFoundError:
+        log.info(
+            "table %s: no transaction topic %r (the connector runs without provide.transaction.metadata): "
+            "a commit may hold part of a source transaction",
+            cfg.identifier,
+            topic,
+        )
+        return None
+    reading = {p: o for p, o in offset_range.start.items() if o < offset_range.end[p]}
+    first = oldest_timestamps(kafka, cfg.topic, reading, dict(offset_range.end))
+    start = dict(marks.low)
+    if first:
+        since = offsets_for_time(kafka, topic, min(first.values()) - TRANSACTION_MARGIN_MS)
+        start = {p: min(max(o, since.get(p, o)), marks.high[p]) for p, o in start.items()}
+    return TransactionRange(
+        topic=topic,
+        start=start,
+        end=dict(marks.high),
+        read_to_end=tuple(sorted(p for p, o in offset_range.end.items() if o >= watermarks.high.get(p, 0))),
     )

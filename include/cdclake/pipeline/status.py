@@ -48,6 +48,7 @@ from cdclake.model.status import (
     TableStatus,
     commit_activity,
     freshness_verdict,
+    lag_time,
     partition_lag,
     reconcile_summary,
     time_lag,
@@ -156,16 +157,18 @@ def read_watermarks(
     kafka: KafkaClients | None, topics: Iterable[str]
 ) -> tuple[dict[str, Watermarks | None], str | None]:
     """``({topic: watermarks, or None when it does not exist}, None)``, or ``({}, why)`` when
-    Kafka was not asked (``kafka`` is ``None``) or did not answer."""
+    Kafka was not asked (``kafka`` is ``None``) or did not answer. A cluster whose every broker is
+    down is given up on at once (the status reports, it does not wait for a broker to return)."""
     from confluent_kafka import KafkaException
 
     if kafka is None:
         return {}, "Kafka was not asked"
     try:
-        return topics_watermarks(kafka, topics), None
-    except KafkaException as e:
-        log.warning("Kafka at %s did not answer: %s", kafka.bootstrap, e)
-        return {}, f"Kafka at {kafka.bootstrap} did not answer: {e}"
+        return topics_watermarks(kafka, topics, give_up_when_down=True), None
+    except KafkaException as e:  # a status, not an error: the caller shows it once per table
+        error = e.args[0].str() if e.args and hasattr(e.args[0], "str") else str(e)
+        log.info("Kafka at %s did not answer: %s", kafka.bootstrap, error)
+        return {}, f"Kafka at {kafka.bootstrap} did not answer: {error}"
 
 
 def table_status(
@@ -241,7 +244,9 @@ def status_of_tables(
                     lag_events_by_partition=by_partition,
                     lag_events=sum(by_partition.values()),
                 )
-        lag_ms, basis = time_lag(now, fields.get("last_source_ts_ms"), fields.get("high_position_kafka_ts_ms"))
+        age_ms, age_basis = time_lag(now, fields.get("last_source_ts_ms"), fields.get("high_position_kafka_ts_ms"))
+        lag_events = fields.get("lag_events")
+        lag_ms, basis = lag_time(lag_events, age_ms, age_basis)
         failure = fields.get("run_failure")
         if failure is not None:
             problems.append(failure.describe(now))
@@ -255,11 +260,13 @@ def status_of_tables(
                 checked_at_ms=now,
                 table_exists=lake.exists,
                 topic_exists=topic_exists,
+                caught_up=None if lag_events is None else lag_events == 0,
+                last_event_age_ms=age_ms,
                 lag_ms=lag_ms,
                 lag_basis=basis,
                 last_reconcile=reconciled.get(cfg.identifier),
                 freshness_minutes=limit,
-                fresh=freshness_verdict(fields.get("lag_events"), lag_ms, limit, failure),
+                fresh=freshness_verdict(lag_events, lag_ms, limit, failure),
                 problems=problems,
                 **fields,
             )

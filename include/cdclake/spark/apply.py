@@ -71,6 +71,7 @@ from cdclake.model.offsets import Offsets
 from cdclake.model.plan import RunPlan
 from cdclake.model.position import SOURCE_ORDERINGS, BinlogPosition
 from cdclake.model.run_state import BatchStats, ColumnDefault, CommittedState
+from cdclake.model.transactions import Cut
 from cdclake.settings import Settings
 from cdclake.spark.commit import commit, demote_rows, merge
 from cdclake.spark.context import ApplyContext, resolve_table, source_columns
@@ -83,6 +84,7 @@ from cdclake.spark.quarantine import QUARANTINED, bad_batch, first_quarantined, 
 from cdclake.spark.read import read_range
 from cdclake.spark.reduce import reduce_batch
 from cdclake.spark.stats import GOOD, batch_stats, first_offsets_outside, identity_spans, snapshot_groups
+from cdclake.spark.transactions import TransactionCut, cut_batch
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -99,7 +101,8 @@ class ApplyResult:
 
     Attributes:
         status: ``committed``, ``already_applied`` (the table is at the range's end already, or
-            the replay's run committed) or ``empty`` (the range has no records).
+            the replay's run committed), ``empty`` (the range has no records) or ``waiting`` (the
+            range holds no whole source transaction yet: nothing committed).
         snapshot_id: the Iceberg snapshot committed; for ``already_applied``, this run's earlier
             commit, whose figures the other fields then are (``None``: another run's commit).
         events: Kafka records read, tombstones included.
@@ -161,7 +164,7 @@ def apply_range(
         PositionOrderError: the events change binlog basename or source server.
         SchemaError: the table cannot be created from, or does not fit, the events.
     """
-    cfg, offset_range = plan.table, plan.range
+    cfg, offset_range, planned = plan.table, plan.range, plan
     kafka = kafka or KafkaClients.from_settings(settings)
     cfg.check_runnable(has_schema_registry=kafka.schema_registry is not None)
     if offset_range.is_empty:
@@ -188,7 +191,7 @@ def apply_range(
     # that does not answer fails the run here, before anything is written
     lookup = kafka.schema_lookup
     writers = read_writer_schemas(raw, lookup) if cfg.value_format == "avro" and lookup is not None else None
-    base, parsed, stats = _parse(ctx, raw, writers)
+    ctx, base, parsed, stats, whole = _parse(ctx, raw, writers)
     try:
         for n in range(MAX_EVOLUTIONS):
             evolved = evolve_table(ctx, stats, parsed, first=n == 0, writers=writers)
@@ -196,9 +199,11 @@ def apply_range(
                 break
             # the table took the events' schema (or the config's columns): the batch is parsed again by it
             base.unpersist()
-            ctx = evolved
-            base, parsed, stats = _parse(ctx, raw, writers)
-        table = ctx.table
+            ctx, base, parsed, stats, whole = _parse(evolved, raw, writers)
+        table, plan = ctx.table, ctx.plan  # the plan's range cut before a transaction that is not whole
+        if plan.range.is_empty and whole is not None and whole.cut is not None:
+            base.unpersist()
+            return _without_whole_transaction(spark, settings, planned, kafka, whole.cut)
         check_columns(stats, cfg, from_events=stats.unknown_column is not None and from_events(ctx))
         if stats.bad and cfg.bad_records == "fail":
             raise bad_batch(ctx, parsed, stats.bad)
@@ -218,7 +223,11 @@ def apply_range(
             snapshots=snapshot_groups(good, start.max_offsets) if full_snapshots else [],
             lookups=_Lookups(ctx, good),
         )
-        snapshot_id, keys_changed = _write(ctx, good, stats, decision)
+        if whole is not None and whole.last is not None:
+            decision = replace(
+                decision, summary={**decision.summary, SummaryKeys.LAST_TRANSACTION: whole.last.to_json()}
+            )
+        snapshot_id, keys_changed = _write(ctx, good, decision)
         if decision.completed is not None:
             _drop_tombstones_below(ctx, decision.completed)
         result = ApplyResult(
@@ -239,10 +248,42 @@ def apply_range(
         base.unpersist()
 
 
-def _parse(ctx: ApplyContext, raw: DataFrame, writers: WriterSchemas | None) -> tuple[DataFrame, DataFrame, BatchStats]:
+def _without_whole_transaction(
+    spark: SparkSession, settings: Settings, plan: RunPlan, kafka: KafkaClients, cut: Cut
+) -> ApplyResult:
+    """The run when its range holds no whole transaction: a transaction with more events than the
+    range holds (the cap, ``max_events_per_run``, split evenly over the partitions) is applied
+    whole by a range extended past the cap, up to the high watermarks; otherwise (its ``END`` is
+    not in Kafka yet, or its events are not all there yet) nothing is applied and the run waits."""
+    from cdclake.io.kafka import topic_watermarks
+
+    high = topic_watermarks(kafka, plan.range.topic).high
+    if cut.want is not None:
+        # at least double the range each time: re-emitted copies take offsets but add no event
+        more = {p: max(cut.want - cut.have, o - plan.range.start[p]) for p, o in plan.range.end.items()}
+        end = {p: min(high.get(p, o), o + more[p]) for p, o in plan.range.end.items()}
+        if end != dict(plan.range.end):
+            log.warning(
+                "table %s: %s; it is applied whole: the range is extended past max_events_per_run (%d) to %s",
+                plan.table.identifier,
+                cut.describe(),
+                plan.table.max_events_per_run,
+                json.dumps(end, sort_keys=True),
+            )
+            extended = plan.range.model_copy(update={"end": end})
+            return apply_range(spark, settings, plan.model_copy(update={"range": extended}), kafka=kafka)
+    log.info("table %s: %s; nothing is applied, the next run goes on from here", plan.table.identifier, cut.describe())
+    return ApplyResult("waiting")
+
+
+def _parse(
+    ctx: ApplyContext, raw: DataFrame, writers: WriterSchemas | None
+) -> tuple[ApplyContext, DataFrame, DataFrame, BatchStats, TransactionCut | None]:
     """The batch parsed by the table's columns (``writers``: Avro values, by these writer schemas)
-    into a cache without the raw values, the same with the quarantine's hold-backs, and its
-    statistics (the caller unpersists the cache)."""
+    into a cache without the raw values, the same cut to whole source transactions
+    (:func:`~cdclake.spark.transactions.cut_batch`; the context's plan then holds the cut range)
+    with the quarantine's hold-backs, its statistics and the cut (the caller unpersists the
+    cache)."""
     from pyspark import StorageLevel
 
     cfg, columns = ctx.cfg, list(ctx.columns)
@@ -255,9 +296,10 @@ def _parse(ctx: ApplyContext, raw: DataFrame, writers: WriterSchemas | None) -> 
     base = records.drop("value")
     base = base.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        parsed = split_bad_and_held(ctx, base)
+        ctx, whole_batch, whole = cut_batch(ctx, base)
+        parsed = split_bad_and_held(ctx, whole_batch)
         stats = batch_stats(parsed, cfg, unknown_columns_floor(ctx.table))
-        return base, parsed, _check_connector_modes(ctx, stats, writers)
+        return ctx, base, parsed, _check_connector_modes(ctx, stats, writers), whole
     except BaseException:
         base.unpersist()
         raise
@@ -275,7 +317,8 @@ def _start_check(table: Table, plan: RunPlan) -> tuple[CommittedState, ApplyResu
     """
     cfg = plan.table
     state = committed_state(table, cfg.topic)
-    own = run_commit(table, cfg.topic, plan.run_id) if plan.replay else None
+    # a replay, or a range cut to whole transactions, is found applied by its run's commit
+    own = run_commit(table, cfg.topic, plan.run_id) if plan.replay or plan.transactions is not None else None
     if check_start(state, plan, run_committed=own is not None):
         return state, None
     own = own or run_commit(table, cfg.topic, plan.run_id)
@@ -382,7 +425,7 @@ def _fill_defaults(good: DataFrame, defaults: Mapping[str, ColumnDefault]) -> Da
     return good.withColumn("image", image) if defaults else good
 
 
-def _write(ctx: ApplyContext, good: DataFrame, stats: BatchStats, decision: RunDecision) -> tuple[int, int]:
+def _write(ctx: ApplyContext, good: DataFrame, decision: RunDecision) -> tuple[int, int]:
     """Write the batch as the decision says, in one commit; returns ``(snapshot id, keys changed)``.
 
     Upsert tables: events at or below the truncate floor, and below the snapshot floor, are
@@ -406,7 +449,7 @@ def _write(ctx: ApplyContext, good: DataFrame, stats: BatchStats, decision: RunD
         rows = rows.filter(F.col("position") > position_literal(state.truncate_floor))
     if state.snapshot_floor is not None:
         rows = rows.filter(F.col("position") >= position_literal(state.snapshot_floor))
-    source, keys_changed = reduce_batch(ctx, rows, [*image, *meta_cols], record=bool(stats.ops.get("d")))
+    source, keys_changed = reduce_batch(ctx, rows, [*image, *meta_cols])
     try:
         properties[SummaryKeys.KEYS_CHANGED] = str(keys_changed)
         if decision.completed is not None:

@@ -55,14 +55,23 @@ SOURCE_FIELDS = (
 )
 """The fields of Debezium's ``source`` block the apply reads, with their Spark types."""
 
+TRANSACTION_FIELDS = (("id", "string"), ("data_collection_order", "bigint"))
+"""The fields of Debezium's ``transaction`` block the apply reads (``provide.transaction.metadata``;
+:mod:`cdclake.model.transactions`), with their Spark types."""
+
 
 def envelope_type(columns: list[ColumnSpec]) -> str:
     """The Spark type of a Debezium envelope as the apply reads it: ``before`` and ``after``
     structs of the table's columns, each in its JSON read type (:func:`~cdclake.spark.decode.json_read_type`),
-    the :data:`SOURCE_FIELDS` of ``source``, ``op`` and ``ts_ms``."""
+    the :data:`SOURCE_FIELDS` of ``source``, ``op``, ``ts_ms`` and the :data:`TRANSACTION_FIELDS` of
+    ``transaction``."""
     row = ",".join(f"{quote_identifier(c.name)}:{json_read_type(c.encoding)}" for c in columns)
     source = ",".join(f"{name}:{typ}" for name, typ in SOURCE_FIELDS)
-    return f"struct<before:struct<{row}>,after:struct<{row}>,source:struct<{source}>,op:string,ts_ms:bigint>"
+    transaction = ",".join(f"{name}:{typ}" for name, typ in TRANSACTION_FIELDS)
+    return (
+        f"struct<before:struct<{row}>,after:struct<{row}>,source:struct<{source}>,op:string,ts_ms:bigint,"
+        f"transaction:struct<{transaction}>>"
+    )
 
 
 def parse_records(
@@ -154,8 +163,9 @@ def records_from_envelopes(
         ``_cdc_binlog_*``, ``_cdc_gtid_seq``, ``_cdc_source_ts``, ``_cdc_kafka_*``), ``position``
         (struct in ``ordering``, see :func:`cdclake.spark.positions.position_column`), ``image``
         (struct of the source columns, decoded), ``error`` (null when the record can be applied,
-        else the reason: ``format_error`` first, then the envelope's and the row's defects) and
-        ``unknown_column``.
+        else the reason: ``format_error`` first, then the envelope's and the row's defects),
+        ``unknown_column``, ``transaction_id`` and ``transaction_order`` (``transaction.id`` and
+        ``transaction.data_collection_order``; null without transaction metadata).
     """
     from pyspark.sql import functions as F
 
@@ -226,6 +236,8 @@ def records_from_envelopes(
         image.alias("image"),
         error.alias("error"),
         F.col("unknown_column"),
+        F.col("env.transaction.id").alias("transaction_id"),
+        F.col("env.transaction.data_collection_order").alias("transaction_order"),
     )
     return out.withColumn("position", position_column(ordering))
 

@@ -37,7 +37,7 @@ from cdclake.model.avro import HEADER_BYTES, MAGIC_BYTE, connect_schema, source_
 from cdclake.model.schema_diff import is_promotion, same_json_values
 from cdclake.model.types import ColumnSpec, column_from_connect, iceberg_type_of_encoding, parse_decimal_encoding
 from cdclake.spark.decode import json_read_type
-from cdclake.spark.parse import SOURCE_FIELDS, envelope_type, records_from_envelopes
+from cdclake.spark.parse import SOURCE_FIELDS, TRANSACTION_FIELDS, envelope_type, records_from_envelopes
 from cdclake.spark.read import KAFKA_RECORD_COLUMNS
 
 if TYPE_CHECKING:
@@ -372,9 +372,10 @@ class _Reading:
         env = F.struct(
             self._image(d, "before").alias("before"),
             self._image(d, "after").alias("after"),
-            self._source(d).alias("source"),
+            self._block(d, "source", SOURCE_FIELDS).alias("source"),
             self._top(d, "op", "string").alias("op"),
             self._top(d, "ts_ms", "bigint").alias("ts_ms"),
+            self._block(d, "transaction", TRANSACTION_FIELDS).alias("transaction"),
         )
         applied = F.when(env["op"] == "d", env["before"]).otherwise(env["after"])
         unknown = F.when(applied.isNotNull(), F.lit(self.unknown)) if self.unknown is not None else F.lit(None)
@@ -396,18 +397,20 @@ class _Reading:
 
         return d[name].try_cast(typ) if name in self.envelope else F.lit(None).cast(typ)
 
-    def _source(self, d: Column) -> Column:
+    def _block(self, d: Column, block: str, fields: tuple[tuple[str, str], ...]) -> Column:
+        """The envelope's struct ``block`` (``source``, ``transaction``) with ``fields`` (name,
+        Spark type); a field the writer schema lacks is null."""
         from pyspark.sql import functions as F
 
-        present = {f["field"] for f in self.envelope.get("source", {}).get("fields", ())}
+        present = {f["field"] for f in (self.envelope.get(block) or {}).get("fields", ())}
         if not present:
             return F.lit(None)
         return F.when(
-            d["source"].isNotNull(),
+            d[block].isNotNull(),
             F.struct(
                 *[
-                    (d["source"][name].try_cast(typ) if name in present else F.lit(None).cast(typ)).alias(name)
-                    for name, typ in SOURCE_FIELDS
+                    (d[block][name].try_cast(typ) if name in present else F.lit(None).cast(typ)).alias(name)
+                    for name, typ in fields
                 ]
             ),
         )

@@ -46,29 +46,46 @@ _EVENT_ALIAS, _TOMB_ALIAS = "cdc-event", "cdc-tomb"
 _EVENT, _TOMB = quote_identifier(_EVENT_ALIAS), quote_identifier(_TOMB_ALIAS)
 
 
+_KEY, _POSITION, _PARTITION, _OFFSET = "_cdc_rank_key", "_cdc_rank_position", "_cdc_rank_partition", "_cdc_rank_offset"
+"""Columns of :func:`_ranked`'s sort (dropped from its result): the primary key (``<name><i>``)
+and the event's place. The window is specified on these columns, never on expressions: Spark
+projects each expression of a window specification afresh, so a specification written with
+expressions is a new one in every window function (a sort each, and a second shuffle)."""
+
+
 def _ranked(events: DataFrame, primary_key: tuple[str, ...], ordering: str) -> DataFrame:
     """``events`` with ``_rn`` (1: the key's latest event) and, on every row of a key, the key's
     :data:`TIED` and :data:`_UNORDERED`: :func:`~cdclake.model.position.batch_pick` in one window
-    (one shuffle by key, one sort)."""
+    (one shuffle by key, one sort, two ``Window`` operators)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    position, partition, offset = place_columns(ordering)
-    w = Window.partitionBy(*[F.col("image")[c] for c in primary_key]).orderBy(
-        position.desc(), partition.desc(), offset.desc()
+    keys = [f"{_KEY}{i}" for i in range(len(primary_key))]
+    place = place_columns(ordering)
+    placed = events.select(
+        "*",
+        *[F.col("image")[c].alias(k) for c, k in zip(primary_key, keys, strict=True)],
+        *[column.alias(name) for column, name in zip(place, (_POSITION, _PARTITION, _OFFSET), strict=True)],
     )
+    position, partition, offset = F.col(_POSITION), F.col(_PARTITION), F.col(_OFFSET)
+    w = Window.partitionBy(*keys).orderBy(position.desc(), partition.desc(), offset.desc())
     whole = w.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
-    content = F.struct("_cdc_op", "image")
     at_top = position == F.first(position).over(whole)
-    differs = ~content.eqNullSafe(F.first(content).over(whole))
+    # the content (op and row image) of the key's latest event, compared field by field: a struct of
+    # the two would be projected before the shuffle, a second copy of every image
+    differs = ~(
+        F.col("_cdc_op").eqNullSafe(F.first("_cdc_op").over(whole))
+        & F.col("image").eqNullSafe(F.first("image").over(whole))
+    )
     # the first row of its partition at its position in this order: that partition's last event there
     head = F.coalesce((F.lag(partition).over(w) != partition) | (F.lag(position).over(w) != position), F.lit(True))
-    flagged = events.select(
+    flagged = placed.select(
         "*",
         F.row_number().over(w).alias("_rn"),
         (at_top & differs).alias("_tied_here"),
         F.when(
-            at_top & differs & head & (partition != F.first(partition).over(whole)), F.struct(partition, offset)
+            at_top & differs & head & (partition != F.first(partition).over(whole)),
+            F.struct(partition.alias("partition"), offset.alias("offset")),
         ).alias("_unordered_here"),
     )
     return flagged.select(
@@ -76,7 +93,7 @@ def _ranked(events: DataFrame, primary_key: tuple[str, ...], ordering: str) -> D
         F.max("_tied_here").over(whole).alias(TIED),
         # the greatest partition's: as batch_pick
         F.max("_unordered_here").over(whole).alias(_UNORDERED),
-    ).drop("_tied_here", "_unordered_here")
+    ).drop("_tied_here", "_unordered_here", *keys, _POSITION, _PARTITION, _OFFSET)
 
 
 def reduce_latest(events: DataFrame, primary_key: tuple[str, ...], ordering: str) -> DataFrame:
@@ -89,19 +106,24 @@ def reduce_latest(events: DataFrame, primary_key: tuple[str, ...], ordering: str
     return (
         _ranked(events, primary_key, ordering)
         .filter(F.col("_rn") == 1)
-        # fails the job that computes the batch anyway (the tombstone merge or the count): a check
+        # fails the job that computes the batch anyway (reduce_batch's count): a check
         # of its own would cost every run a Spark job
         .filter(F.when(unordered.isNotNull(), F.raise_error(F.lit(_UNORDERED_MARKER))).otherwise(F.lit(True)))
         .drop("_rn", _UNORDERED)
     )
 
 
-def reduce_batch(
-    ctx: ApplyContext, rows: DataFrame, columns: list[Column | str], *, record: bool
-) -> tuple[DataFrame, int]:
+def reduce_batch(ctx: ApplyContext, rows: DataFrame, columns: list[Column | str]) -> tuple[DataFrame, int]:
     """The merge source of a batch: :func:`reduce_latest`, then :func:`apply_tombstones`; returns it
     (``columns`` and :data:`TIED`, persisted: the caller unpersists it) with its row count, and
-    logs once when ties at one position were broken by Kafka offset.
+    logs once when ties at one position were broken by Kafka offset. ``columns`` name the primary
+    key's columns and the metadata columns (:data:`~cdclake.model.layout.METADATA_COLUMNS`) as
+    themselves: the batch's deletes are recorded from them (:func:`record_tombstones`).
+
+    The reduction (a sort of the batch by key) runs once: its rows are persisted and counted, the
+    tombstone ``MERGE`` reads them, and so does the merge source, persisted after that ``MERGE``.
+    A persisted plan that reads the tombstone table would be computed again after it: Spark
+    refreshes the cached data of every plan that reads a table it writes.
 
     Raises:
         PositionOrderError: a key's latest event has an event of other content at its position in
@@ -112,17 +134,27 @@ def reduce_batch(
     from pyspark.sql import functions as F
 
     cfg = ctx.cfg
+    reduced = reduce_latest(rows, cfg.primary_key, cfg.ordering).select(*columns, TIED)
+    reduced = reduced.persist(StorageLevel.MEMORY_AND_DISK)
     source = None
     try:
-        survivors = apply_tombstones(ctx, reduce_latest(rows, cfg.primary_key, cfg.ordering), record=record)
-        source = survivors.select(*columns, TIED).persist(StorageLevel.MEMORY_AND_DISK)
-        counts = source.agg(F.count(F.lit(1)).alias("n"), F.sum(F.col(TIED).cast("int")).alias("tied")).collect()[0]
+        counts = reduced.agg(
+            F.sum(F.col(TIED).cast("int")).alias("tied"), F.count_if(F.col("_cdc_op") == "d").alias("deletes")
+        ).collect()[0]
+        if counts["deletes"]:
+            record_tombstones(ctx, reduced)
+        # the same rows whether the tombstones are read before or after the batch's own: every delete
+        # survives, and the batch records none for a key whose latest event is an upsert
+        source = apply_tombstones(ctx, reduced).persist(StorageLevel.MEMORY_AND_DISK)
+        keys_changed = source.count()
     except Exception as e:  # noqa: BLE001 - Spark wraps the raised error in several types
         if source is not None:
             source.unpersist()
         if _UNORDERED_MARKER not in str(e):
             raise
         raise _unordered_error(ctx, rows) from e
+    finally:
+        reduced.unpersist()
     if counts["tied"] and cfg.ordering in SOURCE_ORDERINGS:
         log.warning(
             "table %s: %d key(s) had events of other content at the position of their latest event; each "
@@ -132,7 +164,7 @@ def reduce_batch(
             cfg.identifier,
             counts["tied"],
         )
-    return source, int(counts["n"])
+    return source, keys_changed
 
 
 def _unordered_error(ctx: ApplyContext, rows: DataFrame) -> PositionOrderError:
@@ -156,40 +188,49 @@ def _unordered_error(ctx: ApplyContext, rows: DataFrame) -> PositionOrderError:
     return PositionOrderError(unordered_message(cfg.topic, cfg.ordering, sorted(places)))
 
 
-def apply_tombstones(ctx: ApplyContext, reduced: DataFrame, *, record: bool = True) -> DataFrame:
+def apply_tombstones(ctx: ApplyContext, reduced: DataFrame) -> DataFrame:
     """Discard upserts their key's tombstone supersedes (:func:`~cdclake.model.position.supersedes`:
-    at or below it, ties by Kafka offset); record the batch's deletes as tombstones (the latest per
-    key). Returns the surviving merge source.
-
-    ``record=False`` (the batch holds no delete event) records nothing: no ``MERGE`` into the
-    tombstone table, no commit there."""
+    at or below it, ties by Kafka offset). ``reduced`` holds one event per key, its primary key's
+    columns and the metadata columns by name. Returns the surviving merge source: every delete
+    survives (:func:`record_tombstones` records them)."""
     from pyspark.sql import functions as F
 
     cfg = ctx.cfg
-    by_name = {c.name: c for c in ctx.columns}
-    pk_fields = [(c, by_name[c].iceberg_type, True) for c in cfg.primary_key]
-    ctx.side_table(
-        TOMBSTONES_SUFFIX,
-        pk_fields + [(n, t, False) for n, t, _ in TOMBSTONE_COLUMNS],
-        {n: d for n, _, d in TOMBSTONE_COLUMNS},
-    )
-    name = ctx.spark_name(TOMBSTONES_SUFFIX)
-    tomb = ctx.spark.table(name).alias(_TOMB_ALIAS)
-    cond = reduce(operator.and_, [F.col("image")[c] == F.col(qualified(_TOMB, c)) for c in cfg.primary_key])
+    tomb = ctx.spark.table(_tombstone_table(ctx)).alias(_TOMB_ALIAS)
+    cond = reduce(operator.and_, [F.col(qualified(_EVENT, c)) == F.col(qualified(_TOMB, c)) for c in cfg.primary_key])
     joined = reduced.alias(_EVENT_ALIAS).join(tomb, cond, "left")
-    survivors = joined.filter(
+    return joined.filter(
         F.col(qualified(_TOMB, cfg.primary_key[0])).isNull()
         | (F.col(qualified(_EVENT, "_cdc_op")) == "d")
         | supersedes_column(cfg.ordering, _EVENT, _TOMB, stored_change=True)
     ).select(f"{_EVENT}.*")
 
-    if not record:
-        return survivors
-    deletes = reduced.filter("_cdc_op = 'd'").select(
-        *[F.col("image")[c].alias(c) for c in cfg.primary_key],
+
+def record_tombstones(ctx: ApplyContext, source: DataFrame) -> None:
+    """Record the deletes of ``source`` (one event per key: the primary key's columns and the
+    metadata columns by name) as their keys' tombstones: a ``MERGE`` into the tombstone table, its
+    own commit. A tombstone only moves to a delete that supersedes it
+    (:func:`~cdclake.model.position.supersedes`), so a replayed older delete changes nothing."""
+    from pyspark.sql import functions as F
+
+    cfg = ctx.cfg
+    name = _tombstone_table(ctx)
+    deletes = source.filter(F.col("_cdc_op") == "d").select(
+        *cfg.primary_key,
         *[n for n, _, _ in TOMBSTONE_COLUMNS if n != "_cdc_recorded_at"],
         F.current_timestamp().alias("_cdc_recorded_at"),
     )
     newer = supersedes_column(cfg.ordering, SOURCE, name, event_change=True, stored_change=True)
     merge_into(deletes, name, cfg.primary_key).whenMatched(newer).updateAll().whenNotMatched().insertAll().merge()
-    return survivors
+
+
+def _tombstone_table(ctx: ApplyContext) -> str:
+    """The tombstone table's Spark name, the table created first when missing."""
+    by_name = {c.name: c for c in ctx.columns}
+    pk_fields = [(c, by_name[c].iceberg_type, True) for c in ctx.cfg.primary_key]
+    ctx.side_table(
+        TOMBSTONES_SUFFIX,
+        pk_fields + [(n, t, False) for n, t, _ in TOMBSTONE_COLUMNS],
+        {n: d for n, _, d in TOMBSTONE_COLUMNS},
+    )
+    return ctx.spark_name(TOMBSTONES_SUFFIX)

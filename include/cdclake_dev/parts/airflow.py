@@ -44,6 +44,10 @@ class AirflowProcesses:
         logs_dir: the folder of the processes' logs (created when missing).
         port: the api-server's TCP port on 127.0.0.1.
         cwd: the processes' working folder (default: this process's).
+        serve_logs: the scheduler and the triggerer serve their task logs over HTTP (Airflow's
+            log servers listen on every interface, not configurable); ``False``: they do not, and
+            the api-server, on the same machine, reads the log files from
+            ``AIRFLOW__LOGGING__BASE_LOG_FOLDER`` (a running task's log too).
 
     Raises:
         ValueError: ``env`` has no ``AIRFLOW_HOME``, or ``port`` is not a TCP port.
@@ -51,13 +55,16 @@ class AirflowProcesses:
 
     COMPONENTS = ("scheduler", "dag-processor", "triggerer", "api-server")
 
-    def __init__(self, env: Mapping[str, str], logs_dir: Path, port: int, *, cwd: Path | None = None) -> None:
+    def __init__(
+        self, env: Mapping[str, str], logs_dir: Path, port: int, *, cwd: Path | None = None, serve_logs: bool = True
+    ) -> None:
         check_port(port)
         if not env.get("AIRFLOW_HOME"):
             raise ValueError("env must set AIRFLOW_HOME (else Airflow writes to ~/airflow)")
         import requests
 
         self.port = port
+        self.serve_logs = serve_logs
         self.base = f"http://{LOOPBACK}:{port}"
         self.logs = Path(logs_dir)
         self.cwd = cwd
@@ -139,12 +146,8 @@ class AirflowProcesses:
             logger.info("Airflow already running on %s", self.base)
             return time.monotonic() - t0
         for name, daemon in self.procs.items():
-            if daemon.running():
-                continue
-            args = [self._airflow(), name]
-            if name == "api-server":
-                args += ["--port", str(self.port), "--host", LOOPBACK]
-            daemon.spawn(args, env=self.env, cwd=self.cwd)
+            if not daemon.running():
+                daemon.spawn(self.command(name), env=self.env, cwd=self.cwd)
 
         def ready() -> bool:
             self._check_alive()
@@ -155,13 +158,25 @@ class AirflowProcesses:
         logger.info("Airflow started on %s in %.1f s", self.base, took)
         return took
 
+    def command(self, name: str) -> list[str]:
+        """The command line of component ``name`` (one of :attr:`COMPONENTS`): the api-server on
+        ``127.0.0.1:<port>``; the scheduler and triggerer without their log servers unless
+        ``serve_logs``."""
+        args = [self._airflow(), name]
+        if name == "api-server":
+            args += ["--port", str(self.port), "--host", LOOPBACK]
+        elif name in ("scheduler", "triggerer") and not self.serve_logs:
+            args.append("--skip-serve-logs")
+        return args
+
     def _check_alive(self) -> None:
         for daemon in self.procs.values():
             daemon.check_alive()
 
-    def stop(self, timeout_s: float = 60.0) -> None:
-        """Stop every process's group at once (SIGTERM; SIGKILL after ``timeout_s`` seconds)."""
-        stop_all(self.procs.values(), timeout_s=timeout_s)
+    def stop(self, timeout_s: float = 60.0) -> list[int | None]:
+        """Stop every process's group at once (SIGTERM; SIGKILL after ``timeout_s`` seconds).
+        Returns the pid stopped per component (``None``: it did not run)."""
+        return stop_all(self.procs.values(), timeout_s=timeout_s)
 
     def _headers(self) -> dict[str, str]:
         if self._token is None:

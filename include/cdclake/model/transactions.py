@@ -1,0 +1,193 @@
+"""Whole source transactions (pure: no Spark, no Kafka): where a table's batch is cut so that a
+commit holds, for every source transaction that touched the table, all of its events for the table
+or none.
+
+With ``provide.transaction.metadata=true`` Debezium writes a ``BEGIN`` and an ``END`` record per
+transaction to ``<topic.prefix>.transaction`` (one partition, in binlog order), and every change
+event carries ``transaction {id, total_order, data_collection_order}``. ``END`` says how many
+events the transaction wrote to each table (``data_collections[{data_collection, event_count}]``);
+``data_collection_order`` numbers a transaction's events of one table from 1. Source: Debezium's
+MySQL connector documentation, "Transaction metadata".
+
+A batch is whole up to the first event of the earliest transaction (by binlog position) that is
+not whole in it: :func:`cut_position`. Every partition is cut before its first event at or after
+that position, so the applied set is a prefix of the table's binlog in whole transactions; the rest
+waits for the next run. A transaction is whole when the batch holds as many distinct
+``data_collection_order`` values of it as ``END`` counts for the table (distinct: a connector that
+restarts re-emits a transaction's events, and both copies may be in one batch), or when its missing
+events cannot come after the batch: every partition has passed it (holds a later event) or was read
+to its end, and its ``END`` was read (the connector sends ``END`` after the transaction's events).
+Those were read by an earlier run (a run from before the metadata, a replay that started inside a
+transaction). Events without a transaction (snapshot reads, a connector without the setting) are a
+whole unit each.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cdclake.model.position import BinlogPosition
+
+
+@dataclass(frozen=True)
+class TransactionEnd:
+    """One ``END`` record of the transaction topic.
+
+    Attributes:
+        id: the transaction id (MariaDB/MySQL: the GTID, or ``file:pos`` without GTIDs).
+        event_counts: events per data collection (``"<database>.<table>"``).
+        offset: the record's offset in its partition of the transaction topic.
+    """
+
+    id: str
+    event_counts: Mapping[str, int]
+    offset: int
+
+    @classmethod
+    def from_value(cls, value: Mapping[str, Any], offset: int) -> TransactionEnd | None:
+        """The ``END`` of a transaction-topic value (the JSON payload, or the Avro datum as JSON);
+        ``None`` for a ``BEGIN``.
+
+        Raises:
+            ValueError: not a transaction metadata record (no ``status`` or ``id``, or an ``END``
+                without ``data_collections``); the message names what is missing.
+        """
+        status, txn = value.get("status"), value.get("id")
+        if status not in ("BEGIN", "END") or not isinstance(txn, str):
+            raise ValueError(f"not a Debezium transaction metadata record (status {status!r}, id {txn!r})")
+        if status == "BEGIN":
+            return None
+        collections = value.get("data_collections")
+        if not isinstance(collections, list):
+            raise ValueError(f"transaction {txn!r}: END without data_collections")
+        counts = {str(c["data_collection"]): int(c["event_count"]) for c in collections}
+        return cls(txn, counts, offset)
+
+
+@dataclass(frozen=True)
+class BatchTransaction:
+    """What a batch holds of one transaction, for one table.
+
+    Attributes:
+        id: the transaction id.
+        orders: distinct ``data_collection_order`` values of its events in the batch.
+        first: the lowest position of its events in the batch.
+        last: the highest.
+    """
+
+    id: str
+    orders: int
+    first: BinlogPosition
+    last: BinlogPosition
+
+
+@dataclass(frozen=True)
+class Cut:
+    """Where a batch is cut (:func:`cut_position`).
+
+    Attributes:
+        position: every partition is cut before its first event at or after it.
+        transaction: the transaction that is not whole (its id).
+        have: its distinct events in the batch for the table.
+        want: the events ``END`` counts for the table; ``None``: its ``END`` is not read yet.
+    """
+
+    position: BinlogPosition
+    transaction: str
+    have: int
+    want: int | None
+
+    def describe(self) -> str:
+        missing = (
+            "its END is not in the transaction topic: not written yet, or deleted by the topic's retention "
+            "(then set transactions: ignore for the table's runs to go on)"
+            if self.want is None
+            else f"{self.want} in its END"
+        )
+        return (
+            f"transaction {self.transaction!r} is not whole in the batch ({self.have} of its events for the "
+            f"table, {missing}): the batch ends before {self.position.to_event_text()}"
+        )
+
+
+def cut_position(
+    batch: Iterable[BatchTransaction],
+    ends: Mapping[str, int],
+    partition_last: Mapping[int, BinlogPosition | None],
+    read_to_end: Iterable[int],
+    applied_through: BinlogPosition | None = None,
+) -> Cut | None:
+    """Where to cut a batch so that it holds whole transactions only (see the module docstring).
+
+    Args:
+        batch: the batch's transactions of the table (events without a transaction left out).
+        ends: events for the table per transaction id, from the ``END`` records read
+            (:class:`TransactionEnd`, ``event_counts[<database>.<table>]``).
+        partition_last: per partition of the range, the highest position of its events in the
+            batch (``None``: it has none).
+        read_to_end: the partitions whose range ends at the topic's high watermark.
+        applied_through: the table's greatest applied position: a transaction that starts at or
+            below it is a re-emission of one applied already (the apply discards it), never a cut.
+
+    Returns:
+        The cut at the earliest (lowest first position) transaction that is not whole, or
+        ``None`` when every one is.
+    """
+    done = set(read_to_end)
+    cut: Cut | None = None
+    for txn in batch:
+        if applied_through is not None and txn.first <= applied_through:
+            continue
+        want = ends.get(txn.id)
+        passed = all(p in done or (last is not None and last > txn.last) for p, last in partition_last.items())
+        if want is not None and (txn.orders >= want or passed):
+            continue
+        if cut is None or txn.first < cut.position:
+            cut = Cut(txn.first, txn.id, txn.orders, want)
+    return cut
+
+
+def partition_ends(
+    start: Mapping[int, int], end: Mapping[int, int], first_at_or_after: Mapping[int, int]
+) -> dict[int, int]:
+    """Per partition, the end offset of a cut batch: before the partition's first event at or after
+    the cut position (``first_at_or_after``; a partition without one keeps its planned ``end``).
+
+    Raises:
+        ValueError: an offset outside the planned range ``[start, end)``.
+    """
+    out = {}
+    for p, hi in end.items():
+        o = first_at_or_after.get(p)
+        if o is not None and not start[p] <= o < hi:
+            raise ValueError(f"partition {p}: offset {o} is outside the planned range [{start[p]}, {hi})")
+        out[p] = hi if o is None else o
+    return out
+
+
+@dataclass(frozen=True)
+class LastTransaction:
+    """The last whole transaction a commit applied (:attr:`~cdclake.model.layout.SummaryKeys.LAST_TRANSACTION`).
+
+    Attributes:
+        id: its id.
+        position: its last event's position.
+    """
+
+    id: str
+    position: BinlogPosition
+
+    def to_json(self) -> str:
+        return json.dumps({"id": self.id, "position": self.position.to_text()})
+
+    @classmethod
+    def from_json(cls, text: str) -> LastTransaction:
+        """Raises: ValueError: not the JSON :meth:`to_json` writes."""
+        try:
+            d = json.loads(text)
+            return cls(str(d["id"]), BinlogPosition.from_text(d["position"]))
+        except (KeyError, TypeError, json.JSONDecodeError) as e:
+            raise ValueError(f"not a last-transaction record: {text!r} ({e})") from e

@@ -1,0 +1,130 @@
+"""The ``cdclake`` command line without services: its help, the errors of ``cdclake load`` (every
+event is checked before Kafka is asked), ``cdclake show`` on a local pyiceberg catalog, the cause
+line of a failed run, and the local Airflow UI's processes (loopback, no log servers). The commands
+against a real broker and with none: tests/integration/test_status.py."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cdclake.settings import Settings
+from cdclake_dev.airflow_env import airflow_parallelism, ui_env, ui_processes
+from cdclake_dev.cli import build_parser, failure_cause, main
+from cdclake_dev.process import free_port
+from cdclake_dev.views import show_table
+from tests.conftest import make_table
+
+
+@pytest.fixture
+def local(tmp_path, monkeypatch) -> tuple[Settings, object]:
+    """Settings of a state dir of its own with a one-table config (``json_with_schema``, key
+    ``id``), and that table; Kafka at a port nothing listens on."""
+    table = make_table(columns={"id": "long", "qty": "long", "v": "string"})
+    config = tmp_path / "tables.yaml"
+    keys = ("name", "topic", "namespace", "table", "primary_key", "value_format", "columns")
+    config.write_text(yaml.safe_dump({"tables": [table.model_dump(mode="json", include={*keys})]}))
+    env = {
+        "CDCLAKE_STATE_DIR": str(tmp_path / "state"),
+        "CDCLAKE_TABLES_CONFIG": str(config),
+        "CDCLAKE_KAFKA_BOOTSTRAP": f"127.0.0.1:{free_port()}",
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return Settings.from_env(env), table
+
+
+def test_help_lists_every_command_once():
+    parser = build_parser()
+    text = parser.format_help()
+    commands = list(parser._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
+    assert {"load", "run", "show", "status", "reconcile", "production", "ui", "airflow"} <= set(commands)
+    for command in commands:
+        assert len(re.findall(rf"^\s+{command}(\s|$)", text, flags=re.MULTILINE)) == 1, command
+    assert "{" not in text  # no list of the commands in braces besides the entries
+
+
+def test_load_names_the_file_and_line_of_a_bad_event_without_a_traceback(local, tmp_path, capsys):
+    _, table = local
+    good = {"schema": None, "payload": {"op": "c", "after": {"id": 1}, "source": {"file": "b.1", "pos": 4}}}
+    bad = tmp_path / "events.json"
+    bad.write_text(json.dumps(good) + "\n\n" + json.dumps({"payload": {"after": {"id": 2}}}, indent=2) + "\n")
+    assert main(["load", str(bad), "--table", table.name]) == 2
+    err = capsys.readouterr().err
+    assert err == f"cdclake load: bad record at {bad}, line 3: envelope has no 'op'\n"
+
+    bad.write_text(json.dumps(good) + "\n{not json\n")
+    assert main(["load", str(bad), "--table", table.name]) == 2
+    assert capsys.readouterr().err.startswith(f"cdclake load: {bad}, line 2: not JSON")
+
+
+def test_show_keeps_integer_columns_integers(local):
+    import pyarrow as pa
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    from cdclake.io.catalog import load_catalog
+
+    settings, table = local
+    catalog = load_catalog(settings)
+    catalog.create_namespace_if_not_exists(table.namespace)
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=False),
+        NestedField(2, "qty", LongType(), required=False),
+        NestedField(3, "v", StringType(), required=False),
+    )
+    iceberg = catalog.create_table(table.identifier, schema)
+    iceberg.append(
+        pa.table(
+            {"id": [1, 2], "qty": [7, None], "v": ["a", "b"]},
+            schema=pa.schema([("id", pa.int64()), ("qty", pa.int64()), ("v", pa.string())]),
+        )
+    )
+    text = show_table(table.name, limit=10, metadata_columns=True, settings=settings)
+    rows = text.splitlines()[-2:]
+    assert rows[0].split() == ["1", "7", "a"]  # not 7.0: pandas makes an integer column with a null float
+    assert rows[1].split() == ["2", "None", "b"]
+
+
+AIRFLOW_FAILED_RUN = """\
+2026-11-25T00:59:03.828785Z [info     ] ::endgroup::                   [task] loc=task_runner.py:2232
+2026-11-25T00:59:03.829743Z [error    ] Task failed with exception     [task] loc=task_runner.py:1676
+Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/airflow/sdk/execution_time/task_runner.py", line 1579, in _run_task
+    result = _execute_task(context=context, ti=ti, log=log)
+             ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+  File "/tmp/dags/boom.py", line 8, in explode
+    raise ValueError("topic 'x' partition 7 does not exist: the topic has partitions [0, 1, 2]")
+ValueError: topic 'x' partition 7 does not exist: the topic has partitions [0, 1, 2]
+2026-11-25T00:59:03.831401Z [info     ] ::group::Post Execute          [task] loc=task_runner.py:1677
+2026-11-25T00:59:03.862661Z [info     ] DagRun Finished: dag_id=boom, state=failed, run_type=manual
+"""
+"""The end of a real ``airflow dags test`` of a task that raised (Airflow 3.3.2; paths shortened)."""
+
+
+def test_the_cause_of_a_failed_run_is_the_exception_line_of_its_last_traceback():
+    assert failure_cause(AIRFLOW_FAILED_RUN) == (
+        "ValueError: topic 'x' partition 7 does not exist: the topic has partitions [0, 1, 2]"
+    )
+    two_lines = AIRFLOW_FAILED_RUN.replace("[0, 1, 2]\n2026", "[0, 1, 2]\nReplay from offsets 0..2.\n2026", 1)
+    assert failure_cause(two_lines).splitlines()[-1] == "Replay from offsets 0..2."
+    assert failure_cause("state=failed, no traceback\n") is None
+
+
+def test_the_local_ui_listens_on_loopback_only_with_a_login_and_sized_parallelism(local):
+    settings, _ = local
+    airflow = ui_processes(settings)
+    assert airflow.base == "http://127.0.0.1:8080"
+    api = airflow.command("api-server")
+    assert api[api.index("--host") + 1] == "127.0.0.1"
+    # Airflow's log servers listen on every interface: the UI runs none (the api-server reads the files)
+    assert "--skip-serve-logs" in airflow.command("scheduler") and "--skip-serve-logs" in airflow.command("triggerer")
+    env = ui_env(settings)
+    assert env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS"] == "False"
+    assert env["AIRFLOW__CORE__PARALLELISM"] == str(airflow_parallelism(settings))
+    assert airflow_parallelism(settings, cpus=2) == settings.apply_pool_slots + 2
+    assert {d.pid_file.parent for d in airflow.procs.values()} == {Path(settings.airflow_home) / "ui"}
