@@ -120,10 +120,13 @@ def reduce_batch(ctx: ApplyContext, rows: DataFrame, columns: list[Column | str]
     key's columns and the metadata columns (:data:`~cdclake.model.layout.METADATA_COLUMNS`) as
     themselves: the batch's deletes are recorded from them (:func:`record_tombstones`).
 
-    The reduction (a sort of the batch by key) runs once: its rows are persisted and counted, the
-    tombstone ``MERGE`` reads them, and so does the merge source, persisted after that ``MERGE``.
-    A persisted plan that reads the tombstone table would be computed again after it: Spark
-    refreshes the cached data of every plan that reads a table it writes.
+    The reduction (a sort of the batch by key) runs once: its rows are checkpointed (kept on the
+    executors, their plan cut off) and counted, the tombstone ``MERGE`` reads them, and so does the
+    merge source, persisted after that ``MERGE``. A persisted plan that reads the tombstone table
+    would be computed again after it: Spark refreshes the cached data of every plan that reads a
+    table it writes. Checkpointed, not only persisted: over Spark Connect the ``MERGE`` carries its
+    source's whole plan in one protobuf message, which the client refuses past 100 levels of
+    nesting (an Avro batch of several writer schemas and many columns reached it).
 
     Raises:
         PositionOrderError: a key's latest event has an event of other content at its position in
@@ -134,10 +137,14 @@ def reduce_batch(ctx: ApplyContext, rows: DataFrame, columns: list[Column | str]
     from pyspark.sql import functions as F
 
     cfg = ctx.cfg
-    reduced = reduce_latest(rows, cfg.primary_key, cfg.ordering).select(*columns, TIED)
-    reduced = reduced.persist(StorageLevel.MEMORY_AND_DISK)
+    reduced = None
     source = None
     try:
+        reduced = (
+            reduce_latest(rows, cfg.primary_key, cfg.ordering)
+            .select(*columns, TIED)
+            .localCheckpoint(eager=True, storageLevel=StorageLevel.MEMORY_AND_DISK)
+        )
         counts = reduced.agg(
             F.sum(F.col(TIED).cast("int")).alias("tied"), F.count_if(F.col("_cdc_op") == "d").alias("deletes")
         ).collect()[0]
@@ -154,7 +161,8 @@ def reduce_batch(ctx: ApplyContext, rows: DataFrame, columns: list[Column | str]
             raise
         raise _unordered_error(ctx, rows) from e
     finally:
-        reduced.unpersist()
+        if reduced is not None:
+            reduced.unpersist()
     if counts["tied"] and cfg.ordering in SOURCE_ORDERINGS:
         log.warning(
             "table %s: %d key(s) had events of other content at the position of their latest event; each "
