@@ -130,6 +130,8 @@ def test_status_of_a_partly_applied_table(spark, kafka, stack_settings, loaded):
         "quarantined": 1,
         "ops": {"c": 4, "d": 1},  # cdc.ops
         "last_source_ts_ms": t0 + 9_000,  # cdc.last-source-ts
+        "replays": 0,  # replays are counted apart from new source activity
+        "replay_events": 0,
     }
     assert st.open_quarantine == 1
     assert st.schema_id is not None and st.column_count == 2
