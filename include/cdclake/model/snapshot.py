@@ -117,6 +117,28 @@ class Notification:
         )
 
 
+def metadata_document(value: bytes | str, schema_lookup: SchemaLookup | None, what: str) -> Any:
+    """The document of a Debezium metadata record value (a notification, a transaction's
+    ``BEGIN``/``END``): Confluent-framed Avro read with ``schema_lookup`` (the schema registry's
+    writer schemas) when the value starts with the magic byte, else ``JsonConverter`` JSON, its
+    ``payload`` when it has the schema envelope.
+
+    Raises:
+        ConfigError: an Avro value without ``schema_lookup`` (``what`` names the records), or a
+            registry config that is wrong (from ``schema_lookup``).
+        SchemaRegistryUnavailableError: the registry does not answer (from ``schema_lookup``).
+        ValueError, SchemaError, UnknownSchemaIdError: a value that does not decode.
+    """
+    if is_framed(value):
+        if schema_lookup is None:
+            raise ConfigError(f"Debezium's {what} are Avro: {NO_SCHEMA_REGISTRY}")
+        return read_value(value, schema_lookup)[2]
+    doc = json.loads(value)
+    if isinstance(doc, dict) and "payload" in doc and "schema" in doc:
+        return doc["payload"]
+    return doc
+
+
 def parse_notification(value: bytes | str | None, schema_lookup: SchemaLookup | None = None) -> Notification | None:
     """Parse a notification record value (JsonConverter, with or without the schema envelope; or
     Confluent-framed Avro, read with ``schema_lookup``, the schema registry's writer schemas, when
@@ -131,16 +153,12 @@ def parse_notification(value: bytes | str | None, schema_lookup: SchemaLookup | 
     """
     if value is None:
         return None
-    if is_framed(value) and schema_lookup is None:
-        raise ConfigError(f"Debezium's notifications are Avro: {NO_SCHEMA_REGISTRY}")
     try:
-        doc = read_value(value, schema_lookup)[2] if schema_lookup and is_framed(value) else json.loads(value)
-    except ConfigError:  # the registry's URL or config is wrong
+        doc = metadata_document(value, schema_lookup, "notifications")
+    except ConfigError:  # no registry, or its URL or config is wrong
         raise
     except (ValueError, SchemaError, UnknownSchemaIdError):
         return None
-    if isinstance(doc, dict) and "payload" in doc and "schema" in doc:
-        doc = doc["payload"]
     if not isinstance(doc, dict) or "type" not in doc or "aggregate_type" not in doc:
         return None
     return Notification(

@@ -8,17 +8,16 @@ batch's tail, as a rule); the rule itself is :func:`cdclake.model.transactions.c
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from cdclake.errors import SchemaError, UnknownSchemaIdError
+from cdclake.errors import ConfigError, SchemaError, UnknownSchemaIdError
 from cdclake.io.kafka import read_partition, topic_watermarks
-from cdclake.model.avro import is_framed, read_value
 from cdclake.model.offsets import OffsetRange
 from cdclake.model.plan import TransactionRange
 from cdclake.model.position import BinlogPosition
+from cdclake.model.snapshot import metadata_document
 from cdclake.model.transactions import (
     BatchTransaction,
     Cut,
@@ -60,6 +59,7 @@ def read_transaction_ends(kafka: KafkaClients, source: TransactionRange, data_co
     transaction whose ``END`` it may have been waits, as one whose ``END`` is not written yet.
 
     Raises:
+        ConfigError: Avro records and no schema registry (:func:`~cdclake.model.snapshot.metadata_document`).
         TimeoutError: see :func:`~cdclake.io.kafka.read_partition`.
     """
     found: dict[str, int] = {}
@@ -74,14 +74,10 @@ def read_transaction_ends(kafka: KafkaClients, source: TransactionRange, data_co
         if value is None:
             continue
         try:
-            doc = (
-                read_value(value, kafka.schema_lookup)[2]
-                if kafka.schema_lookup and is_framed(value)
-                else json.loads(value)
-            )
-            if isinstance(doc, dict) and "payload" in doc and "schema" in doc:
-                doc = doc["payload"]
+            doc = metadata_document(value, kafka.schema_lookup, "transaction metadata records")
             end = TransactionEnd.from_value(doc, offset)
+        except ConfigError:  # Avro without a registry, or its config is wrong: not a record's fault
+            raise
         except (ValueError, TypeError, KeyError, SchemaError, UnknownSchemaIdError) as e:
             log.warning(
                 "topic %s partition %s offset %d: not a transaction metadata record, skipped: %s",
