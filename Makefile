@@ -4,7 +4,7 @@ CDCLAKE := .venv/bin/cdclake
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: demo demo-avro demo-production test lint bench bench-reconcile bench-engine bench-maintenance setup stack-start stack-stop stack-status engine-start engine-stop engine-status status chain-start chain-stop airflow-ui airflow-stop lock clean help
+.PHONY: demo demo-avro demo-production test lint bench bench-reconcile bench-engine bench-maintenance soak setup stack-start stack-stop stack-status engine-start engine-stop engine-status status chain-start chain-stop airflow-ui airflow-stop lock clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -39,6 +39,9 @@ bench-engine: setup  ## the shared engine under the real scheduler (100 tables, 
 
 bench-maintenance: setup  ## files, metadata, count(*) and lookup times after 200 runs x 1,000 changes, before/after maintenance; BENCH_ARGS="--base-rows 20000 --runs 10 --changes-per-run 200"
 	.venv/bin/python bench/maintenance_bench.py $(BENCH_ARGS)
+
+soak: setup  ## the production topology under load and seeded faults (not a test; SOAK_MINUTES=60 SOAK_TABLES=20 SOAK_SEED=1); fails when a row is lost, stale, duplicated or wrong; results in bench/results/
+	.venv/bin/python bench/soak.py $(BENCH_ARGS)
 
 setup:  ## install the virtual environment, the jars and the Airflow DB (quick when done)
 	@bash include/scripts/setup.sh

@@ -213,6 +213,33 @@ def _load(
     return loaded, Loaded(avro[0], avro_rng, spec.events, state, avro_coords, meta, avro_size, avro_s)
 
 
+def load_transactions(settings: Settings, loaded: Loaded, data_collection: str) -> tuple[str, float]:
+    """The transaction topic of ``loaded`` (``<topic.prefix>.transaction``, one partition, as
+    Debezium writes it): a ``BEGIN`` and an ``END`` per transaction of its source state
+    (:func:`workload.transaction_records`), produced after the events, as the connector sends an
+    ``END`` after its transaction's events.
+
+    Returns:
+        The :class:`~cdclake.model.plan.TransactionRange` JSON of the whole topic (every data
+        partition read to its end) and the seconds it took.
+    """
+    from cdclake.io.kafka import ensure_topic
+    from cdclake.io.kafka import produce as produce_records
+    from cdclake.model.offsets import OffsetRange
+    from cdclake.model.plan import TransactionRange
+
+    t0 = time.monotonic()
+    kafka = kafka_clients(settings)
+    topic = f"{loaded.topic.rsplit('.', 2)[0]}.transaction"
+    ensure_topic(kafka, topic, 1)
+    records = ((None, value, None) for value in wl.transaction_records(loaded.state, data_collection))
+    produce_records(kafka, topic, records, **PRODUCER_CONFIG)
+    whole = full_range(kafka, topic)
+    data = OffsetRange.from_json(loaded.range_json)
+    marks = TransactionRange(topic=topic, start=whole.start, end=whole.end, read_to_end=tuple(sorted(data.end)))
+    return marks.model_dump_json(), time.monotonic() - t0
+
+
 def _checked_range(kafka: KafkaClients, topic: str, events: int) -> str:
     """The JSON of the offset range of everything ``topic`` holds, which must be ``events`` records."""
     rng = full_range(kafka, topic)

@@ -20,6 +20,14 @@ the starting Iceberg tables, then measures one stage after another:
 6. ``overhead``: ``airflow dags test`` of the table DAG with no new events and with one new event,
    beside a trivial one-task DAG (Airflow's floor) run the same way.
 
+With ``--stages transactions`` only the whole-transactions stages run (issue 28): the main workload
+with every event in a Debezium source transaction of 1 to :data:`TRANSACTION_EVENTS` events (its
+``transaction`` block) and the transaction topic's ``BEGIN``/``END`` records, applied by
+``apply`` as ``transactions: ignore`` does (the range as planned) and by ``apply_whole`` as
+``transactions: whole`` does (the ``END`` records read, the batch checked whole and cut), each
+into a copy of the starting table, in alternating order; the ratio ``apply_whole/apply`` is the
+cost of the cut (target <= 1.1).
+
 Stages 1-3 also run on the same events in Avro (``avro_read_parse``, ``avro_append``,
 ``avro_apply``): a second topic, same keys and partitions, each value the Confluent wire format of
 the Avro writer schema a Kafka Connect Avro converter makes of the events' Connect schema,
@@ -44,7 +52,7 @@ import json
 import statistics
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +86,7 @@ from lake import (
     create_base_table,
     expected_rows,
     kafka_clients,
+    load_transactions,
     load_workload,
     load_workload_avro,
     produce,
@@ -129,6 +138,10 @@ TARGETS = {
     "avro apply s per 1M events": 25.0,
 }
 APPLY_PEAK_RSS_TARGET = 4 * 1024**3
+TRANSACTION_EVENTS = 10
+"""The largest source transaction of ``--stages transactions``' workload (events; issue 28: 1-10)."""
+WHOLE_TRANSACTIONS_TARGET = 1.1
+"""``apply_whole/apply`` at most: the cut costs at most 10 % (issue 28)."""
 
 
 # --- the peer's input ----------------------------------------------------------------------------
@@ -204,6 +217,11 @@ def run(args: argparse.Namespace) -> int:
         start_parts(settings, parts)
         ctx = Context(bench, settings, load_catalog(settings), f"bench_{bench.tag}", p, decimal, child_env(settings))
         ctx.catalog.create_namespace_if_not_exists(ctx.ns)
+        if args.stages == "transactions":
+            stages, checks, info["setup"] = measure_whole_transactions(ctx)
+            result = {**info, "stages": stages, "ratios": whole_ratio(stages), "checks": checks}
+            bench.finish(result, markdown_transactions)
+            return 0 if checks_ok(checks, "CORRECTNESS CHECK FAILED") else 1
         main_load, avro_load, growth, info["setup"] = load(ctx)
         stages, checks = measure_stages(ctx, main_load, avro_load, growth)
         overhead_stages, overhead_checks = measure_overhead(ctx, main_load)
@@ -457,6 +475,88 @@ def measure_overhead(ctx: Context, main: Loaded) -> tuple[dict[str, Any], dict[s
     return stages, checks
 
 
+def measure_whole_transactions(ctx: Context) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The ``--stages transactions`` run (module docstring): ``apply`` and ``apply_whole``,
+    ``p.reps`` times each. Returns the stages' figures, the checks of their tables against the
+    source, and the setup's figures."""
+    p, tag = ctx.p, ctx.bench.tag
+    print("generating and loading the workload in source transactions ...", flush=True)
+    spec = wl.WorkloadSpec(
+        events=p.events,
+        keys=p.keys,
+        existing_rows=p.base_rows,
+        new_id_start=p.big_rows,
+        transaction_events=TRANSACTION_EVENTS,
+    )
+    loaded = load_workload(ctx.settings, f"bench.{tag}.orders", spec, ctx.decimal)
+    transactions, transactions_s = load_transactions(ctx.settings, loaded, f"{tag}.orders")
+    setup = {
+        "events": loaded.events,
+        "bytes": loaded.bytes,
+        "transactions": len(loaded.state.transactions),
+        "load_s": round(loaded.load_s + transactions_s, 1),
+        "base_table_s": round(create_base_table(ctx.catalog, f"{ctx.ns}.base", p.base_rows, ctx.decimal), 1),
+    }
+    print(
+        f"  {loaded.events} events in {setup['transactions']} transactions, loaded in {setup['load_s']} s", flush=True
+    )
+    event_log = ctx.bench.logs / "spark-events"
+    event_log.mkdir(exist_ok=True)
+    runs: dict[str, list[Measured]] = {"apply": [], "apply_whole": []}
+    for rep in range(1, p.reps + 1):
+        order = ("apply", "apply_whole") if rep % 2 else ("apply_whole", "apply")
+        for key in order:
+            table, label = f"{key}_r{rep}", f"{key}_r{rep}"
+            ctx.clone("base", table)
+            args = ["apply", "--range", loaded.range_json, "--namespace", ctx.ns, "--table", table]
+            args += ["--transactions", transactions] if key == "apply_whole" else []
+            m = ctx.measure(
+                label, spark_submit(ctx.settings, BENCH_DIR / "spark_stage.py", args, f"bench-{label}", event_log)
+            )
+            profile = spark_profile(event_log, ctx.bench.logs / f"{label}-plans.txt")
+            runs[key].append(replace(m, result=(m.result.get("stages") or [{}])[0] | {"slowest_queries": profile}))
+    checks = {key: ctx.check(f"{key}_r1", loaded) for key in runs}
+    print(f"  check apply: {checks['apply']['ok']}, apply_whole: {checks['apply_whole']['ok']}", flush=True)
+    return {key: summarize(ms, p.events) for key, ms in runs.items()}, checks, setup
+
+
+def whole_ratio(stages: dict[str, Any]) -> dict[str, Any]:
+    """``apply_whole/apply`` (medians of wall and of job seconds) against its target."""
+    value = ratio(stages["apply_whole"]["wall_s"], stages["apply"]["wall_s"])
+    job = ratio(stages["apply_whole"].get("job_s"), stages["apply"].get("job_s"))
+    met = job is not None and job <= WHOLE_TRANSACTIONS_TARGET
+    return {"apply_whole/apply": {"wall": value, "job": job, "target": WHOLE_TRANSACTIONS_TARGET, "met": met}}
+
+
+def markdown_transactions(result: dict[str, Any]) -> str:
+    p, setup = result["params"], result["setup"]
+    lines = [
+        *summary_head(f"cdclake benchmark: whole transactions, size {result['size']}", result),
+        f"Workload: {setup['events']:,} events in {setup['transactions']:,} source transactions of 1-"
+        f"{TRANSACTION_EVENTS} events over {p['keys']:,} keys into a table of {p['base_rows']:,} rows; "
+        f"median of {p['reps']} run(s), alternating order.",
+        "",
+        "| stage | wall s (median) | job s (median) | events/s (job) | peak RSS MiB (tree) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    names = {"apply": "apply, transactions: ignore", "apply_whole": "apply, transactions: whole"}
+    for key, label in names.items():
+        s = result["stages"][key]
+        lines.append(
+            f"| {label} | {s['wall_s']} | {s['job_s']} | {s.get('events_per_s_job', 0):,.0f} | {s['peak_rss_mib']:,.0f} |"
+        )
+    r = result["ratios"]["apply_whole/apply"]
+    lines += [
+        "",
+        f"apply_whole/apply: {r['wall']} (wall), {r['job']} (job only); target <= {r['target']} (job): "
+        f"{'met' if r['met'] else '**not met**'}.",
+        "",
+        checks_line(result["checks"]),
+        "",
+    ]
+    return "\n".join(lines)
+
+
 def ratios(stages: dict[str, Any]) -> dict[str, Any]:
     """Each target ratio (medians of wall seconds), whether it is met, and the job-only ratio."""
 
@@ -565,6 +665,12 @@ def build_parser() -> argparse.ArgumentParser:
             "reps": "repetitions of each measurement (median)",
             "one_process": "1: every Spark stage in one process (no Avro append); 0: each stage in a process of its own",
         },
+    )
+    parser.add_argument(
+        "--stages",
+        choices=("all", "transactions"),
+        default="all",
+        help="all: stages 1-6; transactions: only the whole-transactions stages (apply beside apply_whole)",
     )
     add_run_options(parser, external_broker=True)
     return parser

@@ -13,7 +13,9 @@ Stages, on one Kafka offset range of the workload topic:
   (measured at 1,000,000 events: the append took 285 s, five times the read+parse), which no
   floor should pay.
 * ``apply``: the apply job itself (:func:`cdclake.spark.apply.apply_range`, as
-  ``spark_jobs/apply_cdc.py`` calls it) into ``--table``.
+  ``spark_jobs/apply_cdc.py`` calls it) into ``--table``; with ``--transactions RANGE`` (a
+  :class:`~cdclake.model.plan.TransactionRange` JSON) as ``transactions: whole`` plans it, each
+  commit cut to whole source transactions, else as ``transactions: ignore``.
 
 Each reads ``json_with_schema`` values, or with ``--format avro`` Avro through the schema
 registry of ``CDCLAKE_SCHEMA_REGISTRY_URL`` (the read stages then parse as the apply does: the
@@ -56,6 +58,10 @@ def main(argv: list[str] | None = None) -> int:
         help="then this stage in this process (repeatable; run in order)",
     )
     parser.add_argument(
+        "--transactions",
+        help="TransactionRange JSON: the apply commits whole source transactions (transactions: whole)",
+    )
+    parser.add_argument(
         "--count-after", action="append", default=[], metavar="TABLE", help="count TABLE's rows afterwards (not timed)"
     )
     args = parser.parse_args(argv)
@@ -79,7 +85,9 @@ def main(argv: list[str] | None = None) -> int:
             *args.then,
         ]:
             out["stages"].append(
-                run_stage(spark, settings, kafka, stage, value_format, range_json, args.namespace, table)
+                run_stage(
+                    spark, settings, kafka, stage, value_format, range_json, args.namespace, table, args.transactions
+                )
             )
         for table in args.count_after:
             out["rows_after"][table] = spark.table(f"{settings.catalog_name}.{args.namespace}.{table}").count()
@@ -90,9 +98,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_stage(
-    spark: Any, settings: Any, kafka: Any, stage: str, value_format: str, range_json: str, namespace: str, table: str
+    spark: Any,
+    settings: Any,
+    kafka: Any,
+    stage: str,
+    value_format: str,
+    range_json: str,
+    namespace: str,
+    table: str,
+    transactions: str | None = None,
 ) -> dict[str, Any]:
-    """One stage on the range ``range_json`` of events in ``value_format``; returns ``stage``,
+    """One stage on the range ``range_json`` of events in ``value_format`` (``transactions``: the
+    apply's transaction range, see the module docstring); returns ``stage``,
     ``job_s`` (its seconds) and what it counted; an Avro read (``read_parse``, ``append``) also
     ``prepass_s``, the seconds of its schema-id pass (:func:`~cdclake.spark.parse_avro.read_writer_schemas`),
     which ``job_s`` includes."""
@@ -102,7 +119,7 @@ def run_stage(
     from cdclake.model.config import TableConfig
     from cdclake.model.layout import METADATA_COLUMNS
     from cdclake.model.offsets import OffsetRange
-    from cdclake.model.plan import RunPlan
+    from cdclake.model.plan import RunPlan, TransactionRange
     from cdclake.spark.apply import apply_range
     from cdclake.spark.context import source_columns
     from cdclake.spark.parse import parse_records
@@ -118,12 +135,14 @@ def run_stage(
             "table": table,
             "primary_key": ["id"],
             "value_format": value_format,
+            "transactions": "ignore" if transactions is None else "whole",
         }
     )
     out: dict[str, Any] = {"stage": stage, "format": value_format}
     t1 = time.monotonic()
     if stage == "apply":
-        plan = RunPlan(table=cfg, run_id=f"bench-{table}", range=offset_range)
+        whole = None if transactions is None else TransactionRange.model_validate_json(transactions)
+        plan = RunPlan(table=cfg, run_id=f"bench-{table}", range=offset_range, transactions=whole)
         # the apply alone, not cdclake.runner.apply_plan: the session is the driver's, timed
         # apart (session_s), and job_s times every stage the same way
         out.update(result=json.loads(apply_range(spark, settings, plan, kafka=kafka).to_json()))

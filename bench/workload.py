@@ -276,6 +276,11 @@ class WorkloadSpec:
         existing_fraction: share of ``keys`` that are rows of the starting table.
         first_file_seq: binlog file sequence number of the first event.
         seed: random seed (the same spec gives the same events).
+        transaction_events: 0: events carry no transaction block (a connector without
+            ``provide.transaction.metadata``); ``N``: consecutive binlog events form source
+            transactions of 1 to ``N`` events (uniform; a multi-row binlog event is cut to fit),
+            every event with Debezium's ``transaction`` block and each transaction recorded in
+            :attr:`SourceState.transactions` (:func:`transaction_records` writes its BEGIN/END).
     """
 
     events: int
@@ -285,6 +290,7 @@ class WorkloadSpec:
     existing_fraction: float = 0.4
     first_file_seq: int = 2
     seed: int = 6
+    transaction_events: int = 0
 
 
 @dataclass
@@ -313,6 +319,9 @@ class SourceState:
     multi_row_events: int = 0
     last_position: tuple[int, int, int] = SNAPSHOT_POSITION
     last_ts_ms: int = BASE_MS
+    transactions: list[tuple[str, int]] = field(default_factory=list)
+    """``(id, events)`` of each source transaction generated, in binlog order
+    (:attr:`WorkloadSpec.transaction_events`)."""
 
     def current(self, i: int) -> dict[str, Any] | None:
         if i in self.rows:
@@ -361,6 +370,7 @@ class EventWriter:
         position: tuple[int, int, int],
         ts_ms: int,
         snapshot: str = "false",
+        transaction: dict[str, Any] | None = None,
     ) -> bytes:
         f, pos, row = position
         payload = {
@@ -385,7 +395,7 @@ class EventWriter:
                 "thread": 7,
                 "query": None,
             },
-            "transaction": None,
+            "transaction": transaction,
             "op": op,
             "ts_ms": ts_ms + 150,
             "ts_us": (ts_ms + 150) * 1000,
@@ -419,6 +429,28 @@ def generate(
     present = _Pool([i for i in existing if state.current(i) is not None])
     absent = _Pool(new + [i for i in existing if state.current(i) is None])
     writer = EventWriter(decimal)
+    # its own random stream: the events are the same with and without transactions (but for the
+    # multi-row binlog events cut to fit one)
+    txn_rng = random.Random(spec.seed + 1)
+    txn: dict[str, Any] = {"id": None, "size": 0, "written": 0}
+
+    def rows_in_transaction(rows: int) -> int:
+        """``rows`` cut to what the open transaction still takes (a new one opened when it is full)."""
+        if not spec.transaction_events:
+            return rows
+        if txn["written"] == txn["size"]:
+            txn.update(id=f"0-{SERVER_ID}-{len(state.transactions) + 1}", written=0)
+            txn["size"] = txn_rng.randint(1, spec.transaction_events)
+            state.transactions.append((txn["id"], 0))
+        return min(rows, txn["size"] - txn["written"])
+
+    def transaction_block() -> dict[str, Any] | None:
+        """The block of the next event of the open transaction (``None`` without transactions)."""
+        if not spec.transaction_events:
+            return None
+        txn["written"] += 1
+        state.transactions[-1] = (txn["id"], txn["written"])
+        return {"id": txn["id"], "total_order": txn["written"], "data_collection_order": txn["written"]}
 
     def events() -> Iterator[Event]:
         f, pos, _ = state.last_position
@@ -435,6 +467,7 @@ def generate(
                 op = "c"
             rows = 1 if rng.random() < 0.85 else rng.randint(2, 5)
             rows = min(rows, spec.events - produced, len(absent) if op == "c" else len(present))
+            rows = rows_in_transaction(rows)
             ids = (absent if op == "c" else present).sample(rng, rows)
             pos += 120 + 180 * rows
             if pos > MAX_BINLOG_SIZE:
@@ -455,7 +488,9 @@ def generate(
                     after = None
                     present.remove(i)
                     absent.add(i)
-                value = writer.envelope(op, before if op != "c" else None, after, position, ts)
+                value = writer.envelope(
+                    op, before if op != "c" else None, after, position, ts, transaction=transaction_block()
+                )
                 state.written_by[i] = produced
                 state.rows[i] = after
                 state.ops[op] += 1
@@ -465,6 +500,23 @@ def generate(
                 yield Event(i, op, position, ts, after, value)
 
     return events(), state
+
+
+def transaction_records(state: SourceState, data_collection: str) -> Iterator[bytes]:
+    """The transaction topic's records of ``state``'s transactions, in order: a ``BEGIN`` and an
+    ``END`` each (payload-only JSON), the ``END`` counting its events for ``data_collection``
+    (``<database>.<table>`` of the topic name). Source: Debezium's MySQL connector documentation,
+    "Transaction metadata"."""
+    for txn, events in state.transactions:
+        yield json.dumps({"status": "BEGIN", "id": txn, "event_count": None, "data_collections": None}).encode()
+        yield json.dumps(
+            {
+                "status": "END",
+                "id": txn,
+                "event_count": events,
+                "data_collections": [{"data_collection": data_collection, "event_count": events}],
+            }
+        ).encode()
 
 
 def update_event(state: SourceState, i: int, decimal: bool) -> Event:

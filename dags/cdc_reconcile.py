@@ -8,4 +8,6 @@ from cdclake.settings import Settings
 from cdclake_airflow.reconcile_dag import DAG_ID, build_reconcile_dag
 
 _settings = Settings.from_env()
-globals()[DAG_ID] = build_reconcile_dag(_settings, list(load_tables(_settings.tables_config).tables))
+globals()[DAG_ID] = build_reconcile_dag(
+    _settings, list(load_tables(_settings.tables_config, _settings.discovery_registry).tables)
+)

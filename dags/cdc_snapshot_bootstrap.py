@@ -8,4 +8,6 @@ from cdclake.settings import Settings
 from cdclake_airflow.bootstrap_dag import DAG_ID, build_bootstrap_dag
 
 _settings = Settings.from_env()
-globals()[DAG_ID] = build_bootstrap_dag(_settings, list(load_tables(_settings.tables_config).tables))
+globals()[DAG_ID] = build_bootstrap_dag(
+    _settings, list(load_tables(_settings.tables_config, _settings.discovery_registry).tables)
+)

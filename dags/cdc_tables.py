@@ -1,5 +1,7 @@
 """One CDC DAG per table of the table config (``CDCLAKE_TABLES_CONFIG``, default
-``include/tables.yaml``): ``cdc_<name>``, plan -> schema_sync -> apply -> publish.
+``include/tables.yaml``) and per table its ``discover`` patterns make of the topics in the
+discovery registry (``CDCLAKE_DISCOVERY_REGISTRY``, a file the ``cdc_discovery`` DAG writes; never
+Kafka): ``cdc_<name>``, plan -> schema_sync -> apply -> publish.
 
 Parsing stays cheap: only the config (pydantic, YAML) and the DAG factory are imported here;
 Spark, Kafka and Iceberg are imported by the tasks when they run. When a task runs, Airflow's
@@ -16,6 +18,6 @@ from cdclake_airflow.table_dag import build_table_dag
 
 _settings = Settings.from_env()
 _running = get_parsing_context().dag_id
-for _cfg in load_tables(_settings.tables_config).tables:
+for _cfg in load_tables(_settings.tables_config, _settings.discovery_registry).tables:
     if _running is None or _running == _cfg.dag_id:
         globals()[_cfg.dag_id] = build_table_dag(_settings, _cfg)

@@ -7,7 +7,9 @@ the UI's frame, at ``/plugin/cdc-tables``).
 
 Every Airflow process loads plugins (scheduler, dag-processor, triggerer, every task), so this
 file imports nothing but the plugin base class: the app (FastAPI, Airflow's API security, the
-status code) is built on the first request to ``/cdc``, in the api-server only.
+status code) is built on the first request to ``/cdc``, in the api-server only. Its ``on_load``
+gives jsonschema the replay Params' formats (light: :mod:`cdclake.model.replay`), which the
+api-server checks the trigger form by.
 """
 
 from __future__ import annotations
@@ -59,3 +61,11 @@ class CdcLakeMonitorPlugin(AirflowPlugin):
             "icon_dark_mode": _icon("#cbd5e0"),
         }
     ]
+
+    @classmethod
+    def on_load(cls, *args: Any, **kwargs: Any) -> None:
+        """In every process that loads plugins, among them the api-server, which checks the trigger
+        form's Params: the replay Params' formats (:func:`cdclake_airflow.params.register_param_formats`)."""
+        from cdclake_airflow.params import register_param_formats
+
+        register_param_formats()

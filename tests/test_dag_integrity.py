@@ -17,14 +17,16 @@ from cdclake_dev.airflow_env import airflow_env
 HEAVY_MODULES = ("pyspark", "confluent_kafka", "pyiceberg", "pyarrow", "pandas")
 
 
-def run_python(code: str, tables_config=None) -> dict:
+def run_python(code: str, tables_config=None, registry=None) -> dict:
     env_over = {"CDCLAKE_TABLES_CONFIG": str(tables_config)} if tables_config else {}
+    if registry is not None:
+        env_over["CDCLAKE_DISCOVERY_REGISTRY"] = str(registry)
     settings = Settings.from_env(
         {
             **{
                 k: v
                 for k, v in airflow_env(Settings.from_env()).items()
-                if k.startswith("CDCLAKE_") and k != "CDCLAKE_TABLES_CONFIG"
+                if k.startswith("CDCLAKE_") and k not in ("CDCLAKE_TABLES_CONFIG", "CDCLAKE_DISCOVERY_REGISTRY")
             },
             **env_over,
         }
@@ -42,7 +44,8 @@ def run_python(code: str, tables_config=None) -> dict:
 
 
 @pytest.mark.parametrize(
-    "dag_file", ["cdc_tables", "cdc_snapshot_bootstrap", "cdc_reconcile", "cdc_maintenance", "cdc_freshness"]
+    "dag_file",
+    ["cdc_tables", "cdc_snapshot_bootstrap", "cdc_reconcile", "cdc_maintenance", "cdc_freshness", "cdc_discovery"],
 )
 def test_dag_file_parses_without_heavy_imports(dag_file):
     result = run_python(
@@ -87,7 +90,10 @@ def test_dagbag_has_one_dag_per_configured_table_and_no_import_errors():
         "cdc_reconcile",
         "cdc_maintenance",
         "cdc_freshness",
+        "cdc_discovery",
     }
+    discovery = result["dags"].pop("cdc_discovery")
+    assert discovery["tasks"] == ["discover"] and discovery["max_active_runs"] == 1
     freshness = result["dags"].pop("cdc_freshness")
     # include/tables.yaml sets freshness_minutes for every table: one check per table
     assert freshness["tasks"] == ["check_freshness", "status"]
@@ -179,6 +185,7 @@ def test_dag_count_follows_the_table_config(tmp_path):
         tables_config=config,
     )
     assert result == [
+        "cdc_discovery",
         "cdc_freshness",
         "cdc_maintenance",
         "cdc_reconcile",
@@ -312,3 +319,27 @@ def test_a_user_input_error_fails_the_task_at_once_and_other_errors_retry():
     for error in (TriggerParamError("replay_from_offsets: ..."), QuarantinedBatchError("...")):
         assert policy.evaluate(error, try_number=1, max_tries=3).action is RetryAction.FAIL
     assert policy.evaluate(EngineUnavailableError("..."), try_number=1, max_tries=3).action is RetryAction.DEFAULT
+
+
+def test_dag_file_builds_a_dag_per_discovered_table_of_a_1000_table_registry(tmp_path):
+    """Parsing dags/cdc_tables.py with 1,000 registered topics: one DAG each, no import error,
+    no Kafka client imported (the registry is a file); bench/dag_parse_bench.py times it."""
+    from cdclake_dev.fleet import fleet_topic, write_fleet
+
+    config, registry = write_fleet(tmp_path, 1000)
+    result = run_python(
+        """
+        import json, sys
+        from airflow.dag_processing.dagbag import DagBag
+        bag = DagBag(dag_folder="dags/cdc_tables.py")
+        print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()},
+                          "dags": {d: sorted(dag.tags) for d, dag in bag.dags.items()},
+                          "kafka": "confluent_kafka" in sys.modules}))
+        """,
+        tables_config=config,
+        registry=registry,
+    )
+    assert result["errors"] == {} and result["kafka"] is False
+    assert len(result["dags"]) == 1000
+    assert "fleet" in result["dags"]["cdc_db0_t00000"]
+    assert fleet_topic(9) == "fleet.db9.t00009" and "cdc_db9_t00009" in result["dags"]  # keyless: changelog

@@ -188,6 +188,20 @@ def test_a_warning_shows_in_the_problems_row_and_leaves_the_table_fresh():
     )
 
 
+def test_the_page_shows_the_last_whole_transaction_and_the_records_waiting_for_one():
+    from cdclake.model.transactions import TransactionStatus
+
+    waiting = TransactionStatus(last_id="0-1-<7>", last_position="1:1200:0:3", waiting_events=3, waiting_for="0-1-8")
+    page = render_page(_payload(transactions=waiting))
+    cell = page.split('<td class="transactions">')[1].split("</td>")[0]
+    assert '<span class="transaction-id" title="its last event at 1:1200:0:3">0-1-&lt;7&gt;</span>' in cell
+    assert '<div class="sub waiting" title="for transaction 0-1-8">3 records wait</div>' in cell
+    assert "last transaction" in page.split("</thead>")[0]
+    none_yet = render_page(_payload(transactions=TransactionStatus()))
+    assert '<td class="transactions"><span class="muted">none yet</span></td>' in none_yet
+    assert 'title="the table does not commit whole source transactions">-</span>' in render_page(_payload())
+
+
 def test_hourly_plot_bars_are_proportional_to_the_busiest_hour():
     svg = hourly_svg([0, 1, 50, 100])
     assert svg.count('class="bar"') == 4
@@ -204,3 +218,41 @@ def test_format_duration():
         "1h03m",
         "2d03h",
     ]
+
+
+def test_a_thousand_tables_page_shows_one_page_behind_their_target_first_and_a_summary():
+    from cdclake_airflow.monitor_listing import paged_payload
+
+    def row(i: int) -> dict:
+        fresh = False if i in (17, 503, 998) else None if i % 4 == 0 else True
+        return {**_payload(name=f"t{i:04d}", fresh=fresh)["tables"][0], "dag_id": f"cdc_t{i:04d}"}
+
+    payload = _payload() | {"tables": [row(i) for i in range(1000)]}
+    first = paged_payload(payload)
+    assert [r["name"] for r in first["tables"]][:4] == ["t0017", "t0503", "t0998", "t0000"]
+    assert len(first["tables"]) == 50
+    assert first["listing"] | {"counts": None} == {
+        "page": 1,
+        "pages": 20,
+        "page_size": 50,
+        "matched": 1000,
+        "total": 1000,
+        "name": None,
+        "state": None,
+        "counts": None,
+        "behind": ["t0017", "t0503", "t0998"],
+    }
+    assert first["listing"]["counts"] == {"behind": 3, "fresh": 747, "unjudged": 250}
+    page = render_page(first)
+    assert page.count('<tr class="table-row"') == 50
+    assert '<div class="summary" id="summary">1000 tables: <b>3 behind their freshness target</b>' in page
+    assert '<a href="?name=t0503" class="behind-table">t0503</a>' in page
+    assert "page 1 of 20" in page and 'href="?page=2"' in page and "previous" not in page
+
+    by_name = paged_payload(payload, name="T05", page=2, page_size=4)  # t0500..t0599: 100 tables
+    # t0503 (behind) heads page 1: t0503, t0500, t0501, t0502
+    assert [r["name"] for r in by_name["tables"]] == ["t0504", "t0505", "t0506", "t0507"]
+    assert by_name["listing"]["matched"] == 100 and by_name["listing"]["pages"] == 25
+    behind = paged_payload(payload, state="behind", page=9)  # past the end: the last page
+    assert [r["name"] for r in behind["tables"]] == ["t0017", "t0503", "t0998"] and behind["listing"]["page"] == 1
+    assert 'href="?name=T05&amp;page_size=4&amp;page=3"' in render_page(by_name)

@@ -92,18 +92,26 @@ class RunOutcome:
 
 def summary_line(plan: RunPlan, result: ApplyResult, seconds: Mapping[str, float]) -> str:
     """The one line that tells a run, the last its task logs: the table, the status, whether it
-    was a replay, the offset range (``partition: [start, end)``), the events by op, the records
-    quarantined, the keys changed, the snapshot id and ``seconds`` per phase.
+    was a replay, the offset range applied (``partition: [start, end)``; a partition whose range the
+    apply cut before a source transaction that is not whole, or extended to apply one whole, adds
+    ``of [start, planned end)``), the events by op, the records quarantined, the keys changed, the
+    snapshot id, the records left waiting for a source transaction (when any) and ``seconds`` per phase.
 
-    Example: ``run of table inventory.products: committed; replay no; offsets {0: [0, 5), 1: [0, 6)};
-    16 event(s) {'c': 11, 'u': 4, 'd': 1}, 0 quarantined, 10 key(s) changed, snapshot 5408683576420572515;
-    seconds {'plan': 1.3, 'apply': 6.1}``.
+    Example: ``run of table inventory.products: committed; replay no; offsets {0: [0, 5), 1: [0, 4) of
+    [0, 6)}; 14 event(s) {'c': 11, 'u': 2, 'd': 1}, 0 quarantined, 10 key(s) changed, snapshot
+    5408683576420572515; 2 record(s) wait for a source transaction; seconds {'plan': 1.3, 'apply': 6.1}``.
     """
-    offsets = ", ".join(f"{p}: [{plan.range.start[p]}, {plan.range.end[p]})" for p in sorted(plan.range.end))
+    end = result.applied_end or plan.range.end
+    offsets = ", ".join(
+        f"{p}: [{plan.range.start[p]}, {end.get(p, o)})"
+        + ("" if end.get(p, o) == o else f" of [{plan.range.start[p]}, {o})")
+        for p, o in sorted(plan.range.end.items())
+    )
+    waiting = f"; {result.waiting_events} record(s) wait for a source transaction" if result.waiting_events else ""
     return (
         f"run of table {plan.table.identifier}: {result.status}; replay {'yes' if plan.replay else 'no'}; "
         f"offsets {{{offsets}}}; {result.events} event(s) {result.ops or {}}, {result.quarantined} quarantined, "
-        f"{result.keys_changed} key(s) changed, snapshot {result.snapshot_id}; seconds {dict(seconds)}"
+        f"{result.keys_changed} key(s) changed, snapshot {result.snapshot_id}{waiting}; seconds {dict(seconds)}"
     )
 
 

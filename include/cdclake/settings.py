@@ -17,6 +17,8 @@ variable                         meaning                                        
                                  ``rest``: the REST catalog's base URL
 ``CDCLAKE_WAREHOUSE``            warehouse location (URI: ``file://``, ``s3://``)  ``<state>/iceberg/warehouse``
 ``CDCLAKE_TABLES_CONFIG``        table config file                                ``include/tables.yaml``
+``CDCLAKE_DISCOVERY_REGISTRY``   the discovered tables (JSON; written by           ``<state>/discovery/tables.json``
+                                 ``cdc_discovery``, read by the DAG files)
 ``CDCLAKE_SPARK_MASTER``         Spark master for the embedded stack              ``local[2]``
 ``CDCLAKE_MARIADB_PORT``         loopback port of the local MariaDB               ``13306``
 ``CDCLAKE_CONNECT_PORT``         REST port of the local Kafka Connect worker      ``18083``
@@ -76,6 +78,7 @@ _KNOWN = {
     "APPLY_POOL_SLOTS",
     "APPLY_PAUSE_AT",  # read by the apply job: cdclake.spark.commit.PAUSE_ENV (debugging)
     "SCHEMA_REGISTRY_URL",
+    "DISCOVERY_REGISTRY",
 }
 
 
@@ -138,6 +141,11 @@ class Settings(BaseModel):
     only by :meth:`with_catalog` from the Airflow connection at task run time. Never printed
     (``repr``) nor dumped."""
     tables_config: Path
+    discovery_registry: Path
+    """The registry of discovered tables (:mod:`cdclake.model.discovery`): written by the
+    ``cdc_discovery`` DAG and ``cdclake discover --write``, read by every DAG file; in a
+    deployment of several hosts it must be one file that the dag-processor, the workers and the
+    worker running ``cdc_discovery`` all see (docs/operations.md, "Discovery")."""
     spark_master: str
     mariadb_port: int = 13306
     connect_port: int = 18083
@@ -191,6 +199,7 @@ class Settings(BaseModel):
                 catalog_uri=env.get("CDCLAKE_CATALOG_URI", f"sqlite:///{state_dir / 'iceberg' / 'catalog.db'}"),
                 warehouse=env.get("CDCLAKE_WAREHOUSE", (state_dir / "iceberg" / "warehouse").as_uri()),
                 tables_config=Path(env.get("CDCLAKE_TABLES_CONFIG", PROJECT_ROOT / "include" / "tables.yaml")),
+                discovery_registry=Path(env.get("CDCLAKE_DISCOVERY_REGISTRY", state_dir / "discovery" / "tables.json")),
                 spark_master=env.get("CDCLAKE_SPARK_MASTER", "local[2]"),
                 mariadb_port=int(env.get("CDCLAKE_MARIADB_PORT", "13306")),
                 connect_port=int(env.get("CDCLAKE_CONNECT_PORT", "18083")),

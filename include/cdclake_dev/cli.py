@@ -16,6 +16,7 @@ from typing import Any
 
 from cdclake.settings import APPLY_POOL, APPLY_POOL_DESCRIPTION, PROJECT_ROOT, Settings
 from cdclake_dev import engine
+from cdclake_dev.airflow_env import UI_PORT
 from cdclake_dev.views import format_status_table, show_table
 
 DEMO_FILES = {
@@ -23,6 +24,11 @@ DEMO_FILES = {
     "inventory_customers": Path("risingwave/debezium_log.1"),
 }
 """Captured Debezium files the demo replays, relative to the fixtures folder."""
+
+BROKER_REMEDY = (
+    "start the local stack's Kafka broker with `make stack-start` (or point CDCLAKE_KAFKA_BOOTSTRAP at a running one)"
+)
+"""What ``cdclake status`` and ``cdclake load`` say to do when Kafka does not answer."""
 
 DEFAULT_FIXTURES = PROJECT_ROOT / "examples" / "debezium"
 """The captured Debezium files copied into the repository (``examples/debezium/README.md``)."""
@@ -144,17 +150,14 @@ def cmd_load(args: argparse.Namespace) -> int:
     settings = _settings()
     kafka = KafkaClients.from_settings(settings)
     try:
-        cfg = load_tables(settings.tables_config).get(args.table)
+        cfg = load_tables(settings.tables_config, settings.discovery_registry).get(args.table)
         counts = load_events(Path(args.file), cfg, kafka, partitions=args.partitions)
     except (CdcLakeError, ValueError, OSError) as e:  # the file, its events or the table name
         print(f"cdclake load: {e}", file=sys.stderr)
         return 2
     except KafkaException as e:
-        print(
-            f"cdclake load: Kafka at {kafka.bootstrap} did not answer ({e.args[0].str() if e.args else e}): "
-            "start the local stack's broker with `make stack-start`",
-            file=sys.stderr,
-        )
+        error = e.args[0].str() if e.args and hasattr(e.args[0], "str") else str(e)
+        print(f"cdclake load: Kafka at {kafka.bootstrap} did not answer: {error}: {BROKER_REMEDY}", file=sys.stderr)
         return 3
     total = sum(counts.values())
     print(
@@ -201,7 +204,7 @@ def run_table_dag(name: str, settings: Settings | None = None, conf: dict | None
     from cdclake.model.config import load_tables
 
     settings = settings or _settings()
-    cfg = load_tables(settings.tables_config).get(name)
+    cfg = load_tables(settings.tables_config, settings.discovery_registry).get(name)
     ensure_airflow_db(settings)
     if (cfg.engine or settings.engine) == "connect":
         engine.start_engine(settings)  # quick when it runs
@@ -234,15 +237,20 @@ _LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\dT")  # a log line of Airflow's (ISO 860
 
 
 def _dags_test(dag_id: str, conf: dict | None, settings: Settings) -> int:
-    """``airflow dags test DAG_ID [--conf JSON]``: its output, and when the run did not succeed, a
+    """``airflow dags test DAG_ID [--conf JSON]``: its output, its task logs written where the UI
+    reads them (:func:`cdclake_dev.task_logs.write_task_logs`), and when the run did not succeed, a
     last line saying so with the cause (:func:`failure_cause`). Returns 0 when it succeeded."""
     import json
+
+    from cdclake_dev.airflow_env import task_log_folder
+    from cdclake_dev.task_logs import write_task_logs
 
     argv = ["dags", "test", dag_id] + (["--conf", json.dumps(conf)] if conf else [])
     proc = run_airflow(argv, settings, capture_output=True, text=True)
     sys.stdout.write(proc.stdout[-20000:])
     sys.stderr.write(proc.stderr[-20000:])
     output = proc.stdout + proc.stderr
+    write_task_logs(output, dag_id, task_log_folder(settings))
     if proc.returncode == 0 and "state=success" in output.replace(" ", ""):
         return 0
     cause = failure_cause(output) or "see the log above"
@@ -277,7 +285,8 @@ def run_maintenance(
     from cdclake.model.selection import select_tables
 
     settings = settings or _settings()
-    select_tables(load_tables(settings.tables_config).tables, tables)  # unknown names: ConfigError
+    # unknown names: ConfigError
+    select_tables(load_tables(settings.tables_config, settings.discovery_registry).tables, tables)
     chosen = list(check_actions(actions)) if actions else []
     ensure_airflow_db(settings)
     if settings.engine == "connect":
@@ -306,7 +315,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     from cdclake_dev.chain import local_source
 
     settings = _settings()
-    cfg = load_tables(settings.tables_config).get(args.table)
+    cfg = load_tables(settings.tables_config, settings.discovery_registry).get(args.table)
     catalog = load_catalog(settings)
 
     def catch_up(end: dict[int, int]) -> None:
@@ -335,7 +344,7 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
     from cdclake.model.layout import QUARANTINE_SUFFIX, side_table
 
     settings = _settings()
-    cfg = load_tables(settings.tables_config).get(args.table)
+    cfg = load_tables(settings.tables_config, settings.discovery_registry).get(args.table)
     catalog = load_catalog(settings)
     if args.action == "release":
         if args.partition is None or args.offset is None:
@@ -375,50 +384,95 @@ def cmd_status(args: argparse.Namespace) -> int:
     from cdclake.io.catalog import load_catalog
     from cdclake.io.kafka import KafkaClients
     from cdclake.model.config import load_tables
+    from cdclake.model.listing import page_of
     from cdclake.model.selection import select_tables
     from cdclake.pipeline.status import status_of_tables
+    from cdclake_dev.views import format_page_summary
 
     settings = _settings()
     try:
-        tables = select_tables(load_tables(settings.tables_config).tables, args.tables)
+        tables = select_tables(load_tables(settings.tables_config, settings.discovery_registry).tables, args.tables)
     except ConfigError as e:
         print(f"cdclake status: {e}", file=sys.stderr)
         return 2
     kafka = KafkaClients.from_settings(settings)
     statuses = status_of_tables(load_catalog(settings), kafka, tables, freshness_minutes=args.freshness_minutes)
+    cut = page_of(
+        statuses,
+        name_of=lambda s: s.name,
+        fresh_of=lambda s: s.fresh,
+        name=args.name,
+        state=args.state,
+        page=args.page,
+        page_size=args.page_size,
+    )
     if args.json:
-        print(json.dumps([s.model_dump(mode="json") for s in statuses], indent=2))
+        print(json.dumps([s.model_dump(mode="json") for s in cut.rows], indent=2))
     else:
         with_fresh = args.freshness_minutes is not None or any(t.freshness_minutes for t in tables)
-        sys.stdout.write(format_status_table(statuses, with_fresh=with_fresh))
+        sys.stdout.write(format_page_summary(cut) + format_status_table(cut.rows, with_fresh=with_fresh))
     if statuses and all(s.topic_exists is None for s in statuses):  # asked, and Kafka did not answer
-        print(
-            "cdclake status: start the local stack's Kafka broker with `make stack-start` "
-            "(or point CDCLAKE_KAFKA_BOOTSTRAP at a running one)",
-            file=sys.stderr,
-        )
+        print(f"cdclake status: {BROKER_REMEDY}", file=sys.stderr)
         return 3
+    return 0
+
+
+def cmd_discover(args: argparse.Namespace) -> int:
+    """List what the table config's ``discover`` patterns take of the cluster's topics (a dry run);
+    ``--write`` registers the new ones, as the ``cdc_discovery`` DAG does."""
+    import json
+    import time
+    from dataclasses import asdict
+
+    from cdclake.errors import ConfigError
+    from cdclake.io.kafka import KafkaClients
+    from cdclake.model.config import load_tables
+    from cdclake.pipeline.discovery import discover
+    from cdclake_dev.views import format_findings
+
+    settings = _settings()
+    try:
+        tables = load_tables(settings.tables_config)  # the file alone: registered topics are read apart
+        if not tables.discover:
+            print(f"cdclake discover: the table config {settings.tables_config} has no discover patterns")
+            return 0
+        kafka = KafkaClients.from_settings(settings)
+        now_ms = int(time.time() * 1000)
+        findings = discover(tables, kafka, settings.discovery_registry, write=args.write, now_ms=now_ms)
+    except ConfigError as e:
+        print(f"cdclake discover: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps([asdict(f) for f in findings], indent=2))
+        return 0
+    sys.stdout.write(format_findings(findings))
+    new = sum(f.state == "new" for f in findings)
+    if args.write:
+        print(f"registered {new} new topic(s) in {settings.discovery_registry}")
+    else:
+        print(f"dry run: {new} new topic(s) to register; `cdclake discover --write` registers them")
     return 0
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
     """The local Airflow UI (:func:`cdclake_dev.airflow_env.ui_processes`): start, stop, status."""
-    from cdclake_dev.airflow_env import password_file, ui_processes
+    from cdclake_dev.airflow_env import UI_USER, ensure_password, ui_processes
 
     settings = _settings()
     if args.action == "stop":
         print(_stop_ui(settings))
         return 0
-    airflow = ui_processes(settings)
+    airflow = ui_processes(settings, args.port)
     if args.action == "status":
         states = {name: "running" if d.running() else "not running" for name, d in airflow.procs.items()}
         print(f"Airflow UI on {airflow.base}: " + ", ".join(f"{name} {state}" for name, state in states.items()))
         return 0 if all(d.running() for d in airflow.procs.values()) else 3
     ensure_airflow_db(settings)
+    passwords = ensure_password(settings)  # before the api-server starts: it would print a password it generates
     took = airflow.start()
     print(
-        f"Airflow UI on {airflow.base} (127.0.0.1 only; ready in {took:.0f} s): user admin, its password in "
-        f"{password_file(settings)}; logs in {airflow.logs}; stop it with `make airflow-stop` (cdclake ui stop)"
+        f"Airflow UI on {airflow.base} (127.0.0.1 only; ready in {took:.0f} s): user {UI_USER}, its password in "
+        f"{passwords}; logs in {airflow.logs}; stop it with `make airflow-stop` (cdclake ui stop)"
     )
     return 0
 
@@ -455,7 +509,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         )
     kafka = KafkaClients.from_settings(settings)
     print(stack.start_broker(settings))
-    tables = load_tables(settings.tables_config)
+    tables = load_tables(settings.tables_config, settings.discovery_registry)
     fixtures = Path(args.fixtures)
     for name, rel in DEMO_FILES.items():
         cfg = tables.get(name)
@@ -490,7 +544,7 @@ def cmd_production(args: argparse.Namespace) -> int:
     def show_tables(settings: Settings) -> None:
         from cdclake.model.config import load_tables
 
-        for cfg in load_tables(settings.tables_config).tables:
+        for cfg in load_tables(settings.tables_config, settings.discovery_registry).tables:
             sys.stdout.write(show_table(cfg.name, limit=10, metadata_columns=False, settings=settings))
 
     result = production_demo.demo(
@@ -602,13 +656,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="judge each table fresh when caught up or its newest applied event is at most N minutes old "
         "(default: each table's freshness_minutes in the table config)",
     )
+    p.add_argument("--name", metavar="TEXT", help="only the tables whose name holds TEXT (case-insensitive)")
+    p.add_argument("--state", choices=["behind", "fresh", "unjudged"], help="only the tables in this freshness state")
+    p.add_argument("--page", type=int, default=1, help="the page to print (tables behind their target first)")
+    p.add_argument("--page-size", type=int, default=50, metavar="N", help="tables per page (default 50)")
     p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser(
+        "discover", help="list the topics the table config's discover patterns take (dry run); --write registers them"
+    )
+    p.add_argument("--write", action="store_true", help="add the new topics to the discovery registry")
+    p.add_argument("--json", action="store_true", help="print the findings as JSON (a list, one object per topic)")
+    p.set_defaults(func=cmd_discover)
 
     p = sub.add_parser(
         "ui",
         help="start, stop or check the Airflow UI on http://127.0.0.1:8080 (Airflow's processes, loopback only)",
     )
     p.add_argument("action", choices=["start", "stop", "status"])
+    p.add_argument("--port", type=int, default=UI_PORT, help=f"the api-server's port on 127.0.0.1 ({UI_PORT})")
     p.set_defaults(func=cmd_ui)
 
     p = sub.add_parser(

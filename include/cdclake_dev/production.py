@@ -55,6 +55,7 @@ from cdclake_dev.parts.registry import SchemaRegistry
 from cdclake_dev.parts.rest_catalog import RestCatalogServer
 from cdclake_dev.parts.s3 import S3Proxy
 from cdclake_dev.parts.spark_cluster import SparkStandalone
+from cdclake_dev.process import free_port
 from cdclake_dev.system import write_private
 
 TABLES_CONFIG = PROJECT_ROOT / "include" / "stack" / "production" / "tables.yaml"
@@ -131,6 +132,24 @@ class Ports:
             spark_master=by["spark-master"],
             spark_connect=by["spark-connect"],
             airflow_api=by["airflow-api-server"],
+        )
+
+    @classmethod
+    def free(cls) -> Ports:
+        """Free loopback ports (:func:`~cdclake_dev.process.free_port`; Kafka's listener and its
+        controller's two in a row), for a topology beside others (tests, the soak)."""
+        return cls(
+            postgres=free_port(),
+            s3=free_port(),
+            rest_catalog=free_port(),
+            kafka=free_port(2),
+            kafka_sasl=free_port(),
+            mariadb=free_port(),
+            kafka_connect=free_port(),
+            schema_registry=free_port(),
+            spark_master=free_port(),
+            spark_connect=free_port(),
+            airflow_api=free_port(),
         )
 
 

@@ -355,14 +355,14 @@ def _wait_authenticates(config: dict[str, Any], deadline: float) -> None:
         time.sleep(0.2)
 
 
-def stop_broker(settings: Settings, *, timeout_s: float = 30.0) -> str:
+def stop_broker(settings: Settings, *, timeout_s: float = 30.0, hard: bool = False) -> str:
     """Stop the broker this project started (SIGTERM to its process group, then SIGKILL after
-    ``timeout_s``).
+    ``timeout_s``); ``hard=True`` kills it with SIGKILL (a crash).
 
     Returns:
         A one-line report of what was done.
     """
-    pid = _broker(settings).stop(timeout_s=timeout_s)
+    pid = _broker(settings).stop(timeout_s=timeout_s, hard=hard)
     if pid is None:
         return "Kafka broker not running (no pid file of ours)"
-    return f"Kafka broker stopped (pid {pid})"
+    return f"Kafka broker {'killed (SIGKILL)' if hard else 'stopped'} (pid {pid})"

@@ -15,7 +15,7 @@ def show_table(name: str, *, limit: int, metadata_columns: bool, settings: Setti
     from cdclake.model.layout import METADATA_COLUMNS
 
     settings = settings or Settings.from_env()
-    cfg = load_tables(settings.tables_config).get(name)
+    cfg = load_tables(settings.tables_config, settings.discovery_registry).get(name)
     table = load_table_or_none(load_catalog(settings), cfg.identifier)
     if table is None:
         return f"{settings.catalog_name}.{cfg.identifier}: no such table yet (run the DAG first)\n"
@@ -52,7 +52,9 @@ def format_status_table(statuses: list[Any], *, with_fresh: bool = False) -> str
     """:class:`~cdclake.pipeline.status.TableStatus` list as a terminal table, one row per table,
     then the problems and warnings: a problem every table has (Kafka did not answer) once, as
     ``all tables: ...``, the others per table. Lag time reads ``caught up`` when nothing waits in
-    the topic; a last commit that was a manual replay is marked ``(replay)``."""
+    the topic; a last commit that was a manual replay is marked ``(replay)``; last transaction: the
+    last whole source transaction applied and the records waiting for one that is not whole yet
+    (``-``: the table does not commit whole transactions)."""
     from cdclake.model.status import format_duration
 
     def reconcile(st: Any) -> str:
@@ -62,6 +64,13 @@ def format_status_table(statuses: list[Any], *, with_fresh: bool = False) -> str
         diffs = rec.only_in_source + rec.only_in_lake + rec.differing
         verdict = "clean" if rec.clean else f"{diffs} diff{'s' if diffs != 1 else ''}"
         return f"{verdict}{' (repaired)' if rec.repaired else ''}, {format_duration(rec.age_ms)} ago"
+
+    def transactions(st: Any) -> str:
+        txn = st.transactions
+        if txn is None:
+            return "-"
+        waiting = f", {txn.waiting_events} wait for {txn.waiting_for}" if txn.waiting_events else ""
+        return f"{txn.last_id or 'none yet'}{waiting}"
 
     header = [
         "table",
@@ -73,6 +82,7 @@ def format_status_table(statuses: list[Any], *, with_fresh: bool = False) -> str
         "quarantine",
         "schema",
         "snapshot run",
+        "last transaction",
         "last reconcile",
     ] + (["fresh"] if with_fresh else [])
     rows = [header]
@@ -89,6 +99,7 @@ def format_status_table(statuses: list[Any], *, with_fresh: bool = False) -> str
             str(st.open_quarantine),
             "-" if st.schema_id is None else f"{st.schema_id} ({st.column_count} cols)",
             "yes" if st.snapshot_in_progress is not None else "no",
+            transactions(st),
             reconcile(st),
         ]
         if with_fresh:
@@ -110,3 +121,32 @@ def format_status_table(statuses: list[Any], *, with_fresh: bool = False) -> str
         lines.extend(f"{st.name}: {problem}" for problem in st.problems if problem not in shared)
         lines.extend(f"{st.name}: warning: {warning}" for warning in st.warnings)
     return "\n".join(lines) + "\n"
+
+
+def format_findings(findings: list[Any]) -> str:
+    """:class:`~cdclake.pipeline.discovery.Finding` list (``cdclake discover``) as a terminal
+    table: topic, state, the Iceberg table, the DAG, the primary key (``changelog``: none) and why
+    a topic is excluded, pending or left out."""
+    header = ["topic", "state", "iceberg table", "dag", "primary key", "why"]
+    rows = [header]
+    for f in findings:
+        has_table = f.state in ("registered", "new", "configured")
+        key = (",".join(f.primary_key) or "changelog") if has_table else "-"
+        rows.append([f.topic, f.state, f.identifier or "-", f"cdc_{f.name}" if f.name else "-", key, f.reason])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    return "".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n" for r in rows)
+
+
+def format_page_summary(cut: Any) -> str:
+    """The lines above one page of ``cdclake status`` (a :class:`~cdclake.model.listing.Page`):
+    the tables per freshness state, those behind their target by name (at most 20), and which
+    page of how many is shown; ``""`` for a single page of tables none of which is behind."""
+    if cut.pages == 1 and not cut.behind:
+        return ""
+    names = ", ".join(cut.behind[:20]) + (f" and {len(cut.behind) - 20} more" if len(cut.behind) > 20 else "")
+    lines = [
+        f"{cut.total} tables: {cut.counts['behind']} behind their freshness target{': ' + names if names else ''}; "
+        f"{cut.counts['fresh']} fresh; {cut.counts['unjudged']} not judged",
+        f"page {cut.page} of {cut.pages} ({cut.matched} tables match; --page, --name, --state to choose)",
+    ]
+    return "\n".join(lines) + "\n\n"

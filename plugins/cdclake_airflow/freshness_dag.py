@@ -39,7 +39,7 @@ def status(**context: Any) -> dict[str, dict[str, Any]]:
     from cdclake_airflow.metrics import emit_status
 
     hook = CdcLakeHook()
-    tables = list(load_tables(hook.settings.tables_config).tables)
+    tables = list(load_tables(hook.settings.tables_config, hook.settings.discovery_registry).tables)
     out: dict[str, dict[str, Any]] = {}
     for st in status_of_tables(hook.catalog, hook.kafka, tables):
         figures = emit_status(st)

@@ -56,7 +56,7 @@ def maintain(name: str, **context: Any) -> dict[str, Any]:
     params = context["params"]
     hook = CdcLakeHook()
     settings = hook.settings
-    cfg = load_tables(settings.tables_config).get(name)
+    cfg = load_tables(settings.tables_config, settings.discovery_registry).get(name)
     actions = check_actions(params.get("actions") or None)
     with hook.spark_session() as spark:
         result = maintain_table(spark, settings, cfg, actions=actions, dry_run=bool(params.get("dry_run")))
@@ -70,7 +70,8 @@ def submit_args(name: str, **context: Any) -> list[str]:
     from cdclake.model.maintenance import check_actions
 
     params = context["params"]
-    cfg = load_tables(Settings.from_env().tables_config).get(name)
+    settings = Settings.from_env()
+    cfg = load_tables(settings.tables_config, settings.discovery_registry).get(name)
     args = ["--table", cfg.model_dump_json(), "--actions", ",".join(check_actions(params.get("actions") or None))]
     return [*args, "--dry-run"] if params.get("dry_run") else args
 

@@ -7,9 +7,13 @@ Mounted at :data:`URL_PREFIX` (``/cdc``):
 * ``GET /cdc/``: the HTML page (no JavaScript, no asset from elsewhere: the per-hour plot is an
   inline SVG); a request without a valid Airflow login is redirected to the auth manager's login
   page, which comes back here.
-* ``GET /cdc/api/tables``: the same figures as JSON (:func:`tables_payload`); 401 without login.
+* ``GET /cdc/api/tables``: the same figures as JSON
+  (:func:`~cdclake_airflow.monitor_listing.paged_payload`); 401 without login.
   ``?freshness_minutes=N`` judges every table by ``N`` minutes instead of its
   ``freshness_minutes`` of the table config (on both routes).
+* Both routes show one page of tables, those behind their freshness target first, under a summary
+  of every table: ``?name=`` (the name holds it), ``?state=`` (``behind``, ``fresh``,
+  ``unjudged``), ``?page=``, ``?page_size=`` (default 50).
 
 Authentication and authorization are Airflow's: the user comes from Airflow's own dependency
 ``airflow.api_fastapi.core_api.security.get_user`` (the UI's ``_token`` cookie, or an
@@ -158,7 +162,9 @@ def tables_payload(user: Any, session: "Session", freshness_minutes: int | None 
     from cdclake_airflow.hooks import CdcLakeHook
 
     hook = CdcLakeHook()
-    tables = readable_tables(user, load_tables(hook.settings.tables_config).tables, session)
+    tables = readable_tables(
+        user, load_tables(hook.settings.tables_config, hook.settings.discovery_registry).tables, session
+    )
     kafka, kafka_source = kafka_for_request(hook)
     now_ms = int(time.time() * 1000)
     # None: each table's freshness_minutes of the table config
@@ -314,6 +320,22 @@ def _hourly(row: Mapping[str, Any]) -> str:
     return f'{hourly_svg(row.get("events_per_hour") or [])}<div class="sub">{counts}</div>'
 
 
+def _transactions(row: Mapping[str, Any]) -> str:
+    txn = row.get("transactions")
+    if not txn:
+        return '<span class="muted" title="the table does not commit whole source transactions">-</span>'
+    last = txn.get("last_id")
+    cell = (
+        f'<span class="transaction-id" title="its last event at {_e(txn.get("last_position"))}">{_e(last)}</span>'
+        if last
+        else '<span class="muted">none yet</span>'
+    )
+    waiting = int(txn.get("waiting_events") or 0)
+    if waiting:
+        cell += f'<div class="sub waiting" title="for transaction {_e(txn.get("waiting_for"))}">{_plural(waiting, "record")} wait</div>'
+    return cell
+
+
 def _reconcile(row: Mapping[str, Any]) -> str:
     rec = row.get("last_reconcile")
     if not rec:
@@ -336,6 +358,7 @@ COLUMNS = (
     "quarantine",
     "schema",
     "snapshot run",
+    "last transaction",
     "last reconcile",
 )
 
@@ -361,6 +384,7 @@ def _row(row: Mapping[str, Any]) -> str:
         "snapshot-run": "no"
         if not snap
         else f"yes<div class=sub>{_e(int(snap['records']))} records{', end applied' if snap['end_applied'] else ''}</div>",
+        "transactions": _transactions(row),
         "last-reconcile": _reconcile(row),
     }
     numeric = {"lag-events", "quarantine"}
@@ -404,7 +428,9 @@ def _legend() -> str:
         f'<div class="legend" id="legend">by op: the Debezium op of the events applied: {ops}. '
         "Events per hour and by op count new source events only: a manual replay reads records applied "
         "before and is counted apart. Lag time: how far the newest event applied is behind now while "
-        "events wait in the topic; <i>caught up</i> when none waits.</div>"
+        "events wait in the topic; <i>caught up</i> when none waits. Last transaction: the last whole source "
+        "transaction applied (every commit holds whole ones under <code>transactions: whole</code>) and the "
+        "records waiting for one whose events or END are not all in Kafka yet.</div>"
     )
 
 
@@ -412,6 +438,8 @@ def render_page(payload: Mapping[str, Any]) -> str:
     """The HTML page of :func:`tables_payload`'s result: one row per table (``tr.table-row``,
     ``data-table`` its name; a cell per figure, its class the figure), the table's problems and
     warnings (``li.warning``) in a row under it (``tr.problems``). Every value is HTML-escaped."""
+    from cdclake_airflow.monitor_listing import listing_html
+
     rows = payload["tables"]
     head = "".join(f"<th>{_e(c)}</th>" for c in COLUMNS)
     body = "".join(_row(r) for r in rows) or (
@@ -426,6 +454,7 @@ def render_page(payload: Mapping[str, Any]) -> str:
         "<h1>CDC tables</h1>"
         f'<div class="meta">checked {_e(format_time(payload["checked_at_ms"]))}; Kafka: {_e(payload["kafka"])}; '
         f'reloads every {REFRESH_SECONDS} s; <a href="api/tables">JSON</a></div>'
+        f"{listing_html(payload)}"
         f'<div class="scroll"><table id="cdc-tables"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
         f"{_legend()}"
         "</body></html>\n"
@@ -439,8 +468,10 @@ def create_app() -> "FastAPI":
     """The FastAPI app of the page and the JSON endpoint (mounted at :data:`URL_PREFIX`)."""
     from airflow.api_fastapi.common.db.common import SessionDep
     from airflow.api_fastapi.core_api.security import GetUserDep
-    from fastapi import FastAPI, HTTPException, Query, Request, status
+    from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
     from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+
+    from cdclake_airflow.monitor_listing import MAX_PAGE_SIZE, PAGE_SIZE, paged_payload
 
     app = FastAPI(
         title="cdclake: CDC tables",
@@ -465,14 +496,42 @@ def create_app() -> "FastAPI":
             return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)), status_code=303)
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
+    name_query = Query(default=None, description="only the tables whose name holds this text")
+    state_query = Query(default=None, pattern="^(|behind|fresh|unjudged)$", description="only the tables in this state")
+    page_query = Query(default=1, ge=1, description="the page (behind their target first)")
+    size_query = Query(default=PAGE_SIZE, ge=1, le=MAX_PAGE_SIZE, description="tables per page")
+
+    def page_asked(
+        name: str | None = name_query,
+        state: str | None = state_query,
+        page: int = page_query,
+        page_size: int = size_query,
+    ) -> dict[str, Any]:
+        """The page a request asks for: :func:`~cdclake_airflow.monitor_listing.paged_payload`'s
+        keywords (the form sends an empty state for "any")."""
+        return {"name": name, "state": state or None, "page": page, "page_size": page_size}
+
+    page_dep = Depends(page_asked)
+
     @app.get(API_PATH)
-    def tables_json(user: GetUserDep, session: SessionDep, freshness_minutes: int | None = freshness_query) -> Any:
-        """The status figures of the tables the user may read (:func:`tables_payload`)."""
-        return tables_payload(user, session, freshness_minutes)
+    def tables_json(
+        user: GetUserDep,
+        session: SessionDep,
+        freshness_minutes: int | None = freshness_query,
+        asked: dict[str, Any] = page_dep,
+    ) -> Any:
+        """The status figures of the tables the user may read, one page
+        (:func:`~cdclake_airflow.monitor_listing.paged_payload`)."""
+        return paged_payload(tables_payload(user, session, freshness_minutes), **asked)
 
     @app.get(PAGE_PATH, response_class=HTMLResponse)
-    def tables_page(user: GetUserDep, session: SessionDep, freshness_minutes: int | None = freshness_query) -> str:
-        """The HTML page (:func:`render_page`)."""
-        return render_page(tables_payload(user, session, freshness_minutes))
+    def tables_page(
+        user: GetUserDep,
+        session: SessionDep,
+        freshness_minutes: int | None = freshness_query,
+        asked: dict[str, Any] = page_dep,
+    ) -> str:
+        """The HTML page (:func:`render_page`) of one page of tables."""
+        return render_page(paged_payload(tables_payload(user, session, freshness_minutes), **asked))
 
     return app

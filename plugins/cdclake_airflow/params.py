@@ -2,7 +2,7 @@
 ``cdc_reconcile``, ``cdc_maintenance``, ``cdc_freshness``) share: their DAG settings, the ``tables``
 Param of their trigger form and the task that checks it
 (:func:`cdclake.model.selection.select_tables`). The replay Params of a table DAG
-(:func:`replay_params`)."""
+(:func:`replay_params`) and the formats they are checked by (:func:`register_param_formats`)."""
 
 from __future__ import annotations
 
@@ -99,6 +99,26 @@ def select_tables_task(tables: list[TableConfig], among: str = "in the table con
     )()
 
 
+def register_param_formats() -> None:
+    """Give jsonschema the replay Params' formats (:data:`cdclake.model.replay.PARAM_FORMATS`), so
+    that every ``FormatChecker()`` checks them: the one Airflow validates Params with, in the
+    api-server (the trigger form, the REST API; the plugin's ``on_load``), the DAG processor and
+    the tasks (:func:`replay_params`). Idempotent.
+
+    A format, unlike a ``pattern``, puts what the Param allows into the message the trigger form
+    shows: jsonschema says ``'<value>' is not a '<format>'``, and its ``pattern`` message would be
+    the regular expression. A process that has not registered them leaves the values to the run's
+    own check (the same rules, failing the run at once).
+    """
+    from jsonschema import FormatChecker
+
+    from cdclake.errors import TriggerParamError
+    from cdclake.model.replay import PARAM_FORMATS
+
+    for name, check in PARAM_FORMATS.items():
+        FormatChecker.checkers[name] = (check, (TriggerParamError,))
+
+
 def replay_params(schedule: str | None) -> dict[str, Any]:
     """The trigger form of a table DAG (``schedule``: its schedule, as the form says it): where a
     replay starts (``replay_from_offsets`` or ``replay_from_timestamp``, JSON schema of
@@ -115,6 +135,7 @@ def replay_params(schedule: str | None) -> dict[str, Any]:
         TIMESTAMP_SCHEMA,
     )
 
+    register_param_formats()
     runs = f"on its schedule ({schedule})" if schedule else "when triggered (it has no schedule)"
     return {
         OFFSETS_PARAM: Param(

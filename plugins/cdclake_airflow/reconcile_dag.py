@@ -54,7 +54,7 @@ def reconcile(name: str, **context: Any) -> dict[str, Any]:
     params = context["params"]
     hook = CdcLakeHook()
     settings = hook.settings
-    cfg = load_tables(settings.tables_config).get(name)
+    cfg = load_tables(settings.tables_config, settings.discovery_registry).get(name)
     key_range = params.get("key_range")
     run = ReconcileParams(
         mode=params["mode"],

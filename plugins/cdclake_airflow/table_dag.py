@@ -251,6 +251,7 @@ def apply(table_json: str, asset: Any, **context: Any) -> dict[str, Any]:
                 "its END is in the transaction topic"
             )
         _runs_succeed(hook.catalog, cfg)
+        log.info("%s", summary_line(run.plan, run.result, run.seconds))  # the records waiting, also in status
         raise AirflowSkipException("no whole source transaction yet: no commit, no asset event")
     clock = PhaseClock(run.seconds)
     with clock.phase("publish"):

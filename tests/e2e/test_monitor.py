@@ -30,6 +30,7 @@ from cdclake.io.catalog import load_catalog
 from cdclake.io.events import load_events, read_event_file
 from cdclake.io.kafka import ensure_topic
 from cdclake.model.config import load_tables
+from cdclake.model.replay import OFFSETS_FORMAT, TIMESTAMP_FORMAT
 from cdclake.pipeline.status import status_of_tables
 from cdclake.settings import PROJECT_ROOT
 from cdclake_dev.airflow_env import airflow_env
@@ -69,6 +70,8 @@ def applied(stack_settings, kafka, fixtures_dir, tmp_path_factory):
                         "table": "products",
                         "primary_key": ["id"],
                         "freshness_minutes": 60,
+                        # its capture has no transaction metadata: under whole, a warning row
+                        "transactions": "ignore",
                     },
                     {
                         "name": STUCK,
@@ -306,6 +309,9 @@ REFUSED_IN_THE_FORM = [
 ]
 
 
+ALLOWED_IN_THE_FORM = {"replay_from_offsets": OFFSETS_FORMAT, "replay_from_timestamp": TIMESTAMP_FORMAT}
+
+
 def test_the_trigger_form_refuses_bad_replays_and_a_run_given_both_starts_fails_at_once(
     api_server, browser, applied, stack_settings, kafka, capsys
 ):
@@ -342,7 +348,11 @@ def test_the_trigger_form_refuses_bad_replays_and_a_run_given_both_starts_fails_
     for name, value in REFUSED_IN_THE_FORM:
         dialog, status, _ = trigger({name: value})
         assert status == 400
-        dialog.get_by_text(f"Invalid input for param {name}").wait_for()
+        shown = dialog.get_by_text(f"Invalid input for param {name}")
+        shown.wait_for()
+        # the form says what the Param allows, in words (its format), not as a regular expression
+        text = shown.inner_text()
+        assert f"is not a '{ALLOWED_IN_THE_FORM[name]}'" in text and "[0-9]" not in text and "\\d" not in text
     assert runs() == before
 
     _, status, good = trigger({"replay_from_offsets": '{"0": 0}'})
@@ -364,3 +374,79 @@ def test_the_trigger_form_refuses_bad_replays_and_a_run_given_both_starts_fails_
     assert (failure.state, failure.task_id, failure.try_number) == ("failing", "apply", 1)
     assert failure.failed_tries == tried_before + 1  # one try: not retried
     assert failure.error.startswith("TriggerParamError: replay_from_offsets and replay_from_timestamp")
+
+
+def test_a_run_of_cdclake_run_has_its_task_log_in_the_ui(api_server, applied, stack_settings):
+    """The run of ``cdc_ui_products`` the fixture made with ``cdclake run``'s code path (``airflow
+    dags test``, as ``make demo`` runs each table) has its task log where the UI reads it: the
+    REST API's log endpoint (what the UI's log view calls) answers the task's lines, its summary
+    line among them."""
+    base, password = api_server
+    token = requests.post(f"{base}/auth/token", json={"username": USER, "password": password}, timeout=30)
+    headers = {"Authorization": f"Bearer {token.json()['access_token']}", "Accept": "application/json"}
+    runs = requests.get(f"{base}/api/v2/dags/cdc_{TABLE}/dagRuns", headers=headers, timeout=30).json()["dag_runs"]
+    (run,) = [r for r in runs if r["state"] == "success"]
+    r = requests.get(
+        f"{base}/api/v2/dags/cdc_{TABLE}/dagRuns/{run['dag_run_id']}/taskInstances/apply/logs/1",
+        headers=headers,
+        timeout=60,
+    )
+    assert r.status_code == 200
+    events = [line["event"] for line in r.json()["content"]]
+    assert not any("not found" in e.lower() for e in events), events[:5]
+    (summary,) = [e for e in events if "run of table ui.products: committed; replay no" in e]
+    assert f"{APPLIED} event(s)" in summary
+
+
+def test_cdclake_ui_start_serves_on_loopback_only_keeps_the_password_out_of_logs_and_stops_clean(
+    applied, stack_settings
+):
+    """``cdclake ui start --port P`` (``make airflow-ui``) on the tests' Airflow home: Airflow's
+    processes listen on 127.0.0.1 only (the api-server on P, no log server), the UI answers and its
+    login takes the password of the password file, no other file under the Airflow home holds that
+    password (the api-server prints a password it generates itself), and ``cdclake ui stop``
+    (``make airflow-stop``) leaves none of the processes behind."""
+    import psutil
+
+    from cdclake_dev.airflow_env import password_file, ui_processes
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CDCLAKE_", "AIRFLOW"))}
+    env.update(stack_settings.to_env())
+    cdclake = str(Path(sys.executable).parent / "cdclake")
+
+    def ui(action: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [cdclake, "ui", action, "--port", str(port)], env=env, cwd=PROJECT_ROOT, capture_output=True, text=True
+        )
+
+    started = ui("start")
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        pids = [d.pid for d in ui_processes(stack_settings, port).procs.values()]
+        assert None not in pids
+        procs = [p for pid in pids for p in (psutil.Process(pid), *psutil.Process(pid).children(recursive=True))]
+        listening = {
+            (c.laddr.ip, c.laddr.port)
+            for p in procs
+            for c in p.net_connections(kind="inet")
+            if c.status == psutil.CONN_LISTEN
+        }
+        assert ("127.0.0.1", port) in listening and {ip for ip, _ in listening} == {"127.0.0.1"}, listening
+        base = f"http://127.0.0.1:{port}"
+        assert "Airflow" in requests.get(f"{base}/", timeout=30).text
+        password = json.loads(password_file(stack_settings).read_text())[USER]
+        login = requests.post(f"{base}/auth/token", json={"username": USER, "password": password}, timeout=30)
+        assert login.status_code in (200, 201) and login.json()["access_token"]
+        holding = [
+            str(f)
+            for f in stack_settings.airflow_home.rglob("*")
+            if f.is_file() and f != password_file(stack_settings) and password.encode() in f.read_bytes()
+        ]
+        assert holding == []
+        assert oct(password_file(stack_settings).stat().st_mode & 0o777) == "0o600"
+    finally:
+        stopped = ui("stop")
+    assert stopped.returncode == 0 and "Airflow UI stopped" in stopped.stdout
+    assert [p.pid for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
+    assert ui("status").returncode == 3

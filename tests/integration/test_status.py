@@ -288,3 +288,23 @@ def test_cli_status_with_no_broker_says_so_once_with_the_remedy(stack_settings):
     assert f"all tables: Kafka at {nowhere.kafka_bootstrap} did not answer: every broker" in proc.stdout
     assert proc.stderr.strip().splitlines()[-1].startswith("cdclake status: start the local stack's Kafka broker")
     assert "`make stack-start`" in proc.stderr
+
+
+def test_the_demo_customers_snapshot_is_in_progress_only_until_a_change_follows_it(
+    spark, kafka, stack_settings, fixtures_dir
+):
+    """The demo's customers capture (``risingwave/debezium_log.1``): 4 snapshot reads (``op: r``,
+    ``source.snapshot: true``, no end marker: the capture stops before Debezium's last record),
+    then 6 binlog changes. With only the reads applied, the snapshot is in progress; once a change
+    above the snapshot's position is applied, Debezium's snapshot has ended: it is not."""
+    from cdclake.io.events import load_events
+
+    cfg = make_table(primary_key=["id"])
+    load_events(fixtures_dir / "risingwave/debezium_log.1", cfg, kafka, partitions=1)
+    apply_offsets(spark, stack_settings, cfg, OffsetRange(topic=cfg.topic, start={0: 0}, end={0: 4}), "reads")
+    (st,) = status_of_tables(load_catalog(stack_settings), kafka, [cfg])
+    snapshot = st.snapshot_in_progress
+    assert snapshot is not None and (snapshot.records, snapshot.end_applied) == (4, False)
+    apply_offsets(spark, stack_settings, cfg, OffsetRange(topic=cfg.topic, start={0: 4}, end={0: 10}), "changes")
+    (st,) = status_of_tables(load_catalog(stack_settings), kafka, [cfg])
+    assert st.caught_up is True and st.snapshot_in_progress is None

@@ -1,10 +1,13 @@
 """Whole source transactions on a real broker, Spark and catalog (:mod:`cdclake.spark.transactions`):
 a run commits whole transactions only, one whose ``END`` is not in the transaction topic yet waits
-with everything after it, and one larger than ``max_events_per_run`` is applied whole."""
+with everything after it (the records left counted in the commit and in the status), and one larger
+than ``max_events_per_run`` is applied whole; without transaction metadata a table applies as
+under ``transactions: ignore`` and says so."""
 
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 
 import pytest
@@ -12,6 +15,7 @@ import pytest
 from cdclake.io.catalog import committed_offsets, load_catalog
 from cdclake.io.kafka import KafkaClients, ensure_topic
 from cdclake.model.layout import SummaryKeys
+from cdclake.pipeline.status import table_status
 from cdclake.spark.apply import apply_range
 from tests.conftest import make_table, plan_offsets
 
@@ -22,19 +26,22 @@ class Source:
     """Debezium's records of ``d.accounts`` (payload-only JSON, two partitions by key) and of its
     transaction topic ``<prefix>.transaction``."""
 
-    def __init__(self, kafka: KafkaClients, prefix: str) -> None:
+    def __init__(self, kafka: KafkaClients, prefix: str, *, transaction_topic: bool = True) -> None:
         self.kafka, self.prefix = kafka, prefix
         self.topic, self.transactions = f"{prefix}.d.accounts", f"{prefix}.transaction"
         ensure_topic(kafka, self.topic, 2)
-        ensure_topic(kafka, self.transactions, 1)
+        if transaction_topic:
+            ensure_topic(kafka, self.transactions, 1)
         self.pos, self.txn = 1000, 0
 
-    def transaction(self, changes: list[tuple[int, int]], *, end: bool = True) -> str:
+    def transaction(self, changes: list[tuple[int, int]], *, end: bool = True, metadata: bool = True) -> str:
         """One source transaction setting ``balance`` of each ``(id, balance)``; its END unless
-        ``end`` is false (written later with :meth:`end`)."""
+        ``end`` is false (written later with :meth:`end`); without ``metadata``, as a connector
+        without ``provide.transaction.metadata`` writes it: no BEGIN/END, no ``transaction`` block."""
         txn, producer = f"0-1-{self.txn}", self.kafka.producer()
         self.txn += 1
-        producer.produce(self.transactions, value=json.dumps({"status": "BEGIN", "id": txn}).encode(), partition=0)
+        if metadata:
+            producer.produce(self.transactions, value=json.dumps({"status": "BEGIN", "id": txn}).encode(), partition=0)
         for order, (key, balance) in enumerate(changes, start=1):
             value = {
                 "before": None,
@@ -52,13 +59,13 @@ class Source:
                     "db": "d",
                     "table": "accounts",
                 },
-                "transaction": {"id": txn, "total_order": order, "data_collection_order": order},
+                "transaction": {"id": txn, "total_order": order, "data_collection_order": order} if metadata else None,
             }
             self.pos += 100
             key_bytes = json.dumps({"id": key}).encode()
             producer.produce(self.topic, key=key_bytes, value=json.dumps(value).encode(), partition=key % 2)
         producer.flush(30)
-        if end:
+        if end and metadata:
             self.end(txn, len(changes))
         return txn
 
@@ -93,21 +100,43 @@ def test_a_commit_holds_whole_transactions_and_a_large_one_is_applied_whole(spar
         snap = load_catalog(stack_settings).load_table(cfg.identifier).current_snapshot()
         return dict(snap.summary.additional_properties)
 
+    def status():
+        return table_status(load_catalog(stack_settings), source.kafka, cfg)
+
     source.transaction([(1, 100), (2, 100)])  # opening balances: 200 in all
     moved = source.transaction([(1, 70), (2, 130)])  # 30 from 1 to 2
     late = source.transaction([(1, 50), (3, 20)], end=False)  # 20 from 1 to the new 3, END not yet written
-    assert run("r1").status == "committed"
+    first = run("r1")
+    assert first.status == "committed"
     assert balances() == {1: 70, 2: 130}  # the first two, whole; the third waits
     assert json.loads(summary()[SummaryKeys.LAST_TRANSACTION])["id"] == moved
     table = load_catalog(stack_settings).load_table(cfg.identifier)
     assert sum(committed_offsets(table, cfg.topic).values()) == 4
+    # the run says what it applied and what it left: the two records of the third wait
+    assert (first.applied_end, first.waiting_events) == (committed_offsets(table, cfg.topic), 2)
+    assert json.loads(summary()[SummaryKeys.TRANSACTION_WAIT]) == {"events": 2, "transaction": late}
+    assert status().transactions.model_dump() == {
+        "last_id": moved,
+        "last_position": json.loads(summary()[SummaryKeys.LAST_TRANSACTION])["position"],
+        "waiting_events": 2,
+        "waiting_for": late,
+        "without_metadata": 0,
+    }
     # a retry of the task (its plan as the submit engine's XCom holds it, uncut) finds its commit
-    assert apply_range(spark, stack_settings, plans["r1"]).status == "already_applied"
+    retry = apply_range(spark, stack_settings, plans["r1"])
+    assert (retry.status, retry.waiting_events) == ("already_applied", 2)
+    # the next run holds the third only: nothing to apply, its records wait, and the status says so
+    waited = run("r1b")
+    assert (waited.status, waited.waiting_events) == ("waiting", 2)
+    assert (status().transactions.waiting_events, status().transactions.waiting_for) == (2, late)
 
     source.end(late, 2)
     assert run("r2").status == "committed"
     assert balances() == {1: 50, 2: 130, 3: 20}
     assert json.loads(summary()[SummaryKeys.LAST_TRANSACTION])["id"] == late
+    assert SummaryKeys.TRANSACTION_WAIT not in summary()
+    after = status()
+    assert (after.transactions.last_id, after.transactions.waiting_events, after.warnings) == (late, 0, [])
 
     # six events of one transaction, over a run's cap of four (two per partition): applied whole
     big = source.transaction([(k, 10 * k) for k in (1, 2, 3, 4, 5, 6)])
@@ -116,3 +145,35 @@ def test_a_commit_holds_whole_transactions_and_a_large_one_is_applied_whole(spar
     assert json.loads(summary()[SummaryKeys.LAST_TRANSACTION])["id"] == big
     table = load_catalog(stack_settings).load_table(cfg.identifier)
     assert sum(committed_offsets(table, cfg.topic).values()) == 12
+
+
+@pytest.mark.parametrize("transaction_topic", [False, True], ids=["no-transaction-topic", "events-without-block"])
+def test_without_transaction_metadata_a_table_applies_as_today_and_says_so(
+    spark, stack_settings, caplog, transaction_topic
+):
+    """An older connector, or one without ``provide.transaction.metadata``: no transaction topic
+    (the planner says so), or one whose events carry no ``transaction`` block (the apply says so).
+    Either way the batch is applied as planned, one warning of the run names the setting, and the
+    status warns."""
+    kafka = KafkaClients.from_bootstrap(stack_settings.kafka_bootstrap)
+    source = Source(kafka, f"nt{uuid.uuid4().hex[:8]}", transaction_topic=transaction_topic)
+    cfg = make_table(topic=source.topic, value_format="json", columns={"id": "int", "balance": "long"})
+    source.transaction([(1, 100), (2, 100)], metadata=False)
+    source.transaction([(1, 70), (2, 130)], metadata=False)
+    with caplog.at_level(logging.WARNING):
+        plan = plan_offsets(stack_settings, cfg, "r1")
+        result = apply_range(spark, stack_settings, plan)
+    assert (plan.transactions is None) is not transaction_topic
+    assert (result.status, result.events, result.waiting_events) == ("committed", 4, 0)
+    rows = load_catalog(stack_settings).load_table(cfg.identifier).scan().to_arrow().to_pylist()
+    assert {r["id"]: r["balance"] for r in rows} == {1: 70, 2: 130}
+    said = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.WARNING and "transactions: whole" in r.getMessage()
+    ]
+    assert len(said) == 1 and cfg.identifier in said[0] and "provide.transaction.metadata" in said[0]
+    st = table_status(load_catalog(stack_settings), kafka, cfg)
+    assert st.transactions is not None and st.transactions.without_metadata == 4
+    (warning,) = st.warnings
+    assert "4 change event(s) without Debezium transaction metadata" in warning

@@ -13,9 +13,10 @@ import pytest
 import yaml
 
 from cdclake.settings import Settings
-from cdclake_dev.airflow_env import airflow_parallelism, ui_env, ui_processes
+from cdclake_dev.airflow_env import airflow_parallelism, ensure_password, ui_env, ui_processes
 from cdclake_dev.cli import build_parser, failure_cause, main
 from cdclake_dev.process import free_port
+from cdclake_dev.task_logs import LOG_FILENAME_TEMPLATE, task_log_sections, write_task_logs
 from cdclake_dev.views import show_table
 from tests.conftest import make_table
 
@@ -60,6 +61,18 @@ def test_load_names_the_file_and_line_of_a_bad_event_without_a_traceback(local, 
     bad.write_text(json.dumps(good) + "\n{not json\n")
     assert main(["load", str(bad), "--table", table.name]) == 2
     assert capsys.readouterr().err.startswith(f"cdclake load: {bad}, line 2: not JSON")
+
+
+def test_load_with_no_broker_says_so_at_once_with_the_remedy(local, tmp_path, capsys):
+    settings, table = local  # Kafka at a port nothing listens on
+    events = tmp_path / "events.json"
+    events.write_text(json.dumps({"payload": {"op": "c", "after": {"id": 1}, "source": {"file": "b.1", "pos": 4}}}))
+    assert main(["load", str(events), "--table", table.name]) == 3
+    err = capsys.readouterr().err
+    # every broker down ends the wait at once (the 30 s metadata timeout would say "transport failure")
+    assert err.startswith(f"cdclake load: Kafka at {settings.kafka_bootstrap} did not answer: every broker")
+    assert err.rstrip().endswith("`make stack-start` (or point CDCLAKE_KAFKA_BOOTSTRAP at a running one)")
+    assert err.count("\n") == 1 and "rdkafka" not in err
 
 
 def test_show_keeps_integer_columns_integers(local):
@@ -115,6 +128,52 @@ def test_the_cause_of_a_failed_run_is_the_exception_line_of_its_last_traceback()
     assert failure_cause("state=failed, no traceback\n") is None
 
 
+DAGS_TEST_OUTPUT = """\
+2026-11-25T04:20:17.798660Z [info     ] Created dag run.               [airflow.models.dagrun] dagrun=<DagRun cdc_t @ 2026-11-25 04:20:17.481367+00:00: manual__2026-11-25T04:20:17.723554+00:00, state:running, queued_at: None. run_type: manual>
+2026-11-25T04:20:17.811267Z [info     ] [DAG TEST] starting task_id=apply map_index=-1 [airflow.sdk.definitions.dag] loc=dag.py:1501
+2026-11-25T04:20:17.811605Z [info     ] [DAG TEST] running task <TaskInstance: cdc_t.apply manual__2026-11-25T04:20:17.723554+00:00 [TaskInstanceState.SCHEDULED] ti_id=01a2> [airflow.sdk.definitions.dag] loc=dag.py:1504
+2026-11-25T04:20:22.049309Z [error    ] Task failed with exception     [task] loc=task_runner.py:1676
+2026-11-25T04:20:22.063741Z [info     ] Task instance state updated    [airflow.api_fastapi.execution_api.routes.task_instances] new_state=up_for_retry rows_affected=1
+2026-11-25T04:20:22.083154Z [info     ] [DAG TEST] end task task_id=apply map_index=-1 [airflow.sdk.definitions.dag] loc=dag.py:1563
+2026-11-25T04:20:23.084655Z [warning  ] No tasks to run. unrunnable tasks: {<TaskInstance: cdc_t.apply>} [airflow.sdk.definitions.dag]
+2026-11-25T04:20:24.811267Z [info     ] [DAG TEST] starting task_id=apply map_index=-1 [airflow.sdk.definitions.dag] loc=dag.py:1501
+2026-11-25T04:20:24.811605Z [info     ] [DAG TEST] running task <TaskInstance: cdc_t.apply manual__2026-11-25T04:20:17.723554+00:00 [TaskInstanceState.SCHEDULED] ti_id=01a2> [airflow.sdk.definitions.dag] loc=dag.py:1504
+2026-11-25T04:20:25.049309Z [info     ] run of table t.t: committed; replay no [cdclake_airflow.table_dag] loc=table_dag.py:267
+2026-11-25T04:20:25.063741Z [info     ] Task instance state updated    [airflow.api_fastapi.execution_api.routes.task_instances] new_state=success rows_affected=1
+2026-11-25T04:20:25.083154Z [info     ] [DAG TEST] end task task_id=apply map_index=-1 [airflow.sdk.definitions.dag] loc=dag.py:1563
+2026-11-25T04:20:25.083154Z [info     ] [DAG TEST] starting task_id=wait map_index=0 [airflow.sdk.definitions.dag] loc=dag.py:1501
+2026-11-25T04:20:25.163741Z [info     ] Task instance state updated    [airflow.api_fastapi.execution_api.routes.task_instances] new_state=up_for_reschedule rows_affected=1
+2026-11-25T04:20:25.183154Z [info     ] [DAG TEST] end task task_id=wait map_index=0 [airflow.sdk.definitions.dag] loc=dag.py:1563
+2026-11-25T04:20:30.083154Z [info     ] [DAG TEST] starting task_id=wait map_index=0 [airflow.sdk.definitions.dag] loc=dag.py:1501
+2026-11-25T04:20:30.163741Z [info     ] Task instance state updated    [airflow.api_fastapi.execution_api.routes.task_instances] new_state=success rows_affected=1
+2026-11-25T04:20:30.183154Z [info     ] [DAG TEST] end task task_id=wait map_index=0 [airflow.sdk.definitions.dag] loc=dag.py:1563
+2026-11-25T04:20:30.185277Z [info     ] DagRun Finished: dag_id=cdc_t, run_id=manual__2026-11-25T04:20:17.723554+00:00
+"""
+"""The frame of an ``airflow dags test`` output (Airflow 3.3.2; lines shortened): a task failed
+once and retried, a mapped sensor poked twice in reschedule mode."""
+
+
+def test_a_dags_test_run_leaves_a_task_log_file_per_try_where_airflow_reads_it(tmp_path):
+    run = "manual__2026-11-25T04:20:17.723554+00:00"
+    tries = [(t.task_id, t.map_index, t.try_number, len(t.lines)) for t in task_log_sections(DAGS_TEST_OUTPUT, "cdc_t")]
+    assert tries == [("apply", -1, 1, 5), ("apply", -1, 2, 5), ("wait", 0, 1, 3), ("wait", 0, 1, 3)]
+    assert task_log_sections(DAGS_TEST_OUTPUT, "other") == []
+    written = write_task_logs(DAGS_TEST_OUTPUT, "cdc_t", tmp_path)
+    assert [p.relative_to(tmp_path).as_posix() for p in written] == [
+        f"dag_id=cdc_t/run_id={run}/task_id=apply/attempt=1.log",
+        f"dag_id=cdc_t/run_id={run}/task_id=apply/attempt=2.log",
+        f"dag_id=cdc_t/run_id={run}/task_id=wait/map_index=0/attempt=1.log",
+    ]
+    second = written[1].read_text().splitlines()
+    assert "[DAG TEST] starting task_id=apply" in second[0] and "run of table t.t: committed" in second[2]
+    assert len(written[2].read_text().splitlines()) == 6  # both pokes of the one try
+    # Airflow is told the file names the files are written by
+    assert (
+        ui_env(Settings.from_env({"CDCLAKE_STATE_DIR": str(tmp_path)}))["AIRFLOW__LOGGING__LOG_FILENAME_TEMPLATE"]
+        == LOG_FILENAME_TEMPLATE
+    )
+
+
 def test_the_local_ui_listens_on_loopback_only_with_a_login_and_sized_parallelism(local):
     settings, _ = local
     airflow = ui_processes(settings)
@@ -128,3 +187,14 @@ def test_the_local_ui_listens_on_loopback_only_with_a_login_and_sized_parallelis
     assert env["AIRFLOW__CORE__PARALLELISM"] == str(airflow_parallelism(settings))
     assert airflow_parallelism(settings, cpus=2) == settings.apply_pool_slots + 2
     assert {d.pid_file.parent for d in airflow.procs.values()} == {Path(settings.airflow_home) / "ui"}
+    assert ui_processes(settings, 18080).base == "http://127.0.0.1:18080"  # cdclake ui start --port
+
+
+def test_the_local_ui_password_is_generated_once_into_its_private_file(local):
+    settings, _ = local
+    path = ensure_password(settings)
+    password = json.loads(path.read_text())["admin"]
+    assert len(password) >= 16 and oct(path.stat().st_mode & 0o777) == "0o600"
+    assert ensure_password(settings) == path and json.loads(path.read_text())["admin"] == password  # kept
+    # the api-server reads that file: it finds the user's password and generates (and prints) none
+    assert ui_env(settings)["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"] == str(path)

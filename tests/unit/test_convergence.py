@@ -20,6 +20,7 @@ from cdclake.model.convergence import (
     merge_identities,
     pending_partitions,
     progress_after_completion,
+    still_in_progress,
 )
 from cdclake.model.layout import SummaryKeys
 from cdclake.model.position import BinlogPosition, gtid_source
@@ -80,6 +81,17 @@ def test_an_ended_snapshot_replaced_by_a_newer_one_stays_a_candidate_across_runs
     assert step.ended == (SnapshotProgress(P1, 3, True, END),)
     step = advance_snapshot(step.progress, [], None)
     assert step.ended == (SnapshotProgress(P1, 3, True, END),)
+
+
+def test_a_snapshot_is_in_progress_until_an_event_above_it_is_applied_without_its_end_record():
+    reads = SnapshotProgress(P1, 4, False, None)  # snapshot reads at P1 (change rank 0), no end record
+    assert still_in_progress(reads, None)
+    assert still_in_progress(reads, reads.position)  # only its reads applied: more may come
+    # a change at the snapshot's own coordinates, or later: Debezium streams only after the snapshot
+    assert not still_in_progress(reads, replace(P1, change_rank=1))
+    assert not still_in_progress(reads, P2)
+    # its end record applied: in progress until its partitions are done, whatever follows
+    assert still_in_progress(replace(reads, end=END), P2)
 
 
 def test_progress_after_completion_drops_what_the_completed_snapshot_covers():

@@ -57,3 +57,20 @@ def test_the_summary_line_tells_the_range_the_replay_flag_the_ops_the_keys_the_s
         "{'c': 7, 'd': 1}, 0 quarantined, 6 key(s) changed, snapshot 5408683576420572515; "
         "seconds {'plan': 1.3, 'apply': 6.1}"
     )
+
+
+def test_the_summary_line_of_a_run_cut_to_whole_transactions_tells_the_range_applied_and_the_records_left():
+    from cdclake.model.offsets import OffsetRange
+    from cdclake.model.plan import RunPlan
+    from cdclake.spark.apply import ApplyResult
+
+    cfg = make_table(namespace="d", table="accounts")
+    plan = RunPlan(table=cfg, run_id="r", range=OffsetRange(topic=cfg.topic, start={0: 0, 1: 2}, end={0: 5, 1: 6}))
+    result = ApplyResult(
+        "committed", snapshot_id=7, events=7, ops={"u": 7}, keys_changed=3, applied_end={0: 5, 1: 4}, waiting_events=2
+    )
+    assert summary_line(plan, result, {"apply": 2.0}) == (
+        "run of table d.accounts: committed; replay no; offsets {0: [0, 5), 1: [2, 4) of [2, 6)}; 7 event(s) "
+        "{'u': 7}, 0 quarantined, 3 key(s) changed, snapshot 7; 2 record(s) wait for a source transaction; "
+        "seconds {'apply': 2.0}"
+    )

@@ -318,6 +318,70 @@ def test_the_status_shows_the_failed_tries_of_a_table_until_a_run_succeeds(catal
     assert (status().run_failure, status().fresh) == (None, True)
 
 
+def test_the_status_shows_the_last_whole_transaction_and_the_records_waiting_for_one(catalog, monkeypatch):
+    """The summary keys a run cut to whole transactions writes, and the table property of a run that
+    waited with nothing applied, on commits of a real (local) catalog: the status, ``cdclake status``
+    and the warning of events applied without transaction metadata."""
+    import pyarrow as pa
+
+    from cdclake.io.catalog import create_cdc_table, update_table_property
+    from cdclake.io.kafka import KafkaClients, Watermarks
+    from cdclake.model.layout import TRANSACTION_WAIT_PROPERTY
+    from cdclake.model.transactions import TransactionStatus
+    from cdclake.model.types import ColumnSpec
+
+    cfg = make_table(freshness_minutes=15)
+    catalog.create_namespace_if_not_exists(cfg.namespace)
+    table = create_cdc_table(catalog, cfg.identifier, [ColumnSpec("id", "long", True, "int64")], ("id",))
+    monkeypatch.setattr(
+        st, "topics_watermarks", lambda kafka, topics, **_: {t: Watermarks({0: 0}, {0: 12}) for t in topics}
+    )
+    rows = pa.Table.from_pylist([{"id": 1}], schema=table.schema().as_arrow())
+
+    def status(cfg=cfg) -> TableStatus:
+        return st.table_status(catalog, KafkaClients.from_bootstrap("127.0.0.1:1"), cfg, now_ms=NOW)
+
+    last = json.dumps({"id": "0-1-7", "position": "1:1200:0:3"})
+    cut = json.dumps({"events": 2, "transaction": "0-1-8"})
+    table.append(
+        rows,
+        cdc(
+            "run-1",
+            '{"0": 4}',
+            4,
+            start='{"0": 0}',
+            topic=cfg.topic,
+            **{SummaryKeys.LAST_TRANSACTION: last, SummaryKeys.TRANSACTION_WAIT: cut},
+        ),
+    )
+    assert status().transactions == TransactionStatus(
+        last_id="0-1-7", last_position="1:1200:0:3", waiting_events=2, waiting_for="0-1-8"
+    )
+    # snapshot reads only: no transaction, the last one stays; nothing was cut
+    table.append(rows, cdc("run-2", '{"0": 6}', 2, start='{"0": 4}', topic=cfg.topic))
+    assert status().transactions == TransactionStatus(last_id="0-1-7", last_position="1:1200:0:3")
+    # a run that applied nothing: its whole range waits
+    wait = json.dumps({"events": 3, "transaction": "0-1-9", "start": {"0": 6}})
+    update_table_property(catalog, cfg.identifier, TRANSACTION_WAIT_PROPERTY, lambda _: wait)
+    waiting = status()
+    assert (waiting.transactions.waiting_events, waiting.transactions.waiting_for, waiting.warnings) == (3, "0-1-9", [])
+    (row,) = [line for line in format_status_table([waiting]).splitlines() if line.startswith(cfg.name)]
+    assert "0-1-7, 3 wait for 0-1-9" in row
+    assert json.loads(waiting.model_dump_json())["transactions"]["waiting_events"] == 3
+    # a commit since makes the record stale; its events came without transaction metadata: a warning
+    table.append(
+        rows, cdc("run-3", '{"0": 12}', 6, start='{"0": 6}', topic=cfg.topic, **{SummaryKeys.WITHOUT_TRANSACTION: "5"})
+    )
+    later = status()
+    assert later.transactions == TransactionStatus(last_id="0-1-7", last_position="1:1200:0:3", without_metadata=5)
+    (warning,) = later.warnings
+    assert warning.startswith("transactions: whole, but the last CDC commit applied 5 change event(s) without")
+    assert later.fresh is True  # a warning, not a failure
+    assert f"{cfg.name}: warning: {warning}" in format_status_table([later]).splitlines()
+    ignore = cfg.model_copy(update={"transactions": "ignore"})
+    assert (status(ignore).transactions, status(ignore).warnings) == (None, [])
+
+
 def test_the_status_warns_of_the_connector_modes_the_last_commit_contradicts(catalog, monkeypatch):
     """The summary key the apply writes (``cdc.connector-contradictions``), on commits of a real
     (local) catalog: the status, its JSON and ``cdclake status`` warn while the last CDC commit
@@ -439,10 +503,31 @@ def test_status_table_has_one_row_per_table_and_the_problems_below():
     assert lines[0].split()[0] == "table" and lines[0].split()[-1] == "fresh"
     assert set(lines[1]) <= {"-", " "}
     assert lines[2].split() == [
-        "orders", "12", "1m30s", "1m00s", "ago", "42", "3", "2", "1", "(5", "cols)", "no", "2", "diffs,", "1h00m", "ago", "yes",
+        "orders", "12", "1m30s", "1m00s", "ago", "42", "3", "2", "1", "(5", "cols)", "no", "-", "2", "diffs,", "1h00m", "ago", "yes",
     ]  # fmt: skip
     assert lines[3].split()[:3] == ["gone", "(no", "table)"] and lines[3].split()[-1] == "-"
     assert lines[4] == "gone: Kafka topic 'db.inv.gone' does not exist"
     assert len({len(line) for line in lines[:2]}) == 1  # the rule spans the header
     # the JSON form is the models'
     assert json.loads(ok.model_dump_json())["last_commit"]["snapshot_id"] == "42"  # 64-bit ids: strings
+
+
+def test_status_page_puts_the_tables_behind_their_target_first_and_summarizes_them():
+    from cdclake.model.listing import page_of
+    from cdclake_dev.views import format_page_summary
+
+    statuses = [orders_status(name=f"t{i:03d}", fresh=i != 120 if i % 3 else None) for i in range(200)]
+    cut = page_of(statuses, name_of=lambda s: s.name, fresh_of=lambda s: s.fresh, page_size=50)
+    assert [s.name for s in cut.rows[:2]] == ["t000", "t001"]  # t120 is unjudged (120 % 3 == 0): not behind
+    statuses[121] = orders_status(name="t121", fresh=False)
+    cut = page_of(statuses, name_of=lambda s: s.name, fresh_of=lambda s: s.fresh, page_size=50)
+    assert [s.name for s in cut.rows[:2]] == ["t121", "t000"] and len(cut.rows) == 50
+    assert format_page_summary(cut).splitlines()[:2] == [
+        "200 tables: 1 behind their freshness target: t121; 132 fresh; 67 not judged",
+        "page 1 of 4 (200 tables match; --page, --name, --state to choose)",
+    ]
+    assert [
+        s.name for s in page_of(statuses, name_of=lambda s: s.name, fresh_of=lambda s: s.fresh, state="behind").rows
+    ] == ["t121"]
+    with pytest.raises(ValueError, match="'late'"):
+        page_of(statuses, name_of=lambda s: s.name, fresh_of=lambda s: s.fresh, state="late")  # type: ignore[arg-type]

@@ -171,3 +171,39 @@ def test_end_records_and_marks_parse():
     assert LastTransaction.from_json(mark.to_json()) == mark
     with pytest.raises(ValueError, match="outside the planned range"):
         partition_ends({0: 5}, {0: 9}, {0: 9})
+
+
+def test_a_commits_summary_records_the_last_transaction_the_records_left_and_the_events_without_metadata(caplog):
+    """:func:`cdclake.spark.transactions.transaction_summary` (no Spark): what a commit records of
+    whole transactions, and the one warning of a batch whose events carry no transaction block."""
+    import json
+    import logging
+
+    from cdclake.model.layout import SummaryKeys
+    from cdclake.model.offsets import OffsetRange
+    from cdclake.model.transactions import Cut
+    from cdclake.spark.transactions import TransactionCut, transaction_summary
+    from tests.conftest import make_table
+
+    cfg = make_table()
+    planned = OffsetRange(topic=cfg.topic, start={0: 0, 1: 0}, end={0: 6, 1: 5})
+    applied = OffsetRange(topic=cfg.topic, start={0: 0, 1: 0}, end={0: 4, 1: 5})
+    last = LastTransaction("0-1-7", BinlogPosition(1, 900, 0, 3))
+    cut = TransactionCut(Cut(BinlogPosition(1, 1000, 0, 3), "0-1-8", 1, None), last, ends=3)
+    summary = transaction_summary(cfg, planned, applied, cut, {"u": 9})
+    assert json.loads(summary[SummaryKeys.LAST_TRANSACTION]) == {"id": "0-1-7", "position": "1:900:0:3"}
+    assert json.loads(summary[SummaryKeys.TRANSACTION_WAIT]) == {"events": 2, "transaction": "0-1-8"}
+    assert SummaryKeys.WITHOUT_TRANSACTION not in summary
+    # no transaction topic (the planner warned): every change event; snapshot reads are no transaction's
+    assert transaction_summary(cfg, planned, planned, None, {"c": 2, "u": 3, "r": 6}) == {
+        SummaryKeys.WITHOUT_TRANSACTION: "5"
+    }
+    assert not caplog.records
+    # a transaction topic, but events without a transaction block: said once
+    with caplog.at_level(logging.WARNING):
+        plain = transaction_summary(cfg, planned, planned, TransactionCut(None, None, 0, 4), {"u": 4})
+    assert plain == {SummaryKeys.WITHOUT_TRANSACTION: "4"}
+    (record,) = caplog.records
+    assert "transactions: whole" in record.getMessage() and "provide.transaction.metadata" in record.getMessage()
+    ignore = cfg.model_copy(update={"transactions": "ignore"})
+    assert transaction_summary(ignore, planned, planned, None, {"u": 4}) == {}

@@ -91,6 +91,8 @@ def load_events(path: Path, table: TableConfig, kafka: KafkaClients, *, partitio
             a primary-key column (names the file and the line it starts on, :class:`FileLine`).
             Every event is checked before any is produced.
         RuntimeError: the broker rejected a record.
+        confluent_kafka.KafkaException: every broker is down (code ``_ALL_BROKERS_DOWN``, about a
+            second after the events were checked), or the broker did not answer.
     """
     records: list[tuple[bytes | None, bytes | None, None]] = []
     for line, value in read_event_lines(path):
@@ -101,7 +103,7 @@ def load_events(path: Path, table: TableConfig, kafka: KafkaClients, *, partitio
         except ValueError as e:
             raise BadRecordError(where, str(e)) from None
         records.append((key, value, None))
-    ensure_topic(kafka, table.topic, partitions)
+    ensure_topic(kafka, table.topic, partitions, give_up_when_down=True)  # a loader says so at once
 
     # the broker's first idempotent producer may be told to retry while the transaction
     # coordinator loads; librdkafka retries by itself

@@ -439,16 +439,17 @@ def offsets_for_time(kafka: KafkaClients, topic: str, timestamp_ms: int) -> dict
         consumer.close()
 
 
-def ensure_topic(kafka: KafkaClients, topic: str, partitions: int) -> bool:
+def ensure_topic(kafka: KafkaClients, topic: str, partitions: int, *, give_up_when_down: bool = False) -> bool:
     """Create ``topic`` with ``partitions`` partitions unless it exists. Returns whether created.
 
     Raises:
         confluent_kafka.KafkaException: the broker refused the credentials (code
-            ``_AUTHENTICATION``, within about a second), or did not answer within :data:`TIMEOUT_S`.
+            ``_AUTHENTICATION``, within about a second), or did not answer within :data:`TIMEOUT_S`,
+            or, with ``give_up_when_down``, every broker is down (``_ALL_BROKERS_DOWN``, about a second).
     """
     from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]  # re-exported at run time
 
-    watch = _AuthWatch(kafka)
+    watch = _AuthWatch(kafka, give_up_when_down=give_up_when_down)
     admin = kafka.admin(error_cb=watch)
     if topic in watch.list_topics(admin).topics:
         return False

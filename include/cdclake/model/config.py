@@ -1,8 +1,9 @@
 """The table config: which Debezium topics become which Iceberg tables, and how they are run.
 
-The file (YAML) has two top-level keys, ``defaults`` (optional; any per-table field except the
-identity fields) and ``tables`` (a list). Every key is validated on load and unknown keys are an
-error, so a typo never becomes a silent no-op::
+The file (YAML) has three top-level keys, ``defaults`` (optional; any per-table field except the
+identity fields), ``tables`` (a list) and ``discover`` (optional: patterns of topics that become
+tables without an entry, :mod:`cdclake.model.discovery`; ``tables`` may then be left out). Every
+key is validated on load and unknown keys are an error, so a typo never becomes a silent no-op::
 
     defaults:
       owner: data-platform
@@ -24,7 +25,9 @@ error, so a typo never becomes a silent no-op::
 
 from __future__ import annotations
 
+import logging
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -32,8 +35,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from cdclake.errors import ConfigError
+from cdclake.model.discovery import Candidate, DiscoverPattern, first_match, read_registry
 from cdclake.model.types import parse_decimal_type
 from cdclake.settings import ConnectionIds
+
+log = logging.getLogger(__name__)
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAME = re.compile(r"^[a-z0-9_]+$")
@@ -211,8 +217,9 @@ class TableDefaults(BaseModel):
     transactions: Literal["whole", "ignore"] = "whole"
     """``whole``: when the connector writes transaction metadata (``provide.transaction.metadata=true``:
     its transaction topic exists), every commit holds only whole source transactions of the table
-    (:mod:`cdclake.model.transactions`); without the topic, batches are cut by offsets as with
-    ``ignore``. ``ignore``: batches are cut by ``max_events_per_run`` and the high watermarks only,
+    (:mod:`cdclake.model.transactions`); without the topic (or with events without a
+    ``transaction`` block), batches are cut by offsets as with ``ignore``, said at warning once per
+    run and in the status. ``ignore``: batches are cut by ``max_events_per_run`` and the high watermarks only,
     and a commit may hold part of a source transaction."""
     transaction_topic: str | None = None
     """The connector's transaction topic; default ``<topic.prefix>.transaction`` (Debezium's
@@ -357,7 +364,9 @@ class TablesFile(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     defaults: dict[str, Any] = Field(default_factory=dict)
-    tables: tuple[TableConfig, ...]
+    tables: tuple[TableConfig, ...] = ()
+    discover: tuple[DiscoverPattern, ...] = ()
+    """Patterns of source tables that become tables without an entry (:mod:`cdclake.model.discovery`)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -366,11 +375,60 @@ class TablesFile(BaseModel):
             raise ValueError("the table config must be a mapping with a 'tables' list")
         defaults = data.get("defaults") or {}
         TableDefaults.model_validate(defaults)  # unknown default keys are errors too
-        tables = data.get("tables")
+        patterns = tuple(DiscoverPattern.model_validate(p) for p in data.get("discover") or ())
+        for p in patterns:
+            TableDefaults.model_validate({**defaults, **p.defaults})  # a pattern's unknown keys too
+        tables = data.get("tables", [] if patterns else None)
         if not isinstance(tables, list):
             raise ValueError("'tables' must be a list of table entries")
-        merged = [{**defaults, **t} if isinstance(t, dict) else t for t in tables]
-        return {**data, "defaults": defaults, "tables": merged}
+
+        def layered(entry: dict[str, Any]) -> dict[str, Any]:
+            # an entry whose topic a pattern takes overrides that pattern's defaults
+            found = first_match(patterns, str(entry.get("topic")))
+            own = patterns[found[0]].defaults if found is not None and isinstance(found[1], Candidate) else {}
+            return {**defaults, **own, **entry}
+
+        merged = [layered(t) if isinstance(t, dict) else t for t in tables]
+        return {**data, "defaults": defaults, "tables": merged, "discover": patterns}
+
+    def discovered(self, registry: Mapping[str, tuple[str, ...]]) -> tuple[list[TableConfig], dict[str, str]]:
+        """The tables the ``discover`` patterns make of the registered topics ``registry``
+        (``{topic: primary-key columns}``, :func:`cdclake.model.discovery.read_registry`): each
+        is the file's ``defaults``, over them its pattern's, its names by the pattern's rules,
+        ``primary_key`` as registered and ``write_mode: changelog`` when that is empty.
+
+        A registered topic that has an entry in ``tables`` is that entry; one no pattern takes
+        any more is left out. A table that would be invalid or share a name, topic or Iceberg
+        table with another is left out with the reason, so that one odd source table never
+        breaks the DAG file of every table.
+
+        Returns:
+            The tables (registry order), and ``{topic: why it was left out}``.
+        """
+        taken = {attr: {getattr(t, attr) for t in self.tables} for attr in ("name", "topic", "identifier")}
+        found: list[TableConfig] = []
+        skipped: dict[str, str] = {}
+        for topic, pk in registry.items():
+            match = first_match(self.discover, topic)
+            if topic in taken["topic"] or match is None or not isinstance(match[1], Candidate):
+                continue
+            pattern, c = self.discover[match[0]], match[1]
+            spec = {**self.defaults, **pattern.defaults, "name": c.name, "topic": topic}
+            spec.update(namespace=c.namespace, table=c.table, primary_key=pk)
+            spec["write_mode"] = "upsert" if pk else "changelog"
+            try:
+                cfg = TableConfig.model_validate(spec)
+            except ValidationError as e:
+                skipped[topic] = f"invalid table: {e.errors()[0]['msg']}"
+                continue
+            clash = [a for a in ("name", "identifier") if getattr(cfg, a) in taken[a]]
+            if clash:
+                skipped[topic] = f"its {clash[0]} {getattr(cfg, clash[0])!r} is another table's"
+                continue
+            for attr in taken:
+                taken[attr].add(getattr(cfg, attr))
+            found.append(cfg)
+        return found, skipped
 
     @model_validator(mode="after")
     def _unique(self) -> TablesFile:
@@ -395,14 +453,26 @@ class TablesFile(BaseModel):
         raise KeyError(f"no table {name!r} in the config; configured: {[t.name for t in self.tables]}")
 
 
-def load_tables(path: Path | str) -> TablesFile:
-    """Read and validate a table-config file.
+def load_tables(path: Path | str, registry: Path | None = None) -> TablesFile:
+    """Read and validate a table-config file; with ``registry`` (the discovery registry,
+    ``Settings.discovery_registry``), its ``tables`` also hold the tables its ``discover``
+    patterns make of the registered topics (:meth:`TablesFile.discovered`; those left out are
+    logged). Kafka is never called: the registry is a file.
 
     Raises:
         ConfigError: the file is missing, is not YAML, or fails validation; the message names
-            the file and, for validation errors, each offending key.
+            the file and, for validation errors, each offending key; the registry is not one.
     """
-    path = Path(path)
+    tables = _load_file(Path(path))
+    if registry is None or not tables.discover:
+        return tables
+    found, skipped = tables.discovered(read_registry(registry))
+    for topic, why in skipped.items():
+        log.warning("discovered topic %r is left out: %s", topic, why)
+    return tables.model_copy(update={"tables": (*tables.tables, *found)})
+
+
+def _load_file(path: Path) -> TablesFile:
     try:
         raw = yaml.safe_load(path.read_text())
     except FileNotFoundError as e:

@@ -255,6 +255,23 @@ def progress_after_completion(progress: SnapshotProgress | None, completed: Binl
     return replace(progress, ended=tuple(e for e in progress.ended if e.position > completed))
 
 
+def still_in_progress(progress: SnapshotProgress, high_position: BinlogPosition | None) -> bool:
+    """Whether the full snapshot of ``progress`` is still in progress, given the greatest position
+    the table has applied: yes while its end record is applied (it completes once its partitions
+    are done) or no event above its position is applied yet.
+
+    Debezium emits every record of an initial or blocking snapshot at its position P before it
+    streams a binlog event from P on (Debezium MySQL connector docs, "Snapshots": streaming
+    resumes from the snapshot's position once the snapshot completed), and every binlog event from
+    P on ranks above P (:mod:`cdclake.model.position`: at equal positions a change ranks above a
+    snapshot read). So an applied event above P proves that the snapshot's reads ended; if its end
+    record was never applied (a connector that died mid-snapshot, a capture cut short), it is not
+    in progress: it deletes nothing until that end record is applied, and it is still kept with
+    the table in case it is (a partition applied later).
+    """
+    return progress.end is not None or high_position is None or not high_position > progress.position
+
+
 def pending_partitions(
     end: SnapshotEnd,
     applied_end: Offsets,

@@ -52,6 +52,15 @@ class SummaryKeys:
     """JSON :class:`~cdclake.model.transactions.LastTransaction` (id, position of its last event) of
     the newest whole source transaction the commit applied; absent when it applied none (no
     transaction metadata, snapshot reads only)."""
+    TRANSACTION_WAIT = "cdc.transaction-wait"
+    """JSON :class:`~cdclake.model.transactions.TransactionWait` (records, transaction id) when the
+    run cut its range before a source transaction that was not whole: the records of the planned
+    range it left for the next run; absent when it applied the range as planned."""
+    WITHOUT_TRANSACTION = "cdc.events-without-transaction"
+    """Change events (``c``, ``u``, ``d``) the commit applied without Debezium transaction metadata
+    although the table is configured ``transactions: whole`` (no transaction topic, or events
+    without a ``transaction`` block): the commit may hold part of a source transaction; absent
+    when there were none."""
     TRUNCATE_FLOOR = "cdc.truncate-floor"
     """Position ``<file>:<pos>:<row>:<rank>`` of the newest truncate applied; events below it are
     discarded. Carried forward by every commit."""
@@ -131,6 +140,12 @@ RUN_FAILURE_PROPERTY = "cdc.run-failure"
 """Table property: JSON :class:`~cdclake.model.status.RunFailure`, the failed tries of the table's
 DAG since its last run that succeeded; written by the DAG's failure and retry callbacks, removed by
 its next run that succeeds (``cdclake_airflow.table_dag``); absent while the runs succeed."""
+
+TRANSACTION_WAIT_PROPERTY = "cdc.transaction-wait"
+"""Table property: JSON :class:`~cdclake.model.transactions.TransactionWait` (records, transaction
+id, the range's start offsets) of the newest run that applied nothing because its range held no
+whole source transaction yet; it holds while the table's committed offsets are its ``start``
+(a later commit makes it stale; nothing removes it)."""
 
 METADATA_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("_cdc_op", "string", "Debezium op of the event that wrote the row: c, u or r"),

@@ -10,7 +10,7 @@ values it allows. Pure: the watermarks and the records' timestamps come from the
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -21,38 +21,25 @@ OFFSETS_PARAM = "replay_from_offsets"
 TIMESTAMP_PARAM = "replay_from_timestamp"
 ACCEPT_PARAM = "accept_source_change"
 
-_NUMBER = r"(0|[1-9][0-9]*)"
-_PAIR = rf'\s*"{_NUMBER}"\s*:\s*{_NUMBER}\s*'
-OFFSETS_TEXT_PATTERN = rf"^\s*\{{{_PAIR}(,{_PAIR})*\}}\s*$"
-"""``replay_from_offsets`` as text: a JSON object of one or more ``"partition": offset``, both
-non-negative integers."""
+OFFSETS_FORMAT = 'JSON object of partition to non-negative offset, e.g. {"0": 120, "1": 98}'
+"""The JSON-schema ``format`` of ``replay_from_offsets`` (:data:`PARAM_FORMATS`): named by what it
+allows, since jsonschema's message for a value that does not fit is ``'<value>' is not a
+'<format>'``, and Airflow's trigger form shows that message as it is."""
+TIMESTAMP_FORMAT = "ISO 8601 time, e.g. 2026-11-20T08:00:00Z (UTC when it names no offset)"
+"""The JSON-schema ``format`` of ``replay_from_timestamp`` (:data:`PARAM_FORMATS`)."""
 
-OFFSETS_SCHEMA: dict[str, Any] = {
-    "anyOf": [
-        {"type": "null"},
-        {"type": "string", "pattern": OFFSETS_TEXT_PATTERN},
-        {
-            "type": "object",
-            "minProperties": 1,
-            "propertyNames": {"pattern": rf"^{_NUMBER}$"},
-            "additionalProperties": {"type": "integer", "minimum": 0},
-        },
-    ]
-}
+OFFSETS_SCHEMA: dict[str, Any] = {"format": OFFSETS_FORMAT}
 """The JSON schema of ``replay_from_offsets``: empty, or partition -> non-negative offset as a JSON
 object (``airflow dags trigger --conf``, the REST API) or as its text (the trigger form, whose
 field is a plain text box when the schema has no ``type``: the form keeps the text as typed)."""
 
-TIMESTAMP_PATTERN = r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:\d{2})?)?$"
-"""``replay_from_timestamp``: ISO 8601 date, or date and time with an optional UTC offset
-(``2026-11-20``, ``2026-11-20T08:00``, ``2026-11-20T08:00:00Z``, ``2026-11-20 08:00:00+01:00``)."""
+TIMESTAMP_SCHEMA: dict[str, Any] = {"type": ["null", "string"], "format": TIMESTAMP_FORMAT}
+"""The JSON schema of ``replay_from_timestamp``: empty, or an ISO 8601 date, or date and time with
+an optional UTC offset (``2026-11-20``, ``2026-11-20T08:00``, ``2026-11-20T08:00:00Z``,
+``2026-11-20 08:00:00+01:00``)."""
 
-TIMESTAMP_SCHEMA: dict[str, Any] = {"type": ["null", "string"], "pattern": TIMESTAMP_PATTERN}
-"""The JSON schema of ``replay_from_timestamp`` (a ``pattern``, which jsonschema always checks:
-its ``date-time`` format is checked only with an optional package)."""
-
-OFFSETS_ALLOWED = 'a JSON object of partition to non-negative offset, e.g. {"0": 120, "1": 98}'
-TIMESTAMP_ALLOWED = "an ISO 8601 time, e.g. 2026-11-20T08:00:00Z (UTC when it names no offset), not in the future"
+OFFSETS_ALLOWED = f"a {OFFSETS_FORMAT}"
+TIMESTAMP_ALLOWED = f"an {TIMESTAMP_FORMAT}, not in the future"
 
 
 @dataclass(frozen=True)
@@ -88,6 +75,28 @@ def check_exclusive(start: ReplayStart) -> None:
         )
 
 
+def _is_offsets(value: Any) -> bool:
+    """The check of :data:`OFFSETS_FORMAT`: empty, or what :func:`_offsets` takes."""
+    if value not in (None, ""):
+        _offsets(value)
+    return True
+
+
+def _is_time(value: Any) -> bool:
+    """The check of :data:`TIMESTAMP_FORMAT`: not a string (the schema's ``type`` judges it), or
+    what :func:`_parse_time` takes."""
+    if isinstance(value, str) and value:
+        _parse_time(value)
+    return True
+
+
+PARAM_FORMATS: dict[str, Callable[[Any], bool]] = {OFFSETS_FORMAT: _is_offsets, TIMESTAMP_FORMAT: _is_time}
+"""The replay Params' JSON-schema formats and their checks (each raises
+:class:`~cdclake.errors.TriggerParamError` on a value that does not fit): the same rules as the
+run's (:func:`replay_start`), for the form to check before a run exists
+(:func:`cdclake_airflow.params.register_param_formats` gives them to jsonschema)."""
+
+
 def _offsets(value: Any) -> dict[int, int]:
     """``replay_from_offsets`` (JSON text or object) as partition -> offset."""
     try:
@@ -102,15 +111,18 @@ def _offsets(value: Any) -> dict[int, int]:
     return offsets
 
 
-def _timestamp_ms(value: Any, now_ms: int) -> int:
-    """``replay_from_timestamp`` (ISO 8601, UTC when naive) as epoch ms, not after ``now_ms``."""
+def _parse_time(value: Any) -> datetime:
+    """``replay_from_timestamp`` (ISO 8601, UTC when naive) as an aware time."""
     try:
         parsed = datetime.fromisoformat(str(value).strip().replace("Z", "+00:00"))
     except ValueError:
         raise TriggerParamError(f"{TIMESTAMP_PARAM} must be {TIMESTAMP_ALLOWED}; got {value!r}") from None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=timezone.utc)
-    ms = int(parsed.timestamp() * 1000)
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=timezone.utc)
+
+
+def _timestamp_ms(value: Any, now_ms: int) -> int:
+    """``replay_from_timestamp`` (ISO 8601, UTC when naive) as epoch ms, not after ``now_ms``."""
+    ms = int(_parse_time(value).timestamp() * 1000)
     if ms > now_ms:
         now = datetime.fromtimestamp(now_ms / 1000, timezone.utc).isoformat(timespec="seconds")
         raise TriggerParamError(f"{TIMESTAMP_PARAM} {value!r} is in the future: give a time before now ({now})")

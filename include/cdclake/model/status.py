@@ -24,6 +24,7 @@ from pydantic import (
 
 from cdclake.model.layout import SummaryKeys
 from cdclake.model.offsets import Offsets
+from cdclake.model.transactions import TransactionStatus
 
 HOUR_MS = 3_600_000
 WINDOW_HOURS = 24
@@ -326,10 +327,14 @@ class TableStatus(_Figures):
             quarantine table).
         schema_id: the Iceberg table's current schema id.
         column_count: its source columns (the ``_cdc_*`` metadata columns left out).
-        snapshot_in_progress: the full snapshot being applied, if any.
+        snapshot_in_progress: the full snapshot being applied, if any: none once an event
+            above its position is applied while its end record is not
+            (:func:`~cdclake.model.convergence.still_in_progress`).
         last_reconcile: the newest reconcile result; ``None`` when never reconciled.
         run_failure: the failed tries of the table's DAG since its last run that succeeded;
             ``None`` while its runs succeed.
+        transactions: the last whole source transaction applied and the records waiting for one
+            that is not whole yet; ``None`` for a table not configured ``transactions: whole``.
         freshness_minutes: the freshness limit it was judged by, minutes; ``None``: not judged.
         fresh: ``True`` when the table applied everything in its topic or its newest applied
             event is at most ``freshness_minutes`` old, and its runs are not failing; ``None`` when
@@ -337,8 +342,9 @@ class TableStatus(_Figures):
         problems: what is missing or wrong, one sentence each (no table, no topic, offsets
             outside the topic, failing runs: :meth:`RunFailure.describe`).
         warnings: what the table applied but is likely wrong, one sentence each (events that
-            contradict the connector modes: :meth:`LastCommit.connector_warning`); they do not
-            make the table late.
+            contradict the connector modes: :meth:`LastCommit.connector_warning`; events applied
+            without transaction metadata: :meth:`TransactionStatus.warning`); they do not make
+            the table late.
     """
 
     _epoch_fields = ("checked_at_ms", "last_source_ts_ms", "high_position_kafka_ts_ms")
@@ -369,6 +375,7 @@ class TableStatus(_Figures):
     snapshot_in_progress: SnapshotInProgress | None = None
     last_reconcile: ReconcileSummary | None = None
     run_failure: RunFailure | None = None
+    transactions: TransactionStatus | None = None
     freshness_minutes: int | None = None
     fresh: bool | None = None
     problems: list[str] = []

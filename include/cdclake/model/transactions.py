@@ -27,9 +27,26 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cdclake.model.position import BinlogPosition
+from pydantic import BaseModel, ConfigDict
+
+from cdclake.model.layout import SummaryKeys
+from cdclake.model.offsets import Offsets
+from cdclake.model.position import SOURCE_ORDERINGS, BinlogPosition
+
+if TYPE_CHECKING:
+    from cdclake.model.config import TableConfig
+
+CHANGE_OPS = ("c", "u", "d")
+"""The Debezium ops a source transaction writes (snapshot reads and truncates carry no
+``transaction`` block)."""
+
+
+def cuts_whole(cfg: TableConfig) -> bool:
+    """Whether the table's commits are cut to whole source transactions: ``transactions: whole``
+    and a source ordering (under ``ordering: kafka`` nothing orders events across partitions)."""
+    return cfg.transactions == "whole" and cfg.ordering in SOURCE_ORDERINGS
 
 
 @dataclass(frozen=True)
@@ -191,3 +208,115 @@ class LastTransaction:
             return cls(str(d["id"]), BinlogPosition.from_text(d["position"]))
         except (KeyError, TypeError, json.JSONDecodeError) as e:
             raise ValueError(f"not a last-transaction record: {text!r} ({e})") from e
+
+
+class TransactionWait(BaseModel):
+    """Records a run left for the next one because a source transaction was not whole
+    (:attr:`~cdclake.model.layout.SummaryKeys.TRANSACTION_WAIT` of a commit that cut its range;
+    :data:`~cdclake.model.layout.TRANSACTION_WAIT_PROPERTY` of a run that applied nothing).
+
+    Attributes:
+        events: Kafka records of the run's planned range not applied (from the cut to the range's
+            end; the whole range when nothing was applied).
+        transaction: the transaction that was not whole (its id).
+        start: the run's start offsets (the table property only: the wait holds while the
+            table's committed offsets are these); empty in a commit's summary.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    events: int
+    transaction: str
+    start: Offsets = {}
+
+    @classmethod
+    def from_text(cls, text: str | None) -> TransactionWait | None:
+        """The record of a summary value or table property; ``None`` when absent or unreadable
+        (status never fails on it)."""
+        if not text:
+            return None
+        try:
+            return cls.model_validate_json(text)
+        except ValueError:
+            return None
+
+
+class TransactionStatus(BaseModel):
+    """A table's whole source transactions, for ``cdclake status`` and the CDC monitor.
+
+    Attributes:
+        last_id: the newest whole transaction applied (``cdc.last-transaction`` of the newest CDC
+            commit that has it); ``None``: none yet.
+        last_position: its last event's position ``<file seq>:<pos>:<row>:<rank>``.
+        waiting_events: Kafka records waiting for a transaction that is not whole yet: those the
+            newest CDC commit's run left (``cdc.transaction-wait``), or, when a run applied nothing
+            since, that run's range (:data:`~cdclake.model.layout.TRANSACTION_WAIT_PROPERTY`).
+            Records beyond the runs' ranges are in the lag, not here.
+        waiting_for: the transaction they wait for (its id); ``None`` when none waits.
+        without_metadata: change events the newest CDC commit applied without transaction
+            metadata (``cdc.events-without-transaction``): it may hold part of a transaction.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    last_id: str | None = None
+    last_position: str | None = None
+    waiting_events: int = 0
+    waiting_for: str | None = None
+    without_metadata: int = 0
+
+    def warning(self) -> str | None:
+        """One sentence for the status's warnings when the newest commit applied events without
+        transaction metadata; ``None`` otherwise."""
+        if not self.without_metadata:
+            return None
+        return (
+            f"transactions: whole, but the last CDC commit applied {self.without_metadata} change event(s) "
+            "without Debezium transaction metadata (the connector runs without provide.transaction.metadata, "
+            "or its transaction topic is missing): batches are cut by offsets and a reader may see part of a "
+            "source transaction; turn the setting on, or set transactions: ignore to accept it "
+            '(docs/operations.md, "Whole source transactions")'
+        )
+
+
+def transaction_status(
+    snapshots: Iterable[tuple[int, int, Mapping[str, str] | None]],
+    topic: str,
+    committed: Mapping[int, int] | None,
+    wait_property: str | None,
+) -> TransactionStatus:
+    """The :class:`TransactionStatus` of a table configured ``transactions: whole``.
+
+    Args:
+        snapshots: ``(snapshot id, timestamp ms, summary or None)`` from the current snapshot back
+            through its ancestors, newest first; read until a CDC commit of ``topic`` with
+            ``cdc.last-transaction``.
+        topic: the table's topic.
+        committed: the table's committed offsets (``None``: it never committed).
+        wait_property: :data:`~cdclake.model.layout.TRANSACTION_WAIT_PROPERTY`, if set.
+    """
+    fields: dict[str, Any] = {}
+    newest = True
+    for _, _, summary in snapshots:
+        if summary is None or SummaryKeys.END_OFFSETS not in summary or summary.get(SummaryKeys.TOPIC) != topic:
+            continue
+        if newest:
+            newest = False
+            wait = TransactionWait.from_text(summary.get(SummaryKeys.TRANSACTION_WAIT))
+            if wait is not None:
+                fields.update(waiting_events=wait.events, waiting_for=wait.transaction)
+            fields["without_metadata"] = int(summary.get(SummaryKeys.WITHOUT_TRANSACTION) or 0)
+        last = summary.get(SummaryKeys.LAST_TRANSACTION)
+        if last:
+            try:
+                found = LastTransaction.from_json(last)
+            except ValueError:
+                continue
+            fields.update(last_id=found.id, last_position=found.position.to_text())
+            break
+    waited = TransactionWait.from_text(wait_property)
+    # a commit since moves the committed offsets off the waiting run's start (a table that never
+    # committed has none: the wait is its first run's)
+    if waited is not None and all(waited.start.get(p) == o for p, o in (committed or {}).items()):
+        fields.update(waiting_events=waited.events, waiting_for=waited.transaction)
+    return TransactionStatus(**fields)

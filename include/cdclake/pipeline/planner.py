@@ -12,8 +12,8 @@ from cdclake.io.kafka import KafkaClients, Watermarks, offsets_for_time, oldest_
 from cdclake.model.config import TableConfig
 from cdclake.model.offsets import OffsetRange, Offsets, plan_range
 from cdclake.model.plan import RunPlan, TransactionRange
-from cdclake.model.position import SOURCE_ORDERINGS
 from cdclake.model.replay import ReplayStart, check_exclusive, check_offsets, check_retained
+from cdclake.model.transactions import cuts_whole
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -98,17 +98,19 @@ def plan_transactions(
 ) -> TransactionRange | None:
     """Where the apply reads the ``END`` records of the batch's transactions
     (:class:`~cdclake.model.plan.TransactionRange`); ``None`` when the table does not commit whole
-    transactions (``transactions: ignore``, ``ordering: kafka``), the range is empty, or the
-    connector writes no transaction topic (said once per run, at info)."""
-    if cfg.transactions != "whole" or cfg.ordering not in SOURCE_ORDERINGS or offset_range.is_empty:
+    transactions (``transactions: ignore``, ``ordering: kafka``: :func:`~cdclake.model.transactions.cuts_whole`),
+    the range is empty, or the connector writes no transaction topic (a warning, once per plan: the
+    batch is cut by offsets as under ``transactions: ignore``)."""
+    if not cuts_whole(cfg) or offset_range.is_empty:
         return None
     topic = cfg.transaction_topic_name
     try:
         marks = topic_watermarks(kafka, topic)  # after the data topic's: every END of the range's events
     except TopicNotFoundError:
-        log.info(
-            "table %s: no transaction topic %r (the connector runs without provide.transaction.metadata): "
-            "a commit may hold part of a source transaction",
+        log.warning(
+            "table %s: transactions: whole, but there is no transaction topic %r (the connector runs without "
+            "provide.transaction.metadata): the batch is cut by offsets, and a commit may hold part of a source "
+            "transaction (set transactions: ignore to accept it)",
             cfg.identifier,
             topic,
         )

@@ -10,7 +10,11 @@ Per table:
 * **The snapshot summaries** of the table's ancestry (:class:`~cdclake.model.layout.SummaryKeys`):
   the last CDC commit (snapshot id, time, run id, and the connector modes its events contradicted:
   a warning, the table may still be fresh), the records applied per hour and the counts by kind
-  over the last 24 hours, the full snapshot in progress, the greatest position's Kafka timestamp.
+  over the last 24 hours, the full snapshot in progress, the greatest position's Kafka timestamp;
+  under ``transactions: whole`` the last whole source transaction applied, the records waiting for
+  one that is not whole (also the table property
+  :data:`~cdclake.model.layout.TRANSACTION_WAIT_PROPERTY` of a run that applied nothing) and the
+  events applied without transaction metadata (a warning).
 * **The source time of the newest event applied**: the greatest ``cdc.last-source-ts`` of the
   window's commits, and the data files' column bounds of ``_cdc_source_ts`` in the table's rows
   and delete tombstones (no data file is read; the bounds also cover commits older than the key).
@@ -34,11 +38,13 @@ from typing import TYPE_CHECKING, Any
 from cdclake.io.catalog import ancestry, committed_state, load_table_or_none
 from cdclake.io.kafka import KafkaClients, Watermarks, topics_watermarks
 from cdclake.model.config import TableConfig
+from cdclake.model.convergence import still_in_progress
 from cdclake.model.layout import (
     METADATA_COLUMN_NAMES,
     QUARANTINE_SUFFIX,
     RUN_FAILURE_PROPERTY,
     TOMBSTONES_SUFFIX,
+    TRANSACTION_WAIT_PROPERTY,
     side_table,
 )
 from cdclake.model.status import (
@@ -53,6 +59,7 @@ from cdclake.model.status import (
     reconcile_summary,
     time_lag,
 )
+from cdclake.model.transactions import cuts_whole, transaction_status
 from cdclake.pipeline.reconcile import RECONCILE_TABLE
 
 if TYPE_CHECKING:
@@ -293,7 +300,12 @@ def _lake(catalog: Catalog, cfg: TableConfig, now: int) -> _Lake:
     state = committed_state(table, cfg.topic)
     schema = table.schema()
     last, per_hour, activity = commit_activity(ancestry(table), cfg.topic, now)
-    warning = last.connector_warning() if last is not None else None
+    warnings = [w for w in [last.connector_warning() if last is not None else None] if w is not None]
+    transactions = None
+    if cuts_whole(cfg):
+        wait = table.properties.get(TRANSACTION_WAIT_PROPERTY)
+        transactions = transaction_status(ancestry(table), cfg.topic, state.offsets, wait)
+        warnings += [w for w in [transactions.warning()] if w is not None]
     source_ts = [activity.last_source_ts_ms, column_upper_bound_ms(table, SOURCE_TS_COLUMN)]
     tombstones = load_table_or_none(catalog, side_table(cfg.identifier, TOMBSTONES_SUFFIX))
     if tombstones is not None:
@@ -311,9 +323,10 @@ def _lake(catalog: Catalog, cfg: TableConfig, now: int) -> _Lake:
         "last_source_ts_ms": max(known) if known else None,
         "open_quarantine": open_quarantine(catalog, cfg.identifier),
         "run_failure": RunFailure.from_property(table.properties.get(RUN_FAILURE_PROPERTY)),
-        "warnings": [warning] if warning is not None else [],
+        "transactions": transactions,
+        "warnings": warnings,
     }
-    if state.snapshot is not None:
+    if state.snapshot is not None and still_in_progress(state.snapshot, state.high_position):
         fields["snapshot_in_progress"] = SnapshotInProgress(
             position=state.snapshot.position.to_text(),
             records=state.snapshot.records,

@@ -67,11 +67,11 @@ from cdclake.model.layout import (
     TOMBSTONES_SUFFIX,
     SummaryKeys,
 )
-from cdclake.model.offsets import Offsets
+from cdclake.model.offsets import Offsets, decode_offsets
 from cdclake.model.plan import RunPlan
 from cdclake.model.position import SOURCE_ORDERINGS, BinlogPosition
 from cdclake.model.run_state import BatchStats, ColumnDefault, CommittedState
-from cdclake.model.transactions import Cut
+from cdclake.model.transactions import Cut, TransactionWait
 from cdclake.settings import Settings
 from cdclake.spark.commit import commit, demote_rows, merge
 from cdclake.spark.context import ApplyContext, resolve_table, source_columns
@@ -84,11 +84,12 @@ from cdclake.spark.quarantine import QUARANTINED, bad_batch, first_quarantined, 
 from cdclake.spark.read import read_range
 from cdclake.spark.reduce import reduce_batch
 from cdclake.spark.stats import GOOD, batch_stats, first_offsets_outside, identity_spans, snapshot_groups
-from cdclake.spark.transactions import TransactionCut, cut_batch
+from cdclake.spark.transactions import TransactionCut, cut_batch, record_wait, transaction_summary
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
     from pyspark.sql import DataFrame, SparkSession
 
@@ -113,6 +114,11 @@ class ApplyResult:
         connector_contradictions: the Debezium handling modes the events show where the table's
             columns expect others, one line per column (:mod:`cdclake.model.connector_check`;
             the commit's summary key :attr:`~cdclake.model.layout.SummaryKeys.CONNECTOR_CONTRADICTIONS`).
+        applied_end: the end offsets of the range committed (the plan's, or cut before a source
+            transaction that is not whole); ``None`` when nothing was committed.
+        waiting_events: records of the plan's range left for the next run because a source
+            transaction in it is not whole (:attr:`~cdclake.model.layout.SummaryKeys.TRANSACTION_WAIT`;
+            ``waiting``: the whole range).
     """
 
     status: str
@@ -123,6 +129,8 @@ class ApplyResult:
     quarantined: int = 0
     keys_changed: int = 0
     connector_contradictions: tuple[str, ...] = ()
+    applied_end: dict[int, int] | None = None
+    waiting_events: int = 0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -131,6 +139,7 @@ class ApplyResult:
     def of_commit(cls, status: str, snapshot_id: int, summary: Mapping[str, str]) -> ApplyResult:
         """The figures a CDC commit's snapshot summary records (:class:`~cdclake.model.layout.SummaryKeys`):
         what a retry after that commit reports and publishes."""
+        wait = TransactionWait.from_text(summary.get(SummaryKeys.TRANSACTION_WAIT))
         return cls(
             status,
             snapshot_id=snapshot_id,
@@ -140,6 +149,8 @@ class ApplyResult:
             quarantined=int(summary.get(SummaryKeys.QUARANTINED, 0)),
             keys_changed=int(summary.get(SummaryKeys.KEYS_CHANGED, 0)),
             connector_contradictions=tuple(json.loads(summary.get(SummaryKeys.CONNECTOR_CONTRADICTIONS, "[]"))),
+            applied_end=decode_offsets(summary[SummaryKeys.END_OFFSETS]),
+            waiting_events=wait.events if wait is not None else 0,
         )
 
 
@@ -203,7 +214,7 @@ def apply_range(
         table, plan = ctx.table, ctx.plan  # the plan's range cut before a transaction that is not whole
         if plan.range.is_empty and whole is not None and whole.cut is not None:
             base.unpersist()
-            return _without_whole_transaction(spark, settings, planned, kafka, whole.cut)
+            return _without_whole_transaction(spark, settings, catalog, planned, kafka, whole.cut)
         check_columns(stats, cfg, from_events=stats.unknown_column is not None and from_events(ctx))
         if stats.bad and cfg.bad_records == "fail":
             raise bad_batch(ctx, parsed, stats.bad)
@@ -223,10 +234,8 @@ def apply_range(
             snapshots=snapshot_groups(good, start.max_offsets) if full_snapshots else [],
             lookups=_Lookups(ctx, good),
         )
-        if whole is not None and whole.last is not None:
-            decision = replace(
-                decision, summary={**decision.summary, SummaryKeys.LAST_TRANSACTION: whole.last.to_json()}
-            )
+        in_transactions = transaction_summary(cfg, planned.range, plan.range, whole, stats.ops)
+        decision = replace(decision, summary={**decision.summary, **in_transactions})
         snapshot_id, keys_changed = _write(ctx, good, decision)
         if decision.completed is not None:
             _drop_tombstones_below(ctx, decision.completed)
@@ -239,6 +248,8 @@ def apply_range(
             quarantined=stats.quarantined,
             keys_changed=keys_changed,
             connector_contradictions=stats.connector_contradictions,
+            applied_end=dict(plan.range.end),
+            waiting_events=planned.range.event_count - plan.range.event_count if whole and whole.cut else 0,
         )
         log.info("table %s: committed snapshot %s: %s", cfg.identifier, snapshot_id, result.to_json())
         if stats.nothing_applied:
@@ -249,7 +260,7 @@ def apply_range(
 
 
 def _without_whole_transaction(
-    spark: SparkSession, settings: Settings, plan: RunPlan, kafka: KafkaClients, cut: Cut
+    spark: SparkSession, settings: Settings, catalog: Catalog, plan: RunPlan, kafka: KafkaClients, cut: Cut
 ) -> ApplyResult:
     """The run when its range holds no whole transaction: a transaction with more events than the
     range holds (the cap, ``max_events_per_run``, split evenly over the partitions) is applied
@@ -273,7 +284,8 @@ def _without_whole_transaction(
             extended = plan.range.model_copy(update={"end": end})
             return apply_range(spark, settings, plan.model_copy(update={"range": extended}), kafka=kafka)
     log.info("table %s: %s; nothing is applied, the next run goes on from here", plan.table.identifier, cut.describe())
-    return ApplyResult("waiting")
+    record_wait(catalog, plan, cut)
+    return ApplyResult("waiting", waiting_events=plan.range.event_count)
 
 
 def _parse(

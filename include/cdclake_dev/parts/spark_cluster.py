@@ -192,6 +192,11 @@ class SparkStandalone:
         logger.info("Spark standalone started at %s in %.1f s (web UI %s)", self.master_url, took, self.webui_url)
         return took
 
+    def stop_worker(self, *, hard: bool = False) -> None:
+        """Stop the worker and the executors it runs (``hard``: SIGKILL, a crash); the master
+        stays. :meth:`start` starts it again."""
+        self._worker.stop(hard=hard)
+
     def stop(self, *, timeout_s: float = 30.0) -> None:
         """Stop the worker (and the executors it runs), then the master."""
         self._worker.stop(timeout_s=timeout_s)

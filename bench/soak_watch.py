@@ -1,0 +1,245 @@
+"""What the soak (``make soak``, :mod:`soak`) watches while it runs and reads at the end: the RSS of
+the long-running processes and every table's lag (a sampler thread), the parts a fault's restart
+left down (restarted, and recorded), and Airflow's runs and failed tries (the REST API and the
+task logs).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from cdclake_dev import engine
+from cdclake_dev.parts.airflow import AirflowProcesses
+from cdclake_dev.process import LOOPBACK, port_open
+from cdclake_dev.production import Topology
+from soak_faults import start_engine
+from soak_tables import Background
+
+log = logging.getLogger(__name__)
+
+
+def tree_rss(pid: int | None) -> int | None:
+    """RSS of ``pid`` and its descendants, bytes (``None``: no such process)."""
+    import psutil
+
+    if pid is None:
+        return None
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return None
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+class Watcher(Background):
+    """A thread sampling every ``interval_s`` seconds: the tree RSS of the Spark Connect server and
+    of the Airflow scheduler; every table's ``lag_ms`` (:func:`cdclake.pipeline.status.status_of_tables`);
+    and the parts that should run: one found down while no fault holds its target (``busy``) is
+    started again and recorded in :attr:`restarts`. Once every table exists it unpauses
+    ``cdc_reconcile`` and ``cdc_maintenance`` (their first scheduled runs come then)."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        airflow: AirflowProcesses,
+        freshness_minutes: int,
+        busy: Callable[[str], bool],
+        interval_s: float = 15.0,
+    ) -> None:
+        self.topology = topology
+        self.airflow = airflow
+        self.target_ms = freshness_minutes * 60_000
+        self.busy = busy
+        self.interval_s = interval_s
+        self.memory: dict[str, list[tuple[float, int, int]]] = {"spark-connect": [], "airflow-scheduler": []}
+        """Per process: (epoch s, pid, tree RSS bytes)."""
+        self.lag: dict[str, list[tuple[float, int | None]]] = {}
+        self.restarts: list[dict[str, Any]] = []
+        self.sample_errors: Counter[str] = Counter()
+        self.daily_unpaused = False
+        super().__init__("soak-watch")
+
+    def _run(self) -> None:
+        from cdclake.io.catalog import load_catalog
+        from cdclake.io.kafka import KafkaClients
+        from cdclake.model.config import load_tables
+
+        tables = list(load_tables(self.topology.tables_config).tables)
+        catalog = load_catalog(self.topology.task_settings())
+        kafka = KafkaClients(self.topology.kafka_config())
+        while not self._stop.wait(self.interval_s):
+            for step in (self._memory, self._restart_down):
+                try:
+                    step()
+                except Exception as e:  # a part down mid-sample: counted, sampled again next time
+                    self._sample_failed(step.__name__, e)
+            try:
+                self._lag(catalog, kafka, tables)
+            except Exception as e:
+                self._sample_failed("lag", e)
+
+    def _sample_failed(self, step: str, error: Exception) -> None:
+        key = f"{step}: {type(error).__name__}"
+        if key not in self.sample_errors:
+            log.warning("soak watcher, %s: %s", step, str(error)[:300])
+        self.sample_errors[key] += 1
+
+    def _memory(self) -> None:
+        now = time.time()
+        pids = {
+            "spark-connect": engine.engine_status(self.topology.settings).pid,
+            "airflow-scheduler": self.airflow.procs["scheduler"].pid,
+        }
+        for name, pid in pids.items():
+            rss = tree_rss(pid)
+            if pid is not None and rss is not None:
+                self.memory[name].append((now, pid, rss))
+
+    def _lag(self, catalog: Any, kafka: Any, tables: list[Any]) -> None:
+        from cdclake.pipeline.status import status_of_tables
+
+        now = time.time()
+        statuses = status_of_tables(catalog, kafka, tables)
+        for s in statuses:
+            self.lag.setdefault(s.name, []).append((now, s.lag_ms))
+        if not self.daily_unpaused and all(s.table_exists for s in statuses):
+            for dag_id in ("cdc_reconcile", "cdc_maintenance"):
+                self.airflow.set_paused(dag_id, False)
+            self.daily_unpaused = True
+
+    def _restart_down(self) -> None:
+        t, airflow = self.topology, self.airflow
+        checks: list[tuple[str, Callable[[], bool], Callable[[], object]]] = [
+            ("spark-connect", lambda: engine.engine_status(t.settings).running, lambda: start_engine(t)),
+            ("kafka-connect", lambda: port_open(LOOPBACK, t.settings.connect_port), t.start_connector),
+            ("airflow-scheduler", lambda: all(d.running() for d in airflow.procs.values()), airflow.start),
+        ]
+        for target, running, start in checks:
+            if not self.busy(target) and not running():
+                log.warning("%s found down while no fault holds it: starting it", target)
+                at = time.time()
+                start()
+                self.restarts.append({"target": target, "at": at, "took_s": round(time.time() - at, 1)})
+
+    def lag_figures(self) -> dict[str, Any]:
+        """Per table the greatest ``lag_ms`` seen (s) and the longest stretch of samples above the
+        freshness target (s); and the longest of all, with its table."""
+        out: dict[str, Any] = {"tables": {}, "target_s": self.target_ms / 1000}
+        longest, longest_table = 0.0, None
+        for name, samples in self.lag.items():
+            stretch, since = 0.0, None
+            for at, lag in samples:
+                if lag is not None and lag > self.target_ms:
+                    since = at if since is None else since
+                    stretch = max(stretch, at - since + self.interval_s)
+                else:
+                    since = None
+            known = [lag for _, lag in samples if lag is not None]
+            out["tables"][name] = {
+                "max_lag_s": round(max(known) / 1000, 1) if known else None,
+                "behind_target_s": stretch,
+            }
+            if stretch > longest:
+                longest, longest_table = stretch, name
+        out["longest_behind_target_s"] = longest
+        out["longest_behind_table"] = longest_table
+        return out
+
+    def memory_figures(self, start: float, end: float) -> dict[str, Any]:
+        """Per process: samples, peak (MiB), pids seen (a restart is a new pid), and the growth
+        over the run's last half: the median RSS of its last eighth over that of the eighth after
+        the half-way point (``None`` when either has no sample)."""
+        half, eighth = (start + end) / 2, (end - start) / 8
+        out = {}
+        for name, samples in self.memory.items():
+            first = [rss for at, _, rss in samples if half <= at < half + eighth]
+            last = [rss for at, _, rss in samples if at >= end - eighth]
+            growth = (
+                round(100 * (statistics.median(last) / statistics.median(first) - 1), 1) if first and last else None
+            )
+            out[name] = {
+                "samples": len(samples),
+                "peak_mib": round(max((rss for _, _, rss in samples), default=0) / 2**20),
+                "pids": len({pid for _, pid, _ in samples}),
+                "pids_last_half": len({pid for at, pid, _ in samples if at >= half}),
+                "growth_last_half_pct": growth,
+            }
+        return out
+
+
+# --- Airflow's runs and failed tries ----------------------------------------------------------------
+
+
+def error_line(log_file: Path) -> str:
+    """The first error of an Airflow 3 task log (JSON lines): ``<exception type>: <first line of
+    its message>`` from the first ``error`` event, else that event's text."""
+    try:
+        lines = log_file.read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return "(no task log)"
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if event.get("level") not in ("error", "critical"):
+            continue
+        for detail in event.get("error_detail") or []:
+            message = str(detail.get("exc_value") or "").strip().splitlines()
+            return f"{detail.get('exc_type')}: {message[0] if message else ''}"[:300]
+        return str(event.get("event") or "").strip().splitlines()[0][:300] if event.get("event") else "(empty error)"
+    return "(no error in the task log: the process was killed)"
+
+
+def runs_and_tries(airflow: AirflowProcesses, dag_ids: set[str], logs: Path) -> dict[str, Any]:
+    """The runs of ``dag_ids`` by DAG and state; their task instances' failed tries (every try
+    before the last, and the last when it failed) with the first error line of each try's log
+    (``logs``: the base log folder), counted by line; the runs that failed (not recovered by
+    Airflow's retries)."""
+    runs = [r for d in sorted(dag_ids) for r in airflow.get_all(f"dags/{d}/dagRuns", "dag_runs")]
+    tis = [ti for ti in airflow.get_all("dags/~/dagRuns/~/taskInstances", "task_instances") if ti["dag_id"] in dag_ids]
+    errors: Counter[str] = Counter()
+    failed_tries = []
+    for ti in tis:
+        last = int(ti.get("try_number") or 0)
+        failed = range(1, last + 1) if ti["state"] == "failed" else range(1, last)
+        for attempt in failed:
+            found = sorted(
+                (logs / f"dag_id={ti['dag_id']}" / f"run_id={ti['dag_run_id']}" / f"task_id={ti['task_id']}").rglob(
+                    f"attempt={attempt}.log"
+                )
+            )
+            line = error_line(found[0]) if found else "(no task log)"
+            errors[line] += 1
+            failed_tries.append(
+                {
+                    "dag_id": ti["dag_id"],
+                    "run_id": ti["dag_run_id"],
+                    "task_id": ti["task_id"],
+                    "try": attempt,
+                    "error": line,
+                }
+            )
+    by_state: Counter[str] = Counter(f"{r['dag_id']}: {r['state']}" for r in runs)
+    return {
+        "runs": len(runs),
+        "runs_by_dag_and_state": dict(sorted(by_state.items())),
+        "failed_tries": len(failed_tries),
+        "failed_try_errors": dict(errors.most_common()),
+        "failed_try_list": failed_tries,
+        "failed_runs": [{"dag_id": r["dag_id"], "run_id": r["dag_run_id"]} for r in runs if r["state"] == "failed"],
+    }

@@ -1,0 +1,92 @@
+"""The soak's pure parts (``bench/soak_tables.py``, ``bench/soak_watch.py``): replaying a
+``write_mode: changelog`` table to the rows its source holds, the table config it generates, and
+the first error line of an Airflow 3 task log."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from cdclake.model.config import load_tables
+from cdclake.settings import PROJECT_ROOT, Settings
+
+sys.path.insert(0, str(PROJECT_ROOT / "bench"))
+
+import soak_tables  # noqa: E402
+import soak_watch  # noqa: E402
+
+COLUMNS = ["seq", "label"]
+
+
+def _event(op: str, seq: int, pos: int, *, snapshot: bool = False, offset: int | None = None, label: str = "a"):
+    return {
+        "seq": seq,
+        "label": label,
+        "_cdc_op": op,
+        "_cdc_snapshot": snapshot,
+        "_cdc_kafka_partition": 0,
+        "_cdc_kafka_offset": pos if offset is None else offset,
+        "_cdc_binlog_file_seq": 1,
+        "_cdc_binlog_pos": pos,
+        "_cdc_binlog_row": 0,
+    }
+
+
+def test_replaying_a_changelog_follows_source_order_and_a_resnapshot_replaces_the_state():
+    events = [
+        _event("c", 2, 20),
+        _event("u", 1, 30, label="b"),  # out of Kafka order: the position orders
+        _event("c", 1, 10),
+        _event("d", 2, 40),
+        # a re-snapshot after lost offsets: row 1 as it is now, row 3 inserted while not streaming
+        _event("r", 1, 50, snapshot=True, offset=60, label="c"),
+        _event("r", 3, 50, snapshot=True, offset=61),
+        _event("c", 4, 70),
+    ]
+    rows, duplicated, reemitted = soak_tables.replay_changelog(events, "seq", COLUMNS)
+    assert rows == {1: {"seq": 1, "label": "c"}, 3: {"seq": 3, "label": "a"}, 4: {"seq": 4, "label": "a"}}
+    assert (duplicated, reemitted) == (0, 0)
+
+
+def test_replaying_a_changelog_tells_a_record_applied_twice_from_one_debezium_re_emitted():
+    events = [
+        _event("c", 1, 10),
+        _event("u", 1, 30, label="b"),
+        _event("u", 1, 30, offset=99, label="b"),  # Debezium re-emitted it after a restart
+        _event("c", 4, 70),
+        _event("c", 4, 70),  # the same Kafka record twice: the pipeline applied it twice
+    ]
+    rows, duplicated, reemitted = soak_tables.replay_changelog(events, "seq", COLUMNS)
+    assert rows == {1: {"seq": 1, "label": "b"}, 4: {"seq": 4, "label": "a"}}
+    assert (duplicated, reemitted) == (1, 1)
+
+
+def test_the_generated_table_config_holds_every_kind_and_loads(tmp_path: Path):
+    tables = soak_tables.soak_tables(5)
+    path = soak_tables.write_tables_config(
+        tmp_path / "t.yaml", tables, Settings.from_env({}), task_timeout_minutes=3, freshness_minutes=5
+    )
+    loaded = {t.name: t for t in load_tables(path).tables}
+    assert [t.kind for t in tables] == ["composite", "keyless", "wide", "keyed", "composite"]
+    assert loaded["soak_01_composite"].primary_key == ("tenant", "id")
+    assert (loaded["soak_02_keyless"].primary_key, loaded["soak_02_keyless"].write_mode) == ((), "changelog")
+    assert {t.schedule for t in loaded.values()} == {"* * * * *"}
+    assert tables[2].create_sql().count(" NULL") == 40  # 40 columns (id NOT NULL)
+
+
+def test_the_first_error_line_of_a_task_log(tmp_path: Path):
+    log = tmp_path / "attempt=1.log"
+    lines = [
+        {"level": "info", "event": "started"},
+        {
+            "level": "error",
+            "event": "Task failed",
+            "error_detail": [{"exc_type": "SparkConnectGrpcException", "exc_value": "UNAVAILABLE\nmore"}],
+        },
+        {"level": "error", "event": "later"},
+    ]
+    log.write_text("\n".join(json.dumps(line) for line in lines) + "\nnot json\n")
+    assert soak_watch.error_line(log) == "SparkConnectGrpcException: UNAVAILABLE"
+    log.write_text(json.dumps({"level": "info", "event": "started"}))
+    assert soak_watch.error_line(log).startswith("(no error in the task log")
