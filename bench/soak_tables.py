@@ -13,6 +13,7 @@ import logging
 import random
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,7 +170,7 @@ def write_tables_config(
 # --- the workload --------------------------------------------------------------------------------
 
 
-class Background:
+class Background(ABC):
     """A loop in a daemon thread (:meth:`_run`, until :attr:`_stop` is set): :meth:`start`, and
     :meth:`stop`, which returns once the loop ended."""
 
@@ -177,8 +178,9 @@ class Background:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
+    @abstractmethod
     def _run(self) -> None:
-        raise NotImplementedError
+        """The loop: runs until :attr:`_stop` is set."""
 
     def start(self) -> None:
         self._thread.start()

@@ -29,13 +29,14 @@ in the api-server only. This module has no ``from __future__ import annotations`
 :func:`create_app` defines are resolved by FastAPI from their annotations' objects.
 """
 
-import html
 import logging
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
+
+from cdclake_airflow.monitor_listing import MAX_PAGE_SIZE, PAGE_SIZE, html_text, listing_html, paged_payload, plural
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -184,10 +185,6 @@ def tables_payload(user: Any, session: "Session", freshness_minutes: int | None 
 # --- the page -------------------------------------------------------------------------------------
 
 
-def _e(value: object) -> str:
-    return html.escape(str(value), quote=True)
-
-
 def format_duration(ms: int | None) -> str:
     """:func:`cdclake.model.status.format_duration` (imported when first used: Airflow's plugin
     loader imports this module in every Airflow process)."""
@@ -207,7 +204,7 @@ def _when(ms: int | None, now_ms: int, verb: str = "") -> str:
     """``<div class="sub when">`` with the age of ``ms`` (``12m05s ago``), its UTC time in the tooltip."""
     if ms is None:
         return ""
-    return f'<div class="sub when" title="{_e(format_time(ms))}">{_e(verb)}{_e(format_duration(now_ms - ms))} ago</div>'
+    return f'<div class="sub when" title="{html_text(format_time(ms))}">{html_text(verb)}{html_text(format_duration(now_ms - ms))} ago</div>'
 
 
 BAR_WIDTH = 5
@@ -246,17 +243,12 @@ OP_NAMES = {"c": "create", "u": "update", "d": "delete", "r": "snapshot read", "
 OP_ORDER = ("c", "u", "d", "r", "t")
 
 
-def _plural(n: Any, word: str) -> str:
-    count = int(n)
-    return f"{count} {word}{'' if count == 1 else 's'}"
-
-
 def _ops(ops: Mapping[str, int]) -> str:
     if not ops:
         return '<span class="muted">-</span>'
     ordered = sorted(ops, key=lambda op: (OP_ORDER.index(op) if op in OP_ORDER else len(OP_ORDER), op))
     return " ".join(
-        f'<span class="op" data-op="{_e(op)}" title="{_e(OP_NAMES.get(op, op))}">{_e(op)}&nbsp;{int(ops[op])}</span>'
+        f'<span class="op" data-op="{html_text(op)}" title="{html_text(OP_NAMES.get(op, op))}">{html_text(op)}&nbsp;{int(ops[op])}</span>'
         for op in ordered
     )
 
@@ -267,13 +259,13 @@ def _fresh(row: Mapping[str, Any]) -> str:
         tries = int(failure["failed_tries"])
         return (
             f'<span class="badge bad run-failure" title="{tries} failed tr{"y" if tries == 1 else "ies"}: '
-            f'{_e(failure["error"])}">{_e(failure["state"])}</span>'
+            f'{html_text(failure["error"])}">{html_text(failure["state"])}</span>'
         )
     fresh, limit = row.get("fresh"), row.get("freshness_minutes")
     if fresh is True:
-        return f'<span class="badge ok" title="target {_e(limit)} min">fresh</span>'
+        return f'<span class="badge ok" title="target {html_text(limit)} min">fresh</span>'
     if fresh is False:
-        return f'<span class="badge bad" title="target {_e(limit)} min">late</span>'
+        return f'<span class="badge bad" title="target {html_text(limit)} min">late</span>'
     why = "no freshness target" if limit is None else "lag unknown"
     return f'<span class="muted" title="{why}">-</span>'
 
@@ -287,7 +279,7 @@ def _last_run(row: Mapping[str, Any]) -> str:
     href = f"../dags/{quote(str(row['dag_id']), safe='')}/runs/{quote(str(run['run_id']), safe='')}"
     verb = "ended " if run.get("end_date_ms") else "started " if run.get("start_date_ms") else "due "
     return (
-        f'<a class="state state-{_e(state)}" href="{_e(href)}" target="_top" title="{_e(run["run_id"])}">{_e(state)}</a>'
+        f'<a class="state state-{html_text(state)}" href="{html_text(href)}" target="_top" title="{html_text(run["run_id"])}">{html_text(state)}</a>'
         + _when(when, int(row["checked_at_ms"]), verb)
     )
 
@@ -295,8 +287,8 @@ def _last_run(row: Mapping[str, Any]) -> str:
 def _lag_time(row: Mapping[str, Any]) -> str:
     if row.get("caught_up"):  # nothing pending: the newest event's age is the source's quiet time
         age = format_duration(row.get("last_event_age_ms"))
-        return f'<span class="caught-up" title="every record of the topic applied; newest event {_e(age)} old">caught up</span>'
-    return f'<span title="from {_e(row.get("lag_basis") or "-")}">{_e(format_duration(row.get("lag_ms")))}</span>'
+        return f'<span class="caught-up" title="every record of the topic applied; newest event {html_text(age)} old">caught up</span>'
+    return f'<span title="from {html_text(row.get("lag_basis") or "-")}">{html_text(format_duration(row.get("lag_ms")))}</span>'
 
 
 def _last_commit(row: Mapping[str, Any]) -> str:
@@ -305,18 +297,18 @@ def _last_commit(row: Mapping[str, Any]) -> str:
         return '<span class="muted">never</span>'
     replay = ' <span class="badge replay" title="a manual replay of records applied before">replay</span>'
     return (
-        f"{_e(format_duration(commit['age_ms']))} ago{replay if commit.get('replay') else ''}"
-        f'<div class="sub when">{_e(format_time(commit["committed_at_ms"]))}</div>'
-        f'<div class="sub">snapshot <span class="snapshot-id">{_e(commit["snapshot_id"])}</span></div>'
+        f"{html_text(format_duration(commit['age_ms']))} ago{replay if commit.get('replay') else ''}"
+        f'<div class="sub when">{html_text(format_time(commit["committed_at_ms"]))}</div>'
+        f'<div class="sub">snapshot <span class="snapshot-id">{html_text(commit["snapshot_id"])}</span></div>'
     )
 
 
 def _hourly(row: Mapping[str, Any]) -> str:
     activity = row.get("activity_24h") or {}
-    counts = f"{_plural(activity.get('events', 0), 'event')}, {_plural(activity.get('commits', 0), 'commit')}"
+    counts = f"{plural(activity.get('events', 0), 'event')}, {plural(activity.get('commits', 0), 'commit')}"
     replays = int(activity.get("replays") or 0)
     if replays:  # records read again: not new source activity, so not in the plot or the counts
-        counts += f'<div class="replays">{_plural(replays, "replay")} ({_plural(activity.get("replay_events", 0), "event")}) not counted</div>'
+        counts += f'<div class="replays">{plural(replays, "replay")} ({plural(activity.get("replay_events", 0), "event")}) not counted</div>'
     return f'{hourly_svg(row.get("events_per_hour") or [])}<div class="sub">{counts}</div>'
 
 
@@ -326,13 +318,13 @@ def _transactions(row: Mapping[str, Any]) -> str:
         return '<span class="muted" title="the table does not commit whole source transactions">-</span>'
     last = txn.get("last_id")
     cell = (
-        f'<span class="transaction-id" title="its last event at {_e(txn.get("last_position"))}">{_e(last)}</span>'
+        f'<span class="transaction-id" title="its last event at {html_text(txn.get("last_position"))}">{html_text(last)}</span>'
         if last
         else '<span class="muted">none yet</span>'
     )
     waiting = int(txn.get("waiting_events") or 0)
     if waiting:
-        cell += f'<div class="sub waiting" title="for transaction {_e(txn.get("waiting_for"))}">{_plural(waiting, "record")} wait</div>'
+        cell += f'<div class="sub waiting" title="for transaction {html_text(txn.get("waiting_for"))}">{plural(waiting, "record")} wait</div>'
     return cell
 
 
@@ -343,7 +335,7 @@ def _reconcile(row: Mapping[str, Any]) -> str:
     diffs = int(rec["only_in_source"]) + int(rec["only_in_lake"]) + int(rec["differing"])
     verdict = "clean" if rec["clean"] else f"{diffs} diff{'s' if diffs != 1 else ''}"
     repaired = " (repaired)" if rec["repaired"] else ""
-    return f"{_e(verdict)}{repaired}<div class=sub>{_e(format_duration(rec['age_ms']))} ago</div>"
+    return f"{html_text(verdict)}{repaired}<div class=sub>{html_text(format_duration(rec['age_ms']))} ago</div>"
 
 
 COLUMNS = (
@@ -369,32 +361,32 @@ def _row(row: Mapping[str, Any]) -> str:
     activity = row.get("activity_24h") or {}
     lag_events = row.get("lag_events")
     cells = {
-        "table": f'<div class="name">{_e(name)}</div><div class="sub">{_e(row["identifier"])} &larr; {_e(row["topic"])}</div>',
+        "table": f'<div class="name">{html_text(name)}</div><div class="sub">{html_text(row["identifier"])} &larr; {html_text(row["topic"])}</div>',
         "fresh": _fresh(row),
-        "lag-events": "-" if lag_events is None else _e(int(lag_events)),
+        "lag-events": "-" if lag_events is None else html_text(int(lag_events)),
         "lag-time": _lag_time(row),
         "last-commit": _last_commit(row),
         "last-run": _last_run(row),
         "hourly": _hourly(row),
         "ops": _ops(activity.get("ops") or {}),
-        "quarantine": _e(int(row.get("open_quarantine") or 0)),
+        "quarantine": html_text(int(row.get("open_quarantine") or 0)),
         "schema": "-"
         if row.get("schema_id") is None
-        else f"{_e(row['schema_id'])}<div class=sub>{_e(row.get('column_count'))} columns</div>",
+        else f"{html_text(row['schema_id'])}<div class=sub>{html_text(row.get('column_count'))} columns</div>",
         "snapshot-run": "no"
         if not snap
-        else f"yes<div class=sub>{_e(int(snap['records']))} records{', end applied' if snap['end_applied'] else ''}</div>",
+        else f"yes<div class=sub>{html_text(int(snap['records']))} records{', end applied' if snap['end_applied'] else ''}</div>",
         "transactions": _transactions(row),
         "last-reconcile": _reconcile(row),
     }
     numeric = {"lag-events", "quarantine"}
     tds = "".join(f'<td class="{k}{" num" if k in numeric else ""}">{v}</td>' for k, v in cells.items())
-    out = f'<tr class="table-row" data-table="{_e(name)}">{tds}</tr>'
+    out = f'<tr class="table-row" data-table="{html_text(name)}">{tds}</tr>'
     problems, warnings = row.get("problems") or [], row.get("warnings") or []
     if problems or warnings:  # a warning (events that contradict the connector modes) leaves the table fresh
-        items = "".join(f"<li>{_e(p)}</li>" for p in problems)
-        items += "".join(f'<li class="warning">warning: {_e(w)}</li>' for w in warnings)
-        out += f'<tr class="problems" data-table="{_e(name)}"><td colspan="{len(COLUMNS)}"><ul>{items}</ul></td></tr>'
+        items = "".join(f"<li>{html_text(p)}</li>" for p in problems)
+        items += "".join(f'<li class="warning">warning: {html_text(w)}</li>' for w in warnings)
+        out += f'<tr class="problems" data-table="{html_text(name)}"><td colspan="{len(COLUMNS)}"><ul>{items}</ul></td></tr>'
     return out
 
 
@@ -423,7 +415,7 @@ th,td{border-color:#2d3748}.op{background:#2d3748}tr.problems td{background:#3b2
 
 
 def _legend() -> str:
-    ops = "; ".join(f"<b>{_e(op)}</b> {_e(OP_NAMES[op])}" for op in OP_ORDER)
+    ops = "; ".join(f"<b>{html_text(op)}</b> {html_text(OP_NAMES[op])}" for op in OP_ORDER)
     return (
         f'<div class="legend" id="legend">by op: the Debezium op of the events applied: {ops}. '
         "Events per hour and by op count new source events only: a manual replay reads records applied "
@@ -438,10 +430,8 @@ def render_page(payload: Mapping[str, Any]) -> str:
     """The HTML page of :func:`tables_payload`'s result: one row per table (``tr.table-row``,
     ``data-table`` its name; a cell per figure, its class the figure), the table's problems and
     warnings (``li.warning``) in a row under it (``tr.problems``). Every value is HTML-escaped."""
-    from cdclake_airflow.monitor_listing import listing_html
-
     rows = payload["tables"]
-    head = "".join(f"<th>{_e(c)}</th>" for c in COLUMNS)
+    head = "".join(f"<th>{html_text(c)}</th>" for c in COLUMNS)
     body = "".join(_row(r) for r in rows) or (
         f'<tr><td colspan="{len(COLUMNS)}" class="muted">no configured table whose DAG you may read</td></tr>'
     )
@@ -452,7 +442,7 @@ def render_page(payload: Mapping[str, Any]) -> str:
         "<title>CDC tables</title>"
         f"<style>{STYLE}</style></head><body>"
         "<h1>CDC tables</h1>"
-        f'<div class="meta">checked {_e(format_time(payload["checked_at_ms"]))}; Kafka: {_e(payload["kafka"])}; '
+        f'<div class="meta">checked {html_text(format_time(payload["checked_at_ms"]))}; Kafka: {html_text(payload["kafka"])}; '
         f'reloads every {REFRESH_SECONDS} s; <a href="api/tables">JSON</a></div>'
         f"{listing_html(payload)}"
         f'<div class="scroll"><table id="cdc-tables"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
@@ -470,8 +460,6 @@ def create_app() -> "FastAPI":
     from airflow.api_fastapi.core_api.security import GetUserDep
     from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
     from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
-
-    from cdclake_airflow.monitor_listing import MAX_PAGE_SIZE, PAGE_SIZE, paged_payload
 
     app = FastAPI(
         title="cdclake: CDC tables",

@@ -3,15 +3,26 @@ filtered by name and freshness state, those behind their freshness target first
 (:func:`cdclake.model.listing.page_of`), under a summary of every table. Standard library only
 at import, as the page's module."""
 
+import html
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-from cdclake_airflow.monitor import _e, _plural
-
 PAGE_SIZE = 50
 """Tables per page unless ``?page_size=`` says otherwise (at most :data:`MAX_PAGE_SIZE`)."""
 MAX_PAGE_SIZE = 1000
+
+
+def html_text(value: object) -> str:
+    """``value`` as HTML text (``&``, ``<``, ``>`` and quotes escaped): safe in an element or an
+    attribute of the page."""
+    return html.escape(str(value), quote=True)
+
+
+def plural(n: Any, word: str) -> str:
+    """``"1 table"``, ``"3 tables"``: the count ``n`` (an int or its text) and ``word``."""
+    count = int(n)
+    return f"{count} {word}{'' if count == 1 else 's'}"
 
 
 def paged_payload(
@@ -69,7 +80,7 @@ def listing_html(payload: Mapping[str, Any]) -> str:
         return ""
     counts, behind = listing["counts"], listing["behind"]
     names = ", ".join(
-        f'<a href="?name={quote(n)}" class="behind-table">{_e(n)}</a>' for n in behind[:BEHIND_NAMES_SHOWN]
+        f'<a href="?name={quote(n)}" class="behind-table">{html_text(n)}</a>' for n in behind[:BEHIND_NAMES_SHOWN]
     )
     more = (
         f' and <a href="?state=behind">{len(behind) - BEHIND_NAMES_SHOWN} more</a>'
@@ -77,9 +88,9 @@ def listing_html(payload: Mapping[str, Any]) -> str:
         else ""
     )
     summary = (
-        f'<div class="summary" id="summary">{_plural(listing["total"], "table")}: '
-        f"<b>{_e(counts['behind'])} behind their freshness target</b>{': ' + names + more if behind else ''}; "
-        f"{_e(counts['fresh'])} fresh; {_e(counts['unjudged'])} not judged</div>"
+        f'<div class="summary" id="summary">{plural(listing["total"], "table")}: '
+        f"<b>{html_text(counts['behind'])} behind their freshness target</b>{': ' + names + more if behind else ''}; "
+        f"{html_text(counts['fresh'])} fresh; {html_text(counts['unjudged'])} not judged</div>"
     )
     options = "".join(
         f'<option value="{s}"{" selected" if listing["state"] == s else ""}>{s}</option>'
@@ -87,9 +98,9 @@ def listing_html(payload: Mapping[str, Any]) -> str:
     )
     form = (
         '<form class="filters" method="get">'
-        f'<input name="name" placeholder="table name contains" value="{_e(listing["name"] or "")}">'
+        f'<input name="name" placeholder="table name contains" value="{html_text(listing["name"] or "")}">'
         f'<select name="state">{options}</select>'
-        f'<input type="hidden" name="page_size" value="{_e(listing["page_size"])}">'
+        f'<input type="hidden" name="page_size" value="{html_text(listing["page_size"])}">'
         '<button type="submit">filter</button></form>'
     )
     query = {k: listing[k] for k in ("name", "state") if listing[k]}
@@ -98,12 +109,12 @@ def listing_html(payload: Mapping[str, Any]) -> str:
 
     def link(page: int, text: str) -> str:
         href = "?" + "&".join(f"{k}={quote(str(v))}" for k, v in {**query, "page": page}.items())
-        return f'<a class="page-link" href="{_e(href)}">{text}</a>'
+        return f'<a class="page-link" href="{html_text(href)}">{text}</a>'
 
     page, pages = listing["page"], listing["pages"]
     nav = (
         f'<div class="pages" id="pages">{link(page - 1, "&larr; previous") if page > 1 else ""} '
-        f"page {page} of {pages} ({_plural(listing['matched'], 'table')} match) "
+        f"page {page} of {pages} ({plural(listing['matched'], 'table')} match) "
         f"{link(page + 1, 'next &rarr;') if page < pages else ''}</div>"
     )
     return summary + form + nav
