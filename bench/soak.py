@@ -268,9 +268,14 @@ def markdown(result: dict[str, Any]) -> str:
         f"runs not recovered by retries; longest behind the freshness target ({s['lag']['target_s']:.0f} s): "
         f"{s['lag']['longest_behind_target_s']:.0f} s ({s['lag']['longest_behind_table']}).",
         "",
-        "| failed tries | first error line |",
-        "|---|---|",
-        *[f"| {n} | {line.replace('|', '/')} |" for line, n in a["failed_try_errors"].items()],
+        f"Failed tries whose error docs/operations.md does not explain: {len(a['unexplained_errors'])}.",
+        "",
+        "| failed tries | first error line | explained in docs/operations.md |",
+        "|---|---|---|",
+        *[
+            f"| {n} | {line.replace('|', '/')} | {(a['explained_by'].get(line) or 'NOT EXPLAINED').replace('|', '/')} |"
+            for line, n in a["failed_try_errors"].items()
+        ],
         "",
         "| process | samples | peak MiB | pids | growth over the last half |",
         "|---|---|---|---|---|",

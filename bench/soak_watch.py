@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import statistics
 import time
 from collections import Counter
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cdclake.settings import PROJECT_ROOT
 from cdclake_dev import engine
 from cdclake_dev.parts.airflow import AirflowProcesses
 from cdclake_dev.process import LOOPBACK, port_open
@@ -205,6 +207,59 @@ def error_line(log_file: Path) -> str:
     return "(no error in the task log: the process was killed)"
 
 
+ERRORS_DOC = PROJECT_ROOT / "docs" / "operations.md"
+"""The runbook whose section "Errors and what to do" every failed try's error must be in."""
+
+_PLACEHOLDER = re.compile(r"<[^<>`]*>|\.\.\.|…")
+
+
+def documented_errors(doc: str) -> list[tuple[str, re.Pattern[str]]]:
+    """What the runbook's section ``## Errors and what to do`` explains, as ``(section, pattern)``:
+    each ``### <Name>Error`` heading's exception names (``ReconcileError, DriftError``: both), and
+    the first quoted message of each bullet under ``### Other failures``, its ``<placeholders>``
+    and ``...`` matching anything and its white space any white space.
+
+    Raises:
+        ValueError: ``doc`` has no such section.
+    """
+    start = doc.find("\n## Errors and what to do")
+    if start < 0:
+        raise ValueError("the runbook has no section '## Errors and what to do'")
+    end = doc.find("\n## ", start + 1)
+    section = doc[start : end if end > 0 else len(doc)]
+    out: list[tuple[str, re.Pattern[str]]] = []
+    for heading, body in re.findall(r"\n### ([^\n]+)\n(.*?)(?=\n### |\Z)", section, flags=re.S):
+        names = re.findall(r"\b(\w+Error)\b", heading)
+        out += [(heading, re.compile(rf"\b{name}\b")) for name in names]
+        if heading.strip() != "Other failures":
+            continue
+        for bullet in re.split(r"\n\* ", "\n" + body)[1:]:
+            quoted = re.search(r"`([^`]+)`", bullet)
+            if quoted is None:
+                continue
+            out.append((f"{heading}: {_one_line(quoted.group(1))[:60]}", _message_pattern(quoted.group(1))))
+        for message in re.findall(r"`(\([^`]+\))`", body):  # the soak's own words, e.g. a killed try
+            out.append((f"{heading}: {_one_line(message)}", _message_pattern(message)))
+    return out
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _message_pattern(quoted: str) -> re.Pattern[str]:
+    """A documented message as a pattern: its ``<placeholders>`` and ``...`` match anything, its
+    white space (a Markdown line break too) any white space."""
+    pieces = [re.escape(_one_line(p)) for p in _PLACEHOLDER.split(quoted)]
+    return re.compile(".*?".join(p.replace("\\ ", r"\s+") for p in pieces if p.strip()), flags=re.S)
+
+
+def explained_by(line: str, documented: list[tuple[str, re.Pattern[str]]]) -> str | None:
+    """The runbook section that explains the error ``line`` (:func:`documented_errors`), or
+    ``None``."""
+    return next((section for section, pattern in documented if pattern.search(line)), None)
+
+
 def runs_and_tries(airflow: AirflowProcesses, dag_ids: set[str], logs: Path) -> dict[str, Any]:
     """The runs of ``dag_ids`` by DAG and state; their task instances' failed tries (every try
     before the last, and the last when it failed) with the first error line of each try's log
@@ -235,11 +290,14 @@ def runs_and_tries(airflow: AirflowProcesses, dag_ids: set[str], logs: Path) -> 
                 }
             )
     by_state: Counter[str] = Counter(f"{r['dag_id']}: {r['state']}" for r in runs)
+    documented = documented_errors(ERRORS_DOC.read_text())
     return {
         "runs": len(runs),
         "runs_by_dag_and_state": dict(sorted(by_state.items())),
         "failed_tries": len(failed_tries),
         "failed_try_errors": dict(errors.most_common()),
+        "explained_by": {line: explained_by(line, documented) for line in errors},
+        "unexplained_errors": [line for line in errors if explained_by(line, documented) is None],
         "failed_try_list": failed_tries,
         "failed_runs": [{"dag_id": r["dag_id"], "run_id": r["dag_run_id"]} for r in runs if r["state"] == "failed"],
     }

@@ -90,3 +90,22 @@ def test_the_first_error_line_of_a_task_log(tmp_path: Path):
     assert soak_watch.error_line(log) == "SparkConnectGrpcException: UNAVAILABLE"
     log.write_text(json.dumps({"level": "info", "event": "started"}))
     assert soak_watch.error_line(log).startswith("(no error in the task log")
+
+
+def test_every_failed_try_error_the_soak_has_met_is_explained_by_the_runbook_and_others_are_not():
+    documented = soak_watch.documented_errors(soak_watch.ERRORS_DOC.read_text())
+    met = {
+        "ServerError: SdkClientException: Unable to execute HTTP request: Connect to 127.0.0.1:22278 "
+        "[/127.0.0.1] failed: Connection refused": "Other failures",
+        "Process terminated by signal. Likely out of memory error (OOM).": "Other failures",
+        "(no error in the task log: the process was killed)": "Other failures",
+        "EngineUnavailableError: the Spark Connect server sc://localhost:1 does not accept connections": (
+            "EngineUnavailableError"
+        ),
+        "DriftError: 3 rows differ": "ReconcileError, DriftError",
+    }
+    for line, section in met.items():
+        found = soak_watch.explained_by(line, documented)
+        assert found is not None and found.startswith(section), (line, found)
+    assert soak_watch.explained_by("ZeroDivisionError: division by zero", documented) is None
+    assert soak_watch.explained_by("SdkClientException: Unable to execute HTTP request: timeout", documented) is None

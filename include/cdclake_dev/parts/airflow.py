@@ -37,7 +37,9 @@ class AirflowProcesses:
     and triggerer's log servers (unless ``env`` sets them); and, unless ``env`` sets them, the
     settings for driving it from a test or benchmark: LocalExecutor, every user an admin
     (``SIMPLE_AUTH_MANAGER_ALL_ADMINS``, which :meth:`get` and :meth:`trigger` rely on), DAGs
-    unpaused at creation, DAG files parsed every 5 s. Logs: ``<logs_dir>/airflow-<component>.log``.
+    unpaused at creation, DAG files parsed every 5 s; and the production settings of
+    docs/deploying.md ("Airflow settings": heartbeat timeout 90 s, orphaned tries checked every
+    60 s). Logs: ``<logs_dir>/airflow-<component>.log``.
 
     Args:
         env: the processes' environment (see above).
@@ -86,6 +88,10 @@ class AirflowProcesses:
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
+            # docs/deploying.md, "Airflow settings": a try whose process died with a killed
+            # scheduler is failed (and retried) after 90 s, not Airflow's default 300 s
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "90",
+            "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "60",
         }
         for key, value in defaults.items():
             self.env.setdefault(key, value)
