@@ -73,6 +73,7 @@ class Watcher(Background):
         self.restarts: list[dict[str, Any]] = []
         self.sample_errors: Counter[str] = Counter()
         self.daily_unpaused = False
+        self._scheduler_stale_since: float | None = None
         super().__init__("soak-watch")
 
     def _run(self) -> None:
@@ -136,6 +137,31 @@ class Watcher(Background):
                 at = time.time()
                 start()
                 self.restarts.append({"target": target, "at": at, "took_s": round(time.time() - at, 1)})
+        self._probe_scheduler()
+
+    def _probe_scheduler(self) -> None:
+        """The liveness probe docs/deploying.md asks a deployment for: a scheduler whose heartbeat
+        the api-server has reported stale for :data:`SCHEDULER_LIVENESS_S` is killed with its
+        LocalExecutor workers and started again. A scheduler whose loop failed (its database
+        restarted) stays alive while its executor waits for the running tries, scheduling nothing."""
+        healthy = self.airflow.scheduler_healthy()
+        if healthy is not False or self.busy("airflow-scheduler"):
+            self._scheduler_stale_since = None
+            return
+        now = time.time()
+        self._scheduler_stale_since = self._scheduler_stale_since or now
+        if now - self._scheduler_stale_since < SCHEDULER_LIVENESS_S:
+            return
+        log.warning(
+            "airflow-scheduler without a heartbeat for %.0f s: killing and starting it",
+            now - self._scheduler_stale_since,
+        )
+        self.airflow.procs["scheduler"].stop(hard=True)
+        self.airflow.start()
+        self.restarts.append(
+            {"target": "airflow-scheduler", "at": now, "took_s": round(time.time() - now, 1), "why": "no heartbeat"}
+        )
+        self._scheduler_stale_since = None
 
     def lag_figures(self) -> dict[str, Any]:
         """Per table the greatest ``lag_ms`` seen (s) and the longest stretch of samples above the
@@ -206,6 +232,10 @@ def error_line(log_file: Path) -> str:
         return str(event.get("event") or "").strip().splitlines()[0][:300] if event.get("event") else "(empty error)"
     return "(no error in the task log: the process was killed)"
 
+
+SCHEDULER_LIVENESS_S = 60.0
+"""How long the scheduler may report no heartbeat before the watcher restarts it (a Kubernetes
+liveness probe's ``periodSeconds`` x ``failureThreshold``)."""
 
 ERRORS_DOC = PROJECT_ROOT / "docs" / "operations.md"
 """The runbook whose section "Errors and what to do" every failed try's error must be in."""

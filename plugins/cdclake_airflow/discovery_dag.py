@@ -45,7 +45,14 @@ def discover_tables(**context: Any) -> dict[str, int]:
     if not tables.discover:
         log.info("the table config %s has no discover patterns: nothing to find", settings.tables_config)
         return {}
-    findings = discover(tables, hook.kafka, settings.discovery_registry, write=True, now_ms=int(time.time() * 1000))
+    findings = discover(
+        tables,
+        hook.kafka,
+        settings.discovery_registry,
+        write=True,
+        now_ms=int(time.time() * 1000),
+        catalog=hook.catalog,
+    )
     for f in findings:
         if f.state in ("new", "pending", "left_out", "excluded") or f.reason:
             log.info("%s: %s %s %s", f.topic, f.state, f.identifier, f.reason)

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from cdclake.io.catalog import load_catalog
-from cdclake.io.kafka import KafkaClients
+from cdclake.io.kafka import KafkaClients, ensure_topic
 from cdclake.model.config import load_tables
 from cdclake.model.discovery import read_registry
 from cdclake.pipeline.discovery import discover
@@ -91,3 +91,44 @@ def test_a_pattern_registers_new_source_tables_and_their_dags_converge(chain, st
     assert lake == source
     changelog = catalog.load_table(f"found.{log}").scan().to_arrow().to_pylist()
     assert sorted((r["msg"], r["n"]) for r in changelog) == [("a", 1), ("a", 1), ("b", 2)]
+
+
+def test_a_topic_without_a_record_takes_its_key_from_the_tables_table_changes(chain, stack_settings, tmp_path):
+    """A data topic created ahead of its first event (topics made by an operator, or every record
+    expired) has no key to read: discovery takes the primary key from the table's latest
+    ``tableChanges`` in the schema-change topic (through the schema-change index); without the
+    catalog to read that index from, the topic stays pending."""
+    tag = uuid.uuid4().hex[:6]
+    settings = stack_settings.model_copy(
+        update={"tables_config": tmp_path / "tables.yaml", "discovery_registry": tmp_path / "discovery.json"}
+    )
+    settings.tables_config.write_text(
+        yaml.safe_dump({"discover": [{"topic_prefix": settings.topic_prefix, "tables": [rf"inventory\.e{tag}_.*"]}]})
+    )
+    keyed, keyless = f"e{tag}_pairs", f"e{tag}_notes"
+    db = source_chain.mariadb_connect(settings, database="inventory")
+    with db.cursor() as cur:  # no row: Debezium writes the DDL to the schema-change topic only
+        cur.execute(f"CREATE TABLE {keyed} (a INT NOT NULL, b VARCHAR(8) NOT NULL, v INT, PRIMARY KEY (b, a))")
+        cur.execute(f"CREATE TABLE {keyless} (msg VARCHAR(40))")
+    kafka = KafkaClients.from_settings(settings)
+    topic = {t: f"{settings.topic_prefix}.inventory.{t}" for t in (keyed, keyless)}
+    for t in topic.values():
+        ensure_topic(kafka, t, 1)
+    tables = load_tables(settings.tables_config)
+    catalog = load_catalog(settings)
+
+    without = {f.topic: f for f in discover(tables, kafka, settings.discovery_registry, write=False, now_ms=0)}
+    assert {without[t].state for t in topic.values()} == {"pending"}, without
+
+    deadline = time.monotonic() + 60
+    while True:  # until Debezium has written both CREATE TABLEs to the schema-change topic
+        found = {
+            f.topic: f
+            for f in discover(tables, kafka, settings.discovery_registry, write=False, now_ms=0, catalog=catalog)
+        }
+        if all(found[t].state == "new" for t in topic.values()):
+            break
+        assert time.monotonic() < deadline, f"the tables' tableChanges were not found: {found}"
+        time.sleep(2)
+    assert found[topic[keyed]].primary_key == ("b", "a")  # primaryKeyColumnNames' order, not the columns'
+    assert found[topic[keyless]].primary_key == ()

@@ -288,6 +288,7 @@ def test_a_range_split_into_many_spark_partitions_applies_the_same(
     from cdclake.spark import read
 
     monkeypatch.setattr(read, "RECORDS_PER_SPARK_PARTITION", 2)
+    monkeypatch.setattr(read, "LOCAL_READ_RECORDS", 0)  # Spark's Kafka source, not the Kafka client
     cfg = make_table()
     load_events(fixtures_dir / "flink/debezium-data-schema-include.txt", cfg, kafka, partitions=3)
     from cdclake.io.kafka import topic_watermarks
@@ -299,6 +300,50 @@ def test_a_range_split_into_many_spark_partitions_applies_the_same(
     result = apply_offsets(spark, stack_settings, cfg, offset_range, "split-run")
     assert result.status == "committed" and result.events == 16
     assert table_rows(stack_settings, cfg, PRODUCT_COLUMNS) == PRODUCTS_FINAL
+
+
+def test_a_small_range_read_with_the_kafka_client_equals_what_sparks_kafka_source_reads(spark, kafka, monkeypatch):
+    """A range of at most LOCAL_READ_RECORDS records is read in the task with the Kafka client and
+    handed to Spark as a local relation: the same columns, types and rows as Spark's Kafka source
+    gives for it (committed records only; headers, a null key, a tombstone, two partitions)."""
+    import uuid
+
+    from cdclake.io.kafka import topic_watermarks
+    from cdclake.spark import read
+
+    topic = f"cdclake-read-{uuid.uuid4().hex[:8]}"
+    ensure_topic(kafka, topic, 2)
+    producer = kafka.producer(**{"transactional.id": f"cdclake-test-{topic}"})
+    producer.init_transactions(30)
+    records = [
+        (b'{"id": 1}', b'{"v": 1}', 0, [("trace", b"t1"), ("trace", b"t2")]),
+        (None, b'{"v": 2}', 1, None),
+        (b'{"id": 1}', None, 0, None),  # a tombstone
+        (b'{"id": 3}', b'{"v": 3}', 1, [("empty", b"")]),
+    ]
+    for i, (key, value, partition, headers) in enumerate(records):
+        producer.begin_transaction()
+        producer.produce(topic, key=key, value=value, partition=partition, headers=headers)
+        producer.flush(30)
+        (producer.abort_transaction if i == 2 else producer.commit_transaction)(30)  # the tombstone: aborted
+        producer.begin_transaction()
+        producer.produce(topic, key=key, value=value, partition=partition, headers=headers)
+        producer.flush(30)
+        producer.commit_transaction(30)
+    marks = topic_watermarks(kafka, topic)
+    offset_range = OffsetRange(topic=topic, start=marks.low, end=marks.high)
+
+    def read_all():
+        df = read.read_range(spark, kafka, offset_range)
+        types = [(f.name, f.dataType.simpleString()) for f in df.schema.fields]
+        return types, [tuple(r) for r in df.orderBy("partition", "offset").collect()]
+
+    local = read_all()
+    monkeypatch.setattr(read, "LOCAL_READ_RECORDS", 0)
+    source = read_all()
+    assert local[0] == source[0]
+    assert len(local[1]) == 7  # 4 committed twice, the aborted tombstone once
+    assert local[1] == source[1]
 
 
 def test_kafka_transactions_apply_committed_records_only_and_stop_before_an_open_one(spark, kafka, stack_settings):

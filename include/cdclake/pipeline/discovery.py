@@ -3,8 +3,11 @@ primary key of each new topic read from its first record's key, and the registry
 (:mod:`cdclake.model.discovery`). What the ``cdc_discovery`` DAG runs and ``cdclake discover``
 shows (a dry run unless asked to write).
 
-A new topic with no record to read yet (all expired, or created ahead of its first event) is
-``pending``: it is registered by the first pass that finds a record in it.
+A new topic with no record to read yet (all expired, or created ahead of its first event) takes
+its primary key from the source table's latest ``tableChanges`` entry in the connector's
+schema-change topic (``primaryKeyColumnNames``, through the schema-change index); without one
+(no schema-change topic, or the table is not in it) it is ``pending``: it is registered by the
+first pass that finds a record in it or its ``tableChanges``.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from cdclake.io.kafka import TIMEOUT_S, KafkaClients, read_partition, topics_wat
 from cdclake.model.discovery import Candidate, first_match, key_columns, read_registry, write_registry
 
 if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+
     from cdclake.model.config import TablesFile
 
 log = logging.getLogger(__name__)
@@ -75,9 +80,62 @@ def first_key(kafka: KafkaClients, topics: list[str]) -> dict[str, bytes | None]
     return keys
 
 
-def discover(tables: TablesFile, kafka: KafkaClients, registry: Path, *, write: bool, now_ms: int) -> list[Finding]:
+def table_changes_key(catalog: Catalog, schema_topic: str, table_id: str) -> tuple[str, ...] | None:
+    """The primary key of source table ``table_id`` (``"db"."table"``) in its latest
+    ``tableChanges`` entry of schema-change topic ``schema_topic`` (Debezium's
+    ``primaryKeyColumnNames``; ``()``: the table has none), read from the schema-change index
+    (:mod:`cdclake.pipeline.schema_index`; call :func:`~cdclake.pipeline.schema_index.catch_up`
+    first). ``None``: the topic does not name the table, or its latest change drops or renames it.
+    """
+    from cdclake.model.schema_changes import changes_from_record
+    from cdclake.pipeline.schema_index import indexed_records
+
+    latest = None
+    for partition, offset, value in indexed_records(catalog, schema_topic, table_id):
+        for change in changes_from_record(value, table_id, partition, offset):
+            if latest is None or change.position >= latest.position:
+                latest = change
+    if latest is None or latest.kind in ("DROP", "RENAME"):
+        return None
+    return latest.primary_key
+
+
+def _keys_from_table_changes(
+    tables: TablesFile, catalog: Catalog, kafka: KafkaClients, topics: list[str]
+) -> dict[str, tuple[str, ...]]:
+    """The primary key of each of ``topics`` (data topics without a record) that its connector's
+    schema-change topic knows (:func:`table_changes_key`); each schema-change topic is caught up
+    once."""
+    from cdclake.pipeline.schema_index import catch_up
+
+    made, _ = tables.discovered(dict.fromkeys(topics, ()))
+    caught_up: dict[str, bool] = {}
+    keys: dict[str, tuple[str, ...]] = {}
+    for cfg in made:
+        topic = cfg.schema_change_topic
+        if topic not in caught_up:
+            caught_up[topic] = catch_up(catalog, kafka, topic) is not None
+        if not caught_up[topic]:
+            continue  # no schema-change topic (include.schema.changes=false)
+        key = table_changes_key(catalog, topic, cfg.source_table_id)
+        if key is not None:
+            keys[cfg.topic] = key
+    return keys
+
+
+def discover(
+    tables: TablesFile,
+    kafka: KafkaClients,
+    registry: Path,
+    *,
+    write: bool,
+    now_ms: int,
+    catalog: Catalog | None = None,
+) -> list[Finding]:
     """Match the cluster's topics against ``tables.discover``, read the primary key of each new
-    one, and with ``write`` add them to ``registry`` (atomically).
+    one (its first record's key; for a topic without a record, its ``tableChanges`` through
+    ``catalog``'s schema-change index, when ``catalog`` is given), and with ``write`` add them to
+    ``registry`` (atomically).
 
     Returns:
         One finding per topic of a pattern's scope and per registered topic, in topic order.
@@ -111,9 +169,14 @@ def discover(tables: TablesFile, kafka: KafkaClients, registry: Path, *, write: 
             findings[topic] = Finding(topic, "excluded", reason=str(e))
         except ConfigError as e:
             raise ConfigError(f"topic {topic!r}: {e}") from e
+    unread = [t for t in fresh if t not in added and t not in findings]
+    if unread and catalog is not None:
+        added.update(_keys_from_table_changes(tables, catalog, kafka, unread))
     for topic in fresh:
         if topic not in added and topic not in findings:
-            findings[topic] = Finding(topic, "pending", reason="no record to read its key from yet")
+            findings[topic] = Finding(
+                topic, "pending", reason="no record to read its key from yet, and no tableChanges of its table"
+            )
     if write and added:
         write_registry(registry, added, now_ms=now_ms)
         log.info("registered %d new topic(s): %s", len(added), sorted(added))

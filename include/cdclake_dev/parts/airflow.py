@@ -139,6 +139,17 @@ class AirflowProcesses:
         except OSError:
             return False
 
+    def scheduler_healthy(self) -> bool | None:
+        """Whether the api-server reports the scheduler ``healthy`` (``GET /api/v2/monitor/health``:
+        its last heartbeat is within ``[scheduler] scheduler_health_check_threshold``, 30 s);
+        ``None`` when the api-server does not answer. What a liveness probe of the scheduler checks
+        (docs/deploying.md, "Airflow settings")."""
+        try:
+            reply = self.http.get(f"{self.base}/api/v2/monitor/health", timeout=5)
+            return bool(reply.json()["scheduler"]["status"] == "healthy") if reply.status_code == 200 else None
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
     def start(self, timeout_s: float = 300.0) -> float:
         """Start the four processes (those not running) and wait until the API answers
         ``GET /api/v2/monitor/health``. Returns seconds.
