@@ -47,6 +47,18 @@ def tree_rss(pid: int | None) -> int | None:
     return total
 
 
+def own_rss(pid: int | None) -> int | None:
+    """RSS of ``pid`` alone, bytes (``None``: no such process)."""
+    import psutil
+
+    if pid is None:
+        return None
+    try:
+        return int(psutil.Process(pid).memory_info().rss)
+    except psutil.NoSuchProcess:
+        return None
+
+
 class Watcher(Background):
     """A thread sampling every ``interval_s`` seconds: the tree RSS of the Spark Connect server and
     of the Airflow scheduler; every table's ``lag_ms`` (:func:`cdclake.pipeline.status.status_of_tables`);
@@ -108,7 +120,9 @@ class Watcher(Background):
             "airflow-scheduler": self.airflow.procs["scheduler"].pid,
         }
         for name, pid in pids.items():
-            rss = tree_rss(pid)
+            # the scheduler alone: its LocalExecutor workers' children are the running tasks, whose
+            # memory comes and goes with the applies (the first 60-minute run measured the tree)
+            rss = tree_rss(pid) if name == "spark-connect" else own_rss(pid)
             if pid is not None and rss is not None:
                 self.memory[name].append((now, pid, rss))
 

@@ -45,7 +45,15 @@ def run_python(code: str, tables_config=None, registry=None) -> dict:
 
 @pytest.mark.parametrize(
     "dag_file",
-    ["cdc_tables", "cdc_snapshot_bootstrap", "cdc_reconcile", "cdc_maintenance", "cdc_freshness", "cdc_discovery"],
+    [
+        "cdc_tables",
+        "cdc_snapshot_bootstrap",
+        "cdc_reconcile",
+        "cdc_maintenance",
+        "cdc_freshness",
+        "cdc_discovery",
+        "cdc_groups",
+    ],
 )
 def test_dag_file_parses_without_heavy_imports(dag_file):
     result = run_python(
@@ -74,9 +82,12 @@ def test_dagbag_has_one_dag_per_configured_table_and_no_import_errors():
                     "upstream": {t: sorted(dag.get_task(t).upstream_task_ids) for t in ("schema_sync", "apply") if dag.has_task(t)},
                     "no_timeout": sorted(t.task_id for t in dag.tasks if t.execution_timeout is None),
                     "apply": {"pool": dag.get_task("apply").pool, "type": type(dag.get_task("apply")).__name__,
-                              "outlets": [a.uri for a in dag.get_task("apply").outlets]}
+                              "outlets": [a.uri for a in dag.get_task("apply").outlets],
+                              "weight": dag.get_task("apply").priority_weight}
                     if dag.has_task("apply") else None,
-                    "maintain": {"pool": dag.get_task("maintain").pool} if dag.has_task("maintain") else None}
+                    "maintain": {"pool": dag.get_task("maintain").pool,
+                                 "weight": dag.get_task("maintain").priority_weight}
+                    if dag.has_task("maintain") else None}
                 for d, dag in bag.dags.items()}
         print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "dags": dags}))
         """
@@ -101,7 +112,8 @@ def test_dagbag_has_one_dag_per_configured_table_and_no_import_errors():
     maintenance = result["dags"].pop("cdc_maintenance")
     assert maintenance["tasks"] == ["maintain", "select_tables"]
     assert maintenance["max_active_runs"] == 1 and "maintenance" in maintenance["tags"]
-    assert maintenance["maintain"] == {"pool": "cdc_apply"}
+    assert maintenance["maintain"]["pool"] == "cdc_apply"
+    maintain_weight = maintenance["maintain"]["weight"]
     reconcile = result["dags"].pop("cdc_reconcile")
     assert reconcile["tasks"] == ["reconcile", "select_tables"]
     assert reconcile["max_active_runs"] == 1 and "reconcile" in reconcile["tags"]
@@ -127,6 +139,8 @@ def test_dagbag_has_one_dag_per_configured_table_and_no_import_errors():
         assert dag["retries"] >= 1 and dag["backoff"] is True
         # the default engine: a session of the shared Spark Connect server, in the apply pool
         table = dag_id.removeprefix("cdc_").split("_", 1)
+        # a free slot of the shared pool goes to an apply before a table's maintenance (the soak)
+        assert dag["apply"].pop("weight") > maintain_weight
         assert dag["apply"] == {
             "pool": "cdc_apply",
             "type": "_PythonDecoratedOperator",
@@ -194,6 +208,40 @@ def test_dag_count_follows_the_table_config(tmp_path):
         "cdc_t1",
         "cdc_t2",
     ]
+
+
+def test_a_table_group_has_a_dag_scheduled_on_its_members_assets(tmp_path):
+    config = tmp_path / "tables.yaml"
+    config.write_text(
+        "tables:\n"
+        + "".join(
+            f"  - {{name: t{i}, topic: p.d.t{i}, namespace: grpdag, table: t{i}, primary_key: [id]{g}}}\n"
+            for i, g in enumerate([", group: bank", ", group: bank", ""])
+        )
+    )
+    result = run_python(
+        """
+        import json
+        from airflow.dag_processing.dagbag import DagBag
+        from cdclake_airflow.group_dag import publish
+        bag = DagBag(dag_folder="dags/cdc_groups.py")
+        dag = bag.dags["cdc_group_bank"]
+        print(json.dumps({"dags": sorted(bag.dags), "errors": list(bag.import_errors),
+                          "tasks": [t.task_id for t in dag.tasks], "max_active_runs": dag.max_active_runs,
+                          "assets": sorted(a.uri for a in dag.timetable.asset_condition.objects),
+                          "publish": publish("bank")["reason"]}))
+        """,
+        tables_config=config,
+    )
+    assert result == {
+        "dags": ["cdc_group_bank"],
+        "errors": [],
+        "tasks": ["publish"],
+        "max_active_runs": 1,
+        "assets": ["iceberg://lake/grpdag/t0", "iceberg://lake/grpdag/t1"],
+        # the task before the members' first runs: nothing to publish
+        "publish": "table grpdag.t0 does not exist yet",
+    }
 
 
 def test_spark_default_resolves_to_local_mode_not_yarn():

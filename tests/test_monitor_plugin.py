@@ -3,6 +3,7 @@ escapes every value and draws the per-hour plot (the browser test is tests/e2e/t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -256,3 +257,17 @@ def test_a_thousand_tables_page_shows_one_page_behind_their_target_first_and_a_s
     behind = paged_payload(payload, state="behind", page=9)  # past the end: the last page
     assert [r["name"] for r in behind["tables"]] == ["t0017", "t0503", "t0998"] and behind["listing"]["page"] == 1
     assert 'href="?name=T05&amp;page_size=4&amp;page=3"' in render_page(by_name)
+
+
+def test_the_page_shows_each_table_groups_position_and_its_age():
+    from cdclake.model.groups import GroupStatus
+
+    published = GroupStatus("bank", ("accounts", "ledger"), "db1.transaction", 120, 1_700_000_000_000 - 95_000)
+    fresh = GroupStatus("<b>shop</b>", ("orders",), "db1.transaction")
+    page = render_page(_payload() | {"groups": [dataclasses.asdict(published), dataclasses.asdict(fresh)]})
+    items = page.split('<ul id="cdc-groups">')[1].split("</ul>")[0]
+    assert items == (
+        "<li>group bank (accounts, ledger): tag cdc_group_bank at db1.transaction offset 120, published 95 s ago</li>"
+        "<li>group &lt;b&gt;shop&lt;/b&gt; (orders): tag cdc_group_&lt;b&gt;shop&lt;/b&gt; not published yet</li>"
+    )
+    assert 'id="cdc-groups"' not in render_page(_payload())

@@ -158,6 +158,13 @@ class SchemaRegistryUnavailableError(CdcLakeError, ConnectionError):
     the registry and its Airflow connection or environment variable, never the credentials."""
 
 
+class MultiTableCommitError(CdcLakeError):
+    """A commit of several tables in one catalog commit (a group's tag,
+    :mod:`cdclake.io.multi_commit`) was refused: a table changed since it was read (its ref
+    moved, or its metadata pointer), or the catalog failed mid-request. Nothing moved, except where
+    the message says the outcome is unknown; the next publish reads the tables again."""
+
+
 class FreshnessError(CdcLakeError):
     """A table is behind its freshness target (``freshness_minutes``): events are waiting and the
     newest applied one is older than the target. The message names the table, its lag in events

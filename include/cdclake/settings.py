@@ -121,6 +121,12 @@ APPLY_POOL = "cdc_apply"
 """The Airflow pool of every table's ``apply`` task: its slots are the applies the engine runs at
 once (``CDCLAKE_APPLY_POOL_SLOTS`` on the local stack; a deployment sizes it to its engine)."""
 
+APPLY_PRIORITY_WEIGHT = 100
+"""The ``priority_weight`` of every ``apply`` task: above the maintenance DAG's tasks (weight 1),
+which share :data:`APPLY_POOL`, so that a free slot goes to a table's apply before the next
+table's compaction (the 60-minute soak saw a maintenance run's 20 tasks queue ahead of every
+table's apply; docs/benchmarks.md, "Soak under faults")."""
+
 
 class Settings(BaseModel):
     """Locations of the stack's components. Immutable; build with :meth:`from_env`."""

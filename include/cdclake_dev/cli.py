@@ -377,8 +377,10 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """Print the status figures of the configured tables (all, or those named)."""
+    """Print the status figures of the configured tables (all, or those named), then the
+    published position of each of their groups."""
     import json
+    import time
 
     from cdclake.errors import ConfigError
     from cdclake.io.catalog import load_catalog
@@ -386,6 +388,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from cdclake.model.config import load_tables
     from cdclake.model.listing import page_of
     from cdclake.model.selection import select_tables
+    from cdclake.pipeline.groups import group_statuses
     from cdclake.pipeline.status import status_of_tables
     from cdclake_dev.views import format_page_summary
 
@@ -396,7 +399,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"cdclake status: {e}", file=sys.stderr)
         return 2
     kafka = KafkaClients.from_settings(settings)
-    statuses = status_of_tables(load_catalog(settings), kafka, tables, freshness_minutes=args.freshness_minutes)
+    catalog = load_catalog(settings)
+    statuses = status_of_tables(catalog, kafka, tables, freshness_minutes=args.freshness_minutes)
     cut = page_of(
         statuses,
         name_of=lambda s: s.name,
@@ -411,6 +415,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     else:
         with_fresh = args.freshness_minutes is not None or any(t.freshness_minutes for t in tables)
         sys.stdout.write(format_page_summary(cut) + format_status_table(cut.rows, with_fresh=with_fresh))
+        now_ms = int(time.time() * 1000)
+        for group in group_statuses(catalog, tables):
+            print(group.describe(now_ms))
     if statuses and all(s.topic_exists is None for s in statuses):  # asked, and Kafka did not answer
         print(f"cdclake status: {BROKER_REMEDY}", file=sys.stderr)
         return 3
@@ -425,6 +432,7 @@ def cmd_discover(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from cdclake.errors import ConfigError
+    from cdclake.io.catalog import load_catalog
     from cdclake.io.kafka import KafkaClients
     from cdclake.model.config import load_tables
     from cdclake.pipeline.discovery import discover
@@ -438,7 +446,9 @@ def cmd_discover(args: argparse.Namespace) -> int:
             return 0
         kafka = KafkaClients.from_settings(settings)
         now_ms = int(time.time() * 1000)
-        findings = discover(tables, kafka, settings.discovery_registry, write=args.write, now_ms=now_ms)
+        findings = discover(
+            tables, kafka, settings.discovery_registry, write=args.write, now_ms=now_ms, catalog=load_catalog(settings)
+        )
     except ConfigError as e:
         print(f"cdclake discover: {e}", file=sys.stderr)
         return 2

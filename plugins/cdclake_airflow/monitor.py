@@ -29,6 +29,7 @@ in the api-server only. This module has no ``from __future__ import annotations`
 :func:`create_app` defines are resolved by FastAPI from their annotations' objects.
 """
 
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -146,19 +147,21 @@ def run_problem(status: Mapping[str, Any], run: Mapping[str, Any] | None) -> str
 
 
 def tables_payload(user: Any, session: "Session", freshness_minutes: int | None = None) -> dict[str, Any]:
-    """What both routes show: ``{"checked_at_ms", "kafka", "tables"}``.
+    """What both routes show: ``{"checked_at_ms", "kafka", "tables", "groups"}``.
 
     ``tables`` holds, for each configured table ``user`` may read (config order),
     :class:`~cdclake.model.status.TableStatus` as JSON (``model_dump(mode="json")``: its
     units, epoch ms and durations in ms, times also in ISO 8601, snapshot ids as strings) plus
     ``dag_id`` and ``last_run`` (:func:`last_runs`, ``None`` when the DAG never ran); a newest run
     that failed with no record of it on the table is one more problem (:func:`run_problem`), and
-    such a table is not fresh. ``kafka`` names where the Kafka client config came from
+    such a table is not fresh. ``groups``: the :class:`~cdclake.model.groups.GroupStatus` of each
+    table group of those tables, as a dict. ``kafka`` names where the Kafka client config came from
     (:func:`kafka_for_request`). Freshness: ``freshness_minutes`` for every table when given,
     else each table's ``freshness_minutes`` of the table config (unset: not judged).
     """
     from cdclake.model.config import load_tables
     from cdclake.model.status import iso_time
+    from cdclake.pipeline.groups import group_statuses
     from cdclake.pipeline.status import status_of_tables
     from cdclake_airflow.hooks import CdcLakeHook
 
@@ -179,7 +182,14 @@ def tables_payload(user: Any, session: "Session", freshness_minutes: int | None 
             row["problems"] = [*row["problems"], problem]
             row["fresh"] = False if row["fresh"] is not None else None
         rows.append(row)
-    return {"checked_at_ms": now_ms, "checked_at_iso": iso_time(now_ms), "kafka": kafka_source, "tables": rows}
+    groups = [dataclasses.asdict(g) for g in group_statuses(hook.catalog, tables)]
+    return {
+        "checked_at_ms": now_ms,
+        "checked_at_iso": iso_time(now_ms),
+        "kafka": kafka_source,
+        "tables": rows,
+        "groups": groups,
+    }
 
 
 # --- the page -------------------------------------------------------------------------------------
@@ -426,6 +436,18 @@ def _legend() -> str:
     )
 
 
+def _groups(payload: Mapping[str, Any]) -> str:
+    """One line per table group (``ul#cdc-groups``): where its tag shows the source, and since when."""
+    from cdclake.model.groups import GroupStatus
+
+    groups = payload.get("groups") or []
+    if not groups:
+        return ""
+    now = payload["checked_at_ms"]
+    items = "".join(f"<li>{html_text(GroupStatus(**g).describe(now))}</li>" for g in groups)
+    return f'<h2>Table groups</h2><ul id="cdc-groups">{items}</ul>'
+
+
 def render_page(payload: Mapping[str, Any]) -> str:
     """The HTML page of :func:`tables_payload`'s result: one row per table (``tr.table-row``,
     ``data-table`` its name; a cell per figure, its class the figure), the table's problems and
@@ -446,6 +468,7 @@ def render_page(payload: Mapping[str, Any]) -> str:
         f'reloads every {REFRESH_SECONDS} s; <a href="api/tables">JSON</a></div>'
         f"{listing_html(payload)}"
         f'<div class="scroll"><table id="cdc-tables"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+        f"{_groups(payload)}"
         f"{_legend()}"
         "</body></html>\n"
     )

@@ -56,7 +56,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
 from cdclake.errors import QuarantinedBatchError, TriggerParamError
-from cdclake.settings import APPLY_POOL, PROJECT_ROOT, ConnectionIds, Settings, jars_dir
+from cdclake.settings import APPLY_POOL, APPLY_PRIORITY_WEIGHT, PROJECT_ROOT, ConnectionIds, Settings, jars_dir
 
 if TYPE_CHECKING:
     from airflow.sdk import DAG
@@ -104,12 +104,16 @@ def _publish(
     has none.
 
     Returns:
-        The table; the event's extra: ``table``, ``snapshot_id``, the summary keys of the run (run
-        id, end offsets, events, upserts, deletes, ops, tombstones, quarantined, keys changed,
-        last position) and ``total_records``; and the run's commit as an
+        The table; the event's extra: ``table``, ``snapshot_id``, ``previous_snapshot_id`` (the
+        snapshot the run's commit started from, :func:`cdclake.io.changes.runs_after`; ``None``
+        for the table's first commit; absent when the run has no commit), the summary keys of the
+        run (run id, end offsets, events, upserts, deletes, ops, tombstones, quarantined, keys
+        changed, first and last position, and with a change feed the feed's snapshot and rows)
+        and ``total_records``; and the run's commit as an
         :class:`~cdclake.spark.apply.ApplyResult` (``None``: the run has none).
     """
     from cdclake.io.catalog import run_commit
+    from cdclake.io.changes import runs_after
     from cdclake.model.layout import SummaryKeys
     from cdclake.spark.apply import ApplyResult
 
@@ -131,9 +135,15 @@ def _publish(
         SummaryKeys.TOMBSTONES,
         SummaryKeys.QUARANTINED,
         SummaryKeys.KEYS_CHANGED,
+        SummaryKeys.FIRST_POSITION,
         SummaryKeys.LAST_POSITION,
+        SummaryKeys.CHANGES_SNAPSHOT,
+        SummaryKeys.CHANGES_ROWS,
     )
     extra: dict[str, Any] = {"table": cfg.identifier, "snapshot_id": snapshot_id}
+    if own is not None:  # the snapshot the run's commit started from: its change rows' base
+        ours = [r for r in runs_after(table, cfg.topic) if r.run_id == context["run_id"]]
+        extra["previous_snapshot_id"] = ours[-1].previous_snapshot_id if ours else None
     extra.update({k: summary[k] for k in keys if summary.get(k) is not None})
     if summary:
         extra["total_records"] = summary.get("total-records")
@@ -387,6 +397,7 @@ def _submit_task(settings: Settings, cfg: TableConfig) -> Any:
     return CdcSparkSubmitOperator(
         task_id="apply",
         pool=APPLY_POOL,
+        priority_weight=APPLY_PRIORITY_WEIGHT,
         conn_id=ConnectionIds.SPARK,
         application=str(APPLY_JOB),
         name=f"cdc-apply-{cfg.name}",
@@ -440,9 +451,13 @@ def build_table_dag(settings: Settings, cfg: TableConfig) -> DAG:
         table_json = cfg.model_dump_json()
         if (cfg.engine or settings.engine) == "connect":
             # the XCom repeats the summary line, which stays the task's last line of its own
-            task(task_id="apply", pool=APPLY_POOL, outlets=[asset], show_return_value_in_logs=False)(apply)(
-                table_json, asset
-            )
+            task(
+                task_id="apply",
+                pool=APPLY_POOL,
+                priority_weight=APPLY_PRIORITY_WEIGHT,
+                outlets=[asset],
+                show_return_value_in_logs=False,
+            )(apply)(table_json, asset)
         else:
             plan_task = task.short_circuit(task_id="plan")(plan)(table_json)
             sync_task = task(task_id="schema_sync")(schema_sync)()

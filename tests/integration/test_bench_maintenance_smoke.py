@@ -86,6 +86,7 @@ def test_bench_maintenance_tiny_folds_deletes_and_keeps_the_content(stack_settin
     assert set(maintenance["seconds_per_action"]) == {
         "remove_stale_run_branches",
         "expire_tombstones",
+        "expire_changes",
         "rewrite_position_delete_files",
         "rewrite_data_files",
         "rewrite_manifests",

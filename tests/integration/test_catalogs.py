@@ -39,6 +39,7 @@ from tests.conftest import apply_offsets, make_table, plan_offsets
 from tests.integration.test_apply import produce_raw
 from tests.integration.test_contract import ev, key
 from tests.processes import group_alive, pid_in
+from tests.unit.test_multi_commit import check_tags_move_on_every_table_or_none
 
 pytestmark = pytest.mark.integration
 
@@ -391,3 +392,10 @@ def test_a_column_added_to_the_table_is_applied_and_read_alike_by_pyiceberg_and_
     assert iceberg_rows(lake, cfg.identifier, ("id", "v", "w")) == expected
     assert spark_rows(spark, lake, cfg.identifier, ("id", "v", "w")) == expected
     assert_files_in_warehouse(lake, cfg.identifier, stack_settings)
+
+
+def test_a_group_tag_moves_on_every_table_or_on_none(lake):
+    """:func:`cdclake.io.multi_commit.move_refs` on each catalog (the REST server's
+    ``POST /v1/transactions/commit``, the JDBC catalog's rows in PostgreSQL): see
+    :func:`tests.unit.test_multi_commit.check_tags_move_on_every_table_or_none`."""
+    check_tags_move_on_every_table_or_none(load_catalog(lake.settings), sql=lake.kind != "rest")

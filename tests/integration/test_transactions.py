@@ -38,10 +38,23 @@ class Source:
         """One source transaction setting ``balance`` of each ``(id, balance)``; its END unless
         ``end`` is false (written later with :meth:`end`); without ``metadata``, as a connector
         without ``provide.transaction.metadata`` writes it: no BEGIN/END, no ``transaction`` block."""
+        return self.over_tables({"accounts": changes}, end=end, metadata=metadata)
+
+    def over_tables(self, changes: dict[str, list[tuple[int, int]]], *, end: bool = True, metadata: bool = True) -> str:
+        """One source transaction over tables of ``d`` (topics ``<prefix>.d.<table>``, made
+        beforehand), ``{table: [(id, balance)]}`` in that order; see :meth:`transaction`."""
         txn, producer = f"0-1-{self.txn}", self.kafka.producer()
         self.txn += 1
         if metadata:
             producer.produce(self.transactions, value=json.dumps({"status": "BEGIN", "id": txn}).encode(), partition=0)
+        for table, rows in changes.items():
+            self._produce(producer, txn, table, rows, metadata)
+        producer.flush(30)
+        if end and metadata:
+            self.end(txn, {t: len(rows) for t, rows in changes.items()})
+        return txn
+
+    def _produce(self, producer, txn: str, table: str, changes: list[tuple[int, int]], metadata: bool) -> None:
         for order, (key, balance) in enumerate(changes, start=1):
             value = {
                 "before": None,
@@ -57,24 +70,23 @@ class Source:
                     "snapshot": "false",
                     "ts_ms": 1_700_000_000_000,
                     "db": "d",
-                    "table": "accounts",
+                    "table": table,
                 },
                 "transaction": {"id": txn, "total_order": order, "data_collection_order": order} if metadata else None,
             }
             self.pos += 100
             key_bytes = json.dumps({"id": key}).encode()
-            producer.produce(self.topic, key=key_bytes, value=json.dumps(value).encode(), partition=key % 2)
-        producer.flush(30)
-        if end and metadata:
-            self.end(txn, len(changes))
-        return txn
+            topic = f"{self.prefix}.d.{table}"
+            producer.produce(topic, key=key_bytes, value=json.dumps(value).encode(), partition=key % 2)
 
-    def end(self, txn: str, events: int) -> None:
+    def end(self, txn: str, events: int | dict[str, int]) -> None:
+        """The END of ``txn``: its events of ``d.accounts``, or per table."""
+        counts = {"accounts": events} if isinstance(events, int) else events
         value = {
             "status": "END",
             "id": txn,
-            "event_count": events,
-            "data_collections": [{"data_collection": "d.accounts", "event_count": events}],
+            "event_count": sum(counts.values()),
+            "data_collections": [{"data_collection": f"d.{t}", "event_count": n} for t, n in counts.items()],
         }
         producer = self.kafka.producer()
         producer.produce(self.transactions, value=json.dumps(value).encode(), partition=0)
@@ -177,3 +189,59 @@ def test_without_transaction_metadata_a_table_applies_as_today_and_says_so(
     assert st.transactions is not None and st.transactions.without_metadata == 4
     (warning,) = st.warnings
     assert "4 change event(s) without Debezium transaction metadata" in warning
+
+
+def test_a_group_is_published_where_both_tables_show_the_source_at_one_transaction(spark, kafka, stack_settings):
+    """Two tables of a group, applied by their own runs; transactions over one or both. Each commit
+    records the transaction-topic positions at which it equals its source table, and the group's
+    tag moves to the greatest position both share: a reader of the tag sees money moved between
+    the tables whole, or not at all; a quiet member keeps up through the ``END`` records written
+    since its last commit (docs/architecture.md, "Table groups")."""
+    from cdclake.pipeline.groups import publish_group
+
+    kafka = KafkaClients.from_bootstrap(stack_settings.kafka_bootstrap)
+    source = Source(kafka, f"tg{uuid.uuid4().hex[:8]}")
+    ensure_topic(kafka, f"{source.prefix}.d.ledger", 2)
+    columns = {"id": "int", "balance": "long"}
+    accounts = make_table(topic=source.topic, value_format="json", columns=columns, group="g")
+    ledger = make_table(topic=f"{source.prefix}.d.ledger", value_format="json", columns=columns, group="g")
+    catalog = load_catalog(stack_settings)
+
+    def run(cfg, run_id: str) -> dict | None:
+        assert apply_range(spark, stack_settings, plan_offsets(stack_settings, cfg, run_id)).status == "committed"
+        snap = load_catalog(stack_settings).load_table(cfg.identifier).current_snapshot()
+        text = snap.summary.additional_properties.get(SummaryKeys.TRANSACTION_INTERVAL)
+        return None if text is None else json.loads(text)
+
+    def tagged(cfg) -> dict[int, int]:
+        table = load_catalog(stack_settings).load_table(cfg.identifier)
+        rows = table.scan(snapshot_id=table.refs()["cdc_group_g"].snapshot_id).to_arrow().to_pylist()
+        return {r["id"]: r["balance"] for r in rows}
+
+    # transaction-topic offsets: BEGIN and END of each transaction, from 0
+    source.over_tables({"accounts": [(1, 100), (2, 100)], "ledger": [(1, 0)]})  # END at 1
+    source.over_tables({"accounts": [(1, 70), (2, 130)]})  # END at 3
+    source.over_tables({"ledger": [(1, 30)]})  # END at 5
+    last = source.over_tables({"accounts": [(1, 50), (3, 20)], "ledger": [(1, 50)]}, end=False)  # BEGIN at 6
+    tx = source.transactions
+    assert run(accounts, "a1") == {"topic": tx, "from": 3, "to": 5}  # t4 waits for its END
+    assert run(ledger, "l1") == {"topic": tx, "from": 5, "to": 5}
+    done = publish_group(catalog, "g", [accounts, ledger], 1000, kafka)
+    assert (done.position, done.moved) == (5, True)
+    assert (tagged(accounts), tagged(ledger)) == ({1: 70, 2: 130}, {1: 30})
+
+    source.end(last, {"accounts": 2, "ledger": 1})  # END at 7
+    assert run(accounts, "a2") == {"topic": tx, "from": 7, "to": 7}
+    # accounts holds t4 and ledger not yet: no position both show beyond 5
+    assert publish_group(catalog, "g", [accounts, ledger], 2000, kafka).reason == "no position beyond 5 yet"
+    assert (tagged(accounts), tagged(ledger)) == ({1: 70, 2: 130}, {1: 30})
+    assert run(ledger, "l2") == {"topic": tx, "from": 7, "to": 7}
+    assert publish_group(catalog, "g", [accounts, ledger], 3000, kafka).position == 7
+    assert (tagged(accounts), tagged(ledger)) == ({1: 50, 2: 130, 3: 20}, {1: 50})
+
+    # ledger moves on, accounts is quiet: its newest commit holds until a transaction touches it
+    source.over_tables({"ledger": [(1, 60)]})  # END at 9
+    assert run(ledger, "l3") == {"topic": tx, "from": 9, "to": 9}
+    assert publish_group(catalog, "g", [accounts, ledger], 4000, None).reason == "no position beyond 7 yet"
+    assert publish_group(catalog, "g", [accounts, ledger], 4000, kafka).position == 9
+    assert (tagged(accounts), tagged(ledger)) == ({1: 50, 2: 130, 3: 20}, {1: 60})

@@ -103,6 +103,13 @@ def test_every_failed_try_error_the_soak_has_met_is_explained_by_the_runbook_and
             "EngineUnavailableError"
         ),
         "DriftError: 3 rows differ": "ReconcileError, DriftError",
+        # the 60-minute soak's: the broker down, the REST catalog's database restarting
+        "FAIL [rdkafka#consumer-1] [thrd:sasl_plaintext://127.0.0.1:29317/bootstrap]: "
+        "sasl_plaintext://127.0.0.1:29317/bootstrap: Connect to ipv4#127.0.0.1:29317 failed: Connection refused "
+        "(after 0ms in state CONNECT)": "Other failures",
+        "ServerError: UncheckedSQLException: Failed to get table soak.soak_01_composite from catalog rest_backend": (
+            "Other failures"
+        ),
     }
     for line, section in met.items():
         found = soak_watch.explained_by(line, documented)

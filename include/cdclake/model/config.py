@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from cdclake.errors import ConfigError
 from cdclake.model.discovery import Candidate, DiscoverPattern, first_match, read_registry
+from cdclake.model.groups import GROUP_NAME, group_members
 from cdclake.model.types import parse_decimal_type
 from cdclake.settings import ConnectionIds
 
@@ -160,6 +161,17 @@ class MaintenancePolicy(BaseModel):
     with a delete."""
 
 
+class ChangeFeedPolicy(BaseModel):
+    """The table's change feed, ``<namespace>.<table>__changes``: one row per change each run
+    applies (:mod:`cdclake.model.changes`; ``docs/guide.md``, "Reading the change feed")."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    retention_days: Annotated[int, Field(gt=0)] = 30
+    """Change rows whose source time (``_cdc_source_ts``) is more than this many days old are
+    deleted by the ``cdc_maintenance`` DAG, whole day partitions at a time."""
+
+
 class TableDefaults(BaseModel):
     """Per-table settings that may be given once under ``defaults``."""
 
@@ -224,6 +236,10 @@ class TableDefaults(BaseModel):
     transaction_topic: str | None = None
     """The connector's transaction topic; default ``<topic.prefix>.transaction`` (Debezium's
     ``topic.transaction`` default)."""
+    group: Annotated[str, Field(pattern=GROUP_NAME.pattern)] | None = None
+    """A table group (``[a-z0-9_]``): the tables of one group are published together at one source
+    transaction boundary, as the tag ``cdc_group_<group>`` of each (:mod:`cdclake.model.groups`);
+    members need ``transactions: whole`` and one transaction topic. ``None``: no group."""
 
 
 class TableConfig(TableDefaults):
@@ -250,6 +266,8 @@ class TableConfig(TableDefaults):
     created from the events' own schema. Edited once the table exists, the next run adds the new
     columns and promotes widened types (:mod:`cdclake.spark.evolve`); an incompatible type is a
     :class:`~cdclake.errors.SchemaChangeError`, a removed column is kept."""
+    change_feed: ChangeFeedPolicy | None = None
+    """The table's change feed (``upsert`` tables): absent, none is written."""
 
     @field_validator("topic")
     @classmethod
@@ -295,6 +313,14 @@ class TableConfig(TableDefaults):
                     f"column {col!r}: type {typ!r} is not one of {sorted(ICEBERG_PRIMITIVES)} or decimal(P,S)"
                 )
         return v
+
+    @model_validator(mode="after")
+    def _change_feed_needs_keys(self) -> TableConfig:
+        if self.change_feed is not None and self.write_mode != "upsert":
+            raise ValueError(
+                "change_feed needs write_mode: upsert (a write_mode: changelog table is a change log already)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _pk_in_columns(self) -> TableConfig:
@@ -439,6 +465,7 @@ class TablesFile(BaseModel):
                 if value in seen:
                     raise ValueError(f"two tables share the {attr} {value!r}")
                 seen.add(value)
+        group_members(self.tables)
         return self
 
     def get(self, name: str) -> TableConfig:

@@ -61,6 +61,12 @@ class SummaryKeys:
     although the table is configured ``transactions: whole`` (no transaction topic, or events
     without a ``transaction`` block): the commit may hold part of a source transaction; absent
     when there were none."""
+    TRANSACTION_INTERVAL = "cdc.transaction-interval"
+    """JSON :class:`~cdclake.model.groups.SourceInterval` (transaction topic, ``from``, ``to``:
+    offsets of ``END`` records in its one partition) of a table in a group: the committed state
+    equals the source table at every transaction boundary from ``from`` to ``to``; absent when the
+    run cannot tell (not in a group, no whole transaction applied, a batch that is not a prefix of
+    the binlog, a transaction topic of several partitions)."""
     TRUNCATE_FLOOR = "cdc.truncate-floor"
     """Position ``<file>:<pos>:<row>:<rank>`` of the newest truncate applied; events below it are
     discarded. Carried forward by every commit."""
@@ -106,6 +112,13 @@ class SummaryKeys:
     columns were made for (:mod:`cdclake.model.connector_check`): JSON list of one line per column
     (``column 'price': the events are double (decimal.handling.mode=double) but ...``); absent
     when none. Not carried forward: each run checks its own events."""
+    CHANGES_SNAPSHOT = "cdc.changes-snapshot-id"
+    """On the commit of a run of a table with a change feed (``change_feed``,
+    :mod:`cdclake.model.changes`): the snapshot of ``<table>__changes`` that holds the run's change
+    rows, committed just before this commit."""
+    CHANGES_ROWS = "cdc.changes-rows"
+    """With :attr:`CHANGES_SNAPSHOT`: how many change rows the run wrote (a reader checks it finds
+    them all)."""
 
 
 COLUMN_ENCODINGS_PROPERTY = "cdc.column-encodings"
@@ -146,6 +159,20 @@ TRANSACTION_WAIT_PROPERTY = "cdc.transaction-wait"
 id, the range's start offsets) of the newest run that applied nothing because its range held no
 whole source transaction yet; it holds while the table's committed offsets are its ``start``
 (a later commit makes it stale; nothing removes it)."""
+
+GROUP_POSITION_PROPERTY = "cdc.group-position"
+"""Table property of a table in a group: JSON :class:`~cdclake.model.groups.GroupPosition` (group,
+transaction-topic position, snapshot, publish time ms) written with the move of the group's tag
+(:func:`group_tag`) in the same catalog commit (:mod:`cdclake.pipeline.groups`)."""
+
+GROUP_TAG_PREFIX = "cdc_group_"
+
+
+def group_tag(group: str) -> str:
+    """The tag every table of ``group`` moves to its snapshot at the group's published position:
+    ``cdc_group_<group>`` (readers: ``VERSION AS OF 'cdc_group_<group>'``)."""
+    return f"{GROUP_TAG_PREFIX}{group}"
+
 
 METADATA_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("_cdc_op", "string", "Debezium op of the event that wrote the row: c, u or r"),

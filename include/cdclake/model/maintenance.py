@@ -22,6 +22,7 @@ from cdclake.model.run_state import committed_state_of
 ACTIONS: tuple[str, ...] = (
     "remove_stale_run_branches",
     "expire_tombstones",
+    "expire_changes",
     "rewrite_position_delete_files",
     "rewrite_data_files",
     "rewrite_manifests",
@@ -30,8 +31,13 @@ ACTIONS: tuple[str, ...] = (
 )
 """The maintenance actions, in the order :func:`~cdclake.spark.maintenance.maintain_table` runs them."""
 
-SIDE_TABLE_ACTIONS = frozenset(ACTIONS[2:])
-"""The actions that also run on the side tables (the procedures; 1-2 concern the table alone)."""
+SIDE_TABLE_ACTIONS = frozenset(ACTIONS[3:])
+"""The actions that also run on the side tables (the procedures; 1-3 concern the table alone)."""
+
+CHANGE_FEED_ACTIONS = frozenset({"rewrite_manifests", "expire_snapshots", "remove_orphan_files"})
+"""The procedures that also run on a table's change feed (:mod:`cdclake.model.changes`). Not the
+data-file rewrites: a run's overwrite of an earlier try's change rows selects whole files by
+their ``_cdc_base_snapshot_id``, and a compaction would mix that try's rows with others'."""
 
 
 Status = Literal["done", "dry_run", "skipped", "lost_race"]

@@ -25,7 +25,8 @@ This is the apply contract (``docs/architecture.md``, "The apply contract"), as
 7. **Reduce** (:mod:`cdclake.spark.reduce`): the latest event per primary key; upserts at or
    below the key's delete tombstone are discarded and the batch's deletes update the tombstones.
 8. **Commit** (:mod:`cdclake.spark.commit`): ``MERGE INTO`` a run branch, the offsets and counts
-   in the snapshot summary, then ``main`` fast-forwarded.
+   in the snapshot summary, then ``main`` fast-forwarded. A table with a change feed gets the
+   changes the merge applies committed to ``<table>__changes`` just before (:mod:`cdclake.spark.changes`).
 
 Tables configured ``write_mode: changelog`` (no primary key) skip the truncate and step 7 and
 append every event as a row.
@@ -73,6 +74,7 @@ from cdclake.model.position import SOURCE_ORDERINGS, BinlogPosition
 from cdclake.model.run_state import BatchStats, ColumnDefault, CommittedState
 from cdclake.model.transactions import Cut, TransactionWait
 from cdclake.settings import Settings
+from cdclake.spark.changes import event_columns, write_changes
 from cdclake.spark.commit import commit, demote_rows, merge
 from cdclake.spark.context import ApplyContext, resolve_table, source_columns
 from cdclake.spark.evolve import MAX_EVOLUTIONS, evolve_table, from_events
@@ -445,8 +447,9 @@ def _write(ctx: ApplyContext, good: DataFrame, decision: RunDecision) -> tuple[i
     (and, when the batch has deletes, recorded) and the rows merged. Columns in
     ``decision.backfill`` (added with a default since the last run) are then set to their default
     in the rows below the ALTER's position, in the same commit; a completed full snapshot deletes
-    the rows below its position that the batch does not rewrite. Change-log tables append every
-    event as a row."""
+    the rows below its position that the batch does not rewrite. A table with a change feed gets
+    the change rows committed to its feed first (:func:`~cdclake.spark.changes.write_changes`).
+    Change-log tables append every event as a row."""
     from pyspark.sql import functions as F
 
     meta_cols = [name for name, _, _ in METADATA_COLUMNS]
@@ -461,9 +464,12 @@ def _write(ctx: ApplyContext, good: DataFrame, decision: RunDecision) -> tuple[i
         rows = rows.filter(F.col("position") > position_literal(state.truncate_floor))
     if state.snapshot_floor is not None:
         rows = rows.filter(F.col("position") >= position_literal(state.snapshot_floor))
-    source, keys_changed = reduce_batch(ctx, rows, [*image, *meta_cols])
+    feed = ctx.cfg.change_feed is not None
+    source, keys_changed = reduce_batch(ctx, rows, [*image, *meta_cols, *(event_columns() if feed else [])])
     try:
         properties[SummaryKeys.KEYS_CHANGED] = str(keys_changed)
+        if feed:  # committed first: a try that fails before the table's commit is replaced by its retry
+            properties.update(write_changes(ctx, source, good, decision))
         if decision.completed is not None:
             properties[SummaryKeys.SNAPSHOT_COMPLETED] = json.dumps(
                 {

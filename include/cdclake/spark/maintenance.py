@@ -9,19 +9,22 @@ order, on the table ``<catalog>.<namespace>.<table>`` of a :class:`~cdclake.mode
    left by killed applies (:func:`cdclake.io.maintenance.remove_stale_run_branches`, pyiceberg).
 2. ``expire_tombstones``: delete tombstones older than ``tombstone_retention_hours``
    (:func:`cdclake.io.maintenance.expire_tombstones`, pyiceberg).
-3. ``rewrite_position_delete_files``: ``CALL <catalog>.system.rewrite_position_delete_files``.
-4. ``rewrite_data_files``: bin-pack compaction that also rewrites every data file with at least
+3. ``expire_changes``: with a change feed (``change_feed``), delete its change rows older than
+   ``retention_days`` whole days (:func:`cdclake.io.changes.expire_changes`, pyiceberg).
+4. ``rewrite_position_delete_files``: ``CALL <catalog>.system.rewrite_position_delete_files``.
+5. ``rewrite_data_files``: bin-pack compaction that also rewrites every data file with at least
    ``delete_file_threshold`` delete files (or :data:`DELETE_RATIO_THRESHOLD` of its rows deleted),
    so that merge-on-read deletes are folded into the data; dangling deletes are removed.
-5. ``rewrite_manifests``.
-6. ``expire_snapshots``: snapshots older than the time-travel window ``snapshot_retention_hours``,
+6. ``rewrite_manifests``.
+7. ``expire_snapshots``: snapshots older than the time-travel window ``snapshot_retention_hours``,
    keeping the newest ``retain_last`` and NEVER the newest snapshot that carries the table's
    committed Kafka offsets (see :func:`~cdclake.model.maintenance.expiry_cutoff_ms`).
-7. ``remove_orphan_files``: files no snapshot references, older than ``orphan_file_age_hours``
+8. ``remove_orphan_files``: files no snapshot references, older than ``orphan_file_age_hours``
    (at least 24 h: an apply in flight writes its files before its commit).
 
-Actions 3-7 also run on the side tables (``<table>__cdc_tombstones``, ``<table>__cdc_quarantine``)
-that exist: they accumulate snapshots and small files too. The procedures and their options are
+Actions 4-8 also run on the side tables (``<table>__cdc_tombstones``, ``<table>__cdc_quarantine``)
+that exist: they accumulate snapshots and small files too; actions 6-8 also on the change feed
+(:data:`~cdclake.model.maintenance.CHANGE_FEED_ACTIONS` says why not the others). The procedures and their options are
 those of the pinned Iceberg runtime (1.11, ``iceberg-spark-runtime-4.1``; Iceberg docs, "Spark
 Procedures" and "Maintenance").
 
@@ -53,10 +56,13 @@ from typing import TYPE_CHECKING, Any
 
 from cdclake.errors import RACE_EXCEPTIONS, lost_commit_race
 from cdclake.io.catalog import ancestry, load_catalog, load_table_or_none
+from cdclake.io.changes import expire_changes
 from cdclake.io.maintenance import expire_tombstones, remove_stale_run_branches, stale_run_branches
+from cdclake.model.changes import CHANGES_SUFFIX, PARTITION_SOURCE, retention_cutoff_ms
 from cdclake.model.config import TableConfig
 from cdclake.model.layout import QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX, side_table
 from cdclake.model.maintenance import (
+    CHANGE_FEED_ACTIONS,
     SIDE_TABLE_ACTIONS,
     ActionReport,
     MaintenanceResult,
@@ -161,10 +167,15 @@ def maintain_table(
         for ident in (side_table(cfg.identifier, s) for s in (TOMBSTONES_SUFFIX, QUARANTINE_SUFFIX))
         if load_table_or_none(catalog, ident) is not None
     ]
+    feed = side_table(cfg.identifier, CHANGES_SUFFIX) if cfg.change_feed is not None else None
+    if feed is not None and load_table_or_none(catalog, feed) is None:
+        feed = None
     job = _Maintenance(spark, settings, catalog, cfg, dry_run, now_ms)
     out: list[ActionReport] = []
     for action in chosen:
         targets = [cfg.identifier, *side_tables] if action in SIDE_TABLE_ACTIONS else [cfg.identifier]
+        if feed is not None and action in CHANGE_FEED_ACTIONS:
+            targets.append(feed)
         for ident in targets:
             out.append(job.run(action, ident))
     after = table.refresh().current_snapshot()
@@ -372,6 +383,22 @@ class _Maintenance:
             return _Outcome(f"would delete {n} tombstone(s) older than {hours} h", {"expired_tombstones": n})
         n = expire_tombstones(self.catalog, ident, hours, now_ms=self.now_ms)
         return _Outcome(f"deleted {n} tombstone(s) older than {hours} h", {"expired_tombstones": n})
+
+    def _expire_changes(self, ident: str) -> _Outcome:
+        feed = self.cfg.change_feed
+        if feed is None:  # no catalog call for a table without a change feed
+            return _Outcome("no change feed", skipped=True)
+        changes = side_table(ident, CHANGES_SUFFIX)
+        if self._table(changes) is None:
+            return _Outcome("no change rows yet", skipped=True)
+        days = feed.retention_days
+        if self.dry_run:
+            # the rule of cdclake.io.changes.expire_changes, counted without deleting
+            cutoff_ms = retention_cutoff_ms(self.now_ms, days)
+            n = self._count(f"{self._spark_name(changes)} WHERE {PARTITION_SOURCE} < timestamp_millis({cutoff_ms})")
+            return _Outcome(f"would delete {n} change row(s) older than {days} day(s)", {"expired_changes": n})
+        n = expire_changes(self.catalog, ident, days, now_ms=self.now_ms)
+        return _Outcome(f"deleted {n} change row(s) older than {days} day(s)", {"expired_changes": n})
 
     @_on_snapshot
     def _rewrite_position_delete_files(self, ident: str, table: Table) -> _Outcome:

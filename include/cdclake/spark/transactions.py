@@ -12,14 +12,14 @@ import logging
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from cdclake.errors import ConfigError, SchemaError, UnknownSchemaIdError
 from cdclake.io.catalog import update_table_property
-from cdclake.io.kafka import read_partition, topic_watermarks
+from cdclake.io.kafka import topic_watermarks
+from cdclake.io.transaction_topic import read_transaction_ends
+from cdclake.model.groups import SourceInterval, batch_is_prefix, valid_interval
 from cdclake.model.layout import TRANSACTION_WAIT_PROPERTY, SummaryKeys
 from cdclake.model.offsets import OffsetRange
 from cdclake.model.plan import RunPlan, TransactionRange
 from cdclake.model.position import BinlogPosition
-from cdclake.model.snapshot import metadata_document
 from cdclake.model.transactions import (
     CHANGE_OPS,
     BatchTransaction,
@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyspark.sql import Column, DataFrame
 
-    from cdclake.io.kafka import KafkaClients
     from cdclake.model.config import TableConfig
 
 log = logging.getLogger(__name__)
@@ -56,52 +55,15 @@ class TransactionCut:
         ends: ``END`` records read.
         without_metadata: change events (:data:`~cdclake.model.transactions.CHANGE_OPS`) of the
             batch without a ``transaction`` block: no cut can keep their transactions whole.
+        interval: a group member's positions at which the commit equals its source table
+            (``None``: not in a group, or at none).
     """
 
     cut: Cut | None
     last: LastTransaction | None
     ends: int
     without_metadata: int = 0
-
-
-def read_transaction_ends(kafka: KafkaClients, source: TransactionRange, data_collection: str) -> dict[str, int]:
-    """The ``END`` records of ``source`` that count events of ``data_collection``
-    (``<database>.<table>``): transaction id -> its events there. A record that is not
-    transaction metadata is skipped with a warning naming its topic, partition and offset: the
-    transaction whose ``END`` it may have been waits, as one whose ``END`` is not written yet.
-
-    Raises:
-        ConfigError: Avro records and no schema registry (:func:`~cdclake.model.snapshot.metadata_document`).
-        TimeoutError: see :func:`~cdclake.io.kafka.read_partition`.
-    """
-    found: dict[str, int] = {}
-    messages = (
-        msg
-        for p, end in sorted(source.end.items())
-        if source.start.get(p, end) < end
-        for msg in read_partition(kafka, source.topic, p, source.start[p], end, group_id="cdclake-transactions")
-    )
-    for msg in messages:
-        value, offset = msg.value(), msg.offset() or 0
-        if value is None:
-            continue
-        try:
-            doc = metadata_document(value, kafka.schema_lookup, "transaction metadata records")
-            end = TransactionEnd.from_value(doc, offset)
-        except ConfigError:  # Avro without a registry, or its config is wrong: not a record's fault
-            raise
-        except (ValueError, TypeError, KeyError, SchemaError, UnknownSchemaIdError) as e:
-            log.warning(
-                "topic %s partition %s offset %d: not a transaction metadata record, skipped: %s",
-                source.topic,
-                msg.partition(),
-                offset,
-                e,
-            )
-            continue
-        if end is not None and data_collection in end.event_counts:
-            found[end.id] = end.event_counts[data_collection]
-    return found
+    interval: SourceInterval | None = None
 
 
 def cut_batch(ctx: ApplyContext, base: DataFrame) -> tuple[ApplyContext, DataFrame, TransactionCut | None]:
@@ -123,7 +85,8 @@ def cut_batch(ctx: ApplyContext, base: DataFrame) -> tuple[ApplyContext, DataFra
     if source is None:
         return ctx, base, None
     cfg = ctx.cfg
-    ends = read_transaction_ends(ctx.kafka, source, cfg.data_collection)
+    ends_read = read_transaction_ends(ctx.kafka, source)
+    ends = {e.id: e.event_counts[cfg.data_collection] for e in ends_read if cfg.data_collection in e.event_counts}
     # a batch parsed again (the table evolved) is cut again from the range cut already
     base = base.filter(_inside(ctx.plan.range))
     # bad records count too: a transaction is whole by its events, applicable or quarantined
@@ -155,6 +118,7 @@ def cut_batch(ctx: ApplyContext, base: DataFrame) -> tuple[ApplyContext, DataFra
             )
             for r in spans.collect()
         ]
+    if orders or cfg.group is not None:  # a group member's interval needs them too
         for r in events.groupBy("partition").agg(F.max("position").alias("last")).collect():
             partition_last[r["partition"]] = position_of(r["last"])
     # read to its end when planned, and still: an END read now was sent after its events, but a
@@ -185,7 +149,47 @@ def cut_batch(ctx: ApplyContext, base: DataFrame) -> tuple[ApplyContext, DataFra
         )
     newest = whole.orderBy(F.col("position").desc()).select("transaction_id", "position").limit(1).collect()
     last = LastTransaction(newest[0]["transaction_id"], position_of(newest[0]["position"])) if newest else None
-    return ctx, base, TransactionCut(cut, last, len(ends), without)
+    interval = None
+    # a replay or a new binlog history applies below positions applied already: at no position
+    if cfg.group is not None and last is not None and not (ctx.plan.replay or ctx.plan.accept_source_change):
+        read = {p: partition_last.get(p) for p in ctx.plan.range.end}
+        interval = _group_interval(cfg, source, ends_read, last, read, read_to_end, ctx.state.high_position)
+    return ctx, base, TransactionCut(cut, last, len(ends), without, interval)
+
+
+def _group_interval(
+    cfg: TableConfig,
+    source: TransactionRange,
+    ends: list[TransactionEnd],
+    last: LastTransaction,
+    partition_last: Mapping[int, BinlogPosition | None],
+    read_to_end: list[int],
+    applied_before: BinlogPosition | None,
+) -> SourceInterval | None:
+    """The positions at which the commit of a group member equals its source table
+    (:func:`~cdclake.model.groups.valid_interval`); ``None`` when it is at none: a transaction
+    topic of several partitions (said at warning), a batch that is not a prefix of the binlog
+    (:func:`~cdclake.model.groups.batch_is_prefix`)."""
+    if len(source.end) != 1:
+        log.warning(
+            "table %s: group %s: the transaction topic %s has %d partitions, so its offsets do not order the "
+            "source transactions and no commit is at a group position; recreate it with one partition "
+            '(docs/operations.md, "Table groups")',
+            cfg.identifier,
+            cfg.group,
+            source.topic,
+            len(source.end),
+        )
+        return None
+    if not batch_is_prefix(last.position, partition_last, read_to_end, applied_before):
+        log.info(
+            "table %s: group %s: the batch read a partition less far than the last transaction applied, so this "
+            "commit is at no group position (the next run that reads every partition to its end is)",
+            cfg.identifier,
+            cfg.group,
+        )
+        return None
+    return valid_interval(source.topic, ends, cfg.data_collection, last.id)
 
 
 def transaction_summary(
@@ -206,6 +210,8 @@ def transaction_summary(
         without = whole.without_metadata
         if whole.last is not None:
             out[SummaryKeys.LAST_TRANSACTION] = whole.last.to_json()
+        if whole.interval is not None:
+            out[SummaryKeys.TRANSACTION_INTERVAL] = whole.interval.to_json()
         if whole.cut is not None:
             left = planned.event_count - applied.event_count
             wait = TransactionWait(events=left, transaction=whole.cut.transaction)

@@ -1,0 +1,198 @@
+"""Refs of several tables moved in one catalog commit (:func:`move_refs`): all of them or none.
+
+Each table's change asserts the ref's current snapshot (the Iceberg REST spec's requirement
+``assert-ref-snapshot-id``) and sets it (``set-snapshot-ref``), with table properties set in the
+same change. Two catalogs can commit several tables at once:
+
+* The REST catalog: ``POST /v1/{prefix}/transactions/commit`` with a ``CommitTransactionRequest``
+  (``table-changes``, each an ``UpdateTableRequest``; Iceberg REST spec, "commitTransaction"),
+  sent on the pyiceberg catalog's own HTTP session (its credentials and token refresh). The
+  server checks every requirement before it commits any table; how atomically it then commits
+  them is the server's (Iceberg's reference ``RESTCatalogServer`` commits the tables one after the
+  other once all requirements hold).
+* The SQL catalog (pyiceberg's ``SqlCatalog``: SQLite, PostgreSQL; the same ``iceberg_tables``
+  rows as Iceberg's ``JdbcCatalog``): each table's new metadata file is written by pyiceberg's own
+  update machinery (requirements checked against the table as loaded), then every table's
+  ``metadata_location`` row moves in one database transaction, each ``WHERE metadata_location``
+  is still the one loaded; a row not updated (another commit landed in between) rolls back all.
+  The metadata files of a rolled-back commit are left unreferenced (Iceberg's orphan-file
+  removal takes them).
+
+pyiceberg 0.12 has no multi-table commit of its own; the SQL side uses its catalog's staging
+(``_update_and_stage_table``, ``_write_metadata``) and table model (``IcebergTables``) as its
+``commit_table`` does, so a pyiceberg upgrade must keep them (``requirements.txt`` pins it).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from cdclake.errors import ConfigError, MultiTableCommitError
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.catalog.rest import RestCatalog
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.table import CommitTableRequest
+
+log = logging.getLogger(__name__)
+
+TRANSACTIONS_COMMIT = "transactions/commit"
+"""The REST catalog's multi-table commit endpoint, under ``/v1/{prefix}/``."""
+
+
+@dataclass(frozen=True)
+class RefMove:
+    """One table's part of a multi-table commit.
+
+    Attributes:
+        identifier: ``namespace.table``.
+        ref: the tag to move.
+        expected: the tag's snapshot id as the caller read it; ``None``: the tag must not exist.
+        snapshot_id: where the tag moves.
+        properties: table properties set in the same commit.
+    """
+
+    identifier: str
+    ref: str
+    expected: int | None
+    snapshot_id: int
+    properties: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StagedTable:
+    """A table's new metadata file, written and not yet the table's (SQL catalog).
+
+    Attributes:
+        identifier: ``namespace.table``.
+        old_location: the metadata file the table pointed at when loaded.
+        new_location: the new metadata file.
+    """
+
+    identifier: str
+    old_location: str
+    new_location: str
+
+
+def move_refs(catalog: Catalog, moves: Sequence[RefMove]) -> None:
+    """Move the tags of ``moves`` in one catalog commit: every one, or none.
+
+    Raises:
+        MultiTableCommitError: a tag is not at its ``expected`` snapshot, a table changed between
+            its load and the commit, or the REST catalog failed (the message says when the outcome
+            is unknown); nothing moved otherwise.
+        ConfigError: the catalog is neither a REST nor a SQL catalog (no multi-table commit), or
+            its REST server does not have the endpoint.
+        NoSuchTableError: a table does not exist (pyiceberg's).
+    """
+    from pyiceberg.catalog.rest import RestCatalog
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    if not moves:
+        return
+    if isinstance(catalog, RestCatalog):
+        _commit_rest(catalog, [_request(m) for m in moves])
+    elif isinstance(catalog, SqlCatalog):
+        swap_sql(catalog, stage_sql(catalog, moves))
+    else:
+        raise ConfigError(
+            f"catalog {catalog.name!r} ({type(catalog).__name__}) has no multi-table commit: a table group needs "
+            "the REST catalog or the JDBC (SQL) catalog"
+        )
+    log.info("moved %s", ", ".join(f"{m.identifier} {m.ref} -> {m.snapshot_id}" for m in moves))
+
+
+def _request(move: RefMove) -> CommitTableRequest:
+    """The table's ``UpdateTableRequest``: assert the tag, set it, set the properties (the REST
+    spec's JSON, validated by pyiceberg's models)."""
+    from pyiceberg.table import CommitTableRequest
+
+    namespace, name = move.identifier.rsplit(".", 1)
+    updates: list[dict[str, object]] = [
+        {"action": "set-snapshot-ref", "ref-name": move.ref, "type": "tag", "snapshot-id": move.snapshot_id}
+    ]
+    if move.properties:
+        updates.append({"action": "set-properties", "updates": dict(move.properties)})
+    return CommitTableRequest.model_validate(
+        {
+            "identifier": {"namespace": namespace.split("."), "name": name},
+            "requirements": [{"type": "assert-ref-snapshot-id", "ref": move.ref, "snapshot-id": move.expected}],
+            "updates": updates,
+        }
+    )
+
+
+def _commit_rest(catalog: RestCatalog, changes: Sequence[CommitTableRequest]) -> None:
+    """``POST /v1/{prefix}/transactions/commit`` on the catalog's session (HTTP 204 on success)."""
+    body = '{"table-changes": [' + ", ".join(c.model_dump_json() for c in changes) + "]}"
+    url = catalog.url(TRANSACTIONS_COMMIT, prefixed=True)
+    response = catalog._session.post(url, data=body.encode(), headers={"Content-Type": "application/json"})
+    if response.ok:
+        return
+    where = f"REST catalog {catalog.name!r}: POST {url}"
+    if response.status_code in (404, 405, 501) and "NoSuchTable" not in response.text:
+        raise ConfigError(f"{where}: HTTP {response.status_code}: the server has no multi-table commit")
+    if response.status_code == 409 or response.status_code < 500:
+        raise MultiTableCommitError(f"{where}: refused, nothing moved: HTTP {response.status_code} {response.text}")
+    raise MultiTableCommitError(
+        f"{where}: HTTP {response.status_code} {response.text}: the outcome is unknown (the tags may have moved); "
+        "the next publish reads them again"
+    )
+
+
+def stage_sql(catalog: SqlCatalog, moves: Sequence[RefMove]) -> list[StagedTable]:
+    """Write each table's new metadata file (requirements checked against the table as loaded);
+    no table points at them yet (:func:`swap_sql`).
+
+    Raises:
+        MultiTableCommitError: a tag is not at its ``expected`` snapshot.
+    """
+    from pyiceberg.exceptions import CommitFailedException
+
+    staged = []
+    for move in moves:
+        table = catalog.load_table(move.identifier)
+        request = _request(move)
+        try:
+            new = catalog._update_and_stage_table(table, table.name(), request.requirements, request.updates)
+        except CommitFailedException as e:
+            raise MultiTableCommitError(f"table {move.identifier}: {e}; nothing moved") from e
+        catalog._write_metadata(new.metadata, new.io, new.metadata_location)
+        staged.append(StagedTable(move.identifier, table.metadata_location, new.metadata_location))
+    return staged
+
+
+def swap_sql(catalog: SqlCatalog, staged: Sequence[StagedTable]) -> None:
+    """Point every table at its staged metadata file in one database transaction, each only if it
+    still points at the file it was staged from; otherwise roll back all.
+
+    Raises:
+        MultiTableCommitError: a table's metadata pointer moved since it was staged; nothing moved.
+        ConfigError: a database driver that does not report updated rows.
+    """
+    from pyiceberg.catalog.sql import IcebergTables
+    from sqlalchemy import update
+    from sqlalchemy.orm import Session
+
+    if not catalog.engine.dialect.supports_sane_rowcount:
+        raise ConfigError(f"catalog {catalog.name!r}: its database driver does not report updated rows")
+    with Session(catalog.engine) as session, session.begin():
+        for s in staged:
+            namespace, name = s.identifier.rsplit(".", 1)
+            result = session.execute(
+                update(IcebergTables)
+                .where(
+                    IcebergTables.catalog_name == catalog.name,
+                    IcebergTables.table_namespace == namespace,
+                    IcebergTables.table_name == name,
+                    IcebergTables.metadata_location == s.old_location,
+                )
+                .values(metadata_location=s.new_location, previous_metadata_location=s.old_location)
+            )
+            if result.rowcount != 1:  # type: ignore[attr-defined]
+                # leaving the block with the error rolls back the rows updated before
+                raise MultiTableCommitError(f"table {s.identifier} was committed to since it was read; nothing moved")

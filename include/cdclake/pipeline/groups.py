@@ -1,0 +1,201 @@
+"""Publish a table group (pyiceberg and the transaction topic; no Spark): choose the greatest
+source position every member's commits cover and move the group's tag of every member to its commit
+there, in one catalog commit (``docs/architecture.md``, "Table groups")."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from cdclake.errors import MultiTableCommitError, TopicNotFoundError
+from cdclake.io.catalog import ancestry, load_table_or_none
+from cdclake.io.kafka import topic_watermarks
+from cdclake.io.multi_commit import RefMove, move_refs
+from cdclake.io.transaction_topic import read_transaction_ends
+from cdclake.model.groups import (
+    GroupPosition,
+    GroupStatus,
+    MemberSnapshot,
+    SourceInterval,
+    choose_position,
+    extend_interval,
+    group_members,
+    member_snapshots,
+)
+from cdclake.model.layout import GROUP_POSITION_PROPERTY, group_tag
+from cdclake.model.plan import TransactionRange
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+
+    from cdclake.io.kafka import KafkaClients
+    from cdclake.model.config import TableConfig
+
+log = logging.getLogger(__name__)
+
+PUBLISH_ATTEMPTS = 3
+"""Tries of one publish: a member's run committing between the read and the catalog commit fails
+it (the SQL catalog compares every table's metadata pointer), and a new read usually wins."""
+
+
+@dataclass(frozen=True)
+class GroupPublish:
+    """What :func:`publish_group` did.
+
+    Attributes:
+        group: the group.
+        position: the group's published position after the call (a transaction-topic offset);
+            ``None``: never published.
+        moved: whether this call moved the tag.
+        snapshots: per member (table name), the snapshot the tag points at.
+        reason: why the tag did not move (empty when it moved).
+    """
+
+    group: str
+    position: int | None
+    moved: bool
+    snapshots: Mapping[str, int] = field(default_factory=dict)
+    reason: str = ""
+
+
+def publish_group(
+    catalog: Catalog, group: str, members: Sequence[TableConfig], now_ms: int, kafka: KafkaClients | None
+) -> GroupPublish:
+    """Move the tag ``cdc_group_<group>`` of every member to its commit at the greatest position
+    all of them cover (:func:`~cdclake.model.groups.choose_position`), with the table property
+    :data:`~cdclake.model.layout.GROUP_POSITION_PROPERTY`, in one catalog commit; never backwards.
+
+    Args:
+        catalog: the members' catalog (REST or SQL: :func:`~cdclake.io.multi_commit.move_refs`).
+        group: the group's name.
+        members: its tables (:func:`~cdclake.model.groups.group_members`).
+        now_ms: the publish time recorded (epoch ms).
+        kafka: where the transaction topic is read to extend each member's newest commit to the
+            ``END`` records written since (:func:`~cdclake.model.groups.extend_interval`: a member
+            whose source table is quiet commits nothing); ``None``: the intervals as recorded.
+
+    Raises:
+        MultiTableCommitError: the commit lost to other commits :data:`PUBLISH_ATTEMPTS` times.
+        ConfigError: a catalog without multi-table commits.
+    """
+    for attempt in range(1, PUBLISH_ATTEMPTS + 1):
+        try:
+            return _publish_once(catalog, group, members, now_ms, kafka)
+        except MultiTableCommitError as e:
+            if attempt == PUBLISH_ATTEMPTS:
+                raise
+            log.info("group %s: %s; reading the members again (try %d)", group, e, attempt + 1)
+    raise AssertionError("unreachable")  # the last attempt returns or raises
+
+
+def _publish_once(
+    catalog: Catalog, group: str, members: Sequence[TableConfig], now_ms: int, kafka: KafkaClients | None
+) -> GroupPublish:
+    tag = group_tag(group)
+    transaction_topic = members[0].transaction_topic_name
+    candidates: dict[str, list[MemberSnapshot]] = {}
+    tagged: dict[str, int | None] = {}
+    published: list[int | None] = []
+    for cfg in members:
+        table = load_table_or_none(catalog, cfg.identifier)
+        if table is None:
+            return GroupPublish(group, None, False, reason=f"table {cfg.identifier} does not exist yet")
+        candidates[cfg.name] = member_snapshots(ancestry(table), cfg.topic, transaction_topic)
+        ref = table.refs().get(tag)
+        tagged[cfg.name] = ref.snapshot_id if ref is not None else None
+        mark = GroupPosition.from_text(table.properties.get(GROUP_POSITION_PROPERTY))
+        published.append(mark.position if mark is not None and mark.group == group else None)
+    # a member added to the group since the last publish has no mark: the group starts again
+    known = [p for p in published if p is not None]
+    before = min(known) if known and len(known) == len(published) else None
+    if kafka is not None:
+        _extend_newest(kafka, transaction_topic, members, candidates, tagged, before)
+    current = {n: s for n, s in tagged.items() if s is not None}
+    point = choose_position(candidates)
+    if point is None:
+        missing = [n for n, c in candidates.items() if not c]
+        reason = (
+            f"no commit of {', '.join(missing)} is at a known source position yet"
+            if missing
+            else "the members' commits share no source position yet"
+        )
+        return GroupPublish(group, before, False, current, reason)
+    if before is not None and point.position <= before:
+        return GroupPublish(group, before, False, current, f"no position beyond {before} yet")
+    moves = [
+        RefMove(
+            cfg.identifier,
+            tag,
+            tagged[cfg.name],
+            point.snapshots[cfg.name],
+            {
+                GROUP_POSITION_PROPERTY: GroupPosition(
+                    group=group, position=point.position, snapshot_id=point.snapshots[cfg.name], published_ms=now_ms
+                ).model_dump_json()
+            },
+        )
+        for cfg in members
+    ]
+    move_refs(catalog, moves)
+    log.info(
+        "group %s: published at %s offset %d (was %s): %s",
+        group,
+        transaction_topic,
+        point.position,
+        before,
+        ", ".join(f"{n} snapshot {s}" for n, s in point.snapshots.items()),
+    )
+    return GroupPublish(group, point.position, True, dict(point.snapshots))
+
+
+def group_statuses(catalog: Catalog, tables: Sequence[TableConfig]) -> list[GroupStatus]:
+    """The :class:`~cdclake.model.groups.GroupStatus` of each group of ``tables``, from its members'
+    :data:`~cdclake.model.layout.GROUP_POSITION_PROPERTY` (a member not created yet has none)."""
+    out = []
+    for group, members in group_members(tables).items():
+        marks = []
+        for cfg in members:
+            table = load_table_or_none(catalog, cfg.identifier)
+            marks.append(
+                None if table is None else GroupPosition.from_text(table.properties.get(GROUP_POSITION_PROPERTY))
+            )
+        out.append(GroupStatus.of(group, [m.name for m in members], members[0].transaction_topic_name, marks))
+    return out
+
+
+def _extend_newest(
+    kafka: KafkaClients,
+    transaction_topic: str,
+    members: Sequence[TableConfig],
+    candidates: dict[str, list[MemberSnapshot]],
+    tagged: Mapping[str, int | None],
+    before: int | None,
+) -> None:
+    """Extend each member's newest commit, in ``candidates``, to the ``END`` records of
+    ``transaction_topic`` written since (:func:`~cdclake.model.groups.extend_interval`), read once
+    for all members. A tagged newest commit was valid at the group's position ``before`` already:
+    the read starts there. Nothing is extended when the topic has several partitions or its
+    retention deleted ``END`` records after a member's interval."""
+    newest = {m.name: candidates[m.name][0] for m in members if candidates[m.name] and candidates[m.name][0].newest}
+    if not newest:
+        return
+    ends_known = {
+        name: max(s.interval.end, before) if before is not None and tagged[name] == s.snapshot_id else s.interval.end
+        for name, s in newest.items()
+    }
+    try:
+        marks = topic_watermarks(kafka, transaction_topic)
+    except TopicNotFoundError:
+        return
+    start = min(ends_known.values()) + 1
+    if len(marks.high) != 1 or 0 not in marks.high or start < marks.low[0]:
+        return
+    ends = read_transaction_ends(kafka, TransactionRange(topic=transaction_topic, start={0: start}, end=marks.high))
+    collections = {m.name: m.data_collection for m in members}
+    for name, snap in newest.items():
+        interval = SourceInterval(snap.interval.topic, snap.interval.start, ends_known[name])
+        candidates[name][0] = MemberSnapshot(
+            snap.snapshot_id, extend_interval(interval, ends, collections[name]), newest=True
+        )

@@ -1,0 +1,136 @@
+"""The change feed's write (Spark): the change rows of one run, committed to ``<table>__changes``
+just before the table's own commit (:mod:`cdclake.model.changes` has the layout and the rules).
+
+The rows are the run's merge source (one event per key, after the truncate and snapshot floors
+and the delete tombstones) joined with the table at the run's base snapshot by key, so that only
+the events the ``MERGE`` applies are kept (:func:`cdclake.spark.commit.merge`): an upsert or delete
+whose event supersedes the stored row, an upsert of a key the table lacks. The run's truncate, if
+any, is one ``t`` row.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from functools import reduce
+from typing import TYPE_CHECKING
+
+from cdclake.errors import ConcurrentRunError
+from cdclake.io.changes import ensure_changes_table
+from cdclake.model.changes import BASE_SNAPSHOT_COLUMN, CHANGES_SUFFIX, RUN_ID_COLUMN, TRANSACTION_COLUMN
+from cdclake.model.decision import RunDecision
+from cdclake.model.layout import METADATA_COLUMNS, SummaryKeys
+from cdclake.spark.context import ApplyContext
+from cdclake.spark.names import qualified, quote_identifier
+from cdclake.spark.positions import position_literal, supersedes_column
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+log = logging.getLogger(__name__)
+
+_EVENT_ALIAS, _STORED_ALIAS = "cdc-change", "cdc-stored"
+"""Aliases of the merge source and of the table in their join (hyphenated: apart from every
+column and table name, as :data:`cdclake.spark.merge.SOURCE_ALIAS`)."""
+
+_EVENT, _STORED = quote_identifier(_EVENT_ALIAS), quote_identifier(_STORED_ALIAS)
+
+
+def event_columns() -> list[Column]:
+    """The columns of the batch's events the change rows need beyond the table's: the merge source
+    carries them when the table has a change feed (:func:`cdclake.spark.reduce.reduce_batch`'s
+    ``columns``)."""
+    from pyspark.sql import functions as F
+
+    return [F.col("transaction_id").alias(TRANSACTION_COLUMN)]
+
+
+def write_changes(ctx: ApplyContext, source: DataFrame, good: DataFrame, decision: RunDecision) -> dict[str, str]:
+    """Commit the run's change rows to the table's change feed (created when missing) and return
+    the summary properties of the table's commit that name them
+    (:attr:`~cdclake.model.layout.SummaryKeys.CHANGES_SNAPSHOT`, ``CHANGES_ROWS``).
+
+    The write is Iceberg's overwrite by filter: it replaces the rows whose
+    ``_cdc_base_snapshot_id`` is the run's base snapshot (an earlier try of the run left them, and
+    never committed the table), in one commit; rows of committed runs have other bases. It is
+    validated from the feed's snapshot read here (``isolation-level`` ``serializable``): a run
+    that committed rows on the same base meanwhile makes it fail.
+
+    Args:
+        ctx: the run.
+        source: the merge source (:func:`cdclake.spark.reduce.reduce_batch`, with :func:`event_columns`).
+        good: the batch's applicable events (the truncate events among them).
+        decision: the run's decision (its truncate).
+
+    Raises:
+        ConcurrentRunError: the table moved since the run's base snapshot (another run
+            committed): nothing is written.
+    """
+    from pyspark.sql import functions as F
+
+    base = ctx.state.snapshot_id
+    current = ctx.table.refresh().current_snapshot()
+    if (current.snapshot_id if current is not None else None) != base:
+        raise ConcurrentRunError(
+            f"table {ctx.cfg.identifier}: another run committed since this run read snapshot {base}; nothing "
+            "was committed. The next run plans from the table's offsets."
+        )
+    changes = ensure_changes_table(ctx.catalog, ctx.cfg.identifier, ctx.table)
+    before = changes.current_snapshot()
+    writer = _change_rows(ctx, source, good, decision).writeTo(ctx.spark_name(CHANGES_SUFFIX))
+    if before is not None:
+        writer = writer.option("validate-from-snapshot-id", str(before.snapshot_id))
+        writer = writer.option("isolation-level", "serializable")
+    ours = F.col(BASE_SNAPSHOT_COLUMN)
+    writer.overwrite(ours.isNull() if base is None else ours == F.lit(base))
+    head = changes.refresh().current_snapshot()
+    if head is None or (before is not None and head.snapshot_id == before.snapshot_id):
+        raise RuntimeError(f"table {ctx.cfg.identifier}: the change feed's overwrite committed no snapshot")
+    rows = head.summary.additional_properties.get("added-records", "0") if head.summary is not None else "0"
+    log.info("table %s: %s change rows in snapshot %s of its change feed", ctx.cfg.identifier, rows, head.snapshot_id)
+    return {SummaryKeys.CHANGES_SNAPSHOT: str(head.snapshot_id), SummaryKeys.CHANGES_ROWS: rows}
+
+
+def _change_rows(ctx: ApplyContext, source: DataFrame, good: DataFrame, decision: RunDecision) -> DataFrame:
+    """The run's change rows in the feed's columns: the applied events of ``source`` (a delete
+    keeps its key only), then the truncate's ``t`` row."""
+    from pyspark.sql import functions as F
+
+    keys = set(ctx.cfg.primary_key)
+    names = [c.name for c in ctx.columns]
+    meta = [n for n, _, _ in METADATA_COLUMNS]
+    deleting = F.col("_cdc_op") == "d"
+    feed = [
+        F.lit(ctx.plan.run_id).alias(RUN_ID_COLUMN),
+        F.lit(ctx.state.snapshot_id).cast("bigint").alias(BASE_SNAPSHOT_COLUMN),
+    ]
+    image: list[Column | str] = [n if n in keys else F.when(~deleting, F.col(n)).alias(n) for n in names]
+    rows = _applied(ctx, source).select(*image, *meta, TRANSACTION_COLUMN, *feed)
+    if decision.truncate is None:
+        return rows
+    truncate = good.filter((F.col("op") == "t") & (F.col("position") == position_literal(decision.truncate)))
+    image = [F.col("image")[n].alias(n) for n in names]
+    return rows.unionByName(truncate.limit(1).select(*image, *meta, *event_columns(), *feed))
+
+
+def _applied(ctx: ApplyContext, source: DataFrame) -> DataFrame:
+    """The rows of ``source`` the run's ``MERGE`` applies, by the merge's own conditions against
+    the table at the run's base snapshot. A run that accepts a new binlog history demotes every
+    row first (:func:`cdclake.spark.commit.demote_rows`): each event of the new history
+    supersedes them."""
+    from pyspark.sql import functions as F
+
+    cfg = ctx.cfg
+    deleting = F.col(qualified(_EVENT, "_cdc_op")) == "d"
+    if ctx.state.snapshot_id is None:
+        return source.filter(F.col("_cdc_op") != "d")
+    stored = (
+        ctx.spark.read.option("versionAsOf", str(ctx.state.snapshot_id))
+        .table(ctx.spark_name())
+        .select(*cfg.primary_key, *[n for n, _, _ in METADATA_COLUMNS])
+    )
+    on = reduce(operator.and_, [F.col(qualified(_EVENT, k)) == F.col(qualified(_STORED, k)) for k in cfg.primary_key])
+    joined = source.alias(_EVENT_ALIAS).join(stored.alias(_STORED_ALIAS), on, "left")
+    found = F.col(qualified(_STORED, cfg.primary_key[0])).isNotNull()
+    newer = F.lit(True) if ctx.plan.accept_source_change else supersedes_column(cfg.ordering, _EVENT, _STORED)
+    return joined.filter((found & newer) | (~found & ~deleting)).select(f"{_EVENT}.*")

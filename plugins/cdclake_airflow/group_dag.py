@@ -1,0 +1,87 @@
+"""One DAG per table group, ``cdc_group_<group>`` (docs/architecture.md, "Table groups").
+
+Scheduled on the members' assets (any of them: each table's ``apply`` emits its asset when it
+commits), one task, **publish** (pyiceberg and the transaction topic's ``END`` records; no Spark,
+no engine slot): reads the members' commits, chooses the greatest source position all of them cover and moves the tag
+``cdc_group_<group>`` of every member to its commit there in one catalog commit
+(:func:`cdclake.pipeline.groups.publish_group`). The members keep their own DAGs ``cdc_<name>``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from cdclake.settings import Settings
+from cdclake_airflow.table_dag import table_asset_uri
+
+if TYPE_CHECKING:
+    from airflow.sdk import DAG
+
+    from cdclake.model.config import TableConfig
+
+log = logging.getLogger(__name__)
+
+DAG_PREFIX = "cdc_group_"
+
+
+def publish(group: str) -> dict[str, Any]:
+    """The ``publish`` task: :func:`~cdclake.pipeline.groups.publish_group` over the group's members
+    as the table config has them now.
+
+    Returns:
+        The :class:`~cdclake.pipeline.groups.GroupPublish` as a dict.
+
+    Raises:
+        ConfigError: the group is no longer in the table config, or its catalog has no
+            multi-table commit.
+        MultiTableCommitError: the commit lost to the members' own commits every try (retried).
+    """
+    from cdclake.errors import ConfigError
+    from cdclake.model.config import load_tables
+    from cdclake.model.groups import group_members
+    from cdclake.pipeline.groups import publish_group
+    from cdclake_airflow.hooks import CdcLakeHook
+
+    hook = CdcLakeHook()
+    settings = hook.settings
+    members = group_members(load_tables(settings.tables_config, settings.discovery_registry).tables).get(group)
+    if not members:
+        raise ConfigError(f"group {group!r} has no tables in the table config {settings.tables_config}")
+    result = publish_group(hook.catalog, group, members, int(time.time() * 1000), hook.kafka)
+    if not result.moved:
+        log.info("group %s: the tag stays at position %s: %s", group, result.position, result.reason)
+    return dataclasses.asdict(result)
+
+
+def build_group_dags(settings: Settings, tables: list[TableConfig]) -> list[DAG]:
+    """The DAG ``cdc_group_<group>`` of each group of ``tables``
+    (:func:`~cdclake.model.groups.group_members`), scheduled on any member's asset."""
+    from airflow.sdk import Asset, AssetAny, task
+
+    from cdclake.model.groups import group_members
+    from cdclake_airflow.params import tables_dag
+
+    dags = []
+    for group, members in group_members(tables).items():
+        assets = [
+            Asset(name=f"{settings.catalog_name}.{m.identifier}", uri=table_asset_uri(settings, m)) for m in members
+        ]
+        with tables_dag(
+            f"{DAG_PREFIX}{group}",
+            f"Publishes group {group} ({', '.join(m.name for m in members)}) at one source transaction boundary",
+            __doc__,
+            schedule=AssetAny(*assets),
+            tags=["cdc", "group"],
+            task_defaults={
+                "retries": 3,
+                "retry_delay": timedelta(seconds=30),
+                "execution_timeout": timedelta(minutes=10),
+            },
+        ) as dag:
+            task(task_id="publish")(publish)(group)
+        dags.append(dag)
+    return dags

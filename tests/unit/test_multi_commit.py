@@ -1,0 +1,137 @@
+"""Several tables' tags moved in one catalog commit (:mod:`cdclake.io.multi_commit`), on a SQLite
+SQL catalog in a temporary folder (pyiceberg only); the same check runs on PostgreSQL and the REST
+catalog in ``tests/integration/test_catalogs.py``."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from cdclake.errors import MultiTableCommitError
+from cdclake.io.catalog import load_catalog
+from cdclake.io.multi_commit import RefMove, move_refs, stage_sql, swap_sql
+from cdclake.settings import Settings
+
+TAG = "cdc_group_g"
+
+
+def check_tags_move_on_every_table_or_none(catalog, *, sql: bool) -> None:
+    """The tag of two tables moves in one commit with a table property; a concurrent move of one
+    table's tag between the read and the commit (a second publisher) fails the commit and neither
+    tag moves; with ``sql`` (a SQL catalog), a commit to one table between the staging of the
+    metadata files and the pointer swap too."""
+    import pyarrow as pa
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    namespace = f"grp_{uuid.uuid4().hex[:8]}"
+    catalog.create_namespace(namespace)
+    a, b = f"{namespace}.a", f"{namespace}.b"
+    rows = pa.table({"id": pa.array([1], pa.int64())})
+    snaps: dict[str, list[int]] = {}
+    for identifier in (a, b):
+        table = catalog.create_table(identifier, Schema(NestedField(1, "id", LongType(), required=False)))
+        for _ in range(3):
+            table.append(rows)
+        snaps[identifier] = [s.snapshot_id for s in table.snapshots()]
+
+    def tags() -> tuple[int | None, int | None]:
+        refs = [catalog.load_table(i).refs().get(TAG) for i in (a, b)]
+        return tuple(r.snapshot_id if r is not None else None for r in refs)  # type: ignore[return-value]
+
+    move_refs(catalog, [RefMove(i, TAG, None, snaps[i][0], {"cdc.group-position": "0"}) for i in (a, b)])
+    assert tags() == (snaps[a][0], snaps[b][0])
+    assert {catalog.load_table(i).properties["cdc.group-position"] for i in (a, b)} == {"0"}
+
+    stale = [RefMove(a, TAG, snaps[a][0], snaps[a][1]), RefMove(b, TAG, snaps[b][0], snaps[b][1])]
+    move_refs(catalog, [RefMove(b, TAG, snaps[b][0], snaps[b][2])])  # another publisher, in between
+    with pytest.raises(MultiTableCommitError):
+        move_refs(catalog, stale)
+    assert tags() == (snaps[a][0], snaps[b][2])
+
+    moves = [RefMove(a, TAG, snaps[a][0], snaps[a][1]), RefMove(b, TAG, snaps[b][2], snaps[b][1])]
+    if sql:
+        staged = stage_sql(catalog, moves)
+        catalog.load_table(b).append(rows)  # a run commits to b in between
+        with pytest.raises(MultiTableCommitError, match=f"table {b} was committed to since it was read"):
+            swap_sql(catalog, staged)
+        assert tags() == (snaps[a][0], snaps[b][2])
+    move_refs(catalog, moves)
+    assert tags() == (snaps[a][1], snaps[b][1])
+    for identifier in (a, b):
+        catalog.drop_table(identifier)
+
+
+def test_a_group_tag_moves_on_every_table_or_on_none_in_a_sqlite_catalog(tmp_path):
+    check_tags_move_on_every_table_or_none(
+        load_catalog(Settings.from_env({"CDCLAKE_STATE_DIR": str(tmp_path)})), sql=True
+    )
+
+
+def test_a_group_is_published_at_the_greatest_position_its_members_share_and_never_backwards(tmp_path):
+    """:func:`cdclake.pipeline.groups.publish_group` over two tables of a SQLite catalog whose
+    commits carry the interval a group member's run records."""
+    import json
+
+    import pyarrow as pa
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    from cdclake.model.config import TableConfig
+    from cdclake.model.groups import GroupPosition, SourceInterval
+    from cdclake.model.layout import GROUP_POSITION_PROPERTY, SummaryKeys
+    from cdclake.pipeline.groups import group_statuses, publish_group
+
+    catalog = load_catalog(Settings.from_env({"CDCLAKE_STATE_DIR": str(tmp_path)}))
+    catalog.create_namespace("bank")
+    members = [
+        TableConfig(name=n, topic=f"db1.bank.{n}", namespace="bank", table=n, primary_key=["id"], group="bank")
+        for n in ("accounts", "ledger")
+    ]
+    tables = {
+        c.name: catalog.create_table(c.identifier, Schema(NestedField(1, "id", LongType(), required=False)))
+        for c in members
+    }
+    rows = pa.table({"id": pa.array([1], pa.int64())})
+
+    def commit(name: str, start: int | None, end: int = 0) -> int:
+        summary = {SummaryKeys.TOPIC: f"db1.bank.{name}", SummaryKeys.END_OFFSETS: json.dumps({"0": 1})}
+        if start is not None:
+            summary[SummaryKeys.TRANSACTION_INTERVAL] = SourceInterval("db1.transaction", start, end).to_json()
+        tables[name].append(rows, snapshot_properties=summary)
+        tables[name] = catalog.load_table(tables[name].name())
+        return tables[name].current_snapshot().snapshot_id  # type: ignore[union-attr]
+
+    a1 = commit("accounts", 3, 7)
+    assert (
+        publish_group(catalog, "bank", members, 1000, None).reason
+        == "no commit of ledger is at a known source position yet"
+    )
+    commit("ledger", None)  # a run whose batch was no prefix of the binlog
+    b1 = commit("ledger", 5, 9)
+    a2 = commit("accounts", 10, 12)
+    b2 = commit("ledger", 13, 20)
+    done = publish_group(catalog, "bank", members, 1000, None)
+    assert (done.position, done.moved, dict(done.snapshots)) == (7, True, {"accounts": a1, "ledger": b1})
+    ledger = catalog.load_table("bank.ledger")
+    assert ledger.refs()["cdc_group_bank"].snapshot_id == b1
+    assert GroupPosition.from_text(ledger.properties[GROUP_POSITION_PROPERTY]) == GroupPosition(
+        group="bank", position=7, snapshot_id=b1, published_ms=1000
+    )
+    assert publish_group(catalog, "bank", members, 2000, None).reason == "no position beyond 7 yet"
+    a3 = commit("accounts", 13, 25)
+    done = publish_group(catalog, "bank", members, 3000, None)
+    assert (done.position, dict(done.snapshots)) == (20, {"accounts": a3, "ledger": b2})
+    assert {catalog.load_table(c.identifier).refs()["cdc_group_bank"].snapshot_id for c in members} == {a3, b2}
+    assert a2 not in done.snapshots.values()
+    (status,) = group_statuses(catalog, members)
+    assert status.describe(63_000) == (
+        "group bank (accounts, ledger): tag cdc_group_bank at db1.transaction offset 20, published 60 s ago"
+    )
+    # a member that joined since the last publish: the group is not at one position until the next
+    joined = TableConfig(
+        name="cards", topic="db1.bank.cards", namespace="bank", table="cards", primary_key=["id"], group="bank"
+    )
+    (status,) = group_statuses(catalog, [*members, joined])
+    assert status.describe(63_000) == "group bank (accounts, ledger, cards): tag cdc_group_bank not published yet"
