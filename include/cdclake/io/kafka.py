@@ -352,30 +352,21 @@ class _AuthWatch:
 def topic_watermarks(kafka: KafkaClients, topic: str) -> Watermarks:
     """Low and high watermarks of every partition of ``topic``.
 
-    A partition whose leader is moving (a topic just created, a broker restarting: librdkafka's
-    retriable errors such as ``NOT_LEADER_FOR_PARTITION``) is asked again, for up to
-    :data:`TIMEOUT_S` seconds.
+    A partition whose leader moves (a topic just created) is asked again for up to :data:`TIMEOUT_S` s.
 
     Raises:
         TopicNotFoundError: the topic does not exist.
         confluent_kafka.KafkaException: the broker refused the credentials (code
-            ``_AUTHENTICATION``, within about a second), or did not answer within :data:`TIMEOUT_S`,
-            or a retriable error lasted that long.
+            ``_AUTHENTICATION``, within about a second), or did not answer (or kept a retriable
+            error) within :data:`TIMEOUT_S`.
     """
-    from confluent_kafka import KafkaException, TopicPartition
-    from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
+    from confluent_kafka import TopicPartition
 
-    def retriable(e: BaseException) -> bool:
-        return isinstance(e, KafkaException) and bool(e.args) and bool(e.args[0].retriable())
+    from cdclake.io.retry import on_retriable_kafka_error
 
+    ask = on_retriable_kafka_error(TIMEOUT_S)
     watch = _AuthWatch(kafka)
     consumer = kafka.consumer("cdclake-watermarks", error_cb=watch)
-    retrying = Retrying(
-        retry=retry_if_exception(retriable),
-        stop=stop_after_delay(TIMEOUT_S),
-        wait=wait_exponential(multiplier=0.1, max=2.0),
-        reraise=True,
-    )
     try:
         meta = watch.list_topics(consumer, topic)
         tmeta = meta.topics.get(topic)
@@ -383,7 +374,7 @@ def topic_watermarks(kafka: KafkaClients, topic: str) -> Watermarks:
             raise TopicNotFoundError(f"Kafka topic {topic!r} does not exist on {kafka.bootstrap}")
         low, high = {}, {}
         for p in sorted(tmeta.partitions):
-            low[p], high[p] = retrying(consumer.get_watermark_offsets, TopicPartition(topic, p), timeout=TIMEOUT_S)
+            low[p], high[p] = ask(consumer.get_watermark_offsets)(TopicPartition(topic, p), timeout=TIMEOUT_S)
         return Watermarks(low, high)
     finally:
         consumer.close()
