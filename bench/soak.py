@@ -145,7 +145,7 @@ def final_reconcile(topology: Topology, airflow: Any, tables: list[SoakTable]) -
     airflow.set_paused("cdc_reconcile", False)
     # tables that did not catch up make its catch-up wait: bounded, so that the report is written
     airflow.trigger("cdc_reconcile", run_id, {"mode": "report", "catch_up_timeout_minutes": 5})
-    state = airflow.wait_run("cdc_reconcile", run_id, timeout_s=1200, poll_s=3.0)["state"]
+    state = airflow.wait_run("cdc_reconcile", run_id, timeout_s=2400, poll_s=3.0)["state"]
     summaries = last_reconciles(
         load_catalog(topology.task_settings()), int(time.time() * 1000), [t.identifier for t in tables]
     )

@@ -391,3 +391,21 @@ def test_dag_file_builds_a_dag_per_discovered_table_of_a_1000_table_registry(tmp
     assert len(result["dags"]) == 1000
     assert "fleet" in result["dags"]["cdc_db0_t00000"]
     assert fleet_topic(9) == "fleet.db9.t00009" and "cdc_db9_t00009" in result["dags"]  # keyless: changelog
+
+
+def test_a_reconcile_task_retries_a_transient_error_and_fails_at_once_on_differences():
+    """``cdc_reconcile``'s retry policy: differences that remain (``DriftError``) and a table it
+    cannot compare (``ConfigError``) fail at once; a broker that does not answer is retried."""
+    from airflow.sdk import RetryAction
+    from confluent_kafka import KafkaError, KafkaException
+
+    from cdclake.errors import ConfigError, DriftError
+    from cdclake_airflow.reconcile_dag import build_reconcile_dag
+    from tests.conftest import make_table
+
+    task = build_reconcile_dag(Settings.from_env(), [make_table()]).get_task("reconcile")
+    assert task.retries >= 1
+    for error in (DriftError("table t: 3 differing"), ConfigError("key column ...")):
+        assert task.retry_policy.evaluate(error, try_number=1, max_tries=2).action is RetryAction.FAIL
+    transient = KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE))
+    assert task.retry_policy.evaluate(transient, try_number=1, max_tries=2).action is RetryAction.DEFAULT

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cdclake.settings import Settings
@@ -176,12 +176,14 @@ def wait_published(settings: Settings, topology: Topology, timeout_s: float = 18
 @dataclass
 class DemoResult:
     """What :func:`run_demo` found: per table, the differences between source and lake (empty:
-    equal); the reconcile run's state; the DAG runs (as the REST API lists them)."""
+    equal); the reconcile run's state; the DAG runs (as the REST API lists them); for each
+    daily DAG whose run did not succeed, the tail of its task logs (why)."""
 
     differences: dict[str, list[str]]
     reconcile_state: str
     maintenance_state: str
     runs: list[dict[str, Any]]
+    failure_logs: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -264,11 +266,14 @@ def run_workload(
     say("every table caught up with its topic")
 
     # the daily DAGs, now that the tables exist: unpausing creates their latest scheduled run
-    states = {}
+    states, failure_logs = {}, {}
     for dag_id in ("cdc_reconcile", "cdc_maintenance"):
         airflow.set_paused(dag_id, False)
-        states[dag_id] = _wait_scheduled(airflow, dag_id, timeout_s)
+        states[dag_id], run_id = _wait_scheduled(airflow, dag_id, timeout_s)
         say(f"{dag_id} (scheduled): {states[dag_id]}")
+        if states[dag_id] != "success":
+            failure_logs[dag_id] = airflow.task_log_tail(dag_id, run_id)
+            say(f"{dag_id} did not succeed; its task logs end with:\n{failure_logs[dag_id]}")
 
     task = topology.task_settings()
     diffs = {}
@@ -279,11 +284,11 @@ def run_workload(
     runs = []
     for dag_id in sorted(dag_ids | {"cdc_reconcile", "cdc_maintenance"}):
         runs += airflow.get_all(f"dags/{dag_id}/dagRuns", "dag_runs")
-    return DemoResult(diffs, states["cdc_reconcile"], states["cdc_maintenance"], runs)
+    return DemoResult(diffs, states["cdc_reconcile"], states["cdc_maintenance"], runs, failure_logs)
 
 
-def _wait_scheduled(airflow: AirflowProcesses, dag_id: str, timeout_s: float) -> str:
-    """Wait for the first scheduled run of ``dag_id`` to end; its state.
+def _wait_scheduled(airflow: AirflowProcesses, dag_id: str, timeout_s: float) -> tuple[str, str]:
+    """Wait for the first scheduled run of ``dag_id`` to end; its state and run id.
 
     Raises:
         RuntimeError: no run ended within ``timeout_s`` seconds.
@@ -293,7 +298,7 @@ def _wait_scheduled(airflow: AirflowProcesses, dag_id: str, timeout_s: float) ->
         runs = airflow.get_all(f"dags/{dag_id}/dagRuns", "dag_runs")
         ended = [r for r in runs if r["state"] in TERMINAL_RUN_STATES]
         if ended:
-            return str(ended[0]["state"])
+            return str(ended[0]["state"]), str(ended[0]["dag_run_id"])
         time.sleep(3.0)
     raise RuntimeError(f"no run of {dag_id} ended within {timeout_s:.0f} s")
 

@@ -13,6 +13,10 @@ Daily, and manual with Params: the tables, a primary-key range, the mode (``repo
    ``additional-conditions``), and compares those chunks again.
 2. The task fails when differences remain (``reconcile.on_difference: fail``, the default), so
    Airflow's alerting fires; with ``warn`` it logs them and succeeds.
+
+Other failures (a broker or catalog that does not answer for a moment) are retried twice, two
+minutes apart; differences that remain and configuration errors (:data:`NOT_RETRIED`) fail at once,
+since a retry would compare again only to find them again.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import logging
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from cdclake.errors import ConfigError, DriftError
 from cdclake.settings import Settings
 
 if TYPE_CHECKING:
@@ -45,7 +50,6 @@ def reconcile(name: str, **context: Any) -> dict[str, Any]:
     Raises:
         DriftError: differences remain and the table's ``reconcile.on_difference`` is ``fail``.
     """
-    from cdclake.errors import DriftError
     from cdclake.model.config import load_tables
     from cdclake.pipeline.catch_up import poll_catch_up
     from cdclake.pipeline.reconcile import ReconcileParams, reconcile_table
@@ -80,9 +84,14 @@ def reconcile(name: str, **context: Any) -> dict[str, Any]:
     return outcome
 
 
+NOT_RETRIED = (DriftError, ConfigError)
+"""The errors a reconcile task does not retry: differences that remain, a table the run cannot
+compare."""
+
+
 def build_reconcile_dag(settings: Settings, tables: list[TableConfig], schedule: str | None = "@daily") -> DAG:
     """The DAG ``cdc_reconcile`` over the upsert tables of the configured ``tables``."""
-    from airflow.sdk import Param, task
+    from airflow.sdk import ExceptionRetryPolicy, Param, RetryAction, RetryRule, task
 
     from cdclake_airflow.params import select_tables_task, tables_dag, tables_param
 
@@ -93,7 +102,16 @@ def build_reconcile_dag(settings: Settings, tables: list[TableConfig], schedule:
         __doc__,
         schedule=schedule,
         tags=["cdc", "reconcile"],
-        task_defaults={"retries": 0, "execution_timeout": timedelta(hours=6)},
+        task_defaults={
+            "retries": 2,
+            "retry_delay": timedelta(minutes=2),
+            "retry_policy": ExceptionRetryPolicy(
+                rules=[
+                    RetryRule(exception=list(NOT_RETRIED), action=RetryAction.FAIL, reason="not retried: see the error")
+                ]
+            ),
+            "execution_timeout": timedelta(hours=6),
+        },
         params={
             "tables": tables_param([t.name for t in upserts], "reconcile"),
             "mode": Param(

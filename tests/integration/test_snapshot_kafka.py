@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cdclake.errors import SnapshotError
+from cdclake.errors import SnapshotError, TopicNotFoundError
 from cdclake.io.kafka import ensure_topic, topic_watermarks
 from cdclake.model.snapshot import SIGNAL_ID_HEADER, build_signal, parse_notification, scan_results, signal_id
 from cdclake.pipeline.snapshot import read_notifications, send_kafka_signal
@@ -74,3 +74,19 @@ def test_read_notifications_reads_every_partition_in_time_order(kafka):
     assert [n.timestamp_ms for n in found] == sorted(n.timestamp_ms for n in found)
     sid = next(n.id for n in found if n.id.startswith("cdclake-execute-"))
     assert scan_results(found, [sid], "incremental", 0, ["inventory.accounts"]) == {"inventory.accounts": "SUCCEEDED"}
+
+
+def test_watermarks_of_topics_asked_the_moment_they_are_created(kafka):
+    """A topic the connector has just created (the signal topic, with the first reconcile marker of
+    several reconcile tasks) may still be unknown to the partition's leader: its watermarks are
+    asked again, not failed (a clean-clone run's reconcile task failed so within 2 s)."""
+    for _ in range(15):
+        topic = f"fresh{uuid.uuid4().hex[:8]}.signals"
+        assert ensure_topic(kafka, topic, 3)
+        marks = None
+        while marks is None:  # what the broker's metadata shows first: not yet the topic, then it
+            try:
+                marks = topic_watermarks(kafka, topic)
+            except TopicNotFoundError:
+                continue
+        assert (marks.low, marks.high) == ({0: 0, 1: 0, 2: 0}, {0: 0, 1: 0, 2: 0})

@@ -45,7 +45,8 @@ def demo(topology: Topology) -> production_demo.DemoResult:
 
 def test_every_table_equals_its_source_after_triggered_and_scheduled_runs(demo: production_demo.DemoResult):
     assert demo.differences and all(not d for d in demo.differences.values()), demo.differences
-    assert (demo.reconcile_state, demo.maintenance_state) == ("success", "success")  # on S3, through the REST catalog
+    # on S3, through the REST catalog
+    assert (demo.reconcile_state, demo.maintenance_state) == ("success", "success"), demo.failure_logs
     assert not [(r["dag_id"], r["dag_run_id"]) for r in demo.runs if r["state"] == "failed"]
     table_runs = [r for r in demo.runs if r["dag_id"].startswith("cdc_prod_")]
     for dag_id in ("cdc_prod_customers", "cdc_prod_products", "cdc_prod_orders"):

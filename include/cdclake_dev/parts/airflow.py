@@ -324,9 +324,27 @@ class AirflowProcesses:
         return self.get_all("dags/~/dagRuns/~/taskInstances", "task_instances", run_id_prefix_pattern=prefix)
 
     def task_log_tail(self, dag_id: str, run_id: str) -> str:
-        """The last 12,000 characters of the run's task log files (the last 3,000 of each)."""
+        """The run's task log files, each as its error events (exception type and message, no
+        frames) and its last 1,500 characters; at most the last 12,000 characters in all."""
         base = Path(self.env.get("AIRFLOW__LOGGING__BASE_LOG_FOLDER") or Path(self.env["AIRFLOW_HOME"]) / "logs")
         out = []
         for path in sorted(base.glob(f"dag_id={dag_id}/run_id={run_id}/**/*.log")):
-            out.append(f"--- {path}\n{path.read_text(errors='replace')[-3000:]}")
+            text = path.read_text(errors="replace")
+            out.append(f"--- {path}\n" + "\n".join(_error_events(text)) + f"\n...\n{text[-1500:]}")
         return "\n".join(out)[-12000:]
+
+
+def _error_events(log_text: str) -> list[str]:
+    """The error events of a structured (JSON lines) task log: event, exception types and messages."""
+    events = []
+    for line in log_text.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(event, dict) or event.get("level") not in ("error", "critical"):
+            continue
+        details = event.get("error_detail") or []
+        causes = "; ".join(f"{d.get('exc_type')}: {d.get('exc_value')}" for d in details if isinstance(d, dict))
+        events.append(f"{event.get('event')} {causes}".strip())
+    return events
