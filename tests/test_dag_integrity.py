@@ -409,3 +409,20 @@ def test_a_reconcile_task_retries_a_transient_error_and_fails_at_once_on_differe
         assert task.retry_policy.evaluate(error, try_number=1, max_tries=2).action is RetryAction.FAIL
     transient = KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE))
     assert task.retry_policy.evaluate(transient, try_number=1, max_tries=2).action is RetryAction.DEFAULT
+
+
+def test_reconcile_tasks_leave_executor_slots_to_the_applies_they_wait_for():
+    """A reconcile task holds its executor slot while its table's applies catch up: at most
+    ``reconcile_tasks`` run at once (over all runs), and the local Airflow's parallelism leaves
+    room for the applies besides them (the 60-minute soak: 15 reconcile tasks over a parallelism
+    of 8 stalled every apply for their whole catch-up timeout)."""
+    from cdclake_airflow.reconcile_dag import build_reconcile_dag
+    from cdclake_dev.airflow_env import airflow_parallelism
+    from tests.conftest import make_table
+
+    settings = Settings.from_env({"CDCLAKE_RECONCILE_TASKS": "3"})
+    tables = [make_table() for _ in range(15)]
+    task = build_reconcile_dag(settings, tables).get_task("reconcile")
+    assert task.max_active_tis_per_dag == 3
+    for cpus in (1, 2, 16):
+        assert airflow_parallelism(settings, cpus) > settings.apply_pool_slots + settings.reconcile_tasks

@@ -29,6 +29,9 @@ variable                         meaning                                        
 ``CDCLAKE_SPARK_CONNECT_PORT``   loopback port of the local Spark Connect server  ``15002``
 ``CDCLAKE_ENGINE_MEMORY``        the local Spark Connect server's heap            ``4g``
 ``CDCLAKE_APPLY_POOL_SLOTS``     applies at once (Airflow pool ``cdc_apply``)      ``2``
+``CDCLAKE_RECONCILE_TASKS``      ``cdc_reconcile`` tasks at once (each waits for   ``2``
+                                 its table's applies: keep Airflow's parallelism
+                                 above this plus the apply pool's slots)
 ``CDCLAKE_SPARK_LOG_LEVEL``      Spark's log level (``spark.log.level``): INFO     ``WARN``
                                  to see Spark's own chatter in task logs
 ``CDCLAKE_APPLY_PAUSE_AT``       debugging: pause the apply job at a commit point  unset
@@ -76,6 +79,7 @@ _KNOWN = {
     "ENGINE_MEMORY",
     "SPARK_LOG_LEVEL",
     "APPLY_POOL_SLOTS",
+    "RECONCILE_TASKS",
     "APPLY_PAUSE_AT",  # read by the apply job: cdclake.spark.commit.PAUSE_ENV (debugging)
     "SCHEMA_REGISTRY_URL",
     "DISCOVERY_REGISTRY",
@@ -169,6 +173,12 @@ class Settings(BaseModel):
     """Spark's own log level (``spark.log.level``) in the spark-submit jobs, the tests' sessions
     and the Connect server: ``WARN`` keeps Spark's INFO chatter out of the Airflow task logs."""
     apply_pool_slots: int = 2
+    reconcile_tasks: int = Field(default=2, ge=1)
+    """How many ``cdc_reconcile`` tasks run at once, over all its runs (``max_active_tis_per_dag``).
+    A reconcile task holds its executor slot while it waits for its table's applies to catch up, so
+    reconcile tasks without a limit (one per table) can fill Airflow's ``parallelism`` and leave no
+    slot to the applies they wait for (the second 60-minute soak: 8 of 15 reconcile tasks held a
+    LocalExecutor of 8 for their whole catch-up timeout while 40 applies waited)."""
     schema_registry_url: str = ""
     """The schema registry of ``value_format: avro`` topics when no Airflow connection
     :attr:`ConnectionIds.SCHEMA_REGISTRY` exists (the CLI, the local stack): a URL without
@@ -217,6 +227,7 @@ class Settings(BaseModel):
                 engine_memory=env.get("CDCLAKE_ENGINE_MEMORY", "4g"),
                 spark_log_level=env.get("CDCLAKE_SPARK_LOG_LEVEL", "WARN").upper(),
                 apply_pool_slots=int(env.get("CDCLAKE_APPLY_POOL_SLOTS", "2")),
+                reconcile_tasks=int(env.get("CDCLAKE_RECONCILE_TASKS", "2")),
                 schema_registry_url=env.get("CDCLAKE_SCHEMA_REGISTRY_URL", ""),
             )
         )

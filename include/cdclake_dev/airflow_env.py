@@ -137,13 +137,16 @@ def task_log_folder(settings: Settings) -> Path:
 def airflow_parallelism(settings: Settings, cpus: int | None = None) -> int:
     """``[core] parallelism`` of the local UI: the apply pool's slots (each an apply on the shared
     engine, which does the heavy work) plus one task per core for the light ones (plan, freshness
-    check, maintenance), instead of Airflow's default 32 task processes.
+    check, maintenance), instead of Airflow's default 32 task processes; at least one more than the
+    applies and the reconcile tasks together (a reconcile task holds its slot while it waits for
+    the applies: :attr:`~cdclake.settings.Settings.reconcile_tasks`).
 
     Args:
-        settings: its ``apply_pool_slots`` (``CDCLAKE_APPLY_POOL_SLOTS``).
+        settings: its ``apply_pool_slots`` (``CDCLAKE_APPLY_POOL_SLOTS``) and ``reconcile_tasks``.
         cpus: the machine's cores; default: ``os.cpu_count()``.
     """
-    return settings.apply_pool_slots + max(1, cpus if cpus is not None else os.cpu_count() or 1)
+    light = max(1, cpus if cpus is not None else os.cpu_count() or 1)
+    return settings.apply_pool_slots + max(light, settings.reconcile_tasks + 1)
 
 
 def ui_env(settings: Settings, base: dict[str, str] | None = None) -> dict[str, str]:

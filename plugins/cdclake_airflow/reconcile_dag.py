@@ -138,5 +138,7 @@ def build_reconcile_dag(settings: Settings, tables: list[TableConfig], schedule:
         },
     ) as dag:
         chosen = select_tables_task(upserts, RECONCILED)
-        task(task_id="reconcile")(reconcile).expand(name=chosen)
+        # a task waits for its table's applies while it holds an executor slot: a few at a time
+        # (Settings.reconcile_tasks), so that the applies they wait for find a slot
+        task(task_id="reconcile", max_active_tis_per_dag=settings.reconcile_tasks)(reconcile).expand(name=chosen)
     return dag

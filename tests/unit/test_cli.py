@@ -185,7 +185,9 @@ def test_the_local_ui_listens_on_loopback_only_with_a_login_and_sized_parallelis
     env = ui_env(settings)
     assert env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS"] == "False"
     assert env["AIRFLOW__CORE__PARALLELISM"] == str(airflow_parallelism(settings))
-    assert airflow_parallelism(settings, cpus=2) == settings.apply_pool_slots + 2
+    # the applies, and a task per core or the reconcile tasks and one more, whichever is more
+    assert airflow_parallelism(settings, cpus=8) == settings.apply_pool_slots + 8
+    assert airflow_parallelism(settings, cpus=2) == settings.apply_pool_slots + settings.reconcile_tasks + 1
     assert {d.pid_file.parent for d in airflow.procs.values()} == {Path(settings.airflow_home) / "ui"}
     assert ui_processes(settings, 18080).base == "http://127.0.0.1:18080"  # cdclake ui start --port
 
