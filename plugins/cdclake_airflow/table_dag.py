@@ -139,6 +139,7 @@ def _publish(
         SummaryKeys.LAST_POSITION,
         SummaryKeys.CHANGES_SNAPSHOT,
         SummaryKeys.CHANGES_ROWS,
+        SummaryKeys.HISTORY_SNAPSHOT,
     )
     extra: dict[str, Any] = {"table": cfg.identifier, "snapshot_id": snapshot_id}
     if own is not None:  # the snapshot the run's commit started from: its change rows' base

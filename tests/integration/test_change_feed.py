@@ -1,16 +1,21 @@
-"""The change feed (``change_feed`` in the table config, :mod:`cdclake.model.changes`) on the real
-stack: Kafka broker, SparkSession with the Iceberg runtime, SQLite JDBC catalog."""
+"""The change feed (``change_feed`` in the table config, :mod:`cdclake.model.changes`) and the
+history (``history``, :mod:`cdclake.model.history`) on the real stack: Kafka broker, SparkSession
+with the Iceberg runtime, SQLite JDBC catalog."""
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime
 from types import SimpleNamespace
 
 import pytest
 
 from cdclake.io.catalog import committed_offsets, load_catalog
 from cdclake.io.changes import changes_of, runs_after
+from cdclake.io.history import history_as_of
 from cdclake.io.kafka import ensure_topic
 from cdclake.model.changes import CHANGES_SUFFIX
+from cdclake.model.history import HISTORY_SUFFIX
 from cdclake.model.layout import METADATA_COLUMNS, SummaryKeys, side_table
 from cdclake.spark.maintenance import maintain_table
 from tests.conftest import apply_offsets, make_table, plan_offsets
@@ -178,3 +183,121 @@ def test_a_try_that_fails_after_writing_its_changes_is_replaced_by_its_retry(
     changes1, _ = run_changes(stack_settings, fed, "run-1")
     changes2, _ = run_changes(stack_settings, fed, "run-2")
     assert replay([changes1, changes2]) == table_now(stack_settings, fed)
+
+
+# --- the history (``history`` in the table config, :mod:`cdclake.model.history`) ---
+
+SOURCE_MS = 1_700_000_000_000
+"""Source time of binlog position 0 in the history tests: position ``p`` happened ``p`` seconds later."""
+
+
+def at(pos: float) -> datetime:
+    return datetime.fromtimestamp(SOURCE_MS / 1000 + pos, tz=UTC)
+
+
+def timed(op, k, v, pos, row=0) -> bytes:
+    """:func:`ev` with the source time of its position (``SOURCE_MS`` + ``pos`` seconds)."""
+    envelope = json.loads(ev(op, k, v, pos, row=row))
+    envelope["ts_ms"] = envelope["source"]["ts_ms"] = SOURCE_MS + pos * 1000
+    return json.dumps(envelope).encode()
+
+
+def source_at(changes: list[tuple], pos: float) -> dict[int, str]:
+    """The source table at position ``pos`` (each change made in the source once, in position order)."""
+    state: dict[int, str] = {}
+    for op, k, v, p, _ in sorted(changes, key=lambda c: (c[3], c[4])):
+        if p > pos:
+            break
+        if op == "t":
+            state = {}
+        elif op == "d":
+            state.pop(k)
+        else:
+            state[k] = v
+    return state
+
+
+def history_at(settings, cfg, pos: float) -> dict[int, str]:
+    rows = history_as_of(load_catalog(settings), cfg.identifier, at(pos)).to_pylist()
+    found = {r["id"]: r["v"] for r in rows}
+    assert len(found) == len(rows)  # one version per key at any time
+    return found
+
+
+def test_history_holds_every_version_and_answers_as_of_each_source_time(spark, kafka, stack_settings, monkeypatch):
+    """Several runs: a key changed twice in one run, created and deleted in one run, deleted and
+    inserted again, re-emitted events (an older one, the key's newest), a primary-key change
+    (delete and create at one binlog position), a truncate from another partition with events
+    below and above it in its run; then a try that fails after the history's commit, and its
+    retry. The source's state at each source time is known from the changes made."""
+    from cdclake.spark import apply as apply_module
+
+    cfg = make_table(value_format="json", columns=COLUMNS, history={})
+    ensure_topic(kafka, cfg.topic, 2)
+    changes: list[tuple] = []
+
+    def produce(events, partition=0, re_emitted=False):
+        send(kafka, cfg, [(None if k is None else key(k), timed(op, k, v, pos, row)) for op, k, v, pos, row in events],
+             partition=partition)  # fmt: skip
+        if not re_emitted:
+            changes.extend(events)
+
+    produce([("c", 1, "a", 100, 0), ("c", 2, "b", 110, 0), ("u", 1, "a2", 120, 0), ("u", 1, "a3", 130, 0),
+             ("c", 3, "c", 140, 0), ("d", 3, "c", 150, 0)])  # fmt: skip
+    run(spark, stack_settings, cfg, "run-1")
+    produce([("c", 1, "a", 100, 0)], re_emitted=True)  # a connector restart: the guard discards it
+    produce([("u", 2, "b2", 200, 0), ("d", 1, "a3", 210, 0), ("c", 1, "n", 220, 0), ("c", 3, "c2", 230, 0),
+             ("d", 2, "b2", 240, 0), ("c", 5, "b2", 240, 1)])  # fmt: skip
+    run(spark, stack_settings, cfg, "run-2")
+    produce([("c", 1, "n", 220, 0)], re_emitted=True)  # the key's newest event again: the same version
+    produce([("c", 4, "d", 280, 0), ("u", 4, "d2", 290, 0), ("c", 6, "f", 310, 0), ("c", 1, "n2", 320, 0)])
+    produce([("t", None, None, 300, 0)], partition=1)
+    run(spark, stack_settings, cfg, "run-3")
+
+    times = sorted({p + d for *_, p, _ in changes for d in (0, 5)} | {50})
+    assert {t: history_at(stack_settings, cfg, t) for t in times} == {t: source_at(changes, t) for t in times}
+    catalog = load_catalog(stack_settings)
+    history = catalog.load_table(side_table(cfg.identifier, HISTORY_SUFFIX))
+    rows = history.scan().to_arrow().to_pylist()
+    assert len(rows) == sum(1 for c in changes if c[0] != "t")  # each change once, the re-emission not
+    opened = {r["id"]: r["v"] for r in rows if r["_cdc_is_current"] and not r["_cdc_is_deleted"]}
+    assert opened == {k: r["v"] for k, r in table_now(stack_settings, cfg).items()} == {1: "n2", 6: "f"}
+    closed_by_truncate = {r["id"] for r in rows if r["_cdc_valid_to_position"] == {
+        "file_seq": 7, "pos": 300, "row": 0, "change_rank": 1}}  # fmt: skip
+    assert closed_by_truncate == {1, 2, 3, 4, 5}  # 2: its deleted version; 4: made in the truncate's run
+
+    # a try that commits the history, then fails before the table's commit; its retry
+    produce([("u", 6, "f2", 400, 0), ("d", 1, "n2", 410, 0)])
+    planned = plan_offsets(stack_settings, cfg, "run-4")
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("injected: the worker died between the two commits")
+
+    # the fault between the history's commit and the table's cannot be made real in-process: the
+    # table's commit is replaced by one that raises (a mock, to inject the fault only)
+    monkeypatch.setattr(apply_module, "commit", fail)
+    with pytest.raises(RuntimeError, match="injected"):
+        apply_offsets(spark, stack_settings, cfg, planned.range, "run-4")
+    assert committed_offsets(catalog.load_table(cfg.identifier), cfg.topic) == planned.range.start
+    tried = history.refresh().scan().to_arrow().to_pylist()
+    assert len(tried) == len(rows) + 2
+    monkeypatch.undo()  # the Airflow retry: the same plan
+    retried = apply_offsets(spark, stack_settings, cfg, planned.range, "run-4")
+    assert retried.status == "committed"
+    after = history.refresh().scan().to_arrow().to_pylist()
+    assert sorted(map(str, after)) == sorted(map(str, tried))  # nothing doubled, nothing changed
+    for t in (305, 405, 415):
+        assert history_at(stack_settings, cfg, t) == source_at(changes, t)
+    assert source_at(changes, 415) == {6: "f2"}
+    summary = catalog.load_table(cfg.identifier).snapshot_by_id(retried.snapshot_id).summary
+    assert summary[SummaryKeys.HISTORY_SNAPSHOT] == str(history.current_snapshot().snapshot_id)
+    # the asset event of the retried run names the history's snapshot
+    from cdclake_airflow.table_dag import _publish
+
+    asset = object()
+    _, extra, _ = _publish(catalog, cfg, asset, {"run_id": "run-4", "outlet_events": {asset: SimpleNamespace()}})
+    assert extra[SummaryKeys.HISTORY_SNAPSHOT] == summary[SummaryKeys.HISTORY_SNAPSHOT]
+
+    # cdc_maintenance keeps the history like the table's other side tables
+    result = maintain_table(spark, stack_settings, cfg, actions=["expire_snapshots"])
+    assert result.report("expire_snapshots", side_table(cfg.identifier, HISTORY_SUFFIX)).status == "done"

@@ -20,6 +20,7 @@ from cdclake.io.catalog import committed_offsets, load_catalog, load_table_or_no
 from cdclake.io.kafka import ensure_topic
 from cdclake.io.maintenance import expire_tombstones, release_quarantined
 from cdclake.model.changes import CHANGES_SUFFIX
+from cdclake.model.history import HISTORY_SUFFIX
 from cdclake.model.layout import QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX, SummaryKeys, side_table
 from cdclake.model.offsets import encode_offsets
 from tests.conftest import apply_offsets, make_table, plan_offsets
@@ -120,9 +121,11 @@ def test_truncate_removes_older_rows_and_events_but_keeps_later_ones(spark, kafk
     assert rows(stack_settings, table) == {3: "c", 4: "d"}
     summary = load_catalog(stack_settings).load_table(table.identifier).current_snapshot().summary
     assert summary[SummaryKeys.TRUNCATE_FLOOR] == "7:150:0:1"
-    # without change_feed in its config, the table has no change feed
-    assert load_table_or_none(load_catalog(stack_settings), side_table(table.identifier, CHANGES_SUFFIX)) is None
+    # without change_feed and history in its config, the table has neither
+    for suffix in (CHANGES_SUFFIX, HISTORY_SUFFIX):
+        assert load_table_or_none(load_catalog(stack_settings), side_table(table.identifier, suffix)) is None
     assert SummaryKeys.CHANGES_SNAPSHOT not in summary.additional_properties
+    assert SummaryKeys.HISTORY_SNAPSHOT not in summary.additional_properties
 
 
 def test_primary_key_change_in_different_partitions(spark, kafka, stack_settings, table):

@@ -7,7 +7,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from cdclake.io.catalog import ancestry, iceberg_type, iceberg_type_name, load_table_or_none
+from cdclake.io.catalog import ancestry, ensure_image_table, image_schema, load_table_or_none
 from cdclake.io.positions import expressions
 from cdclake.model.changes import (
     BASE_SNAPSHOT_COLUMN,
@@ -26,68 +26,28 @@ from cdclake.model.layout import side_table
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyiceberg.catalog import Catalog
-    from pyiceberg.schema import Schema
     from pyiceberg.table import Table
 
 log = logging.getLogger(__name__)
 
 
-def _feed_schema(table: Table) -> Schema:
-    """The change feed's schema for ``table``: its columns (source and metadata columns, in order),
-    all optional (a delete has no after image, a truncate no key), then :data:`FEED_COLUMNS`."""
-    from pyiceberg.schema import Schema
-    from pyiceberg.types import NestedField
-
-    own = table.schema()
-    fields = [
-        NestedField(f.field_id, f.name, f.field_type, required=False, doc=OP_DOC if f.name == "_cdc_op" else f.doc)
-        for f in own.fields
-    ]
-    fields += [
-        NestedField(i, name, iceberg_type(typ), required=False, doc=doc)
-        for i, (name, typ, doc) in enumerate(FEED_COLUMNS, start=own.highest_field_id + 1)
-    ]
-    return Schema(*fields)
-
-
 def ensure_changes_table(catalog: Catalog, identifier: str, table: Table) -> Table:
     """The change feed of ``table`` (``identifier``), ``<identifier>__changes``: created when missing
     (partitioned by day of ``_cdc_source_ts``), else given the columns ``table`` gained and the
-    types it widened since (Iceberg's union by name: a column the table dropped stays).
+    types it widened since (:func:`~cdclake.io.catalog.ensure_image_table`).
 
     Raises:
         pyiceberg's ValidationError: a column of ``table`` has a type the feed's column of that
-            name cannot be promoted to (a source column renamed aside and added again with an
-            incompatible type).
+            name cannot be promoted to.
     """
-    from pyiceberg.exceptions import TableAlreadyExistsError
-    from pyiceberg.partitioning import PartitionField, PartitionSpec
-    from pyiceberg.transforms import DayTransform
-
     feed = side_table(identifier, CHANGES_SUFFIX)
-    wanted = _feed_schema(table)
-    existing = load_table_or_none(catalog, feed)
-    if existing is None:
-        source = wanted.find_field(PARTITION_SOURCE)
-        spec = PartitionSpec(
-            PartitionField(source.field_id, 1000, DayTransform(), f"{PARTITION_SOURCE}_day"), spec_id=0
-        )
-        try:
-            created = catalog.create_table(
-                feed, schema=wanted, partition_spec=spec, properties=CHANGES_TABLE_PROPERTIES
-            )
-        except TableAlreadyExistsError:
-            return catalog.load_table(feed)
-        log.info("table %s: created its change feed %s", identifier, feed)
-        return created
-    # by type name: the fields of a struct column have ids of each table's own
-    have = {f.name: iceberg_type_name(f.field_type) for f in existing.schema().fields}
-    if all(have.get(f.name) == iceberg_type_name(f.field_type) for f in wanted.fields):
-        return existing
-    with existing.update_schema() as update:
-        update.union_by_name(wanted)
-    log.info("table %s: its change feed %s took the table's columns", identifier, feed)
-    return existing.refresh()
+    wanted = image_schema(table.schema(), FEED_COLUMNS, {"_cdc_op": OP_DOC})
+    changes, changed = ensure_image_table(
+        catalog, feed, wanted, CHANGES_TABLE_PROPERTIES, day_partition=PARTITION_SOURCE
+    )
+    if changed:
+        log.info("table %s: its change feed %s took the table's columns", identifier, feed)
+    return changes
 
 
 def expire_changes(catalog: Catalog, identifier: str, retention_days: int, *, now_ms: int | None = None) -> int:

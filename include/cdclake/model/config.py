@@ -172,6 +172,15 @@ class ChangeFeedPolicy(BaseModel):
     deleted by the ``cdc_maintenance`` DAG, whole day partitions at a time."""
 
 
+class HistoryPolicy(BaseModel):
+    """The table's SCD type 2 history, ``<namespace>.<table>__history``: one row per version of
+    each row, with the source time and position it was valid from and to
+    (:mod:`cdclake.model.history`; ``docs/guide.md``, "Querying the history as of a time"). No
+    options yet: ``history: {}`` turns it on."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
 class TableDefaults(BaseModel):
     """Per-table settings that may be given once under ``defaults``."""
 
@@ -268,6 +277,9 @@ class TableConfig(TableDefaults):
     :class:`~cdclake.errors.SchemaChangeError`, a removed column is kept."""
     change_feed: ChangeFeedPolicy | None = None
     """The table's change feed (``upsert`` tables): absent, none is written."""
+    history: HistoryPolicy | None = None
+    """The table's SCD type 2 history (``upsert`` tables ordered by source position): absent,
+    none is written."""
 
     @field_validator("topic")
     @classmethod
@@ -319,6 +331,17 @@ class TableConfig(TableDefaults):
         if self.change_feed is not None and self.write_mode != "upsert":
             raise ValueError(
                 "change_feed needs write_mode: upsert (a write_mode: changelog table is a change log already)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _history_needs_keys_and_positions(self) -> TableConfig:
+        if self.history is not None and self.write_mode != "upsert":
+            raise ValueError("history needs write_mode: upsert (a row's versions are those of its primary key)")
+        if self.history is not None and self.ordering == "kafka":
+            raise ValueError(
+                "history needs ordering: binlog or gtid (a version is valid from its source position to the "
+                "next one's; under ordering: kafka events carry none)"
             )
         return self
 

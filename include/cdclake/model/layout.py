@@ -119,6 +119,11 @@ class SummaryKeys:
     CHANGES_ROWS = "cdc.changes-rows"
     """With :attr:`CHANGES_SNAPSHOT`: how many change rows the run wrote (a reader checks it finds
     them all)."""
+    HISTORY_SNAPSHOT = "cdc.history-snapshot-id"
+    """On the commit of a run of a table with a history (``history``, :mod:`cdclake.model.history`):
+    the snapshot of ``<table>__history`` after the run's versions, committed just before this
+    commit (absent while the history has no snapshot). A time-travel read of the history at it
+    holds the versions up to this commit."""
 
 
 COLUMN_ENCODINGS_PROPERTY = "cdc.column-encodings"

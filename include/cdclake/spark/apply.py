@@ -26,7 +26,8 @@ This is the apply contract (``docs/architecture.md``, "The apply contract"), as
    below the key's delete tombstone are discarded and the batch's deletes update the tombstones.
 8. **Commit** (:mod:`cdclake.spark.commit`): ``MERGE INTO`` a run branch, the offsets and counts
    in the snapshot summary, then ``main`` fast-forwarded. A table with a change feed gets the
-   changes the merge applies committed to ``<table>__changes`` just before (:mod:`cdclake.spark.changes`).
+   changes the merge applies committed to ``<table>__changes`` just before (:mod:`cdclake.spark.changes`),
+   and a table with a history its versions to ``<table>__history`` (:mod:`cdclake.spark.history`).
 
 Tables configured ``write_mode: changelog`` (no primary key) skip the truncate and step 7 and
 append every event as a row.
@@ -78,6 +79,7 @@ from cdclake.spark.changes import event_columns, write_changes
 from cdclake.spark.commit import commit, demote_rows, merge
 from cdclake.spark.context import ApplyContext, resolve_table, source_columns
 from cdclake.spark.evolve import MAX_EVOLUTIONS, evolve_table, from_events
+from cdclake.spark.history import write_history
 from cdclake.spark.names import quote_identifier
 from cdclake.spark.parse import parse_records, unknown_columns_floor
 from cdclake.spark.parse_avro import WriterSchemas, parse_avro_records, read_writer_schemas
@@ -448,7 +450,8 @@ def _write(ctx: ApplyContext, good: DataFrame, decision: RunDecision) -> tuple[i
     ``decision.backfill`` (added with a default since the last run) are then set to their default
     in the rows below the ALTER's position, in the same commit; a completed full snapshot deletes
     the rows below its position that the batch does not rewrite. A table with a change feed gets
-    the change rows committed to its feed first (:func:`~cdclake.spark.changes.write_changes`).
+    the change rows committed to its feed first (:func:`~cdclake.spark.changes.write_changes`),
+    and a table with a history its versions (:func:`~cdclake.spark.history.write_history`).
     Change-log tables append every event as a row."""
     from pyspark.sql import functions as F
 
@@ -470,6 +473,8 @@ def _write(ctx: ApplyContext, good: DataFrame, decision: RunDecision) -> tuple[i
         properties[SummaryKeys.KEYS_CHANGED] = str(keys_changed)
         if feed:  # committed first: a try that fails before the table's commit is replaced by its retry
             properties.update(write_changes(ctx, source, good, decision))
+        if ctx.cfg.history is not None:  # committed first too: its retry finds the try's versions known
+            properties.update(write_history(ctx, good, decision))
         if decision.completed is not None:
             properties[SummaryKeys.SNAPSHOT_COMPLETED] = json.dumps(
                 {

@@ -15,7 +15,6 @@ import operator
 from functools import reduce
 from typing import TYPE_CHECKING
 
-from cdclake.errors import ConcurrentRunError
 from cdclake.io.changes import ensure_changes_table
 from cdclake.model.changes import BASE_SNAPSHOT_COLUMN, CHANGES_SUFFIX, RUN_ID_COLUMN, TRANSACTION_COLUMN
 from cdclake.model.decision import RunDecision
@@ -69,12 +68,7 @@ def write_changes(ctx: ApplyContext, source: DataFrame, good: DataFrame, decisio
     from pyspark.sql import functions as F
 
     base = ctx.state.snapshot_id
-    current = ctx.table.refresh().current_snapshot()
-    if (current.snapshot_id if current is not None else None) != base:
-        raise ConcurrentRunError(
-            f"table {ctx.cfg.identifier}: another run committed since this run read snapshot {base}; nothing "
-            "was committed. The next run plans from the table's offsets."
-        )
+    ctx.check_at_base()
     changes = ensure_changes_table(ctx.catalog, ctx.cfg.identifier, ctx.table)
     before = changes.current_snapshot()
     writer = _change_rows(ctx, source, good, decision).writeTo(ctx.spark_name(CHANGES_SUFFIX))

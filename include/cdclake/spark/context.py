@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cdclake.errors import BadRecordError, SchemaError
+from cdclake.errors import BadRecordError, ConcurrentRunError, SchemaError
 from cdclake.io.catalog import create_cdc_table, ensure_side_table, load_table_or_none, source_schema
 from cdclake.io.kafka import KafkaClients, read_partition
 from cdclake.model.avro import SchemaLookup
@@ -60,6 +60,21 @@ class ApplyContext:
         """The Spark SQL name of the table (or its side table ``suffix``), each part quoted
         (:func:`~cdclake.spark.names.quote_identifier`): ``<catalog>.<ns>.<table><suffix>``."""
         return quote_identifier(self.settings.catalog_name, *side_table(self.cfg.identifier, suffix).split("."))
+
+    def check_at_base(self) -> None:
+        """Check that the table is still at the run's base snapshot, before a commit to a table
+        beside it (the change feed, the history) that the table's own commit follows.
+
+        Raises:
+            ConcurrentRunError: another run committed since this run read the table.
+        """
+        base = self.state.snapshot_id
+        current = self.table.refresh().current_snapshot()
+        if (current.snapshot_id if current is not None else None) != base:
+            raise ConcurrentRunError(
+                f"table {self.cfg.identifier}: another run committed since this run read snapshot {base}; nothing "
+                "was committed. The next run plans from the table's offsets."
+            )
 
     def record_value(self, partition: int, offset: int) -> bytes | None:
         """The value of the record at ``partition``/``offset`` of the table's topic, read again

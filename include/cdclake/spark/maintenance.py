@@ -22,8 +22,8 @@ order, on the table ``<catalog>.<namespace>.<table>`` of a :class:`~cdclake.mode
 8. ``remove_orphan_files``: files no snapshot references, older than ``orphan_file_age_hours``
    (at least 24 h: an apply in flight writes its files before its commit).
 
-Actions 4-8 also run on the side tables (``<table>__cdc_tombstones``, ``<table>__cdc_quarantine``)
-that exist: they accumulate snapshots and small files too; actions 6-8 also on the change feed
+Actions 4-8 also run on the side tables (``<table>__cdc_tombstones``, ``<table>__cdc_quarantine``,
+with ``history`` ``<table>__history``) that exist: they accumulate snapshots and small files too; actions 6-8 also on the change feed
 (:data:`~cdclake.model.maintenance.CHANGE_FEED_ACTIONS` says why not the others). The procedures and their options are
 those of the pinned Iceberg runtime (1.11, ``iceberg-spark-runtime-4.1``; Iceberg docs, "Spark
 Procedures" and "Maintenance").
@@ -60,6 +60,7 @@ from cdclake.io.changes import expire_changes
 from cdclake.io.maintenance import expire_tombstones, remove_stale_run_branches, stale_run_branches
 from cdclake.model.changes import CHANGES_SUFFIX, PARTITION_SOURCE, retention_cutoff_ms
 from cdclake.model.config import TableConfig
+from cdclake.model.history import HISTORY_SUFFIX
 from cdclake.model.layout import QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX, side_table
 from cdclake.model.maintenance import (
     CHANGE_FEED_ACTIONS,
@@ -164,7 +165,7 @@ def maintain_table(
     before = table.current_snapshot()
     side_tables = [
         ident
-        for ident in (side_table(cfg.identifier, s) for s in (TOMBSTONES_SUFFIX, QUARANTINE_SUFFIX))
+        for ident in (side_table(cfg.identifier, s) for s in _side_table_suffixes(cfg))
         if load_table_or_none(catalog, ident) is not None
     ]
     feed = side_table(cfg.identifier, CHANGES_SUFFIX) if cfg.change_feed is not None else None
@@ -188,6 +189,12 @@ def maintain_table(
         reports=tuple(out),
         seconds=time.monotonic() - started,
     )
+
+
+def _side_table_suffixes(cfg: TableConfig) -> tuple[str, ...]:
+    """The side tables the procedures also run on (those that exist): the tombstones, the
+    quarantine and, with ``history``, the history (a merge-on-read table like the table itself)."""
+    return (TOMBSTONES_SUFFIX, QUARANTINE_SUFFIX, *((HISTORY_SUFFIX,) if cfg.history is not None else ()))
 
 
 @dataclass

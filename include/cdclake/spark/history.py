@@ -1,0 +1,300 @@
+"""The history's write (Spark): the versions of one run, committed to ``<table>__history`` just
+before the table's own commit (:mod:`cdclake.model.history` has the layout and the rules).
+
+``MERGE`` statements, each its own commit of the history:
+
+1. the run's versions: every event the guard keeps (not the latest per key only), chained by
+   position within each key (a version below one of the run's truncates ends there at the
+   latest), inserted; and per key a closing row, which closes the key's open version at the key's
+   first version of the run;
+2. per truncate of the run, in position order: every version valid across its position (open, or
+   closed above it) ends there.
+
+**A retried try does not double them.** The guard takes only events that supersede every version
+of their key the history holds. An earlier try of the run that committed the history but not the
+table left its versions there, so its retry finds none of the same events new, and its truncates
+find no version valid across them: the statements change nothing. A retry whose range reaches
+further (the planner read higher watermarks) adds the versions of the further events only.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from dataclasses import dataclass
+from functools import reduce
+from typing import TYPE_CHECKING
+
+from cdclake.io.history import ensure_history_table
+from cdclake.model.decision import RunDecision
+from cdclake.model.history import (
+    CHANGE_COLUMN,
+    CHANGE_EVENT,
+    HISTORY_SUFFIX,
+    IS_CURRENT_COLUMN,
+    IS_DELETED_COLUMN,
+    RUN_ID_COLUMN,
+    VALID_FROM_POSITION_COLUMN,
+    VALID_FROM_TS_COLUMN,
+    VALID_TO_POSITION_COLUMN,
+    VALID_TO_TS_COLUMN,
+)
+from cdclake.model.layout import METADATA_COLUMNS, TOMBSTONES_SUFFIX, SummaryKeys
+from cdclake.model.position import BinlogPosition
+from cdclake.spark.context import ApplyContext
+from cdclake.spark.merge import SOURCE_ALIAS, source_column
+from cdclake.spark.names import qualified, quote_identifier
+from cdclake.spark.positions import position_literal, position_of, supersedes_column
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+_EVENT_ALIAS, _KNOWN_ALIAS = "cdc-version", "cdc-known"
+"""Aliases of the run's events and of what the lake knows of their keys, in the guard's join
+(hyphenated: apart from every column and table name, as :data:`cdclake.spark.merge.SOURCE_ALIAS`)."""
+
+_EVENT, _KNOWN = quote_identifier(_EVENT_ALIAS), quote_identifier(_KNOWN_ALIAS)
+
+_KIND = "_cdc_history_kind"
+"""Column of the versions ``MERGE``'s source: :data:`_VERSION` (a row to insert) or :data:`_CLOSE`
+(the key's open version to close)."""
+
+_VERSION, _CLOSE = "version", "close"
+
+_FIRST = "_cdc_first"
+"""Column of :func:`_versions`: the version is its key's first of the run."""
+
+_PLACE_COLUMNS = (
+    "_cdc_snapshot",
+    "_cdc_binlog_file_seq",
+    "_cdc_binlog_pos",
+    "_cdc_binlog_row",
+    "_cdc_gtid_seq",
+    "_cdc_kafka_partition",
+    "_cdc_kafka_offset",
+)
+"""The metadata columns an event's place is read from (:func:`~cdclake.spark.positions.place_columns`)."""
+
+
+@dataclass(frozen=True)
+class _Truncate:
+    """A truncate of the run: its position and source time (epoch microseconds; ``None``: the
+    event carried no ``ts_ms``)."""
+
+    position: BinlogPosition
+    ts_us: int | None
+
+    def ts(self) -> Column:
+        from pyspark.sql import functions as F
+
+        return F.lit(None).cast("timestamp") if self.ts_us is None else F.timestamp_micros(F.lit(self.ts_us))
+
+
+def write_history(ctx: ApplyContext, good: DataFrame, decision: RunDecision) -> dict[str, str]:
+    """Commit the run's versions to the table's history (created when missing) and return the
+    summary property of the table's commit that names the history's snapshot
+    (:attr:`~cdclake.model.layout.SummaryKeys.HISTORY_SNAPSHOT`; none while the history has none).
+
+    The events are the batch's upserts and deletes above the truncate floor the run started from
+    and the run's snapshot floor: an event below one of the run's own truncates was the source's
+    state until that truncate, though the table discards it.
+
+    Args:
+        ctx: the run.
+        good: the batch's applicable events (with ``op``, ``image``, ``position`` and the
+            metadata columns).
+        decision: the run's decision (its snapshot floor).
+
+    Raises:
+        ConcurrentRunError: the table moved since the run's base snapshot (another run
+            committed): nothing is written.
+    """
+    from pyspark.sql import functions as F
+
+    ctx.check_at_base()
+    history = ensure_history_table(ctx.catalog, ctx.cfg.identifier, ctx.table)
+    target = ctx.spark_name(HISTORY_SUFFIX)
+    events = good
+    if ctx.state.truncate_floor is not None:
+        events = events.filter(F.col("position") > position_literal(ctx.state.truncate_floor))
+    truncates = _truncates(events) if decision.truncate is not None else []  # none in the batch: no job
+    events = events.filter(F.col("op") != "t")
+    if decision.state.snapshot_floor is not None:
+        events = events.filter(F.col("position") >= position_literal(decision.state.snapshot_floor))
+    versions = _versions(ctx, events, target, truncates)
+    try:
+        added = versions.count()
+        if added:
+            _merge_versions(ctx, target, versions)
+    finally:
+        versions.unpersist()
+    for truncate in truncates:
+        _end_at_truncate(ctx.spark, target, truncate)
+    head = history.refresh().current_snapshot()
+    log.info(
+        "table %s: %d version(s) added to its history, %d truncate(s) (snapshot %s)",
+        ctx.cfg.identifier,
+        added,
+        len(truncates),
+        head.snapshot_id if head is not None else None,
+    )
+    # not the versions added: a retry adds none of those its earlier try added
+    return {} if head is None else {SummaryKeys.HISTORY_SNAPSHOT: str(head.snapshot_id)}
+
+
+def _truncates(events: DataFrame) -> list[_Truncate]:
+    """The truncates among ``events``, in position order (one Spark job; a batch holds few)."""
+    from pyspark.sql import functions as F
+
+    found = (
+        events.filter(F.col("op") == "t")
+        .select("position", F.unix_micros("_cdc_source_ts").alias("ts_us"))
+        .dropDuplicates(["position"])
+        .collect()
+    )
+    return sorted((_Truncate(position_of(r["position"]), r["ts_us"]) for r in found), key=lambda t: t.position)
+
+
+def _end_at_truncate(spark: SparkSession, target: str, truncate: _Truncate) -> None:
+    """End every version valid across ``truncate`` (from below its position to above it, or open)
+    at its source time and position: the open ones, and those a later version closed when the
+    truncate comes late from another Kafka partition (the table keeps rows above a truncate)."""
+    from pyspark.sql import functions as F
+
+    at = position_literal(truncate.position)
+    row = spark.range(1).select(at.alias(VALID_TO_POSITION_COLUMN), truncate.ts().alias(VALID_TO_TS_COLUMN))
+    valid_to = F.col(qualified(target, VALID_TO_POSITION_COLUMN))
+    across = (F.col(qualified(target, VALID_FROM_POSITION_COLUMN)) < at) & (valid_to.isNull() | (valid_to > at))
+    row.alias(SOURCE_ALIAS).mergeInto(target, across).whenMatched().update(_closing()).merge()
+
+
+def _closing() -> dict[str, Column]:
+    """The assignments that end a target version at its source row's ``valid_to``."""
+    from pyspark.sql import functions as F
+
+    return {
+        quote_identifier(VALID_TO_TS_COLUMN): source_column(VALID_TO_TS_COLUMN),
+        quote_identifier(VALID_TO_POSITION_COLUMN): source_column(VALID_TO_POSITION_COLUMN),
+        quote_identifier(IS_CURRENT_COLUMN): F.lit(False),
+    }
+
+
+def _versions(ctx: ApplyContext, events: DataFrame, target: str, truncates: list[_Truncate]) -> DataFrame:
+    """The run's new versions of each key, chained by position, with :data:`_FIRST`, persisted (a
+    local checkpoint: its plan, which reads the history, is cut off before the history is written;
+    the caller unpersists it)."""
+    from pyspark import StorageLevel
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    cfg = ctx.cfg
+    keys = list(cfg.primary_key)
+    meta = [n for n, _, _ in METADATA_COLUMNS]
+    deleting = F.col("_cdc_op") == "d"
+    events = events.select(*[F.col("image")[c.name].alias(c.name) for c in ctx.columns], *meta, F.col("position"))
+    # several events of a key at one position (a compressed transaction): the last one, by offset
+    at_position = Window.partitionBy(*keys, "position").orderBy(
+        F.col("_cdc_kafka_partition").desc(), F.col("_cdc_kafka_offset").desc()
+    )
+    events = events.withColumn("_rn", F.row_number().over(at_position)).filter("_rn = 1").drop("_rn")
+    if not ctx.plan.accept_source_change:  # a new binlog history's positions compare with nothing kept
+        events = _new_to_the_lake(ctx, events, target)
+    chain = Window.partitionBy(*keys).orderBy("position")
+    position = F.col("position")
+    next_position, next_ts = F.lead("position").over(chain), F.lead("_cdc_source_ts").over(chain)
+    # the run's first truncate above the version, where it ends unless the next version comes first
+    cap_position: Column | None = None
+    cap_ts: Column | None = None
+    for truncate in truncates:
+        below, at = position < position_literal(truncate.position), position_literal(truncate.position)
+        cap_position = F.when(below, at) if cap_position is None else cap_position.when(below, at)
+        cap_ts = F.when(below, truncate.ts()) if cap_ts is None else cap_ts.when(below, truncate.ts())
+    valid_to_position, valid_to_ts = next_position, next_ts
+    if cap_position is not None and cap_ts is not None:
+        capped = cap_position.isNotNull() & (next_position.isNull() | (next_position > cap_position))
+        valid_to_position = F.when(capped, cap_position).otherwise(next_position)
+        valid_to_ts = F.when(capped, cap_ts).otherwise(next_ts)
+    versions = events.select(
+        *[c.name if c.name in keys else F.when(~deleting, F.col(c.name)).alias(c.name) for c in ctx.columns],
+        *meta,
+        F.col("_cdc_source_ts").alias(VALID_FROM_TS_COLUMN),
+        position.alias(VALID_FROM_POSITION_COLUMN),
+        valid_to_ts.alias(VALID_TO_TS_COLUMN),
+        valid_to_position.alias(VALID_TO_POSITION_COLUMN),
+        valid_to_position.isNull().alias(IS_CURRENT_COLUMN),
+        deleting.alias(IS_DELETED_COLUMN),
+        F.lit(ctx.plan.run_id).alias(RUN_ID_COLUMN),
+        F.lit(CHANGE_EVENT).alias(CHANGE_COLUMN),
+        (F.row_number().over(chain) == 1).alias(_FIRST),
+    )
+    return versions.localCheckpoint(eager=True, storageLevel=StorageLevel.MEMORY_AND_DISK)
+
+
+def _new_to_the_lake(ctx: ApplyContext, events: DataFrame, target: str) -> DataFrame:
+    """The guard: the events above every version of their key in the history (strictly: an event
+    re-emitted at a version's position, at a higher offset, is that version again), and that
+    supersede (:func:`~cdclake.model.position.supersedes`, as the table's ``MERGE``) the key's row
+    at the run's base snapshot and its delete tombstone (but one this run's earlier try recorded:
+    at or after the range's start)."""
+    from pyspark.sql import functions as F
+
+    cfg, spark = ctx.cfg, ctx.spark
+    keys = list(cfg.primary_key)
+
+    def same_key(known: str) -> list[Column]:
+        return [F.col(qualified(_EVENT, k)) == F.col(qualified(known, k)) for k in keys]
+
+    versions = spark.table(target).select(*keys, VALID_FROM_POSITION_COLUMN)
+    not_above = F.col(qualified(_EVENT, "position")) <= F.col(qualified(_KNOWN, VALID_FROM_POSITION_COLUMN))
+    on = reduce(operator.and_, [*same_key(_KNOWN), not_above])
+    events = events.alias(_EVENT_ALIAS).join(versions.alias(_KNOWN_ALIAS), on, "left_anti")
+    known = []
+    if ctx.state.snapshot_id is not None:
+        stored = spark.read.option("versionAsOf", str(ctx.state.snapshot_id)).table(ctx.spark_name())
+        known.append(stored.select(*keys, *_PLACE_COLUMNS))
+    if ctx.side_table(TOMBSTONES_SUFFIX) is not None:
+        partition, offset = F.col("_cdc_kafka_partition"), F.col("_cdc_kafka_offset")
+        this_run = reduce(
+            operator.or_,
+            [(partition == p) & (offset >= start) for p, start in ctx.plan.range.start.items()],
+            F.lit(False),
+        )
+        tombstones = spark.table(ctx.spark_name(TOMBSTONES_SUFFIX)).filter(~F.coalesce(this_run, F.lit(False)))
+        known.append(tombstones.withColumn("_cdc_snapshot", F.lit(False)).select(*keys, *_PLACE_COLUMNS))
+    if not known:
+        return events
+    older = ~supersedes_column(cfg.ordering, _EVENT, _KNOWN)
+    on = reduce(operator.and_, [*same_key(_KNOWN), older])
+    return events.alias(_EVENT_ALIAS).join(
+        reduce(lambda a, b: a.unionByName(b), known).alias(_KNOWN_ALIAS), on, "left_anti"
+    )
+
+
+def _merge_versions(ctx: ApplyContext, target: str, versions: DataFrame) -> None:
+    """Insert ``versions`` (:func:`_versions`) and close, per key, the open version at the key's
+    first version of the run: the merge's source is the versions and one closing row per key."""
+    from pyspark.sql import functions as F
+
+    keys = ctx.cfg.primary_key
+    names = [c for c in versions.columns if c != _FIRST]
+    closing = versions.filter(_FIRST).select(
+        *keys,
+        F.col(VALID_FROM_TS_COLUMN).alias(VALID_TO_TS_COLUMN),
+        F.col(VALID_FROM_POSITION_COLUMN).alias(VALID_TO_POSITION_COLUMN),
+        F.lit(_CLOSE).alias(_KIND),
+    )
+    source = versions.select(*names, F.lit(_VERSION).alias(_KIND)).unionByName(closing, allowMissingColumns=True)
+    same_key = [F.col(qualified(target, k)) == source_column(k) for k in keys]
+    closes = source_column(_KIND) == _CLOSE
+    on = reduce(operator.and_, [*same_key, closes, F.col(qualified(target, IS_CURRENT_COLUMN))])
+    (
+        source.alias(SOURCE_ALIAS)
+        .mergeInto(target, on)
+        .whenMatched()
+        .update(_closing())
+        .whenNotMatched(source_column(_KIND) == _VERSION)
+        .insert({quote_identifier(n): source_column(n) for n in names})
+        .merge()
+    )
