@@ -69,6 +69,42 @@ def test_dag_file_parses_without_heavy_imports(dag_file):
     assert result["heavy"] == []
 
 
+def test_example_downstream_dag_parses_cheaply_one_per_table_with_a_change_feed_on_its_asset(tmp_path):
+    config = tmp_path / "tables.yaml"
+    config.write_text(
+        "tables:\n"
+        "  - {name: fed, topic: p.d.fed, namespace: d, table: fed, primary_key: [id], change_feed: {retention_days: 7}}\n"
+        "  - {name: plain, topic: p.d.plain, namespace: d, table: plain, primary_key: [id]}\n"
+    )
+    result = run_python(
+        f"""
+        import importlib.util, json, sys
+        from airflow.sdk import DAG
+        spec = importlib.util.spec_from_file_location("change_counts", "examples/dags/change_counts.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        heavy = [m for m in {HEAVY_MODULES!r} if m in sys.modules]
+        dags = {{d.dag_id: {{"tasks": [t.task_id for t in d.tasks], "max_active_runs": d.max_active_runs,
+                            "schedule": sorted(a.uri for a in d.timetable.asset_condition.objects),
+                            "timeout": [t.execution_timeout is not None for t in d.tasks]}}
+                for d in vars(module).values() if isinstance(d, DAG)}}
+        print(json.dumps({{"heavy": heavy, "dags": dags}}))
+        """,
+        tables_config=config,
+    )
+    assert result == {
+        "heavy": [],
+        "dags": {
+            "example_change_counts_fed": {
+                "tasks": ["count_changes"],
+                "max_active_runs": 1,
+                "schedule": ["iceberg://lake/d/fed"],
+                "timeout": [True],
+            }
+        },
+    }
+
+
 def test_dagbag_has_one_dag_per_configured_table_and_no_import_errors():
     result = run_python(
         """

@@ -165,6 +165,15 @@ class MultiTableCommitError(CdcLakeError):
     the message says the outcome is unknown; the next publish reads the tables again."""
 
 
+class ChangeFeedGapError(CdcLakeError, LookupError):
+    """A reader of a table's change feed cannot read on without missing or repeating changes: the
+    last table snapshot it processed is no longer in the table's history (``expire_snapshots``
+    expired it, or the table was rolled back or re-created), so the runs committed since cannot be
+    told apart; or a run's change rows are fewer than its commit recorded (``expire_changes``
+    deleted them before the reader came). The message names the table or topic, the snapshot or
+    run, and the remedy (docs/guide.md, "Reading the change feed")."""
+
+
 class FreshnessError(CdcLakeError):
     """A table is behind its freshness target (``freshness_minutes``): events are waiting and the
     newest applied one is older than the target. The message names the table, its lag in events

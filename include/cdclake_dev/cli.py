@@ -167,14 +167,20 @@ def cmd_load(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_airflow(argv: list[str], settings: Settings | None = None, **kwargs: Any) -> subprocess.CompletedProcess:
-    """Run the ``airflow`` CLI of this virtual environment with the local stack's environment."""
+def run_airflow(
+    argv: list[str], settings: Settings | None = None, *, dags_folder: Path | None = None, **kwargs: Any
+) -> subprocess.CompletedProcess:
+    """Run the ``airflow`` CLI of this virtual environment with the local stack's environment
+    (``dags_folder``: another DAGs folder than the project's ``dags/``, such as ``examples/dags``)."""
     from cdclake_dev.airflow_env import airflow_env
 
     settings = settings or _settings()
     settings.airflow_home.mkdir(parents=True, exist_ok=True)
     airflow = str(Path(sys.executable).parent / "airflow")
-    return subprocess.run([airflow, *argv], env=airflow_env(settings), **kwargs)
+    env = airflow_env(settings)
+    if dags_folder is not None:
+        env["AIRFLOW__CORE__DAGS_FOLDER"] = str(dags_folder)
+    return subprocess.run([airflow, *argv], env=env, **kwargs)
 
 
 def ensure_airflow_db(settings: Settings) -> None:

@@ -4,11 +4,14 @@ with the Iceberg runtime, SQLite JDBC catalog."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+from collections import Counter
 from datetime import UTC, datetime
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 
 import pytest
+import yaml
 
 from cdclake.io.catalog import committed_offsets, load_catalog
 from cdclake.io.changes import changes_of, runs_after
@@ -18,12 +21,14 @@ from cdclake.model.changes import CHANGES_SUFFIX
 from cdclake.model.history import HISTORY_SUFFIX
 from cdclake.model.layout import METADATA_COLUMNS, SummaryKeys, side_table
 from cdclake.spark.maintenance import maintain_table
-from tests.conftest import apply_offsets, make_table, plan_offsets
+from tests.conftest import ROOT, apply_offsets, make_table, plan_offsets
 from tests.integration.test_contract import COLUMNS, ev, key, send
 
 pytestmark = pytest.mark.integration
 
 TABLE_COLUMNS = ["id", "v", *[n for n, _, _ in METADATA_COLUMNS]]
+EXAMPLE_DAG = ROOT / "examples" / "dags" / "change_counts.py"
+"""The example downstream DAG (examples/README.md)."""
 
 
 @pytest.fixture
@@ -301,3 +306,102 @@ def test_history_holds_every_version_and_answers_as_of_each_source_time(spark, k
     # cdc_maintenance keeps the history like the table's other side tables
     result = maintain_table(spark, stack_settings, cfg, actions=["expire_snapshots"])
     assert result.report("expire_snapshots", side_table(cfg.identifier, HISTORY_SUFFIX)).status == "done"
+
+
+def example_dag() -> ModuleType:
+    """``examples/dags/change_counts.py`` as a module, loaded as Airflow loads a DAG file."""
+    spec = importlib.util.spec_from_file_location("change_counts", EXAMPLE_DAG)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_example_downstream_dag_counts_each_change_once_across_a_pause_a_crash_and_a_race(
+    spark, kafka, stack_settings, fed, tmp_path, monkeypatch
+):
+    """The example DAG of examples/dags on the real stack: its first run through ``airflow dags
+    test``, the later ones by calling its task's function. The crash between the counting and the
+    output's commit, and the concurrent try, are injected by replacing pyiceberg's ``Table.append``
+    for one call (a mock, to inject the fault and its timing only; the commits are real)."""
+    from pyiceberg.exceptions import CommitFailedException
+    from pyiceberg.table import Table
+
+    from cdclake_dev.cli import ensure_airflow_db, run_airflow
+
+    example = example_dag()
+    settings = stack_settings.model_copy(update={"tables_config": tmp_path / "tables.yaml"})
+    settings.tables_config.write_text(
+        yaml.safe_dump({"defaults": {"schedule": None}, "tables": [fed.model_dump(mode="json", exclude_unset=True)]})
+    )
+    output_id = example.output_identifier(fed)
+
+    def counts() -> Counter:
+        rows = load_catalog(settings).load_table(output_id).scan().to_arrow().to_pylist()
+        total: Counter = Counter()
+        for r in rows:
+            total[(r["id"], r["_cdc_op"])] += r["changes"]
+        return total
+
+    def count_changes() -> dict:
+        return example.count_changes(load_catalog(settings), fed)
+
+    # run 1 (key 1 created then updated within the run: one change), then the DAG's first run
+    send(kafka, fed, [(key(1), ev("c", 1, "a", 100)), (key(2), ev("c", 2, "b", 110)), (key(1), ev("u", 1, "a2", 120))])
+    run(spark, settings, fed, "run-1")
+    ensure_airflow_db(settings)
+    dag_id = f"{example.DAG_PREFIX}{fed.name}"
+    proc = run_airflow(
+        ["dags", "test", dag_id], settings, dags_folder=EXAMPLE_DAG.parent, capture_output=True, text=True
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "state=success" in out.replace(" ", ""), out[-5000:]
+    assert counts() == {(1, "u"): 1, (2, "c"): 1}
+
+    # runs 2 and 3 while the DAG is paused (no run, no event received); then one run reads both
+    send(kafka, fed, [(key(2), ev("u", 2, "b2", 200)), (key(1), ev("d", 1, "a2", 210))])
+    run(spark, settings, fed, "run-2")
+    send(kafka, fed, [(key(3), ev("c", 3, "c", 310)), (key(2), ev("u", 2, "b3", 320))])
+    send(kafka, fed, [(None, ev("t", None, None, 300))], partition=1)
+    third = run(spark, settings, fed, "run-3")
+    result = count_changes()
+    assert (result["runs"], result["changes"], result["source_snapshot_id"]) == (
+        ["run-2", "run-3"],
+        5,
+        third.snapshot_id,
+    )
+    after_pause = {(1, "u"): 1, (2, "c"): 1, (2, "u"): 2, (1, "d"): 1, (3, "c"): 1, (None, "t"): 1}
+    assert counts() == after_pause
+    # a retry after the commit, an extra trigger, a backfill: nothing new, nothing committed
+    again = count_changes()
+    assert (again["runs"], again["output_snapshot_id"]) == ([], None)
+    assert counts() == after_pause
+
+    # run 4; the task crashes after counting, before the output's commit: nothing was written
+    send(kafka, fed, [(key(3), ev("u", 3, "c2", 400)), (key(4), ev("c", 4, "d", 410))])
+    run(spark, settings, fed, "run-4")
+    original = Table.append
+
+    def crash(self, *args, **kwargs):
+        raise RuntimeError("injected: the worker died before the output's commit")
+
+    monkeypatch.setattr(Table, "append", crash)
+    with pytest.raises(RuntimeError, match="injected"):
+        count_changes()
+    assert counts() == after_pause
+
+    # its retry races a zombie try that commits first: the retry's commit is refused, not re-applied
+    def concurrent_try_commits_first(self, *args, **kwargs):
+        monkeypatch.setattr(Table, "append", original)
+        assert count_changes()["runs"] == ["run-4"]
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Table, "append", concurrent_try_commits_first)
+    with pytest.raises(CommitFailedException):
+        count_changes()
+    final = {**after_pause, (3, "u"): 1, (4, "c"): 1}
+    assert counts() == final
+    assert count_changes()["runs"] == []  # the retry after: the work is done
+    assert counts() == final
+    assert sum(final.values()) == sum(
+        len(run_changes(settings, fed, r)[0]) for r in ("run-1", "run-2", "run-3", "run-4")
+    )

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cdclake.errors import ConfigError
+from cdclake.errors import ChangeFeedGapError, ConfigError
 from cdclake.model.changes import RunCommit, committed_runs, retention_cutoff_ms
 from cdclake.model.config import ChangeFeedPolicy, load_tables
 from cdclake.model.layout import SummaryKeys
@@ -46,7 +46,16 @@ def test_committed_runs_after_a_snapshot_leave_it_and_the_runs_before_it_out():
     assert committed_runs(history, TOPIC, after=20) == [RunCommit("run", 20, 40, 0), RunCommit("later", 40, 50, 2)]
     assert committed_runs(history, TOPIC, after=40) == [RunCommit("later", 40, 50, 2)]
     assert committed_runs(history, TOPIC, after=50) == []
-    assert len(committed_runs(history, TOPIC, after=99)) == 3  # not in the history: all of it
+    assert committed_runs(history, TOPIC, after=10) == [RunCommit("run", 20, 40, 0), RunCommit("later", 40, 50, 2)]
+
+
+def test_a_reader_whose_last_snapshot_left_the_history_gets_an_error_not_the_changes_again():
+    # snapshot 5 was expired (or the table re-created): reading all the history kept would repeat
+    # the changes of "old" and miss the runs between 5 and 10
+    history = [(50, cdc("later", rows=2)), (10, cdc("old", rows=1))]
+    with pytest.raises(ChangeFeedGapError, match="snapshot 5, the last one the reader processed, is not in the"):
+        committed_runs(history, TOPIC, after=5)
+    assert committed_runs(history, TOPIC) == [RunCommit("old", None, 10, 1), RunCommit("later", 10, 50, 2)]
 
 
 def test_a_tables_first_commit_has_no_previous_snapshot():

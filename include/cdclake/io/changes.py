@@ -72,7 +72,11 @@ def expire_changes(catalog: Catalog, identifier: str, retention_days: int, *, no
 
 def runs_after(table: Table, topic: str, after: int | None = None) -> list[RunCommit]:
     """The runs committed to ``table`` after its snapshot ``after`` (``None``: all the history
-    kept), oldest first: :func:`~cdclake.model.changes.committed_runs` over its ancestry."""
+    kept), oldest first: :func:`~cdclake.model.changes.committed_runs` over its ancestry.
+
+    Raises:
+        ChangeFeedGapError: ``after`` is no longer in the table's history.
+    """
     return committed_runs(((i, s) for i, _, s in ancestry(table)), topic, after=after)
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from cdclake.errors import ChangeFeedGapError
 from cdclake.model.layout import SIDE_TABLE_PROPERTIES, SummaryKeys
 
 CHANGES_SUFFIX = "__changes"
@@ -102,10 +103,15 @@ def committed_runs(
             ancestors, newest first (:func:`cdclake.io.catalog.ancestry`).
         topic: the table's topic (:attr:`~cdclake.model.layout.SummaryKeys.TOPIC`).
         after: the last snapshot a reader processed (its runs and those before are left out);
-            ``None``, or a snapshot not in the ancestry: the whole ancestry.
+            ``None``: the whole ancestry.
 
     Returns:
         One :class:`RunCommit` per run, oldest first.
+
+    Raises:
+        ChangeFeedGapError: ``after`` is not in the ancestry (expired, or the table was rolled back
+            or re-created): reading the whole ancestry again would repeat the changes the reader
+            processed, and the runs between ``after`` and the oldest snapshot kept are not known.
     """
     newer: list[tuple[int, Mapping[str, str] | None]] = []
     for snapshot_id, summary in ancestry:
@@ -113,7 +119,14 @@ def committed_runs(
             break
         newer.append((snapshot_id, summary))
     else:
-        after = None
+        if after is not None:
+            raise ChangeFeedGapError(
+                f"topic {topic!r}: snapshot {after}, the last one the reader processed, is not in the table's "
+                "history (expired by cdc_maintenance's expire_snapshots, or the table was rolled back or "
+                "re-created): the runs committed since cannot be told apart. Keep the table's "
+                "snapshot_retention_hours above the reader's longest pause; to start the reader over, reset "
+                "its progress (it then reads the history kept)"
+            )
     runs: list[RunCommit] = []
     previous = after
     for n, (snapshot_id, summary) in enumerate(reversed(newer)):
