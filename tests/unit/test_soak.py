@@ -107,6 +107,9 @@ def test_every_failed_try_error_the_soak_has_met_is_explained_by_the_runbook_and
         "FAIL [rdkafka#consumer-1] [thrd:sasl_plaintext://127.0.0.1:29317/bootstrap]: "
         "sasl_plaintext://127.0.0.1:29317/bootstrap: Connect to ipv4#127.0.0.1:29317 failed: Connection refused "
         "(after 0ms in state CONNECT)": "Other failures",
+        # the same from a connection to a known broker (its id, not `bootstrap`: the clean-clone run of stop 39)
+        "FAIL [rdkafka#consumer-2] [thrd:sasl_plaintext://127.0.0.1:23024/1]: sasl_plaintext://127.0.0.1:23024/1: "
+        "Connect to ipv4#127.0.0.1:23024 failed: Connection refused (after 0ms in state CONNECT)": "Other failures",
         "ServerError: UncheckedSQLException: Failed to get table soak.soak_01_composite from catalog rest_backend": (
             "Other failures"
         ),
