@@ -6,7 +6,6 @@ task logs).
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import statistics
@@ -21,6 +20,7 @@ from cdclake_dev import engine
 from cdclake_dev.parts.airflow import AirflowProcesses
 from cdclake_dev.process import LOOPBACK, port_open
 from cdclake_dev.production import Topology
+from cdclake_dev.task_logs import error_events
 from soak_faults import start_engine
 from soak_tables import Background
 
@@ -230,21 +230,16 @@ def error_line(log_file: Path) -> str:
     """The first error of an Airflow 3 task log (JSON lines): ``<exception type>: <first line of
     its message>`` from the first ``error`` event, else that event's text."""
     try:
-        lines = log_file.read_text(errors="replace").splitlines()
+        events = error_events(log_file.read_text(errors="replace"))
     except FileNotFoundError:
         return "(no task log)"
-    for line in lines:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if event.get("level") not in ("error", "critical"):
-            continue
-        for detail in event.get("error_detail") or []:
-            message = str(detail.get("exc_value") or "").strip().splitlines()
-            return f"{detail.get('exc_type')}: {message[0] if message else ''}"[:300]
-        return str(event.get("event") or "").strip().splitlines()[0][:300] if event.get("event") else "(empty error)"
-    return "(no error in the task log: the process was killed)"
+    if not events:
+        return "(no error in the task log: the process was killed)"
+    event = events[0]
+    for detail in event.get("error_detail") or []:
+        message = str(detail.get("exc_value") or "").strip().splitlines()
+        return f"{detail.get('exc_type')}: {message[0] if message else ''}"[:300]
+    return str(event.get("event") or "").strip().splitlines()[0][:300] if event.get("event") else "(empty error)"
 
 
 SCHEDULER_LIVENESS_S = 60.0

@@ -14,10 +14,12 @@ text, taking a line's leading ISO 8601 time as its timestamp).
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 LOG_FILENAME_TEMPLATE = (
     "dag_id={{ ti.dag_id }}/run_id={{ ti.run_id }}/task_id={{ ti.task_id }}/"
@@ -129,3 +131,18 @@ def write_task_logs(output: str, dag_id: str, base_log_folder: Path) -> list[Pat
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("\n".join(lines) + "\n")
     return list(files)
+
+
+def error_events(log_text: str) -> list[dict[str, Any]]:
+    """The ``error`` and ``critical`` events of an Airflow 3 task log (JSON lines), in order; each
+    as Airflow wrote it (``event``, and ``error_detail``: a list of ``{exc_type, exc_value,
+    frames}``, the exception and its causes). Lines that are not JSON objects are skipped."""
+    events = []
+    for line in log_text.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and event.get("level") in ("error", "critical"):
+            events.append(event)
+    return events

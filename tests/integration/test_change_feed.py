@@ -31,6 +31,12 @@ EXAMPLE_DAG = ROOT / "examples" / "dags" / "change_counts.py"
 """The example downstream DAG (examples/README.md)."""
 
 
+def fail_between_the_two_commits(*args, **kwargs):
+    """Stands in for the table's commit (a mock, to inject the fault only): the worker dies after
+    the side table's commit, before the table's."""
+    raise RuntimeError("injected: the worker died between the two commits")
+
+
 @pytest.fixture
 def fed(kafka):
     cfg = make_table(value_format="json", columns=COLUMNS, change_feed={"retention_days": 30})
@@ -167,10 +173,7 @@ def test_a_try_that_fails_after_writing_its_changes_is_replaced_by_its_retry(
     send(kafka, fed, [(key(1), ev("u", 1, "a2", 200)), (key(3), ev("c", 3, "c", 210)), (key(2), ev("d", 2, "b", 220))])
     planned = plan_offsets(stack_settings, fed, "run-2")
 
-    def fail(*args, **kwargs):
-        raise RuntimeError("injected: the worker died between the two commits")
-
-    monkeypatch.setattr(apply_module, "commit", fail)
+    monkeypatch.setattr(apply_module, "commit", fail_between_the_two_commits)
     with pytest.raises(RuntimeError, match="injected"):
         apply_offsets(spark, stack_settings, fed, planned.range, "run-2")
     catalog = load_catalog(stack_settings)
@@ -275,12 +278,9 @@ def test_history_holds_every_version_and_answers_as_of_each_source_time(spark, k
     produce([("u", 6, "f2", 400, 0), ("d", 1, "n2", 410, 0)])
     planned = plan_offsets(stack_settings, cfg, "run-4")
 
-    def fail(*args, **kwargs):
-        raise RuntimeError("injected: the worker died between the two commits")
-
     # the fault between the history's commit and the table's cannot be made real in-process: the
     # table's commit is replaced by one that raises (a mock, to inject the fault only)
-    monkeypatch.setattr(apply_module, "commit", fail)
+    monkeypatch.setattr(apply_module, "commit", fail_between_the_two_commits)
     with pytest.raises(RuntimeError, match="injected"):
         apply_offsets(spark, stack_settings, cfg, planned.range, "run-4")
     assert committed_offsets(catalog.load_table(cfg.identifier), cfg.topic) == planned.range.start

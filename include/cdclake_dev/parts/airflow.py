@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from cdclake_dev.process import LOOPBACK, Daemon, check_port, free_port, stop_all
+from cdclake_dev.task_logs import error_events
 
 logger = logging.getLogger(__name__)
 
@@ -335,16 +336,10 @@ class AirflowProcesses:
 
 
 def _error_events(log_text: str) -> list[str]:
-    """The error events of a structured (JSON lines) task log: event, exception types and messages."""
-    events = []
-    for line in log_text.splitlines():
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(event, dict) or event.get("level") not in ("error", "critical"):
-            continue
-        details = event.get("error_detail") or []
-        causes = "; ".join(f"{d.get('exc_type')}: {d.get('exc_value')}" for d in details if isinstance(d, dict))
-        events.append(f"{event.get('event')} {causes}".strip())
-    return events
+    """The error events of a task log: event, exception types and messages (no frames)."""
+    out = []
+    for event in error_events(log_text):
+        details = [d for d in event.get("error_detail") or [] if isinstance(d, dict)]
+        causes = "; ".join(f"{d.get('exc_type')}: {d.get('exc_value')}" for d in details)
+        out.append(f"{event.get('event')} {causes}".strip())
+    return out
