@@ -6,17 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cdclake_dev.process import group_alive
 
-def group_alive(pgid: int) -> bool:
-    """Whether any process of group ``pgid`` still runs (zombies count as gone)."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":  # fields after "(comm)": state ppid pgrp
-            return True
-    return False
+__all__ = ["group_alive", "pid_in"]
 
 
 def pid_in(path: Path) -> int:

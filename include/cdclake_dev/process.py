@@ -43,6 +43,9 @@ LOOPBACK = "127.0.0.1"
 LOG_TAIL_CHARS = 3000
 """How much of a log an error carries."""
 
+GROUP_EXIT_S = 15.0
+"""Seconds :func:`stop_all` waits, after its SIGKILL, for every process of a group to be gone."""
+
 
 # --- ports and readiness checks -------------------------------------------------------------------
 
@@ -126,6 +129,18 @@ def _gone(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return True
+    return False
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs (zombies count as gone: Linux ``/proc``)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after "(comm)": state ppid pgrp
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
     return False
 
 
@@ -283,7 +298,8 @@ class Daemon:
 def stop_all(daemons: Iterable[Daemon], *, timeout_s: float = 30.0, hard: bool = False) -> list[int | None]:
     """Stop several daemons at once: each one's stop signal (SIGKILL when ``hard``) to every group
     first, then up to ``timeout_s`` seconds in all for the leaders to exit, then SIGKILL to whatever
-    is left of each group; every pid file is removed.
+    is left of each group and up to :data:`GROUP_EXIT_S` seconds until no process of it runs; every
+    pid file is removed.
 
     Returns:
         Per daemon, in order, the pid that was stopped (``None``: it did not run).
@@ -304,6 +320,11 @@ def stop_all(daemons: Iterable[Daemon], *, timeout_s: float = 30.0, hard: bool =
                 logger.warning("%s (pid %d) did not stop within %.0f s: killed", daemon.name, pgid, timeout_s)
             _signal_group(pgid, signal.SIGKILL)
             daemon._exited(pgid)  # reaps it when it is a child of this process
+            # SIGKILL is delivered, not awaited: a member may run a moment longer (a task's
+            # process killed with its supervisor); stopped means none of the group runs
+            deadline = time.monotonic() + GROUP_EXIT_S
+            while group_alive(pgid) and time.monotonic() < deadline:
+                time.sleep(0.1)
         daemon.pid_file.unlink(missing_ok=True)
         if pid is None:
             logger.info("%s not running", daemon.name)
