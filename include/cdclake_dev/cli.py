@@ -340,7 +340,9 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
         keys = sorted(result.keys(which), key=repr)
         if keys:
             print(f"  {which}: {keys[:50]}{' ...' if len(keys) > 50 else ''}")
-    return 1 if result.differences else 0
+    if result.history is not None:
+        print(result.history.message())
+    return 1 if result.differences or result.history_differences else 0
 
 
 def cmd_quarantine(args: argparse.Namespace) -> int:

@@ -11,8 +11,11 @@ Daily, and manual with Params: the tables, a primary-key range, the mode (``repo
    ``cdc_ops.reconcile``. In ``repair`` mode it then deletes the lake rows the source lacks, has
    Debezium re-read exactly the missing and differing keys (incremental snapshot with
    ``additional-conditions``), and compares those chunks again.
-2. The task fails when differences remain (``reconcile.on_difference: fail``, the default), so
-   Airflow's alerting fires; with ``warn`` it logs them and succeeds.
+2. For a table with a history (``history`` in its table config) it then checks the history's current
+   rows against the table (:mod:`cdclake.pipeline.reconcile_history`).
+3. The task fails when differences remain, or the history differs from its table
+   (``reconcile.on_difference: fail``, the default), so Airflow's alerting fires; with ``warn`` it
+   logs them and succeeds.
 
 Other failures (a broker or catalog that does not answer for a moment) are retried twice, two
 minutes apart; differences that remain and configuration errors (:data:`NOT_RETRIED`) fail at once,
@@ -48,7 +51,9 @@ def reconcile(name: str, **context: Any) -> dict[str, Any]:
     """Reconcile (or repair) table ``name`` with the run's Params.
 
     Raises:
-        DriftError: differences remain and the table's ``reconcile.on_difference`` is ``fail``.
+        DriftError: differences remain, or the table's history differs from the table (the message
+            says what differs: counts, a few keys), and the table's ``reconcile.on_difference`` is
+            ``fail``.
     """
     from cdclake.model.config import load_tables
     from cdclake.pipeline.catch_up import poll_catch_up
@@ -75,9 +80,10 @@ def reconcile(name: str, **context: Any) -> dict[str, Any]:
         "unsettled": result.unsettled,
         "repaired": result.repaired,
         "summary": result.summary(),
+        "history_differences": result.history_differences,
     }
-    if result.differences:
-        message = f"{result.summary()} (details: table cdc_ops.reconcile, run_id {run.run_id})"
+    message = result.drift(run.run_id)
+    if message is not None:
         if cfg.reconcile.on_difference == "fail":
             raise DriftError(message)
         log.warning("%s", message)

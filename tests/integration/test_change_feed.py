@@ -13,13 +13,15 @@ from types import ModuleType, SimpleNamespace
 import pytest
 import yaml
 
-from cdclake.io.catalog import committed_offsets, load_catalog
+from cdclake.io.catalog import committed_offsets, load_catalog, load_table_or_none
 from cdclake.io.changes import changes_of, runs_after
 from cdclake.io.history import history_as_of
 from cdclake.io.kafka import ensure_topic
 from cdclake.model.changes import CHANGES_SUFFIX
+from cdclake.model.config import HistoryPolicy
 from cdclake.model.history import HISTORY_SUFFIX
 from cdclake.model.layout import METADATA_COLUMNS, SummaryKeys, side_table
+from cdclake.pipeline.reconcile_history import check_history
 from cdclake.spark.maintenance import maintain_table
 from tests.conftest import ROOT, apply_offsets, make_table, plan_offsets
 from tests.integration.test_contract import COLUMNS, ev, key, send
@@ -306,6 +308,125 @@ def test_history_holds_every_version_and_answers_as_of_each_source_time(spark, k
     # cdc_maintenance keeps the history like the table's other side tables
     result = maintain_table(spark, stack_settings, cfg, actions=["expire_snapshots"])
     assert result.report("expire_snapshots", side_table(cfg.identifier, HISTORY_SUFFIX)).status == "done"
+
+
+def test_history_turned_on_for_a_table_with_rows_is_seeded_once(spark, kafka, stack_settings, monkeypatch):
+    """A table with rows gets ``history: {}``: the run that starts the history seeds it with one
+    version per row, then applies its events on top; that run fails between the history's commit
+    and the table's, and its retry seeds nothing again."""
+    from cdclake.model.reconcile import CompareColumn, Kind
+    from cdclake.spark import apply as apply_module
+
+    plain = make_table(value_format="json", columns=COLUMNS)
+    ensure_topic(kafka, plain.topic, 1)
+    changes: list[tuple] = []
+
+    def produce(events):
+        send(kafka, plain, [(key(k), timed(op, k, v, pos, row)) for op, k, v, pos, row in events])
+        changes.extend(events)
+
+    produce([("c", 1, "a", 100, 0), ("c", 2, "b", 110, 0), ("u", 1, "a2", 120, 0), ("c", 3, "c", 130, 0),
+             ("d", 3, "c", 140, 0)])  # fmt: skip
+    run(spark, stack_settings, plain, "run-1")
+    catalog = load_catalog(stack_settings)
+    assert load_table_or_none(catalog, side_table(plain.identifier, HISTORY_SUFFIX)) is None
+
+    cfg = plain.model_copy(update={"history": HistoryPolicy()})  # the option turned on
+    columns = [CompareColumn("id", Kind.INT), CompareColumn("v", Kind.STRING)]
+    assert check_history(catalog, cfg, columns) is None  # no history yet: reconcile skips the check
+    produce([("u", 2, "b2", 200, 0), ("c", 4, "d", 210, 0)])
+    planned = plan_offsets(stack_settings, cfg, "run-2")
+    # the fault between the history's commit and the table's cannot be made real in-process: the
+    # table's commit is replaced by one that raises (a mock, to inject the fault only)
+    monkeypatch.setattr(apply_module, "commit", fail_between_the_two_commits)
+    with pytest.raises(RuntimeError, match="injected"):
+        apply_offsets(spark, stack_settings, cfg, planned.range, "run-2")
+    history = catalog.load_table(side_table(cfg.identifier, HISTORY_SUFFIX))
+    tried = history.scan().to_arrow().to_pylist()
+    assert sorted(r["_cdc_change"] for r in tried) == ["event", "event", "seed", "seed"]  # the try seeded
+    assert check_history(catalog, cfg, columns) is None  # no table commit names a history snapshot yet
+    monkeypatch.undo()  # the Airflow retry: the same plan
+    assert apply_offsets(spark, stack_settings, cfg, planned.range, "run-2").status == "committed"
+    rows = history.refresh().scan().to_arrow().to_pylist()
+    assert sorted(map(str, rows)) == sorted(map(str, tried))  # nothing seeded twice
+    assert check_history(catalog, cfg, columns).differences == 0
+
+    seeded = sorted((r for r in rows if r["_cdc_change"] == "seed"), key=lambda r: r["id"])
+    assert [(r["id"], r["v"], r["_cdc_run_id"]) for r in seeded] == [(1, "a2", "run-2"), (2, "b", "run-2")]
+    assert [r["_cdc_valid_from_ts"] for r in seeded] == [at(120), at(110)]  # each row's own source time
+    assert [r["_cdc_valid_from_position"]["pos"] for r in seeded] == [120, 110]
+    assert {(r["id"], r["_cdc_is_current"], r["_cdc_is_deleted"]) for r in seeded} == {
+        (1, True, False),
+        (2, False, False),
+    }
+    assert sorted((r["id"], r["v"], r["_cdc_change"]) for r in rows if r["_cdc_change"] != "seed") == [
+        (2, "b2", "event"),
+        (4, "d", "event"),
+    ]
+    # from the seeded rows' source times on, the history answers as the source was
+    for t in (125, 145, 205, 215):
+        assert history_at(stack_settings, cfg, t) == source_at(changes, t)
+    assert history_at(stack_settings, cfg, 215) == {k: r["v"] for k, r in table_now(stack_settings, cfg).items()}
+
+
+def test_reconcile_checks_the_historys_current_rows_against_the_table(spark, kafka, stack_settings):
+    """cdc_reconcile's history check (:mod:`cdclake.pipeline.reconcile_history`) on a real table and
+    history: equal after runs; then versions of the history are deleted and changed with pyiceberg
+    directly (the fault injection), and the next run's table commit names that history."""
+    import pyarrow as pa
+    from pyiceberg.expressions import And, EqualTo
+
+    from cdclake.model.reconcile import CompareColumn, Kind
+    from cdclake.pipeline.reconcile import ReconcileParams, ReconcileResult, write_result
+
+    cfg = make_table(value_format="json", columns=COLUMNS, history={})
+    ensure_topic(kafka, cfg.topic, 1)
+    columns = [CompareColumn("id", Kind.INT), CompareColumn("v", Kind.STRING)]
+    send(kafka, cfg, [(key(k), timed(op, k, v, pos)) for op, k, v, pos in [
+        ("c", 1, "a", 100), ("c", 2, "b", 110), ("c", 3, "c", 120), ("u", 1, "a2", 130), ("c", 4, "d", 140)]])  # fmt: skip
+    run(spark, stack_settings, cfg, "run-1")
+    send(kafka, cfg, [(key(k), timed(op, k, v, pos)) for op, k, v, pos in [("d", 4, "d", 200), ("u", 2, "b2", 210)]])
+    run(spark, stack_settings, cfg, "run-2")
+    catalog = load_catalog(stack_settings)
+    equal = check_history(catalog, cfg, columns)
+    assert (equal.table_rows, equal.history_rows, equal.differences) == (3, 3, 0)
+
+    # the fault: key 2's current version deleted from the history, key 1's changed
+    history = catalog.load_table(side_table(cfg.identifier, HISTORY_SUFFIX))
+    named = str(history.current_snapshot().snapshot_id)
+    current = EqualTo("_cdc_is_current", True)
+    one = history.scan(row_filter=And(EqualTo("id", 1), current)).to_arrow()
+    changed = one.set_column(one.schema.get_field_index("v"), one.schema.field("v"), pa.array(["x"]))
+    with history.transaction() as tx:
+        tx.delete(And(EqualTo("id", 2), current))
+        tx.delete(And(EqualTo("id", 1), current))
+        tx.append(changed)
+    # the table's commit still names the history before the fault: that pair is consistent
+    assert check_history(catalog, cfg, columns).differences == 0
+
+    send(kafka, cfg, [(key(3), timed("u", 3, "c2", 300))])
+    third = run(spark, stack_settings, cfg, "run-3")
+    summary = catalog.load_table(cfg.identifier).snapshot_by_id(third.snapshot_id).summary
+    assert summary[SummaryKeys.HISTORY_SNAPSHOT] != named
+    found = check_history(catalog, cfg, columns)
+    assert (found.table_rows, found.history_rows) == (3, 2)
+    assert (found.only_in_table, found.only_in_history, found.differing) == ([(2,)], [], {(1,): ["v"]})
+    message = found.message()
+    assert "1 only in the table ((2,))" in message and "1 differing ((1,))" in message
+    assert "docs/operations.md" in message
+    # in reconcile's result: the run fails (the DAG raises DriftError with this message) and the
+    # reconcile table gets the history's row
+    result = ReconcileResult(cfg.identifier, 1, 3, 3, [], {}, history=found)
+    assert result.differences == 0 and result.history_differences == 2
+    drift = result.drift("reconcile-test")  # what the DAG's DriftError says
+    assert drift is not None and message in drift
+    params = ReconcileParams(run_id=f"reconcile-{cfg.name}")
+    write_result(catalog, cfg, params, result, "")
+    written = catalog.load_table("cdc_ops.reconcile").scan(row_filter=EqualTo("run_id", params.run_id)).to_arrow()
+    by_kind = {r["compared_with"]: r for r in written.to_pylist()}
+    assert set(by_kind) == {"source", "history"}
+    assert (by_kind["history"]["only_in_source"], by_kind["history"]["differing"]) == (1, 1)
+    assert json.loads(by_kind["history"]["sample_keys"])["only_in_table"] == [["2"]]
 
 
 def example_dag() -> ModuleType:

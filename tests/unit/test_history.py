@@ -89,3 +89,25 @@ def test_history_schema_is_the_tables_columns_optional_then_its_own_with_positio
         n.field_id for f in schema.fields if hasattr(f.field_type, "fields") for n in f.field_type.fields
     ]
     assert len(ids) == len(set(ids)) and min(ids[len(table.fields) :]) > table.highest_field_id
+
+
+def test_the_history_check_names_each_kind_of_difference_and_the_docs():
+    """Reconcile's history check, key by key (:mod:`cdclake.pipeline.reconcile_history`): keys only
+    in the table, only in the history, with other values, and held twice by the history."""
+    from cdclake.pipeline.reconcile_history import DUPLICATE, HistoryCheck, _compare_keys
+
+    table = {(1,): ("1", "a"), (2,): ("1", "b"), (3,): ("1", "c"), (5,): ("1", "e")}
+    history = iter([((1,), ("1", "a")), ((3,), ("1", "x")), ((4,), ("1", "d")), ((5,), ("1", "e")), ((5,), ("1", "e"))])
+    check = HistoryCheck("inventory.customers", 11, 22, table_rows=4, history_rows=5)
+    _compare_keys(check, ["id", "v"], table, history)
+    assert (check.only_in_table, check.only_in_history, check.differing) == (
+        [(2,)],
+        [(4,)],
+        {(3,): ["v"], (5,): [DUPLICATE]},
+    )
+    assert check.differences == 4
+    message = check.message()
+    for part in ("4 table row(s), 5 current version(s)", "1 only in the table ((2,))", "1 only in the history ((4,))",
+                 "2 differing ((3,), (5,))", "table snapshot 11, history snapshot 22", "docs/operations.md"):  # fmt: skip
+        assert part in message
+    assert "equal" in HistoryCheck("inventory.customers", 11, 22, table_rows=4, history_rows=4).message()

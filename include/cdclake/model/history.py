@@ -22,6 +22,14 @@ again: the history itself then knows the key's newest position. A truncate ends 
 valid across its position (open, or closed above it by a later version when the truncate comes
 late from another Kafka partition) at the truncate's time and position; it adds no row.
 
+**Seed.** A history that holds no version yet while the table has rows (``history`` turned on for
+an existing table, or its first try failed before any version) first gets one open version per row
+of the table at the run's base snapshot (:data:`CHANGE_SEED`): valid from the row's own source time
+and position (its metadata columns: the event that wrote it), current, not deleted. The run's
+events then apply on top as any run's. A retry finds the seed (a version) there and seeds nothing.
+The history knows nothing of a row before the seed's versions, which answer "as of" times from
+each row's last change on, not from its creation.
+
 **As of a time.** The source state at source time ``t`` is the versions with
 ``_cdc_valid_from_ts <= t AND (_cdc_valid_to_ts > t OR _cdc_valid_to_ts IS NULL) AND NOT
 _cdc_is_deleted`` (:func:`cdclake.io.history.history_as_of`); by position the same with the
@@ -68,6 +76,10 @@ CHANGE_EVENT = "event"
 """:data:`CHANGE_COLUMN` of a version made by a source event (the lake's own repairs, not written
 yet, will have another value)."""
 
+CHANGE_SEED = "seed"
+""":data:`CHANGE_COLUMN` of a version the history was seeded with: a row the table held when its
+history began ("Seed" above)."""
+
 HISTORY_COLUMNS: tuple[tuple[str, str, str], ...] = (
     (VALID_FROM_TS_COLUMN, "timestamptz", "source time (source.ts_ms) from which the version is valid"),
     (VALID_FROM_POSITION_COLUMN, POSITION_TYPE, "source position from which the version is valid"),
@@ -76,6 +88,10 @@ HISTORY_COLUMNS: tuple[tuple[str, str, str], ...] = (
     (IS_CURRENT_COLUMN, "boolean", "true for the key's open version"),
     (IS_DELETED_COLUMN, "boolean", "true for a delete: the key is absent from valid_from to valid_to"),
     (RUN_ID_COLUMN, "string", "the run that wrote the version (cdc.run-id of the table's commit)"),
-    (CHANGE_COLUMN, "string", "what made the version: 'event' (a source event)"),
+    (
+        CHANGE_COLUMN,
+        "string",
+        "what made the version: 'event' (a source event), 'seed' (a row the table held when its history began)",
+    ),
 )
 """``(name, Iceberg type, doc)`` of the history's columns after the table's metadata columns."""

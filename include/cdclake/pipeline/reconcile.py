@@ -16,7 +16,10 @@ One run of :func:`reconcile_table`:
    does not have (a tombstone at the read's position keeps a re-emitted older event from bringing
    them back), ask Debezium for an incremental snapshot of exactly the keys that are missing or
    differ (``additional-conditions``), wait for it, catch up, and compare those chunks again;
-6. append one row per differing chunk and one summary row to the reconcile table.
+6. with a history (``history`` in the table config): compare the history's current rows with the
+   table's rows (:mod:`cdclake.pipeline.reconcile_history`);
+7. append one row per differing chunk and one summary row to the reconcile table (and the
+   history's row).
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from cdclake.model.reconcile import (
     verdict,
 )
 from cdclake.pipeline.catch_up import CatchUp, wait_for_lake
+from cdclake.pipeline.reconcile_history import HistoryCheck, check_history
 from cdclake.pipeline.reconcile_repair import repair
 from cdclake.pipeline.reconcile_scope import (
     DUPLICATE,
@@ -92,6 +96,12 @@ RECONCILE_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("repaired", "boolean", "whether a repair ran for this chunk"),
     ("read_position", "string", "the source read's binlog file:pos (GTID position)"),
     ("reconciled_at", "timestamptz", "when"),
+    (
+        "compared_with",
+        "string",
+        "source: the table against its source table; history: the history's current rows (source_rows, "
+        "only_in_source: the table's) against the table (lake_rows, only_in_lake: the history's)",
+    ),
 )
 
 SAMPLE_KEYS = 20
@@ -131,10 +141,18 @@ class ReconcileResult:
     outcomes: list[ChunkOutcome]
     skipped_columns: dict[str, str]
     repaired: bool = False
+    history: HistoryCheck | None = None
+    """The history's check (:mod:`cdclake.pipeline.reconcile_history`); ``None``: no history, or
+    nothing to compare yet."""
 
     @property
     def differences(self) -> int:
         return sum(len(o.only_in_source) + len(o.only_in_lake) + len(o.differing) for o in self.outcomes)
+
+    @property
+    def history_differences(self) -> int:
+        """Keys where the history's current rows differ from the table's (0 without a check)."""
+        return 0 if self.history is None else self.history.differences
 
     @property
     def unsettled(self) -> int:
@@ -146,6 +164,14 @@ class ReconcileResult:
         for o in self.outcomes:
             out |= set(getattr(o, which))
         return out
+
+    def drift(self, run_id: str) -> str | None:
+        """The message of the differences that remain (the source's, the history's), or ``None``:
+        there are none. What :class:`~cdclake.errors.DriftError` says."""
+        found = [self.summary()] if self.differences else []
+        if self.history is not None and self.history.differences:
+            found.append(self.history.message())
+        return f"{'; '.join(found)} (details: table {RECONCILE_TABLE}, run_id {run_id})" if found else None
 
     def summary(self) -> str:
         return (
@@ -374,6 +400,8 @@ def reconcile_table(
             repaired=True,
         )
         log.info("after repair: %s", result.summary())
+    if cfg.history is not None:  # after a repair: the table as it is left
+        result.history = check_history(catalog, cfg, scope.columns, scope.key_range)
     write_result(catalog, cfg, params, result, read_text)
     return result
 
@@ -386,7 +414,8 @@ def write_result(
     catalog: Catalog, cfg: TableConfig, params: ReconcileParams, result: ReconcileResult, read_text: str
 ) -> None:
     """Append the result to :data:`RECONCILE_TABLE`: a row per chunk with differences or unsettled
-    keys, and the table's summary row (``chunk`` -1)."""
+    keys, and the table's summary row (``chunk`` -1), with ``compared_with`` ``source``; and with a
+    history check, its row (``chunk`` -1, ``compared_with`` ``history``)."""
     import pyarrow as pa
 
     table = ensure_side_table(
@@ -396,7 +425,13 @@ def write_result(
         {n: d for n, _, d in RECONCILE_COLUMNS},
     )
     now = datetime.now(timezone.utc)
-    base = {"run_id": params.run_id, "table_name": cfg.name, "identifier": cfg.identifier, "mode": params.mode}
+    base = {
+        "run_id": params.run_id,
+        "table_name": cfg.name,
+        "identifier": cfg.identifier,
+        "mode": params.mode,
+        "compared_with": "source",
+    }
     rows = []
     for o in result.outcomes:
         by_column: dict[str, list[list[str]]] = {}
@@ -448,4 +483,40 @@ def write_result(
             "reconciled_at": now,
         }
     )
+    if result.history is not None:
+        rows.append(_history_row(base, result.history, now))
     table.append(pa.Table.from_pylist(rows, schema=table.schema().as_arrow()))
+
+
+def _history_row(base: dict[str, Any], check: HistoryCheck, now: datetime) -> dict[str, Any]:
+    """The reconcile table's row of a history check (:data:`RECONCILE_COLUMNS`, ``compared_with``)."""
+    by_column: dict[str, list[list[str]]] = {}
+    for k, cols in check.differing.items():
+        for c in cols:
+            by_column.setdefault(c, []).append([str(v) for v in k])
+    return {
+        **base,
+        "compared_with": "history",
+        "chunk": -1,
+        "lower_key": None,
+        "upper_key": None,
+        "source_rows": check.table_rows,
+        "lake_rows": check.history_rows,
+        "only_in_source": len(check.only_in_table),
+        "only_in_lake": len(check.only_in_history),
+        "differing": len(check.differing),
+        "unsettled": 0,
+        "sample_keys": json.dumps(
+            {
+                "only_in_table": _sample(check.only_in_table),
+                "only_in_history": _sample(check.only_in_history),
+                "differing": _sample(list(check.differing)),
+                "table_snapshot_id": check.table_snapshot_id,
+                "history_snapshot_id": check.history_snapshot_id,
+            }
+        ),
+        "differing_columns": json.dumps({c: ks[:SAMPLE_KEYS] for c, ks in by_column.items()}),
+        "repaired": False,
+        "read_position": None,
+        "reconciled_at": now,
+    }

@@ -1,8 +1,10 @@
 """The history's write (Spark): the versions of one run, committed to ``<table>__history`` just
 before the table's own commit (:mod:`cdclake.model.history` has the layout and the rules).
 
-``MERGE`` statements, each its own commit of the history:
+Statements, each its own commit of the history:
 
+0. while the history holds no version and the table has rows at the run's base snapshot, the
+   seed: one open version per row (an append; :data:`~cdclake.model.history.CHANGE_SEED`);
 1. the run's versions: every event the guard keeps (not the latest per key only), chained by
    position within each key (a version below one of the run's truncates ends there at the
    latest), inserted; and per key a closing row, which closes the key's open version at the key's
@@ -14,7 +16,9 @@ before the table's own commit (:mod:`cdclake.model.history` has the layout and t
 of their key the history holds. An earlier try of the run that committed the history but not the
 table left its versions there, so its retry finds none of the same events new, and its truncates
 find no version valid across them: the statements change nothing. A retry whose range reaches
-further (the planner read higher watermarks) adds the versions of the further events only.
+further (the planner read higher watermarks) adds the versions of the further events only. The
+seed is appended only to a history without a version: a retry finds it (or the try's versions)
+there and seeds nothing.
 """
 
 from __future__ import annotations
@@ -30,9 +34,11 @@ from cdclake.model.decision import RunDecision
 from cdclake.model.history import (
     CHANGE_COLUMN,
     CHANGE_EVENT,
+    CHANGE_SEED,
     HISTORY_SUFFIX,
     IS_CURRENT_COLUMN,
     IS_DELETED_COLUMN,
+    POSITION_TYPE,
     RUN_ID_COLUMN,
     VALID_FROM_POSITION_COLUMN,
     VALID_FROM_TS_COLUMN,
@@ -44,9 +50,10 @@ from cdclake.model.position import BinlogPosition
 from cdclake.spark.context import ApplyContext
 from cdclake.spark.merge import SOURCE_ALIAS, source_column
 from cdclake.spark.names import qualified, quote_identifier
-from cdclake.spark.positions import position_literal, position_of, supersedes_column
+from cdclake.spark.positions import position_column, position_literal, position_of, supersedes_column
 
 if TYPE_CHECKING:
+    from pyiceberg.table import Table
     from pyspark.sql import Column, DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
@@ -116,6 +123,7 @@ def write_history(ctx: ApplyContext, good: DataFrame, decision: RunDecision) -> 
     ctx.check_at_base()
     history = ensure_history_table(ctx.catalog, ctx.cfg.identifier, ctx.table)
     target = ctx.spark_name(HISTORY_SUFFIX)
+    seeded = _seed(ctx, history, target)  # before the versions: their guard and closing rows see it
     events = good
     if ctx.state.truncate_floor is not None:
         events = events.filter(F.col("position") > position_literal(ctx.state.truncate_floor))
@@ -134,14 +142,70 @@ def write_history(ctx: ApplyContext, good: DataFrame, decision: RunDecision) -> 
         _end_at_truncate(ctx.spark, target, truncate)
     head = history.refresh().current_snapshot()
     log.info(
-        "table %s: %d version(s) added to its history, %d truncate(s) (snapshot %s)",
+        "table %s: %d version(s) seeded, %d added to its history, %d truncate(s) (snapshot %s)",
         ctx.cfg.identifier,
+        seeded,
         added,
         len(truncates),
         head.snapshot_id if head is not None else None,
     )
     # not the versions added: a retry adds none of those its earlier try added
     return {} if head is None else {SummaryKeys.HISTORY_SNAPSHOT: str(head.snapshot_id)}
+
+
+def _holds_versions(spark: SparkSession, history: Table, target: str) -> bool:
+    """Whether the history holds a version: its snapshot's ``total-records`` (rows of its data
+    files; a run never deletes a version, it updates it), or a read when the summary lacks it."""
+    head = history.current_snapshot()
+    if head is None:
+        return False
+    total = head.summary.get("total-records") if head.summary is not None else None
+    if total is not None:
+        return int(total) > 0
+    return not spark.table(target).isEmpty()
+
+
+def _seed(ctx: ApplyContext, history: Table, target: str) -> int:
+    """Seed a history that holds no version yet with the table's rows at the run's base snapshot:
+    one open version per row, valid from the row's own source time and position
+    (:mod:`cdclake.model.history`, "Seed"), in one append. Returns the rows seeded (0: the
+    history holds versions, or the table had no rows or no snapshot)."""
+    from pyspark.sql import functions as F
+
+    base = ctx.state.snapshot_id
+    if base is None or _holds_versions(ctx.spark, history, target):
+        return 0
+    rows = ctx.spark.read.option("versionAsOf", str(base)).table(ctx.spark_name())
+    if rows.isEmpty():
+        return 0
+    # the base snapshot's schema: a column this run added is NULL in its rows
+    types = {f.name: f.dataType for f in ctx.spark.table(ctx.spark_name()).schema.fields}
+    present = set(rows.columns)
+    names = [c.name for c in ctx.columns] + [n for n, _, _ in METADATA_COLUMNS]
+    seed = rows.select(
+        *[F.col(n) if n in present else F.lit(None).cast(types[n]).alias(n) for n in names],
+        F.col("_cdc_source_ts").alias(VALID_FROM_TS_COLUMN),
+        position_column(ctx.cfg.ordering).alias(VALID_FROM_POSITION_COLUMN),
+        F.lit(None).cast("timestamp").alias(VALID_TO_TS_COLUMN),
+        F.lit(None).cast(POSITION_TYPE).alias(VALID_TO_POSITION_COLUMN),
+        F.lit(True).alias(IS_CURRENT_COLUMN),
+        F.lit(False).alias(IS_DELETED_COLUMN),
+        F.lit(ctx.plan.run_id).alias(RUN_ID_COLUMN),
+        F.lit(CHANGE_SEED).alias(CHANGE_COLUMN),
+    )
+    seed.writeTo(target).append()
+    head = history.refresh().current_snapshot()
+    added = head.summary.get("added-records") if head is not None and head.summary is not None else None
+    seeded = int(added) if added is not None else seed.count()
+    log.info(
+        "table %s: its history held no version: seeded with the %d row(s) of snapshot %s (%s = '%s')",
+        ctx.cfg.identifier,
+        seeded,
+        base,
+        CHANGE_COLUMN,
+        CHANGE_SEED,
+    )
+    return seeded
 
 
 def _truncates(events: DataFrame) -> list[_Truncate]:
