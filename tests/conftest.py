@@ -76,16 +76,24 @@ def kafka(stack_settings: Settings):
 
 
 @pytest.fixture(scope="session")
-def chain(stack_settings: Settings, kafka):
+def mariadb(stack_settings: Settings):
+    """The real source database alone: the local MariaDB (no Kafka Connect)."""
+    from cdclake_dev import chain as source_chain
+
+    source_chain.start_mariadb(stack_settings)
+    yield stack_settings
+    source_chain.stop_mariadb(stack_settings)
+
+
+@pytest.fixture(scope="session")
+def chain(stack_settings: Settings, kafka, mariadb):
     """The real source chain: MariaDB and Kafka Connect with the Debezium MariaDB connector
     (JsonConverter with schemas), streaming into the tests' broker under topic prefix ``chain``."""
     from cdclake_dev import chain as source_chain
 
-    source_chain.start_mariadb(stack_settings)
     source_chain.start_connect(stack_settings)
     yield stack_settings
     source_chain.stop_connect(stack_settings)
-    source_chain.stop_mariadb(stack_settings)
 
 
 @pytest.fixture(scope="session")

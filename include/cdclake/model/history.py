@@ -30,6 +30,16 @@ events then apply on top as any run's. A retry finds the seed (a version) there 
 The history knows nothing of a row before the seed's versions, which answer "as of" times from
 each row's last change on, not from its creation.
 
+**Repairs.** The lake's own deletes of a key end its open version and add a deleted version,
+as a delete event does, marked :data:`CHANGE_REPAIR`: a complete full snapshot's delete of a row
+below its position that it did not read (at the snapshot's position, from the source time of its
+newest read), and a reconcile repair's delete of a row the source lacks (at the position of the
+repair's tombstone, from the time of its consistent read). Each is committed to the history before
+the table's commit that deletes the rows, which names it (``cdc.history-snapshot-id``), and takes
+only open versions not deleted yet: a retry adds nothing. A column default the lake fills into
+the table's rows below an ``ADD COLUMN`` is filled into the open versions below it, in place, as
+into the run's events below it (no version, ``_cdc_change`` unchanged).
+
 **As of a time.** The source state at source time ``t`` is the versions with
 ``_cdc_valid_from_ts <= t AND (_cdc_valid_to_ts > t OR _cdc_valid_to_ts IS NULL) AND NOT
 _cdc_is_deleted`` (:func:`cdclake.io.history.history_as_of`); by position the same with the
@@ -73,12 +83,16 @@ by field."""
 )
 
 CHANGE_EVENT = "event"
-""":data:`CHANGE_COLUMN` of a version made by a source event (the lake's own repairs, not written
-yet, will have another value)."""
+""":data:`CHANGE_COLUMN` of a version made by a source event."""
 
 CHANGE_SEED = "seed"
 """:data:`CHANGE_COLUMN` of a version the history was seeded with: a row the table held when its
 history began ("Seed" above)."""
+
+CHANGE_REPAIR = "repair"
+""":data:`CHANGE_COLUMN` of a deleted version the lake's own repair added: a complete full snapshot
+that did not read the key, or a reconcile repair that deleted the key the source lacks ("Repairs"
+above)."""
 
 HISTORY_COLUMNS: tuple[tuple[str, str, str], ...] = (
     (VALID_FROM_TS_COLUMN, "timestamptz", "source time (source.ts_ms) from which the version is valid"),
@@ -91,7 +105,8 @@ HISTORY_COLUMNS: tuple[tuple[str, str, str], ...] = (
     (
         CHANGE_COLUMN,
         "string",
-        "what made the version: 'event' (a source event), 'seed' (a row the table held when its history began)",
+        "what made the version: 'event' (a source event), 'seed' (a row the table held when its history began), "
+        "'repair' (a key the lake deleted: a full snapshot did not read it, or reconcile repaired it)",
     ),
 )
 """``(name, Iceberg type, doc)`` of the history's columns after the table's metadata columns."""

@@ -10,16 +10,29 @@ import time
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cdclake.errors import ReconcileError
-from cdclake.io.catalog import ensure_side_table, source_schema
+from cdclake.io.catalog import ensure_side_table, load_table_or_none, source_schema
 from cdclake.io.kafka import KafkaClients, read_partition, topic_watermarks
-from cdclake.io.positions import position_below
+from cdclake.io.positions import expressions, position_below
 from cdclake.io.source_db import SourceDatabase, consistent_read, send_source_signal
+from cdclake.model.config import TableConfig
 from cdclake.model.convergence import SourceIdentity
-from cdclake.model.layout import TOMBSTONE_COLUMNS, TOMBSTONES_SUFFIX, side_table
-from cdclake.model.position import BinlogPosition
+from cdclake.model.history import (
+    CHANGE_COLUMN,
+    CHANGE_REPAIR,
+    HISTORY_SUFFIX,
+    IS_CURRENT_COLUMN,
+    IS_DELETED_COLUMN,
+    RUN_ID_COLUMN,
+    VALID_FROM_POSITION_COLUMN,
+    VALID_FROM_TS_COLUMN,
+    VALID_TO_POSITION_COLUMN,
+    VALID_TO_TS_COLUMN,
+)
+from cdclake.model.layout import TOMBSTONE_COLUMNS, TOMBSTONES_SUFFIX, SummaryKeys, side_table
+from cdclake.model.position import ORDERINGS, BinlogPosition, position_parts
 from cdclake.model.reconcile import ChunkOutcome, KeyTuple, Kind, pyformat, quote, repair_condition
 from cdclake.model.snapshot import build_signal, parse_notification
 from cdclake.pipeline.reconcile_scope import (
@@ -197,10 +210,12 @@ def _delete_lake_rows(
         if fresh:
             rows = [{**dict(zip(cfg.primary_key, k, strict=True)), **new} for k in fresh]
             tombs.append(pa.Table.from_pylist(rows, schema=tombs.schema().as_arrow()))
+    properties = {"cdc.reconcile-repair": run_id}
+    if absent and cfg.history is not None:  # committed first: the table's delete names it
+        properties.update(_end_in_history(catalog, cfg, chosen, at, new, run_id))
     # only rows written before the read: a row a later event wrote (the key came back) stays
     lake.delete(
-        And(keys_predicate(cfg, chosen), position_below(position, cfg.ordering)),
-        snapshot_properties={"cdc.reconcile-repair": run_id},
+        And(keys_predicate(cfg, chosen), position_below(position, cfg.ordering)), snapshot_properties=properties
     )
     log.info(
         "table %s: deleted the lake rows of %d key(s) %s written before %s",
@@ -209,3 +224,63 @@ def _delete_lake_rows(
         "the source does not have (tombstones at that position)" if absent else "held more than once",
         position.to_text(),
     )
+
+
+def _end_in_history(
+    catalog: Catalog, cfg: TableConfig, keys: list[KeyTuple], at: BinlogPosition, tombstone: dict[str, Any], run_id: str
+) -> dict[str, str]:
+    """The repair's deletes in the table's history (:mod:`cdclake.model.history`, "Repairs"): each
+    key's open version below ``at`` (the tombstone's position) ends there, and a deleted version
+    (``_cdc_change`` :data:`~cdclake.model.history.CHANGE_REPAIR`) opens there, valid from the read's
+    time, with the tombstone's metadata columns; in one transaction, before the table's delete.
+    Returns the summary property of the table's delete that names the history's snapshot
+    (:attr:`~cdclake.model.layout.SummaryKeys.HISTORY_SNAPSHOT`; none without a history table).
+    A retry finds those keys' open versions deleted already and writes nothing."""
+    import pyarrow as pa
+
+    e = expressions()
+    history = load_table_or_none(catalog, side_table(cfg.identifier, HISTORY_SUFFIX))
+    if history is None:
+        return {}
+    parts = [p.field for p in position_parts(ORDERINGS[0])]
+    at_struct = {f: getattr(at, f) for f in parts}
+    open_now = e.And(e.EqualTo(IS_CURRENT_COLUMN, True), e.EqualTo(IS_DELETED_COLUMN, False))
+    found = history.scan(row_filter=e.And(keys_predicate(cfg, keys), open_now)).to_arrow().to_pylist()
+    ending = [r for r in found if BinlogPosition(*(r[VALID_FROM_POSITION_COLUMN][f] for f in parts)) < at]
+    if ending:
+        names = history.schema().column_names
+        ended = [
+            {**r, VALID_TO_TS_COLUMN: tombstone["_cdc_source_ts"], VALID_TO_POSITION_COLUMN: at_struct,
+             IS_CURRENT_COLUMN: False}
+            for r in ending
+        ]  # fmt: skip
+        deleted = [
+            {
+                **dict.fromkeys(names),
+                **{k: r[k] for k in cfg.primary_key},
+                **{k: v for k, v in tombstone.items() if k in names},
+                "_cdc_op": "d",
+                "_cdc_snapshot": False,
+                VALID_FROM_TS_COLUMN: tombstone["_cdc_source_ts"],
+                VALID_FROM_POSITION_COLUMN: at_struct,
+                IS_CURRENT_COLUMN: True,
+                IS_DELETED_COLUMN: True,
+                RUN_ID_COLUMN: run_id,
+                CHANGE_COLUMN: CHANGE_REPAIR,
+            }
+            for r in ending
+        ]
+        ended_keys = [tuple(r[k] for k in cfg.primary_key) for r in ending]
+        with history.transaction() as tx:
+            tx.delete(e.And(keys_predicate(cfg, ended_keys), open_now))
+            tx.append(pa.Table.from_pylist(ended + deleted, schema=history.schema().as_arrow()))
+        log.info(
+            "table %s: %d key(s) deleted by the repair end in its history at %s (%s = '%s')",
+            cfg.identifier,
+            len(ending),
+            at.to_text(),
+            CHANGE_COLUMN,
+            CHANGE_REPAIR,
+        )
+    head = history.refresh().current_snapshot()
+    return {} if head is None else {SummaryKeys.HISTORY_SNAPSHOT: str(head.snapshot_id)}

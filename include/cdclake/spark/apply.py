@@ -474,7 +474,7 @@ def _write(ctx: ApplyContext, good: DataFrame, decision: RunDecision) -> tuple[i
         if feed:  # committed first: a try that fails before the table's commit is replaced by its retry
             properties.update(write_changes(ctx, source, good, decision))
         if ctx.cfg.history is not None:  # committed first too: its retry finds the try's versions known
-            properties.update(write_history(ctx, good, decision))
+            properties.update(write_history(ctx, good, decision, source))
         if decision.completed is not None:
             properties[SummaryKeys.SNAPSHOT_COMPLETED] = json.dumps(
                 {

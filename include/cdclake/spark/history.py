@@ -10,7 +10,13 @@ Statements, each its own commit of the history:
    latest), inserted; and per key a closing row, which closes the key's open version at the key's
    first version of the run;
 2. per truncate of the run, in position order: every version valid across its position (open, or
-   closed above it) ends there.
+   closed above it) ends there;
+3. when the run completes a full snapshot, the lake's repair of its table (the rows below the
+   snapshot's position that it did not read go): each such key's open version ends at the
+   snapshot's position and a deleted version (:data:`~cdclake.model.history.CHANGE_REPAIR`) opens
+   there, as a delete event's would;
+4. when the run fills a column's default into the table's rows below its ``ADD COLUMN``: the
+   same default into the open versions below that position, in place.
 
 **A retried try does not double them.** The guard takes only events that supersede every version
 of their key the history holds. An earlier try of the run that committed the history but not the
@@ -18,7 +24,8 @@ table left its versions there, so its retry finds none of the same events new, a
 find no version valid across them: the statements change nothing. A retry whose range reaches
 further (the planner read higher watermarks) adds the versions of the further events only. The
 seed is appended only to a history without a version: a retry finds it (or the try's versions)
-there and seeds nothing.
+there and seeds nothing. The repairs (3, 4) take only open versions that are not yet repaired
+(not deleted, below the position; a value other than the default), which a retry finds none of.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from cdclake.model.decision import RunDecision
 from cdclake.model.history import (
     CHANGE_COLUMN,
     CHANGE_EVENT,
+    CHANGE_REPAIR,
     CHANGE_SEED,
     HISTORY_SUFFIX,
     IS_CURRENT_COLUMN,
@@ -50,7 +58,13 @@ from cdclake.model.position import BinlogPosition
 from cdclake.spark.context import ApplyContext
 from cdclake.spark.merge import SOURCE_ALIAS, source_column
 from cdclake.spark.names import qualified, quote_identifier
-from cdclake.spark.positions import position_column, position_literal, position_of, supersedes_column
+from cdclake.spark.positions import (
+    position_column,
+    position_literal,
+    position_literal_sql,
+    position_of,
+    supersedes_column,
+)
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -99,7 +113,7 @@ class _Truncate:
         return F.lit(None).cast("timestamp") if self.ts_us is None else F.timestamp_micros(F.lit(self.ts_us))
 
 
-def write_history(ctx: ApplyContext, good: DataFrame, decision: RunDecision) -> dict[str, str]:
+def write_history(ctx: ApplyContext, good: DataFrame, decision: RunDecision, source: DataFrame) -> dict[str, str]:
     """Commit the run's versions to the table's history (created when missing) and return the
     summary property of the table's commit that names the history's snapshot
     (:attr:`~cdclake.model.layout.SummaryKeys.HISTORY_SNAPSHOT`; none while the history has none).
@@ -112,7 +126,10 @@ def write_history(ctx: ApplyContext, good: DataFrame, decision: RunDecision) -> 
         ctx: the run.
         good: the batch's applicable events (with ``op``, ``image``, ``position`` and the
             metadata columns).
-        decision: the run's decision (its snapshot floor).
+        decision: the run's decision (its snapshot floor, the full snapshot it completes, the
+            defaults it fills).
+        source: the run's merge source (:func:`cdclake.spark.reduce.reduce_batch`): the keys a
+            completed full snapshot keeps.
 
     Raises:
         ConcurrentRunError: the table moved since the run's base snapshot (another run
@@ -140,13 +157,18 @@ def write_history(ctx: ApplyContext, good: DataFrame, decision: RunDecision) -> 
         versions.unpersist()
     for truncate in truncates:
         _end_at_truncate(ctx.spark, target, truncate)
+    repaired = 0 if decision.completed is None else _end_unread(ctx, target, source, decision.completed)
+    for column, (position, sql) in decision.backfill.items():
+        _fill_default(ctx.spark, target, column, position, sql)
     head = history.refresh().current_snapshot()
     log.info(
-        "table %s: %d version(s) seeded, %d added to its history, %d truncate(s) (snapshot %s)",
+        "table %s: %d version(s) seeded, %d added to its history, %d truncate(s), %d key(s) a full snapshot "
+        "did not read ended (snapshot %s)",
         ctx.cfg.identifier,
         seeded,
         added,
         len(truncates),
+        repaired,
         head.snapshot_id if head is not None else None,
     )
     # not the versions added: a retry adds none of those its earlier try added
@@ -232,6 +254,77 @@ def _end_at_truncate(spark: SparkSession, target: str, truncate: _Truncate) -> N
     valid_to = F.col(qualified(target, VALID_TO_POSITION_COLUMN))
     across = (F.col(qualified(target, VALID_FROM_POSITION_COLUMN)) < at) & (valid_to.isNull() | (valid_to > at))
     row.alias(SOURCE_ALIAS).mergeInto(target, across).whenMatched().update(_closing()).merge()
+
+
+def _end_unread(ctx: ApplyContext, target: str, source: DataFrame, completed: BinlogPosition) -> int:
+    """The full snapshot at ``completed`` deletes from the table the rows below its position whose
+    key the merge source lacks (:func:`cdclake.spark.commit.merge`; every row when the run accepts
+    a new binlog history, which demotes them): end those keys' open versions at the snapshot's
+    position and add a deleted version there (:data:`~cdclake.model.history.CHANGE_REPAIR`), as a
+    delete event does. Its source time is the newest of the snapshot's reads in the history (the
+    time Debezium read them), or the run's time when the history holds none (the snapshot read no
+    row). Returns the keys ended (0 on a retry: their open versions are deleted ones)."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    spark, keys = ctx.spark, list(ctx.cfg.primary_key)
+    at = position_literal(completed)
+    history = spark.table(target)
+    open_versions = history.filter(F.col(IS_CURRENT_COLUMN) & ~F.col(IS_DELETED_COLUMN))
+    if not ctx.plan.accept_source_change:
+        open_versions = open_versions.filter(F.col(VALID_FROM_POSITION_COLUMN) < at)
+    gone = open_versions.select(*keys).join(source.select(*keys), keys, "left_anti")
+    [read] = history.filter(F.col(VALID_FROM_POSITION_COLUMN) == at).agg(F.max(VALID_FROM_TS_COLUMN)).collect()
+    ts = F.lit(read[0]) if read[0] is not None else F.current_timestamp()
+    types = {f.name: f.dataType for f in history.schema.fields}
+    fixed = {
+        "_cdc_op": F.lit("d"),
+        VALID_FROM_TS_COLUMN: ts,
+        VALID_FROM_POSITION_COLUMN: at,
+        IS_CURRENT_COLUMN: F.lit(True),
+        IS_DELETED_COLUMN: F.lit(True),
+        RUN_ID_COLUMN: F.lit(ctx.plan.run_id),
+        CHANGE_COLUMN: F.lit(CHANGE_REPAIR),
+        _FIRST: F.lit(True),
+    }
+    deleted = gone.select(
+        *[
+            F.col(n) if n in keys else fixed.get(n, F.lit(None)).cast(types[n]).alias(n)
+            for n in [f.name for f in history.schema.fields]
+        ],
+        fixed[_FIRST].alias(_FIRST),
+    ).localCheckpoint(
+        eager=True, storageLevel=StorageLevel.MEMORY_AND_DISK
+    )  # its plan reads the history, which the merge writes
+    try:
+        ended = deleted.count()
+        if ended:
+            _merge_versions(ctx, target, deleted)
+            log.info(
+                "table %s: the full snapshot at %s did not read %d key(s): their versions end there (%s = '%s')",
+                ctx.cfg.identifier,
+                completed.to_event_text(),
+                ended,
+                CHANGE_COLUMN,
+                CHANGE_REPAIR,
+            )
+    finally:
+        deleted.unpersist()
+    return ended
+
+
+def _fill_default(spark: SparkSession, target: str, column: str, position: BinlogPosition, sql: str) -> None:
+    """The table's rows below the ``ADD COLUMN`` at ``position`` get the column's default in the
+    run's commit (:func:`cdclake.spark.apply._write`), as the run's events below it do: the open
+    versions below it get it too, in place (no version is added: the source's rows read the
+    default, not a change; ``_cdc_change`` keeps its value)."""
+    name = quote_identifier(column)
+    spark.sql(
+        f"UPDATE {target} SET {name} = {sql} WHERE {quote_identifier(IS_CURRENT_COLUMN)} "
+        f"AND NOT {quote_identifier(IS_DELETED_COLUMN)} "
+        f"AND {quote_identifier(VALID_FROM_POSITION_COLUMN)} < {position_literal_sql(position)} "
+        f"AND NOT ({name} <=> {sql})"
+    )
 
 
 def _closing() -> dict[str, Column]:

@@ -1,0 +1,200 @@
+"""The lake's own repairs in a table's history (:mod:`cdclake.model.history`, "Repairs") on the real
+stack: Kafka broker, SparkSession with the Iceberg runtime, SQLite JDBC catalog. After each repair
+the history's current rows equal the table (reconcile's history check), the repair's versions are
+marked, and a try that fails between the history's commit and the table's is retried without
+doubling them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cdclake.io.catalog import evolve_schema, load_catalog
+from cdclake.io.kafka import ensure_topic
+from cdclake.model.history import HISTORY_SUFFIX
+from cdclake.model.layout import COLUMN_DEFAULTS_PROPERTY, column_encodings, side_table
+from cdclake.model.reconcile import CompareColumn, Kind
+from cdclake.model.schema_diff import ChangePlan
+from cdclake.model.types import ENCODING_FOR_ICEBERG_TYPE, ColumnSpec
+from cdclake.pipeline.reconcile_history import check_history
+from tests.conftest import apply_offsets, make_table, plan_offsets
+from tests.integration.test_change_feed import at, fail_between_the_two_commits, history_at, run, timed
+from tests.integration.test_contract import COLUMNS, key, send
+
+pytestmark = pytest.mark.integration
+
+COMPARED = [CompareColumn("id", Kind.INT), CompareColumn("v", Kind.STRING)]
+
+
+def read(k, v, pos, marker) -> bytes:
+    """A full snapshot's read of key ``k`` at binlog position ``pos`` (``marker``: Debezium's
+    ``source.snapshot``: ``first``, ``true``, ``last``), read at the source time of ``pos``."""
+    envelope = json.loads(timed("r", k, v, pos))
+    envelope["source"]["snapshot"] = marker
+    return json.dumps(envelope).encode()
+
+
+def tried_and_retried(spark, settings, cfg, run_id: str, monkeypatch) -> tuple[list[dict], list[dict]]:
+    """Run ``run_id`` as a try that fails between the history's commit and the table's, then as its
+    retry; returns the history's rows after the try and after the retry."""
+    from cdclake.spark import apply as apply_module
+
+    planned = plan_offsets(settings, cfg, run_id)
+    # the fault between the history's commit and the table's cannot be made real in-process: the
+    # table's commit is replaced by one that raises (a mock, to inject the fault only)
+    monkeypatch.setattr(apply_module, "commit", fail_between_the_two_commits)
+    with pytest.raises(RuntimeError, match="injected"):
+        apply_offsets(spark, settings, cfg, planned.range, run_id)
+    history = load_catalog(settings).load_table(side_table(cfg.identifier, HISTORY_SUFFIX))
+    tried = history.scan().to_arrow().to_pylist()
+    monkeypatch.undo()  # the Airflow retry: the same plan
+    assert apply_offsets(spark, settings, cfg, planned.range, run_id).status == "committed"
+    return tried, history.refresh().scan().to_arrow().to_pylist()
+
+
+def table_rows(settings, cfg, columns=("v",)) -> dict[int, tuple]:
+    arrow = load_catalog(settings).load_table(cfg.identifier).scan().to_arrow()
+    return {r["id"]: tuple(r[c] for c in columns) for r in arrow.to_pylist()}
+
+
+def test_a_complete_full_snapshot_ends_the_versions_of_the_rows_it_did_not_read(
+    spark, kafka, stack_settings, monkeypatch
+):
+    """A re-snapshot reads keys 1 and 2 but not 3 (deleted behind the connector's back): its
+    completion deletes key 3 from the table, and in the history ends key 3's version at the
+    snapshot's position with a deleted version marked ``repair``."""
+    cfg = make_table(value_format="json", columns=COLUMNS, history={})
+    ensure_topic(kafka, cfg.topic, 1)
+    send(kafka, cfg, [(key(k), timed(op, k, v, pos)) for op, k, v, pos in [
+        ("c", 1, "a", 100), ("c", 2, "b", 110), ("c", 3, "c", 120)]])  # fmt: skip
+    run(spark, stack_settings, cfg, "run-1")
+    send(kafka, cfg, [(key(1), read(1, "a", 200, "first")), (key(2), read(2, "b2", 200, "last"))])
+
+    tried, retried = tried_and_retried(spark, stack_settings, cfg, "run-2", monkeypatch)
+    assert sorted(map(str, retried)) == sorted(map(str, tried))  # nothing doubled, nothing changed
+    assert table_rows(stack_settings, cfg) == {1: ("a",), 2: ("b2",)}
+    catalog = load_catalog(stack_settings)
+    assert check_history(catalog, cfg, COMPARED).differences == 0
+    assert history_at(stack_settings, cfg, 150) == {1: "a", 2: "b", 3: "c"}
+    assert history_at(stack_settings, cfg, 205) == {1: "a", 2: "b2"}
+    three = sorted((r for r in retried if r["id"] == 3), key=lambda r: r["_cdc_valid_from_ts"])
+    assert [(r["_cdc_change"], r["_cdc_is_current"], r["_cdc_is_deleted"], r["_cdc_run_id"]) for r in three] == [
+        ("event", False, False, "run-1"),
+        ("repair", True, True, "run-2"),
+    ]
+    snapshot_position = {"file_seq": 7, "pos": 200, "row": 0, "change_rank": 0}
+    assert three[0]["_cdc_valid_to_position"] == three[1]["_cdc_valid_from_position"] == snapshot_position
+    assert three[0]["_cdc_valid_to_ts"] == three[1]["_cdc_valid_from_ts"] == at(200)  # the snapshot's read time
+    assert [r["_cdc_change"] for r in retried if r["id"] != 3 and r["_cdc_change"] != "event"] == []
+
+
+def test_a_default_filled_into_older_rows_is_filled_into_their_open_versions(spark, kafka, stack_settings, monkeypatch):
+    """``ADD COLUMN tag ... DEFAULT 'abc'`` at 7:150: the run fills the default into the table's
+    rows below it, and the history's open versions below it get it too, in place; the versions
+    closed before it keep NULL, and a version from an event above it keeps its own value."""
+    cfg = make_table(value_format="json", columns=COLUMNS, history={})
+    ensure_topic(kafka, cfg.topic, 1)
+    send(kafka, cfg, [(key(k), timed(op, k, v, pos)) for op, k, v, pos in [
+        ("c", 1, "a", 100), ("c", 2, "b", 110), ("u", 1, "a2", 120)]])  # fmt: skip
+    run(spark, stack_settings, cfg, "run-1")
+    # schema sync's part, as it does it: the column added and its default recorded
+    catalog = load_catalog(stack_settings)
+    table = catalog.load_table(cfg.identifier)
+    tag = ColumnSpec("tag", "string", False, ENCODING_FOR_ICEBERG_TYPE["string"])
+    encodings = {**column_encodings(table.properties), "tag": tag.encoding}
+    default = {"tag": {"position": "7:150:0:1", "sql": "CAST('abc' AS STRING)", "exact": True, "reason": "test"}}
+    evolve_schema(
+        table,
+        [ChangePlan(None, adds=[(tag, "v")], encodings=encodings)],
+        {COLUMN_DEFAULTS_PROPERTY: json.dumps(default)},
+    )
+    send(kafka, cfg, [(key(k), timed(op, k, v, pos)) for op, k, v, pos in [("c", 3, "c", 200)]])
+
+    tried, retried = tried_and_retried(spark, stack_settings, cfg, "run-2", monkeypatch)
+    assert sorted(map(str, retried)) == sorted(map(str, tried))  # nothing doubled, nothing changed
+    assert table_rows(stack_settings, cfg, ("v", "tag")) == {1: ("a2", "abc"), 2: ("b", "abc"), 3: ("c", None)}
+    compared = [*COMPARED, CompareColumn("tag", Kind.STRING)]
+    assert check_history(catalog, cfg, compared).differences == 0
+    versions = sorted((r["id"], r["v"], r["tag"], r["_cdc_is_current"], r["_cdc_change"]) for r in retried)
+    assert versions == [
+        (1, "a", None, False, "event"),  # closed before the ALTER
+        (1, "a2", "abc", True, "event"),
+        (2, "b", "abc", True, "event"),
+        (3, "c", None, True, "event"),
+    ]
+
+
+def test_a_reconcile_repair_ends_the_versions_of_the_rows_the_source_lacks(
+    spark, kafka, stack_settings, mariadb, monkeypatch
+):
+    """Key 3 was deleted at the source behind the connector's back: reconcile's repair (on the real
+    MariaDB) deletes it from the table behind a tombstone, and in the history ends key 3's version at
+    the tombstone's position with a deleted version marked ``repair``, committed before the table's
+    delete, which names it. A try that dies between the two commits is retried: nothing doubles."""
+    from datetime import UTC, datetime
+
+    from pyiceberg.table import Table
+
+    from cdclake.io.history import history_as_of
+    from cdclake.model.layout import TOMBSTONES_SUFFIX, SummaryKeys
+    from cdclake.model.reconcile import Chunk, ChunkOutcome
+    from cdclake.pipeline.reconcile_repair import repair
+    from cdclake.pipeline.reconcile_scope import ReconcileScope
+    from cdclake_dev.chain import local_source
+
+    cfg = make_table(value_format="json", columns=COLUMNS, history={})
+    ensure_topic(kafka, cfg.topic, 1)
+    db = local_source(stack_settings)
+    with db.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE inventory.{cfg.table} (id INT PRIMARY KEY, v VARCHAR(10))")
+        cur.execute(f"INSERT INTO inventory.{cfg.table} VALUES (1, 'a'), (2, 'b')")
+
+    def first_file(event: bytes) -> bytes:  # the lake's rows below every position of the real binlog
+        envelope = json.loads(event)
+        envelope["source"]["file"] = "mysql-bin.000001"
+        return json.dumps(envelope).encode()
+
+    send(kafka, cfg, [(key(k), first_file(timed("c", k, v, pos))) for k, v, pos in [
+        (1, "a", 100), (2, "b", 110), (3, "c", 120)]])  # fmt: skip
+    run(spark, stack_settings, cfg, "run-1")
+    catalog = load_catalog(stack_settings)
+    history = catalog.load_table(side_table(cfg.identifier, HISTORY_SUFFIX))
+    before = len(history.scan().to_arrow())
+    scope = ReconcileScope(cfg, "inventory", cfg.table, COMPARED[:1], COMPARED, {}, ("1=1", []))
+    found = [ChunkOutcome(Chunk(0, None, None), 2, 3, only_in_lake=[(3,)])]
+
+    def repair_now() -> None:
+        repair(stack_settings, kafka, catalog, db, scope, found, None, run_id="reconcile-1", snapshot_timeout_s=5)
+
+    # the fault between the history's commit and the table's delete cannot be made real in-process:
+    # the table's delete is replaced by one that raises (a mock, to inject the fault only)
+    monkeypatch.setattr(Table, "delete", fail_between_the_two_commits)
+    with pytest.raises(RuntimeError, match="injected"):
+        repair_now()
+    tried = history.refresh().scan().to_arrow().to_pylist()
+    assert len(tried) == before + 1  # key 3's deleted version
+    monkeypatch.undo()  # reconcile's retry
+    repair_now()
+    retried = history.refresh().scan().to_arrow().to_pylist()
+    assert sorted(map(str, retried)) == sorted(map(str, tried))  # nothing doubled, nothing changed
+
+    table = catalog.load_table(cfg.identifier)
+    assert table_rows(stack_settings, cfg) == {1: ("a",), 2: ("b",)}
+    assert table.current_snapshot().summary[SummaryKeys.HISTORY_SNAPSHOT] == str(history.current_snapshot().snapshot_id)
+    assert check_history(catalog, cfg, COMPARED).differences == 0
+    three = sorted((r for r in retried if r["id"] == 3), key=lambda r: r["_cdc_valid_from_ts"])
+    assert [(r["_cdc_change"], r["_cdc_is_current"], r["_cdc_is_deleted"], r["_cdc_run_id"]) for r in three] == [
+        ("event", False, False, "run-1"),
+        ("repair", True, True, "reconcile-1"),
+    ]
+    tombstone = catalog.load_table(side_table(cfg.identifier, TOMBSTONES_SUFFIX)).scan().to_arrow().to_pylist()
+    assert [(t["id"], t["_cdc_source_ts"]) for t in tombstone] == [(3, three[1]["_cdc_valid_from_ts"])]
+    assert three[0]["_cdc_valid_to_position"] == three[1]["_cdc_valid_from_position"]
+    assert three[0]["_cdc_valid_to_ts"] == three[1]["_cdc_valid_from_ts"] > at(120)  # the repair's read time
+    now = {r["id"]: r["v"] for r in history_as_of(catalog, cfg.identifier, datetime.now(UTC)).to_pylist()}
+    assert now == {1: "a", 2: "b"}
+    # the next run's commit names the history after its own versions: still equal to the table
+    send(kafka, cfg, [(key(1), first_file(timed("u", 1, "a2", 130)))])
+    run(spark, stack_settings, cfg, "run-2")
+    assert check_history(catalog, cfg, COMPARED).differences == 0
