@@ -82,7 +82,11 @@ RECONCILE_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("table_name", "string", "table config name"),
     ("identifier", "string", "Iceberg table"),
     ("mode", "string", "report or repair"),
-    ("chunk", "int", "chunk index in primary-key order; -1 for the table's summary row"),
+    (
+        "chunk",
+        "int",
+        "chunk index in primary-key order; -1 for the table's summary row, -2 for the history check's row",
+    ),
     ("lower_key", "string", "the chunk's lower bound (exclusive), JSON"),
     ("upper_key", "string", "the chunk's upper bound (inclusive), JSON"),
     ("source_rows", "long", "rows in the source (the chunk, or the table)"),
@@ -415,7 +419,7 @@ def write_result(
 ) -> None:
     """Append the result to :data:`RECONCILE_TABLE`: a row per chunk with differences or unsettled
     keys, and the table's summary row (``chunk`` -1), with ``compared_with`` ``source``; and with a
-    history check, its row (``chunk`` -1, ``compared_with`` ``history``)."""
+    history check, its row (``chunk`` -2, ``compared_with`` ``history``)."""
     import pyarrow as pa
 
     table = ensure_side_table(
@@ -497,7 +501,7 @@ def _history_row(base: dict[str, Any], check: HistoryCheck, now: datetime) -> di
     return {
         **base,
         "compared_with": "history",
-        "chunk": -1,
+        "chunk": -2,  # apart from the summary rows (-1) that status reads
         "lower_key": None,
         "upper_key": None,
         "source_rows": check.table_rows,
