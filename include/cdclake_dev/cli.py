@@ -730,7 +730,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     import logging
 
-    from cdclake.io.kafka import LIBRDKAFKA_LOGGER
+    from cdclake.io.kafka_logging import LIBRDKAFKA_LOGGER
 
     # librdkafka's own log (a line per failed connection attempt) stays out of the commands'
     # output: what went wrong reaches the command as an exception or a status

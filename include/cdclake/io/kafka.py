@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cdclake.errors import ConfigError, TopicNotFoundError
+from cdclake.io.kafka_logging import librdkafka_logger
 
 if TYPE_CHECKING:
     from confluent_kafka import Consumer, KafkaError, Message, Producer
@@ -97,23 +98,6 @@ _SPARK_NOT_NEEDED = frozenset(
 (it assigns offsets explicitly and never joins a group), so they are not passed on."""
 
 
-class _TeardownNoise(logging.Filter):
-    """Drops librdkafka's reports of a connection torn down while it was being set up
-    (``... (after 0ms in state DOWN)``): a consumer closed right after its one call leaves its
-    group-coordinator connection half-made, which over SASL reads as an "authentication error"
-    although nothing failed. A refused login is still reported (:class:`_AuthWatch`)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "in state DOWN)" not in record.getMessage()
-
-
-LIBRDKAFKA_LOGGER = "cdclake.io.kafka.librdkafka"
-"""The Python logger of librdkafka's own log lines (level 3 and up; ``logger`` of every client), not
-the process's stderr: a command line tool silences it (what matters reaches it as exceptions)."""
-_LIBRDKAFKA_LOG = logging.getLogger(LIBRDKAFKA_LOGGER)
-_LIBRDKAFKA_LOG.addFilter(_TeardownNoise())
-
-
 @dataclass(frozen=True)
 class Watermarks:
     """Per-partition offsets of a topic: ``low`` (first kept) and ``high`` (the end a reader of
@@ -183,7 +167,7 @@ class KafkaClients:
     def _client_config(self, **overrides: Any) -> dict[str, Any]:
         conf = {k: v for k, v in self._config.items() if k not in _GROUP_KEYS}
         conf.setdefault("log_level", 3)
-        conf.setdefault("logger", _LIBRDKAFKA_LOG)
+        conf.setdefault("logger", librdkafka_logger())
         conf.update(overrides)
         return conf
 
