@@ -228,7 +228,9 @@ class Watcher(Background):
 
 def error_line(log_file: Path) -> str:
     """The first error of an Airflow 3 task log (JSON lines): ``<exception type>: <first line of
-    its message>`` from the first ``error`` event, else that event's text."""
+    its message>`` from the first ``error`` event, else that event's text. A first line that ends
+    with a colon announces what follows (gRPC's ``<_InactiveRpcError of RPC that terminated with:``
+    then ``status = ...`` and ``details = ...``): the next two lines are joined to it."""
     try:
         events = error_events(log_file.read_text(errors="replace"))
     except FileNotFoundError:
@@ -237,8 +239,9 @@ def error_line(log_file: Path) -> str:
         return "(no error in the task log: the process was killed)"
     event = events[0]
     for detail in event.get("error_detail") or []:
-        message = str(detail.get("exc_value") or "").strip().splitlines()
-        return f"{detail.get('exc_type')}: {message[0] if message else ''}"[:300]
+        message = [line.strip() for line in str(detail.get("exc_value") or "").strip().splitlines()]
+        first = " ".join(message[:3]) if message and message[0].endswith(":") else (message[0] if message else "")
+        return f"{detail.get('exc_type')}: {first}"[:300]
     return str(event.get("event") or "").strip().splitlines()[0][:300] if event.get("event") else "(empty error)"
 
 

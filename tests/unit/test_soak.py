@@ -88,6 +88,16 @@ def test_the_first_error_line_of_a_task_log(tmp_path: Path):
     ]
     log.write_text("\n".join(json.dumps(line) for line in lines) + "\nnot json\n")
     assert soak_watch.error_line(log) == "SparkConnectGrpcException: UNAVAILABLE"
+    grpc = (
+        "<_InactiveRpcError of RPC that terminated with:\n\tstatus = StatusCode.UNAVAILABLE\n"
+        '\tdetails = "Socket closed"\n\tdebug_error_string = "UNKNOWN"\n>'
+    )
+    lines[1]["error_detail"] = [{"exc_type": "SparkConnectGrpcException", "exc_value": grpc}]
+    log.write_text("\n".join(json.dumps(line) for line in lines))
+    assert soak_watch.error_line(log) == (
+        "SparkConnectGrpcException: <_InactiveRpcError of RPC that terminated with: "
+        'status = StatusCode.UNAVAILABLE details = "Socket closed"'
+    )
     log.write_text(json.dumps({"level": "info", "event": "started"}))
     assert soak_watch.error_line(log).startswith("(no error in the task log")
 
@@ -117,6 +127,9 @@ def test_every_failed_try_error_the_soak_has_met_is_explained_by_the_runbook_and
         "AirflowRuntimeError: API_SERVER_ERROR: {'status_code': 500, 'message': 'Server returned error', "
         "'detail': {'detail': 'x (CommitStateUnknownException) Service failed: 500: Failed to get table "
         "soak.soak_02_keyless from catalog rest_backend'}}": "Other failures",
+        # the third 60-minute soak's: the engine paused, then its worker killed, during an apply
+        "SparkConnectGrpcException: <_InactiveRpcError of RPC that terminated with: "
+        'status = StatusCode.UNAVAILABLE details = "Socket closed"': "Other failures",
     }
     for line, section in met.items():
         found = soak_watch.explained_by(line, documented)
