@@ -277,10 +277,11 @@ def markdown(result: dict[str, Any]) -> str:
             for line, n in a["failed_try_errors"].items()
         ],
         "",
-        "| process | samples | peak MiB | pids | growth over the last half |",
-        "|---|---|---|---|---|",
+        "| process | samples | peak MiB | pids | growth over the last half | last pid seen before half-time |",
+        "|---|---|---|---|---|---|",
         *[
-            f"| {p} | {m['samples']} | {m['peak_mib']} | {m['pids']} | {m['growth_last_half_pct']} % |"
+            f"| {p} | {m['samples']} | {m['peak_mib']} | {m['pids']} | {m['growth_last_half_pct']} % "
+            f"| {m.get('running_before_half_s')} s |"
             for p, m in s["memory"].items()
         ],
         "",

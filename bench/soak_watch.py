@@ -59,6 +59,82 @@ def own_rss(pid: int | None) -> int | None:
         return None
 
 
+LIVE_HEAP_EVERY_S = 300.0
+"""How often the watcher measures the Spark Connect server's live heap (:func:`jvm_live_heap`):
+each measure forces a full collection, so not at every sample."""
+
+_HEAP_USED = re.compile(r"\bheap\s+total \d+K, used (?P<used>\d+)K")
+
+
+def jcmd_executable() -> str | None:
+    """``jcmd`` of the JDK whose ``java`` the parts run (:func:`cdclake_dev.system.java_executable`),
+    else ``jcmd`` on ``PATH``; ``None`` for a runtime without it (a JRE)."""
+    import shutil
+
+    from cdclake_dev.system import java_executable
+
+    beside = Path(java_executable()).resolve().parent / "jcmd"
+    return str(beside) if beside.exists() else shutil.which("jcmd")
+
+
+def heap_used(heap_info: str) -> int | None:
+    """The heap in use (bytes) from ``jcmd <pid> GC.heap_info``'s output (``garbage-first heap
+    total 57344K, used 5956K [...]``; any collector's ``<name> heap total ..K, used ..K``)."""
+    found = _HEAP_USED.search(heap_info)
+    return int(found["used"]) * 1024 if found else None
+
+
+def jvm_live_heap(pid: int | None) -> tuple[int, int] | None:
+    """``(java pid, bytes)``: the heap a JVM holds right after a full collection (``jcmd <pid>
+    GC.run``, then ``GC.heap_info``), its live set. A JVM's RSS grows towards ``-Xmx`` as load needs
+    and is not given back, so RSS alone does not tell a leak from a heap that grew; the live set
+    does. ``pid`` may be a wrapper: the first ``java`` process of its tree is measured. ``None``:
+    no JVM, no ``jcmd``, or it did not answer (a paused or dying process)."""
+    import subprocess
+
+    import psutil
+
+    jcmd = jcmd_executable()
+    if pid is None or jcmd is None:
+        return None
+    try:
+        root = psutil.Process(pid)
+        java = next((p for p in (root, *root.children(recursive=True)) if p.name() == "java"), None)
+    except psutil.NoSuchProcess:
+        return None
+    if java is None:
+        return None
+    try:
+        subprocess.run([jcmd, str(java.pid), "GC.run"], capture_output=True, timeout=60, check=True)
+        info = subprocess.run([jcmd, str(java.pid), "GC.heap_info"], capture_output=True, text=True, timeout=60)
+    except (subprocess.SubprocessError, OSError):
+        return None
+    used = heap_used(info.stdout)
+    return None if used is None else (java.pid, used)
+
+
+def growth_figures(samples: list[tuple[float, int, int]], start: float, end: float) -> dict[str, Any]:
+    """Of ``(epoch s, pid, bytes)`` samples over ``[start, end]``: their count, the peak (MiB),
+    the pids seen (a restart is a new pid), and the growth over the last half: the median of the
+    last eighth over that of the eighth after the half-way point (``None`` when either has no
+    sample), with how long before half-time the process of the last sample was first seen
+    (negative: it started within the half, so the growth includes a young JVM's)."""
+    half, eighth = (start + end) / 2, (end - start) / 8
+    first = [b for at, _, b in samples if half <= at < half + eighth]
+    last = [b for at, _, b in samples if at >= end - eighth]
+    growth = round(100 * (statistics.median(last) / statistics.median(first) - 1), 1) if first and last else None
+    last_pid = samples[-1][1] if samples else None
+    seen = min((at for at, pid, _ in samples if pid == last_pid), default=None)
+    return {
+        "samples": len(samples),
+        "peak_mib": round(max((b for _, _, b in samples), default=0) / 2**20),
+        "pids": len({pid for _, pid, _ in samples}),
+        "pids_last_half": len({pid for at, pid, _ in samples if at >= half}),
+        "growth_last_half_pct": growth,
+        "running_before_half_s": None if seen is None else round(half - seen),
+    }
+
+
 class Watcher(Background):
     """A thread sampling every ``interval_s`` seconds: the tree RSS of the Spark Connect server and
     of the Airflow scheduler; every table's ``lag_ms`` (:func:`cdclake.pipeline.status.status_of_tables`);
@@ -81,6 +157,9 @@ class Watcher(Background):
         self.interval_s = interval_s
         self.memory: dict[str, list[tuple[float, int, int]]] = {"spark-connect": [], "airflow-scheduler": []}
         """Per process: (epoch s, pid, tree RSS bytes)."""
+        self.live_heap: list[tuple[float, int, int]] = []
+        """The Spark Connect server's (epoch s, java pid, heap bytes after a full collection)."""
+        self._live_heap_at = 0.0
         self.lag: dict[str, list[tuple[float, int | None]]] = {}
         self.restarts: list[dict[str, Any]] = []
         self.sample_errors: Counter[str] = Counter()
@@ -125,6 +204,11 @@ class Watcher(Background):
             rss = tree_rss(pid) if name == "spark-connect" else own_rss(pid)
             if pid is not None and rss is not None:
                 self.memory[name].append((now, pid, rss))
+        if now - self._live_heap_at >= LIVE_HEAP_EVERY_S:
+            live = jvm_live_heap(pids["spark-connect"])
+            if live is not None:
+                self.live_heap.append((now, *live))
+                self._live_heap_at = now
 
     def _lag(self, catalog: Any, kafka: Any, tables: list[Any]) -> None:
         from cdclake.pipeline.status import status_of_tables
@@ -202,24 +286,10 @@ class Watcher(Background):
         return out
 
     def memory_figures(self, start: float, end: float) -> dict[str, Any]:
-        """Per process: samples, peak (MiB), pids seen (a restart is a new pid), and the growth
-        over the run's last half: the median RSS of its last eighth over that of the eighth after
-        the half-way point (``None`` when either has no sample)."""
-        half, eighth = (start + end) / 2, (end - start) / 8
-        out = {}
-        for name, samples in self.memory.items():
-            first = [rss for at, _, rss in samples if half <= at < half + eighth]
-            last = [rss for at, _, rss in samples if at >= end - eighth]
-            growth = (
-                round(100 * (statistics.median(last) / statistics.median(first) - 1), 1) if first and last else None
-            )
-            out[name] = {
-                "samples": len(samples),
-                "peak_mib": round(max((rss for _, _, rss in samples), default=0) / 2**20),
-                "pids": len({pid for _, pid, _ in samples}),
-                "pids_last_half": len({pid for at, pid, _ in samples if at >= half}),
-                "growth_last_half_pct": growth,
-            }
+        """Per process, :func:`growth_figures` of its RSS; and ``spark-connect live heap``, those
+        of the engine's live heap (:func:`jvm_live_heap`, every :data:`LIVE_HEAP_EVERY_S`)."""
+        out = {name: growth_figures(samples, start, end) for name, samples in self.memory.items()}
+        out["spark-connect live heap"] = growth_figures(self.live_heap, start, end)
         return out
 
 

@@ -197,3 +197,4 @@ def test_a_short_soak_under_faults_loses_no_row_and_every_failed_try_recovers(to
     assert not result["unrecovered_table_runs"], result["airflow"]["failed_try_list"]
     assert not result["airflow"]["unexplained_errors"], result["airflow"]["failed_try_errors"]
     assert result["workload"]["ddl"] and result["workload"]["transactions"] > 0
+    assert result["memory"]["spark-connect live heap"]["samples"] >= 1, result["memory"]

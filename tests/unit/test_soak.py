@@ -136,3 +136,41 @@ def test_every_failed_try_error_the_soak_has_met_is_explained_by_the_runbook_and
         assert found is not None and found.startswith(section), (line, found)
     assert soak_watch.explained_by("ZeroDivisionError: division by zero", documented) is None
     assert soak_watch.explained_by("SdkClientException: Unable to execute HTTP request: timeout", documented) is None
+
+
+def test_the_live_heap_of_a_real_jvm_is_measured_after_a_full_collection(tmp_path: Path):
+    """A real JVM (a one-file Java program that holds 64 MiB, then sleeps), measured with the
+    JDK's ``jcmd`` as the watcher measures the Spark Connect server."""
+    import subprocess
+
+    from cdclake_dev.system import java_executable
+
+    assert soak_watch.jcmd_executable() is not None, "the JDK's jcmd (the soak measures the engine's live heap with it)"
+    source = tmp_path / "Hold.java"
+    source.write_text(
+        "public class Hold { static byte[] kept; public static void main(String[] a) throws Exception {"
+        ' kept = new byte[64 << 20]; System.out.println("ready"); Thread.sleep(120000); } }'
+    )
+    proc = subprocess.Popen([java_executable(), "-Xmx256m", str(source)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        live = soak_watch.jvm_live_heap(proc.pid)
+        assert live is not None and live[0] == proc.pid
+        assert 64 << 20 <= live[1] < 200 << 20, live  # the array is live; the rest was collected
+    finally:
+        proc.kill()
+        proc.wait()
+    assert soak_watch.jvm_live_heap(proc.pid) is None  # gone: no measure
+    assert soak_watch.heap_used(" garbage-first heap   total 57344K, used 5956K [0x0, 0x1)\n") == 5956 * 1024
+    assert soak_watch.heap_used("no heap here") is None
+
+
+def test_growth_over_the_last_half_says_whether_the_process_was_young():
+    # a JVM restarted 100 s before half-time of a 0..800 s run: 50 MiB, then 60 MiB at the end
+    samples = [(float(t), 1, 10 << 20) for t in range(0, 300, 50)]
+    samples += [(float(t), 2, (50 if t < 700 else 60) << 20) for t in range(300, 801, 50)]
+    figures = soak_watch.growth_figures(samples, 0.0, 800.0)
+    assert figures["growth_last_half_pct"] == 20.0
+    assert (figures["pids"], figures["pids_last_half"], figures["running_before_half_s"]) == (2, 1, 100)
+    assert figures["peak_mib"] == 60 and figures["samples"] == len(samples)
+    assert soak_watch.growth_figures([], 0.0, 800.0)["growth_last_half_pct"] is None
