@@ -35,22 +35,33 @@ def read(k, v, pos, marker) -> bytes:
     return json.dumps(envelope).encode()
 
 
-def tried_and_retried(spark, settings, cfg, run_id: str, monkeypatch) -> tuple[list[dict], list[dict]]:
+def tried_and_retried(spark, settings, cfg, run_id: str, monkeypatch, **replay) -> tuple[list[dict], list[dict]]:
     """Run ``run_id`` as a try that fails between the history's commit and the table's, then as its
-    retry; returns the history's rows after the try and after the retry."""
+    retry; returns the history's rows after the try and after the retry (``replay``: the trigger
+    form's ``replay_from_offsets`` and ``accept_source_change``)."""
     from cdclake.spark import apply as apply_module
 
-    planned = plan_offsets(settings, cfg, run_id)
+    planned = plan_offsets(settings, cfg, run_id, **replay)
+    flags = {"replay": True, "accept_source_change": True} if replay.get("accept_source_change") else {}
     # the fault between the history's commit and the table's cannot be made real in-process: the
     # table's commit is replaced by one that raises (a mock, to inject the fault only)
     monkeypatch.setattr(apply_module, "commit", fail_between_the_two_commits)
     with pytest.raises(RuntimeError, match="injected"):
-        apply_offsets(spark, settings, cfg, planned.range, run_id)
+        apply_offsets(spark, settings, cfg, planned.range, run_id, **flags)
     history = load_catalog(settings).load_table(side_table(cfg.identifier, HISTORY_SUFFIX))
     tried = history.scan().to_arrow().to_pylist()
     monkeypatch.undo()  # the Airflow retry: the same plan
-    assert apply_offsets(spark, settings, cfg, planned.range, run_id).status == "committed"
+    assert apply_offsets(spark, settings, cfg, planned.range, run_id, **flags).status == "committed"
     return tried, history.refresh().scan().to_arrow().to_pylist()
+
+
+def on_server(event: bytes, server_id: int) -> bytes:
+    """``event`` as the server ``server_id`` wrote it: a failover's new primary, whose binlog file
+    sequence (1) is below the old primary's (7) at a later source time."""
+    envelope = json.loads(event)
+    envelope["source"]["server_id"] = server_id
+    envelope["source"]["file"] = "mysql-bin.000001"
+    return json.dumps(envelope).encode()
 
 
 def table_rows(settings, cfg, columns=("v",)) -> dict[int, tuple]:
@@ -198,3 +209,47 @@ def test_a_reconcile_repair_ends_the_versions_of_the_rows_the_source_lacks(
     send(kafka, cfg, [(key(1), first_file(timed("u", 1, "a2", 130)))])
     run(spark, stack_settings, cfg, "run-2")
     assert check_history(catalog, cfg, COMPARED).differences == 0
+
+
+def test_a_retried_run_that_accepts_a_new_binlog_history_adds_its_versions_once(
+    spark, kafka, stack_settings, monkeypatch
+):
+    """A failover to a server whose positions are lower (``accept_source_change``: the guard
+    compares the new history's positions with no version of the old one): the accepting run's try
+    fails between the history's commit and the table's, and its Airflow retry (the same run id)
+    adds none of the versions the try committed. The old history's versions are demoted, so that
+    the next run's events of the new history, at lower positions, are added."""
+    cfg = make_table(value_format="json", columns=COLUMNS, history={})
+    ensure_topic(kafka, cfg.topic, 1)
+    send(kafka, cfg, [(key(1), timed("c", 1, "a", 100)), (key(2), timed("c", 2, "b", 110))])
+    run(spark, stack_settings, cfg, "run-1")
+    send(
+        kafka,
+        cfg,
+        [(key(1), on_server(timed("u", 1, "new-a", 150), 7)), (key(3), on_server(timed("c", 3, "c", 160), 7))],
+    )
+
+    tried, retried = tried_and_retried(
+        spark, stack_settings, cfg, "run-2", monkeypatch, replay_from_offsets={0: 2}, accept_source_change=True
+    )
+    assert sorted(map(str, retried)) == sorted(map(str, tried))  # nothing doubled, nothing changed
+    assert sorted((r["id"], r["v"], r["_cdc_run_id"]) for r in retried) == [
+        (1, "a", "run-1"), (1, "new-a", "run-2"), (2, "b", "run-1"), (3, "c", "run-2")]  # fmt: skip
+    assert table_rows(stack_settings, cfg) == {1: ("new-a",), 2: ("b",), 3: ("c",)}
+    # the old history's versions are demoted as the table's rows are, their validity kept
+    old = [
+        (r["_cdc_binlog_file_seq"], r["_cdc_valid_from_position"]["file_seq"])
+        for r in retried
+        if r["_cdc_run_id"] == "run-1"
+    ]
+    assert old == [(-1, 7), (-1, 7)]
+    assert {r["_cdc_binlog_file_seq"] for r in retried if r["_cdc_run_id"] == "run-2"} == {1}
+    assert check_history(load_catalog(stack_settings), cfg, COMPARED).differences == 0
+    assert history_at(stack_settings, cfg, 155) == {1: "new-a", 2: "b"}
+
+    # the next run (no longer accepting) of the new history: key 2's only version is the old one's
+    send(kafka, cfg, [(key(2), on_server(timed("u", 2, "new-b", 170), 7))])
+    run(spark, stack_settings, cfg, "run-3")
+    assert table_rows(stack_settings, cfg) == {1: ("new-a",), 2: ("new-b",), 3: ("c",)}
+    assert check_history(load_catalog(stack_settings), cfg, COMPARED).differences == 0
+    assert history_at(stack_settings, cfg, 175) == {1: "new-a", 2: "new-b", 3: "c"}

@@ -16,6 +16,12 @@ truncate: they were the source's state until the truncate, where their versions 
 events of a key at one position (a compressed transaction) make one version: the last one's
 (Kafka offset).
 
+**A new binlog history** (a run that accepts a source change): the versions kept are demoted as
+the table's rows are (their metadata columns: file sequence -1, the demoted GTID sequence, Kafka
+offset -1; their validity columns keep their positions) before the run adds its versions, so that
+the guard compares the new history's events with none of them; the run's retry compares its
+events with the versions its earlier try added.
+
 **Deletes and truncates.** A delete closes the key's open version and adds a *deleted* version
 (:data:`IS_DELETED_COLUMN` true, the key and NULL elsewhere), open until the key is inserted
 again: the history itself then knows the key's newest position. A truncate ends every version

@@ -54,10 +54,10 @@ from cdclake.model.history import (
     VALID_TO_TS_COLUMN,
 )
 from cdclake.model.layout import METADATA_COLUMNS, TOMBSTONES_SUFFIX, SummaryKeys
-from cdclake.model.position import BinlogPosition
+from cdclake.model.position import DEMOTED, BinlogPosition
 from cdclake.spark.context import ApplyContext
 from cdclake.spark.merge import SOURCE_ALIAS, source_column
-from cdclake.spark.names import qualified, quote_identifier
+from cdclake.spark.names import qualified, quote_identifier, quote_string
 from cdclake.spark.positions import (
     position_column,
     position_literal,
@@ -86,6 +86,9 @@ _VERSION, _CLOSE = "version", "close"
 
 _FIRST = "_cdc_first"
 """Column of :func:`_versions`: the version is its key's first of the run."""
+
+_FILE_SEQ = "_cdc_binlog_file_seq"
+"""The metadata column a demoted version holds -1 in (:func:`_demote_versions`)."""
 
 _PLACE_COLUMNS = (
     "_cdc_snapshot",
@@ -141,6 +144,8 @@ def write_history(ctx: ApplyContext, good: DataFrame, decision: RunDecision, sou
     history = ensure_history_table(ctx.catalog, ctx.cfg.identifier, ctx.table)
     target = ctx.spark_name(HISTORY_SUFFIX)
     seeded = _seed(ctx, history, target)  # before the versions: their guard and closing rows see it
+    if ctx.plan.accept_source_change:
+        _demote_versions(ctx, target)
     events = good
     if ctx.state.truncate_floor is not None:
         events = events.filter(F.col("position") > position_literal(ctx.state.truncate_floor))
@@ -356,7 +361,9 @@ def _versions(ctx: ApplyContext, events: DataFrame, target: str, truncates: list
         F.col("_cdc_kafka_partition").desc(), F.col("_cdc_kafka_offset").desc()
     )
     events = events.withColumn("_rn", F.row_number().over(at_position)).filter("_rn = 1").drop("_rn")
-    if not ctx.plan.accept_source_change:  # a new binlog history's positions compare with nothing kept
+    if ctx.plan.accept_source_change:  # a new binlog history's positions compare with nothing kept
+        events = _above_known(ctx, events, target, this_run_only=True)  # but an earlier try's
+    else:
         events = _new_to_the_lake(ctx, events, target)
     chain = Window.partitionBy(*keys).orderBy("position")
     position = F.col("position")
@@ -403,10 +410,7 @@ def _new_to_the_lake(ctx: ApplyContext, events: DataFrame, target: str) -> DataF
     def same_key(known: str) -> list[Column]:
         return [F.col(qualified(_EVENT, k)) == F.col(qualified(known, k)) for k in keys]
 
-    versions = spark.table(target).select(*keys, VALID_FROM_POSITION_COLUMN)
-    not_above = F.col(qualified(_EVENT, "position")) <= F.col(qualified(_KNOWN, VALID_FROM_POSITION_COLUMN))
-    on = reduce(operator.and_, [*same_key(_KNOWN), not_above])
-    events = events.alias(_EVENT_ALIAS).join(versions.alias(_KNOWN_ALIAS), on, "left_anti")
+    events = _above_known(ctx, events, target)
     known = []
     if ctx.state.snapshot_id is not None:
         stored = spark.read.option("versionAsOf", str(ctx.state.snapshot_id)).table(ctx.spark_name())
@@ -427,6 +431,48 @@ def _new_to_the_lake(ctx: ApplyContext, events: DataFrame, target: str) -> DataF
     return events.alias(_EVENT_ALIAS).join(
         reduce(lambda a, b: a.unionByName(b), known).alias(_KNOWN_ALIAS), on, "left_anti"
     )
+
+
+def _demoted() -> Column:
+    """Whether a version was demoted (:func:`_demote_versions`: file sequence -1)."""
+    from pyspark.sql import functions as F
+
+    return F.coalesce(F.col(_FILE_SEQ) == -1, F.lit(False))
+
+
+def _demote_versions(ctx: ApplyContext, target: str) -> None:
+    """Demote the versions of an abandoned binlog history as the table's rows are
+    (:func:`cdclake.spark.commit.demote_rows`: file sequence -1, GTID sequence
+    :data:`~cdclake.model.position.DEMOTED`, Kafka offset -1), so that the guard
+    (:func:`_above_known`) compares the new history's events with none of them; their
+    ``_cdc_valid_from_position`` and ``_cdc_valid_to_position`` keep the positions they had. Every
+    version but the ones this run's earlier try added from events (a seed is of the old history)."""
+    file_seq, gtid_seq = quote_identifier(_FILE_SEQ), quote_identifier("_cdc_gtid_seq")
+    offset, run_id, change = (quote_identifier(c) for c in ("_cdc_kafka_offset", RUN_ID_COLUMN, CHANGE_COLUMN))
+    ctx.spark.sql(
+        f"UPDATE {target} SET {file_seq} = -1, {gtid_seq} = {DEMOTED}, {offset} = -1 "
+        f"WHERE NOT coalesce({file_seq} = -1, false) "
+        f"AND ({run_id} <> {quote_string(ctx.plan.run_id)} OR {change} = {quote_string(CHANGE_SEED)})"
+    )
+
+
+def _above_known(ctx: ApplyContext, events: DataFrame, target: str, *, this_run_only: bool = False) -> DataFrame:
+    """The events above every version of their key in the history ``target`` (strictly: an event
+    re-emitted at a version's position, at a higher offset, is that version again). With
+    ``this_run_only``, only the versions this run (an earlier try of it: the same Airflow run id)
+    added count: a run that accepts a new binlog history compares its positions with no version of
+    the abandoned history, but its retry must not add the versions its failed try committed."""
+    from pyspark.sql import functions as F
+
+    keys = list(ctx.cfg.primary_key)
+    versions = ctx.spark.table(target).filter(~_demoted())  # below every position: above no event
+    if this_run_only:
+        versions = versions.filter(F.col(RUN_ID_COLUMN) == ctx.plan.run_id)
+    versions = versions.select(*keys, VALID_FROM_POSITION_COLUMN)
+    same_key = [F.col(qualified(_EVENT, k)) == F.col(qualified(_KNOWN, k)) for k in keys]
+    not_above = F.col(qualified(_EVENT, "position")) <= F.col(qualified(_KNOWN, VALID_FROM_POSITION_COLUMN))
+    on = reduce(operator.and_, [*same_key, not_above])
+    return events.alias(_EVENT_ALIAS).join(versions.alias(_KNOWN_ALIAS), on, "left_anti")
 
 
 def _merge_versions(ctx: ApplyContext, target: str, versions: DataFrame) -> None:

@@ -24,6 +24,16 @@ def quote_identifier(*parts: str) -> str:
     return ".".join("`" + part.replace("`", "``") + "`" for part in parts)
 
 
+def quote_string(value: str) -> str:
+    """``value`` as a Spark SQL string literal: in single quotes, a backslash or single quote inside
+    escaped with a backslash (Spark's default, ``spark.sql.parser.escapedStringLiterals=false``).
+
+    >>> quote_string("it's")
+    "'it\\\\'s'"
+    """
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def qualified(qualifier: str | None, column: str) -> str:
     """The reference to ``column`` of a table or DataFrame alias: ``<qualifier>.<column>``, the
     column quoted; ``qualifier`` is a name :func:`quote_identifier` made, ``None`` for none."""
