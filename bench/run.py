@@ -28,6 +28,19 @@ with every event in a Debezium source transaction of 1 to :data:`TRANSACTION_EVE
 into a copy of the starting table, in alternating order; the ratio ``apply_whole/apply`` is the
 cost of the cut (target <= 1.1).
 
+With ``--stages side_tables`` only the side tables' stages run (issue 32): the main workload's first
+event is applied into a copy of the starting table with ``change_feed: {}`` and ``history: {}`` on
+(``start``: its change feed created, its history seeded with one version per row; not measured,
+the seed being a table's one-off), then the other events by ``apply`` (neither option),
+``apply_change_feed`` (``change_feed: {}``: the change rows written to ``<table>__changes``) and
+``apply_history`` (``history: {}``: the versions written to ``<table>__history``, SCD type 2),
+each into a copy of ``start`` and of its side tables, in rotating order; the ratios
+``apply_change_feed/apply`` and ``apply_history/apply`` are the options' costs (target <= 1.3
+each). Besides each table against the source, the change feed's rows of the run and the history's
+versions are checked against the workload (:func:`check_change_feed`, :func:`check_history`).
+Both ``--stages transactions`` and ``side_tables`` run each apply in a process of its own, whatever
+``--one-process``.
+
 Stages 1-3 also run on the same events in Avro (``avro_read_parse``, ``avro_append``,
 ``avro_apply``): a second topic, same keys and partitions, each value the Confluent wire format of
 the Avro writer schema a Kafka Connect Avro converter makes of the events' Connect schema,
@@ -142,6 +155,11 @@ TRANSACTION_EVENTS = 10
 """The largest source transaction of ``--stages transactions``' workload (events; issue 28: 1-10)."""
 WHOLE_TRANSACTIONS_TARGET = 1.1
 """``apply_whole/apply`` at most: the cut costs at most 10 % (issue 28)."""
+SIDE_TABLES_TARGET = 1.3
+"""``apply_change_feed/apply`` and ``apply_history/apply`` at most: each option costs at most 30 %
+(issue 32)."""
+SIDE_TABLE_OPTIONS = {"apply": [], "apply_change_feed": ["--change-feed"], "apply_history": ["--history"]}
+"""The stages of ``--stages side_tables``: their options of ``bench/spark_stage.py``'s ``apply``."""
 
 
 # --- the peer's input ----------------------------------------------------------------------------
@@ -217,10 +235,11 @@ def run(args: argparse.Namespace) -> int:
         start_parts(settings, parts)
         ctx = Context(bench, settings, load_catalog(settings), f"bench_{bench.tag}", p, decimal, child_env(settings))
         ctx.catalog.create_namespace_if_not_exists(ctx.ns)
-        if args.stages == "transactions":
-            stages, checks, info["setup"] = measure_whole_transactions(ctx)
-            result = {**info, "stages": stages, "ratios": whole_ratio(stages), "checks": checks}
-            bench.finish(result, markdown_transactions)
+        if args.stages != "all":
+            measure_run, target, summary = OPTION_STAGES[args.stages]
+            stages, checks, info["setup"] = measure_run(ctx)
+            result = {**info, "stages": stages, "ratios": cost_ratios(stages, target), "checks": checks}
+            bench.finish(result, summary)
             return 0 if checks_ok(checks, "CORRECTNESS CHECK FAILED") else 1
         main_load, avro_load, growth, info["setup"] = load(ctx)
         stages, checks = measure_stages(ctx, main_load, avro_load, growth)
@@ -475,86 +494,311 @@ def measure_overhead(ctx: Context, main: Loaded) -> tuple[dict[str, Any], dict[s
     return stages, checks
 
 
-def measure_whole_transactions(ctx: Context) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """The ``--stages transactions`` run (module docstring): ``apply`` and ``apply_whole``,
-    ``p.reps`` times each. Returns the stages' figures, the checks of their tables against the
-    source, and the setup's figures."""
+def load_with_base(ctx: Context, transaction_events: int = 0) -> tuple[Loaded, dict[str, Any]]:
+    """The main workload into its topic (``transaction_events``: its
+    :attr:`~workload.WorkloadSpec.transaction_events`) and the starting table ``base``. Returns
+    the workload and the setup's figures (``events``, ``bytes``, seconds ``load_s`` and
+    ``base_table_s``)."""
     p, tag = ctx.p, ctx.bench.tag
-    print("generating and loading the workload in source transactions ...", flush=True)
+    print(
+        f"generating and loading the workload{' in source transactions' if transaction_events else ''} ...", flush=True
+    )
     spec = wl.WorkloadSpec(
         events=p.events,
         keys=p.keys,
         existing_rows=p.base_rows,
         new_id_start=p.big_rows,
-        transaction_events=TRANSACTION_EVENTS,
+        transaction_events=transaction_events,
     )
     loaded = load_workload(ctx.settings, f"bench.{tag}.orders", spec, ctx.decimal)
-    transactions, transactions_s = load_transactions(ctx.settings, loaded, f"{tag}.orders")
     setup = {
         "events": loaded.events,
         "bytes": loaded.bytes,
-        "transactions": len(loaded.state.transactions),
-        "load_s": round(loaded.load_s + transactions_s, 1),
+        "load_s": round(loaded.load_s, 1),
         "base_table_s": round(create_base_table(ctx.catalog, f"{ctx.ns}.base", p.base_rows, ctx.decimal), 1),
     }
+    return loaded, setup
+
+
+def apply_stage(ctx: Context, label: str, table: str, range_json: str, options: list[str]) -> Measured:
+    """``bench/spark_stage.py``'s ``apply`` of the range ``range_json`` into ``table`` with
+    ``options`` (its further arguments) in a process of its own, measured: its result is the
+    stage's (``job_s``, the apply's result) and ``slowest_queries`` (:func:`harness.spark_profile`)."""
+    event_log = ctx.bench.logs / "spark-events"
+    event_log.mkdir(exist_ok=True)
+    args = ["apply", "--range", range_json, "--namespace", ctx.ns, "--table", table, *options]
+    m = ctx.measure(label, spark_submit(ctx.settings, BENCH_DIR / "spark_stage.py", args, f"bench-{label}", event_log))
+    profile = spark_profile(event_log, ctx.bench.logs / f"{label}-plans.txt")
+    return replace(m, result=(m.result.get("stages") or [{}])[0] | {"slowest_queries": profile})
+
+
+def measure_options(
+    ctx: Context, range_json: str, options: dict[str, list[str]], start: str = "base", side_tables: tuple[str, ...] = ()
+) -> dict[str, list[Measured]]:
+    """The apply of the range ``range_json`` under each of ``options`` (stage -> its
+    :func:`apply_stage` options), ``p.reps`` times each, each run into its own copy
+    ``<stage>_r<rep>`` of table ``start`` (and of its side tables, the suffixes ``side_tables``),
+    in rotating order: repetition ``r`` starts at stage ``(r - 1) % len(options)``. Returns each
+    stage's runs."""
+    keys = list(options)
+    runs: dict[str, list[Measured]] = {key: [] for key in keys}
+    for rep in range(1, ctx.p.reps + 1):
+        first = (rep - 1) % len(keys)
+        for key in keys[first:] + keys[:first]:
+            table = f"{key}_r{rep}"
+            for suffix in ("", *side_tables):
+                ctx.clone(f"{start}{suffix}", f"{table}{suffix}")
+            runs[key].append(apply_stage(ctx, table, table, range_json, options[key]))
+    return runs
+
+
+def measure_whole_transactions(ctx: Context) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The ``--stages transactions`` run (module docstring): ``apply`` and ``apply_whole``,
+    ``p.reps`` times each. Returns the stages' figures, the checks of their tables against the
+    source, and the setup's figures."""
+    loaded, setup = load_with_base(ctx, TRANSACTION_EVENTS)
+    transactions, transactions_s = load_transactions(ctx.settings, loaded, f"{ctx.bench.tag}.orders")
+    setup |= {"transactions": len(loaded.state.transactions), "load_s": round(loaded.load_s + transactions_s, 1)}
     print(
         f"  {loaded.events} events in {setup['transactions']} transactions, loaded in {setup['load_s']} s", flush=True
     )
-    event_log = ctx.bench.logs / "spark-events"
-    event_log.mkdir(exist_ok=True)
-    runs: dict[str, list[Measured]] = {"apply": [], "apply_whole": []}
-    for rep in range(1, p.reps + 1):
-        order = ("apply", "apply_whole") if rep % 2 else ("apply_whole", "apply")
-        for key in order:
-            table, label = f"{key}_r{rep}", f"{key}_r{rep}"
-            ctx.clone("base", table)
-            args = ["apply", "--range", loaded.range_json, "--namespace", ctx.ns, "--table", table]
-            args += ["--transactions", transactions] if key == "apply_whole" else []
-            m = ctx.measure(
-                label, spark_submit(ctx.settings, BENCH_DIR / "spark_stage.py", args, f"bench-{label}", event_log)
-            )
-            profile = spark_profile(event_log, ctx.bench.logs / f"{label}-plans.txt")
-            runs[key].append(replace(m, result=(m.result.get("stages") or [{}])[0] | {"slowest_queries": profile}))
+    runs = measure_options(ctx, loaded.range_json, {"apply": [], "apply_whole": ["--transactions", transactions]})
     checks = {key: ctx.check(f"{key}_r1", loaded) for key in runs}
     print(f"  check apply: {checks['apply']['ok']}, apply_whole: {checks['apply_whole']['ok']}", flush=True)
-    return {key: summarize(ms, p.events) for key, ms in runs.items()}, checks, setup
+    return {key: summarize(ms, ctx.p.events) for key, ms in runs.items()}, checks, setup
 
 
-def whole_ratio(stages: dict[str, Any]) -> dict[str, Any]:
-    """``apply_whole/apply`` (medians of wall and of job seconds) against its target."""
-    value = ratio(stages["apply_whole"]["wall_s"], stages["apply"]["wall_s"])
-    job = ratio(stages["apply_whole"].get("job_s"), stages["apply"].get("job_s"))
-    met = job is not None and job <= WHOLE_TRANSACTIONS_TARGET
-    return {"apply_whole/apply": {"wall": value, "job": job, "target": WHOLE_TRANSACTIONS_TARGET, "met": met}}
+def measure_side_tables(ctx: Context) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The ``--stages side_tables`` run (module docstring): ``start`` (the first event, both
+    options on), then ``apply``, ``apply_change_feed`` and ``apply_history`` of the other events,
+    ``p.reps`` times each. Returns the stages' figures, the checks of their tables against the
+    source and of the side tables they wrote against the workload, and the setup's figures
+    (``start``: the start's seconds and its side tables' rows)."""
+    from cdclake.model.changes import CHANGES_SUFFIX
+    from cdclake.model.history import HISTORY_SUFFIX
+
+    loaded, setup = load_with_base(ctx)
+    print(f"  {loaded.events} events, loaded in {setup['load_s']} s", flush=True)
+    first, rest = first_event_split(loaded)
+    print("the start: the first event, the change feed and the history on (the history's seed) ...", flush=True)
+    ctx.clone("base", "start")
+    m = apply_stage(ctx, "start", "start", first, ["--change-feed", "--history"])
+    setup["start"] = {
+        "wall_s": round(m.wall_s, 1),
+        "job_s": round(m.result["job_s"], 1),
+        "changes_rows": table_rows(ctx.catalog.load_table(f"{ctx.ns}.start{CHANGES_SUFFIX}")),
+        "history_rows": table_rows(ctx.catalog.load_table(f"{ctx.ns}.start{HISTORY_SUFFIX}")),
+    }
+    runs = measure_options(ctx, rest, SIDE_TABLE_OPTIONS, "start", (CHANGES_SUFFIX, HISTORY_SUFFIX))
+    checks = {key: ctx.check(f"{key}_r1", loaded) for key in runs}
+    checks["change_feed"] = check_change_feed(ctx, "apply_change_feed_r1", loaded)
+    checks["history"] = check_history(ctx, "apply_history_r1", loaded)
+    print("  checks: " + ", ".join(f"{key} {c['ok']}" for key, c in checks.items()), flush=True)
+    return {key: summarize(ms, loaded.events - 1) for key, ms in runs.items()}, checks, setup
 
 
-def markdown_transactions(result: dict[str, Any]) -> str:
-    p, setup = result["params"], result["setup"]
+def first_event_split(loaded: Loaded) -> tuple[str, str]:
+    """The offset ranges (JSON) of ``loaded``'s first event and of every other event."""
+    from cdclake.model.offsets import OffsetRange
+
+    whole = OffsetRange.from_json(loaded.range_json)
+    partition, offset = loaded.coords[0]
+    if offset != whole.start[partition]:
+        raise RuntimeError(f"the first event is at offset {offset} of partition {partition}, not at its start")
+    cut = whole.start | {partition: offset + 1}
+    first = whole.model_copy(update={"end": cut})
+    return first.to_json(), whole.model_copy(update={"start": cut}).to_json()
+
+
+def table_rows(table: Any) -> int:
+    """Rows of a pyiceberg table (a scan of its first column: deletes applied)."""
+    return table.scan(selected_fields=(table.schema().fields[0].name,)).to_arrow().num_rows
+
+
+def check_change_feed(ctx: Context, table: str, loaded: Loaded) -> dict[str, Any]:
+    """The change rows the apply of every event but the first wrote to table ``table``'s change
+    feed (its run id ``bench-<table>``, ``bench/spark_stage.py``'s), against the workload: one row
+    per key; an upsert row (``c``, ``u``) for exactly the keys whose last event is one of the
+    run's and an upsert; a delete row for exactly the keys whose last event is one of the run's
+    and a delete and that table ``start`` held (not a key the run inserted and deleted: the
+    ``MERGE`` changed no row of it); as many rows as the table's commit says
+    (``cdc.changes-rows``). Which key ``start`` held is told by ``start``'s own change feed: the
+    first event's one row."""
+    import pyarrow.compute as pc
+    from pyiceberg.expressions import EqualTo
+
+    from cdclake.model.changes import CHANGES_SUFFIX, RUN_ID_COLUMN
+    from cdclake.model.layout import SummaryKeys
+
+    identifier = f"{ctx.ns}.{table}"
+    rows = (
+        ctx.catalog.load_table(identifier + CHANGES_SUFFIX)
+        .scan(row_filter=EqualTo(RUN_ID_COLUMN, f"bench-{table}"), selected_fields=("id", "_cdc_op"))
+        .to_arrow()
+    )
+    deletes = pc.equal(rows["_cdc_op"], "d")
+    got_upserts = sorted(rows.filter(pc.invert(deletes))["id"].to_pylist())
+    got_deletes = sorted(rows.filter(deletes)["id"].to_pylist())
+    start = ctx.catalog.load_table(f"{ctx.ns}.start{CHANGES_SUFFIX}").scan(selected_fields=("id", "_cdc_op"))
+    [first] = start.to_arrow().to_pylist()  # the first event's key: held by start unless a delete
+
+    def held(i: int) -> bool:
+        return first["_cdc_op"] != "d" if i == first["id"] else i < ctx.p.base_rows
+
+    state = loaded.state
+    in_run = [i for i, index in state.written_by.items() if index > 0]
+    upserted = sorted(i for i in in_run if state.rows[i] is not None)
+    deleted = sorted(i for i in in_run if state.rows[i] is None and held(i))
+    summary = ctx.catalog.load_table(identifier).current_snapshot().summary
+    committed = summary.get(SummaryKeys.CHANGES_ROWS) if summary is not None else None
+    problems = []
+    if len(set(got_upserts) | set(got_deletes)) != rows.num_rows:
+        problems.append("a key has more than one row")
+    for kind, got, want in (("upsert", got_upserts, upserted), ("delete", got_deletes, deleted)):
+        if got != want:
+            wrong = sorted(set(got) ^ set(want))
+            problems.append(f"{kind} rows of {len(got)} keys, expected {len(want)}; keys differing: {wrong[:5]}")
+    if committed is None or int(committed) != rows.num_rows:
+        problems.append(f"the table's commit says {committed} change rows, the feed holds {rows.num_rows}")
+    return {
+        "table": identifier + CHANGES_SUFFIX,
+        "rows": rows.num_rows,
+        "upsert_rows": len(got_upserts),
+        "delete_rows": len(got_deletes),
+        "ok": rows.num_rows > 0 and not problems,
+        "problems": problems,
+    }
+
+
+def check_history(ctx: Context, table: str, loaded: Loaded) -> dict[str, Any]:
+    """Table ``table``'s history against the workload and the table: one seed version per row of
+    the starting table, one event version per event (no event is a repeat, every one supersedes
+    its key's versions), and the current versions that are not deletes are the table's rows, one
+    per id."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from cdclake.model.history import CHANGE_COLUMN, HISTORY_SUFFIX, IS_CURRENT_COLUMN, IS_DELETED_COLUMN
+
+    identifier = f"{ctx.ns}.{table}"
+    versions = (
+        ctx.catalog.load_table(identifier + HISTORY_SUFFIX)
+        .scan(selected_fields=("id", IS_CURRENT_COLUMN, IS_DELETED_COLUMN, CHANGE_COLUMN))
+        .to_arrow()
+    )
+    current = versions.filter(pc.and_(versions[IS_CURRENT_COLUMN], pc.invert(versions[IS_DELETED_COLUMN])))
+    current_ids = np.sort(current["id"].to_numpy())
+    ids = np.sort(ctx.catalog.load_table(identifier).scan(selected_fields=("id",)).to_arrow()["id"].to_numpy())
+    kinds = {c["values"]: c["counts"] for c in pc.value_counts(versions[CHANGE_COLUMN]).to_pylist()}
+    expected = {"seed": ctx.p.base_rows, "event": loaded.events}
+    problems = []
+    if kinds != expected:
+        problems.append(f"versions {kinds}, expected {expected}")
+    if not np.array_equal(current_ids, ids):
+        problems.append(
+            f"current versions of {len(current_ids)} ids ({len(np.unique(current_ids))} distinct), the table holds "
+            f"{len(ids)} rows; {len(np.setdiff1d(ids, current_ids))} ids without a current version"
+        )
+    return {
+        "table": identifier + HISTORY_SUFFIX,
+        "versions": versions.num_rows,
+        "by_change": kinds,
+        "current_rows": len(current_ids),
+        "table_rows": len(ids),
+        "ok": not problems,
+        "problems": problems,
+    }
+
+
+def cost_ratios(stages: dict[str, Any], target: float) -> dict[str, Any]:
+    """``<stage>/apply`` of every stage but ``apply`` (medians of wall and of job seconds) against
+    ``target`` (on the job seconds: the JVM's start is no option's cost)."""
+    out = {}
+    for key in stages:
+        if key == "apply":
+            continue
+        job = ratio(stages[key].get("job_s"), stages["apply"].get("job_s"))
+        out[f"{key}/apply"] = {
+            "wall": ratio(stages[key]["wall_s"], stages["apply"]["wall_s"]),
+            "job": job,
+            "target": target,
+            "met": job is not None and job <= target,
+        }
+    return out
+
+
+def markdown_options(
+    result: dict[str, Any], title: str, workload: str, names: dict[str, str], notes: tuple[str, ...] = ()
+) -> str:
+    """The summary of an options run (``--stages transactions``, ``side_tables``): the sentence
+    ``workload``, the stages ``names`` (key -> label) in a table, each ratio in a sentence, the
+    paragraphs ``notes``, the checks."""
     lines = [
-        *summary_head(f"cdclake benchmark: whole transactions, size {result['size']}", result),
-        f"Workload: {setup['events']:,} events in {setup['transactions']:,} source transactions of 1-"
-        f"{TRANSACTION_EVENTS} events over {p['keys']:,} keys into a table of {p['base_rows']:,} rows; "
-        f"median of {p['reps']} run(s), alternating order.",
+        *summary_head(f"cdclake benchmark: {title}, size {result['size']}", result),
+        workload,
         "",
         "| stage | wall s (median) | job s (median) | events/s (job) | peak RSS MiB (tree) |",
         "|---|---:|---:|---:|---:|",
     ]
-    names = {"apply": "apply, transactions: ignore", "apply_whole": "apply, transactions: whole"}
     for key, label in names.items():
         s = result["stages"][key]
         lines.append(
             f"| {label} | {s['wall_s']} | {s['job_s']} | {s.get('events_per_s_job', 0):,.0f} | {s['peak_rss_mib']:,.0f} |"
         )
-    r = result["ratios"]["apply_whole/apply"]
-    lines += [
-        "",
-        f"apply_whole/apply: {r['wall']} (wall), {r['job']} (job only); target <= {r['target']} (job): "
-        f"{'met' if r['met'] else '**not met**'}.",
-        "",
-        checks_line(result["checks"]),
-        "",
-    ]
+    for name, r in result["ratios"].items():
+        lines += [
+            "",
+            f"{name}: {r['wall']} (wall), {r['job']} (job only); target <= {r['target']} (job): "
+            f"{'met' if r['met'] else '**not met**'}.",
+        ]
+    for note in notes:
+        lines += ["", note]
+    lines += ["", checks_line(result["checks"]), ""]
     return "\n".join(lines)
+
+
+def markdown_transactions(result: dict[str, Any]) -> str:
+    p, setup = result["params"], result["setup"]
+    workload = (
+        f"Workload: {setup['events']:,} events in {setup['transactions']:,} source transactions of 1-"
+        f"{TRANSACTION_EVENTS} events over {p['keys']:,} keys into a table of {p['base_rows']:,} rows; "
+        f"median of {p['reps']} run(s), alternating order."
+    )
+    names = {"apply": "apply, transactions: ignore", "apply_whole": "apply, transactions: whole"}
+    return markdown_options(result, "whole transactions", workload, names)
+
+
+def markdown_side_tables(result: dict[str, Any]) -> str:
+    p, setup = result["params"], result["setup"]
+    start = setup["start"]
+    workload = (
+        f"Workload: {setup['events'] - 1:,} events over {p['keys']:,} keys into a table of {p['base_rows']:,} rows "
+        f"and its side tables, after the first event applied with both options on (not measured: "
+        f"{start['wall_s']} s, {start['job_s']} s of job; the history seeded, {start['history_rows']:,} versions; "
+        f"{start['changes_rows']:,} change row(s)); median of {p['reps']} run(s), rotating order."
+    )
+    names = {
+        "apply": "apply, neither option",
+        "apply_change_feed": "apply, change_feed: {}",
+        "apply_history": "apply, history: {}",
+    }
+    checks = result["checks"]
+    feed, history = checks["change_feed"], checks["history"]
+    side = (
+        f"The side tables the runs wrote (first repetition): the change feed's {feed['rows']:,} rows of the run "
+        f"({feed['upsert_rows']:,} upserts, {feed['delete_rows']:,} deletes); the history's {history['versions']:,} "
+        f"versions ({', '.join(f'{n:,} {k}' for k, n in history['by_change'].items())}), "
+        f"{history['current_rows']:,} current and not deleted for the table's {history['table_rows']:,} rows."
+    )
+    return markdown_options(result, "side tables", workload, names, (side,))
+
+
+OPTION_STAGES = {
+    "transactions": (measure_whole_transactions, WHOLE_TRANSACTIONS_TARGET, markdown_transactions),
+    "side_tables": (measure_side_tables, SIDE_TABLES_TARGET, markdown_side_tables),
+}
+"""The runs of ``--stages`` other than ``all``: what measures them, the target of their
+``<stage>/apply`` ratios, the summary's writer."""
 
 
 def ratios(stages: dict[str, Any]) -> dict[str, Any]:
@@ -668,9 +912,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--stages",
-        choices=("all", "transactions"),
+        choices=("all", "transactions", "side_tables"),
         default="all",
-        help="all: stages 1-6; transactions: only the whole-transactions stages (apply beside apply_whole)",
+        help="all: stages 1-6; transactions: only the whole-transactions stages (apply beside apply_whole); "
+        "side_tables: only the side tables' stages (apply beside apply_change_feed and apply_history)",
     )
     add_run_options(parser, external_broker=True)
     return parser

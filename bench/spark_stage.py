@@ -15,7 +15,10 @@ Stages, on one Kafka offset range of the workload topic:
 * ``apply``: the apply job itself (:func:`cdclake.spark.apply.apply_range`, as
   ``spark_jobs/apply_cdc.py`` calls it) into ``--table``; with ``--transactions RANGE`` (a
   :class:`~cdclake.model.plan.TransactionRange` JSON) as ``transactions: whole`` plans it, each
-  commit cut to whole source transactions, else as ``transactions: ignore``.
+  commit cut to whole source transactions, else as ``transactions: ignore``; with
+  ``--change-feed`` the table has ``change_feed: {}`` (the run's change rows go to
+  ``<table>__changes`` first) and with ``--history`` ``history: {}`` (its versions go to
+  ``<table>__history``), else neither. The run id is ``bench-<table>``.
 
 Each reads ``json_with_schema`` values, or with ``--format avro`` Avro through the schema
 registry of ``CDCLAKE_SCHEMA_REGISTRY_URL`` (the read stages then parse as the apply does: the
@@ -62,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
         help="TransactionRange JSON: the apply commits whole source transactions (transactions: whole)",
     )
     parser.add_argument(
+        "--change-feed", action="store_true", help="the apply writes the table's change feed (change_feed: {})"
+    )
+    parser.add_argument("--history", action="store_true", help="the apply writes the table's history (history: {})")
+    parser.add_argument(
         "--count-after", action="append", default=[], metavar="TABLE", help="count TABLE's rows afterwards (not timed)"
     )
     args = parser.parse_args(argv)
@@ -86,7 +93,17 @@ def main(argv: list[str] | None = None) -> int:
         ]:
             out["stages"].append(
                 run_stage(
-                    spark, settings, kafka, stage, value_format, range_json, args.namespace, table, args.transactions
+                    spark,
+                    settings,
+                    kafka,
+                    stage,
+                    value_format,
+                    range_json,
+                    args.namespace,
+                    table,
+                    args.transactions,
+                    change_feed=args.change_feed,
+                    history=args.history,
                 )
             )
         for table in args.count_after:
@@ -107,9 +124,13 @@ def run_stage(
     namespace: str,
     table: str,
     transactions: str | None = None,
+    *,
+    change_feed: bool = False,
+    history: bool = False,
 ) -> dict[str, Any]:
     """One stage on the range ``range_json`` of events in ``value_format`` (``transactions``: the
-    apply's transaction range, see the module docstring); returns ``stage``,
+    apply's transaction range; ``change_feed``, ``history``: the table's options; see the module
+    docstring); returns ``stage``,
     ``job_s`` (its seconds) and what it counted; an Avro read (``read_parse``, ``append``) also
     ``prepass_s``, the seconds of its schema-id pass (:func:`~cdclake.spark.parse_avro.read_writer_schemas`),
     which ``job_s`` includes."""
@@ -136,6 +157,8 @@ def run_stage(
             "primary_key": ["id"],
             "value_format": value_format,
             "transactions": "ignore" if transactions is None else "whole",
+            "change_feed": {} if change_feed else None,
+            "history": {} if history else None,
         }
     )
     out: dict[str, Any] = {"stage": stage, "format": value_format}

@@ -19,7 +19,16 @@ from cdclake.model.schema_diff import ChangePlan
 from cdclake.model.types import ENCODING_FOR_ICEBERG_TYPE, ColumnSpec
 from cdclake.pipeline.reconcile_history import check_history
 from tests.conftest import apply_offsets, make_table, plan_offsets
-from tests.integration.test_change_feed import at, fail_between_the_two_commits, history_at, run, timed
+from tests.integration.test_change_feed import (
+    at,
+    fail_between_the_two_commits,
+    history_at,
+    replay,
+    run,
+    run_changes,
+    table_now,
+    timed,
+)
 from tests.integration.test_contract import COLUMNS, key, send
 
 pytestmark = pytest.mark.integration
@@ -75,7 +84,7 @@ def test_a_complete_full_snapshot_ends_the_versions_of_the_rows_it_did_not_read(
     """A re-snapshot reads keys 1 and 2 but not 3 (deleted behind the connector's back): its
     completion deletes key 3 from the table, and in the history ends key 3's version at the
     snapshot's position with a deleted version marked ``repair``."""
-    cfg = make_table(value_format="json", columns=COLUMNS, history={})
+    cfg = make_table(value_format="json", columns=COLUMNS, history={}, change_feed={})
     ensure_topic(kafka, cfg.topic, 1)
     send(kafka, cfg, [(key(k), timed(op, k, v, pos)) for op, k, v, pos in [
         ("c", 1, "a", 100), ("c", 2, "b", 110), ("c", 3, "c", 120)]])  # fmt: skip
@@ -98,12 +107,21 @@ def test_a_complete_full_snapshot_ends_the_versions_of_the_rows_it_did_not_read(
     assert three[0]["_cdc_valid_to_position"] == three[1]["_cdc_valid_from_position"] == snapshot_position
     assert three[0]["_cdc_valid_to_ts"] == three[1]["_cdc_valid_from_ts"] == at(200)  # the snapshot's read time
     assert [r["_cdc_change"] for r in retried if r["id"] != 3 and r["_cdc_change"] != "event"] == []
+    # the change feed: the try's rows replaced by its retry's, the repair among them
+    first, _ = run_changes(stack_settings, cfg, "run-1")
+    changes, _ = run_changes(stack_settings, cfg, "run-2")
+    assert sorted((c["_cdc_op"], c["id"], c["v"], c["_cdc_change"]) for c in changes) == [
+        ("d", 3, None, "repair"), ("r", 1, "a", "event"), ("r", 2, "b2", "event")]  # fmt: skip
+    [repair] = [c for c in changes if c["_cdc_change"] == "repair"]
+    assert repair["_cdc_source_ts"] == at(200) and repair["_cdc_binlog_pos"] is None
+    assert replay([first, changes]) == table_now(stack_settings, cfg)
 
 
 def test_a_default_filled_into_older_rows_is_filled_into_their_open_versions(spark, kafka, stack_settings, monkeypatch):
     """``ADD COLUMN tag ... DEFAULT 'abc'`` at 7:150: the run fills the default into the table's
-    rows below it, and the history's open versions below it get it too, in place; the versions
-    closed before it keep NULL, and a version from an event above it keeps its own value."""
+    rows below it, and the history's versions valid across it get it too, in place (also key 2's,
+    which the run's own event above the ``ALTER`` ends); the versions closed before it keep NULL,
+    and a version from an event above it keeps its own value."""
     cfg = make_table(value_format="json", columns=COLUMNS, history={})
     ensure_topic(kafka, cfg.topic, 1)
     send(kafka, cfg, [(key(k), timed(op, k, v, pos)) for op, k, v, pos in [
@@ -120,18 +138,19 @@ def test_a_default_filled_into_older_rows_is_filled_into_their_open_versions(spa
         [ChangePlan(None, adds=[(tag, "v")], encodings=encodings)],
         {COLUMN_DEFAULTS_PROPERTY: json.dumps(default)},
     )
-    send(kafka, cfg, [(key(k), timed(op, k, v, pos)) for op, k, v, pos in [("c", 3, "c", 200)]])
+    send(kafka, cfg, [(key(k), timed(op, k, v, pos)) for op, k, v, pos in [("c", 3, "c", 200), ("u", 2, "b2", 210)]])
 
     tried, retried = tried_and_retried(spark, stack_settings, cfg, "run-2", monkeypatch)
     assert sorted(map(str, retried)) == sorted(map(str, tried))  # nothing doubled, nothing changed
-    assert table_rows(stack_settings, cfg, ("v", "tag")) == {1: ("a2", "abc"), 2: ("b", "abc"), 3: ("c", None)}
+    assert table_rows(stack_settings, cfg, ("v", "tag")) == {1: ("a2", "abc"), 2: ("b2", None), 3: ("c", None)}
     compared = [*COMPARED, CompareColumn("tag", Kind.STRING)]
     assert check_history(catalog, cfg, compared).differences == 0
     versions = sorted((r["id"], r["v"], r["tag"], r["_cdc_is_current"], r["_cdc_change"]) for r in retried)
     assert versions == [
         (1, "a", None, False, "event"),  # closed before the ALTER
         (1, "a2", "abc", True, "event"),
-        (2, "b", "abc", True, "event"),
+        (2, "b", "abc", False, "event"),  # valid across the ALTER, ended by the run's own event above it
+        (2, "b2", None, True, "event"),
         (3, "c", None, True, "event"),
     ]
 

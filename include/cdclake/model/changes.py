@@ -4,7 +4,12 @@
 applied, after the run's reduction and guard rules: the rows the run's ``MERGE`` changed (one per
 key per run: ``c``/``u``/``r`` with the row's after image, ``d`` with its key and NULL elsewhere)
 and, when the run applied a truncate, one ``t`` row (NULL key and image) at the truncate's
-position, which deletes every row below that position. The columns are the table's source
+position, which deletes every row below that position. A run that completes a full snapshot also
+deletes the rows below the snapshot's position that it did not read (they no longer existed then:
+:mod:`cdclake.model.convergence`): each is a ``d`` row marked ``_cdc_change = 'repair'`` (the key,
+NULL elsewhere; ``_cdc_source_ts`` the newest read of the snapshot in the run, the other position
+columns NULL: no event made it), so that the feed, replayed, rebuilds the table; every other row is
+``event`` (the history's column and values, :data:`~cdclake.model.history.CHANGE_COLUMN`). The columns are the table's source
 columns, the table's own metadata columns (:data:`~cdclake.model.layout.METADATA_COLUMNS`: the
 same position columns as the table's rows), then :data:`FEED_COLUMNS`. It is partitioned by day
 of ``_cdc_source_ts`` (``source.ts_ms``), for time-range reads and whole-partition retention.
@@ -29,6 +34,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from cdclake.errors import ChangeFeedGapError
+from cdclake.model.history import CHANGE_COLUMN
 from cdclake.model.layout import SIDE_TABLE_PROPERTIES, SummaryKeys
 
 CHANGES_SUFFIX = "__changes"
@@ -44,6 +50,12 @@ FEED_COLUMNS: tuple[tuple[str, str, str], ...] = (
         BASE_SNAPSHOT_COLUMN,
         "long",
         "the table's snapshot the run's commit started from (its previous snapshot); null for its first commit",
+    ),
+    (
+        CHANGE_COLUMN,
+        "string",
+        "event: a source event's change; repair: a delete by the run's complete full snapshot, which did not "
+        "read the key; null in rows written before the column",
     ),
 )
 """``(name, Iceberg type, doc)`` of the change feed's columns after the metadata columns."""

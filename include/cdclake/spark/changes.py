@@ -5,7 +5,8 @@ The rows are the run's merge source (one event per key, after the truncate and s
 and the delete tombstones) joined with the table at the run's base snapshot by key, so that only
 the events the ``MERGE`` applies are kept (:func:`cdclake.spark.commit.merge`): an upsert or delete
 whose event supersedes the stored row, an upsert of a key the table lacks. The run's truncate, if
-any, is one ``t`` row.
+any, is one ``t`` row; the rows a completed full snapshot deletes (it did not read them) are
+``d`` rows marked ``repair`` (:mod:`cdclake.model.changes`).
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ from typing import TYPE_CHECKING
 
 from cdclake.io.changes import ensure_changes_table
 from cdclake.model.changes import BASE_SNAPSHOT_COLUMN, CHANGES_SUFFIX, RUN_ID_COLUMN, TRANSACTION_COLUMN
-from cdclake.model.decision import RunDecision
+from cdclake.model.decision import RunDecision, starting_state
+from cdclake.model.history import CHANGE_COLUMN, CHANGE_EVENT, CHANGE_REPAIR
 from cdclake.model.layout import METADATA_COLUMNS, SummaryKeys
+from cdclake.model.position import BinlogPosition
 from cdclake.spark.context import ApplyContext
 from cdclake.spark.names import qualified, quote_identifier
-from cdclake.spark.positions import position_literal, supersedes_column
+from cdclake.spark.positions import position_column, position_literal, supersedes_column
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -87,7 +90,8 @@ def write_changes(ctx: ApplyContext, source: DataFrame, good: DataFrame, decisio
 
 def _change_rows(ctx: ApplyContext, source: DataFrame, good: DataFrame, decision: RunDecision) -> DataFrame:
     """The run's change rows in the feed's columns: the applied events of ``source`` (a delete
-    keeps its key only), then the truncate's ``t`` row."""
+    keeps its key only), the truncate's ``t`` row, then the repairs of a completed full snapshot
+    (:func:`_repairs`)."""
     from pyspark.sql import functions as F
 
     keys = set(ctx.cfg.primary_key)
@@ -98,13 +102,64 @@ def _change_rows(ctx: ApplyContext, source: DataFrame, good: DataFrame, decision
         F.lit(ctx.plan.run_id).alias(RUN_ID_COLUMN),
         F.lit(ctx.state.snapshot_id).cast("bigint").alias(BASE_SNAPSHOT_COLUMN),
     ]
+    event = F.lit(CHANGE_EVENT).alias(CHANGE_COLUMN)
     image: list[Column | str] = [n if n in keys else F.when(~deleting, F.col(n)).alias(n) for n in names]
-    rows = _applied(ctx, source).select(*image, *meta, TRANSACTION_COLUMN, *feed)
-    if decision.truncate is None:
-        return rows
-    truncate = good.filter((F.col("op") == "t") & (F.col("position") == position_literal(decision.truncate)))
-    image = [F.col("image")[n].alias(n) for n in names]
-    return rows.unionByName(truncate.limit(1).select(*image, *meta, *event_columns(), *feed))
+    rows = _applied(ctx, source).select(*image, *meta, TRANSACTION_COLUMN, *feed, event)
+    # a truncate at or below the floor the run starts from is one an earlier run applied, emitted
+    # again by Debezium after a restart: the table discards it, and so does the feed
+    floor = starting_state(ctx.state, ctx.plan).truncate_floor
+    if decision.truncate is not None and (floor is None or decision.truncate > floor):
+        truncate = good.filter((F.col("op") == "t") & (F.col("position") == position_literal(decision.truncate)))
+        image = [F.col("image")[n].alias(n) for n in names]
+        rows = rows.unionByName(truncate.limit(1).select(*image, *meta, *event_columns(), *feed, event))
+    if decision.completed is not None and ctx.state.snapshot_id is not None:
+        rows = rows.unionByName(_repairs(ctx, source, good, decision, decision.completed, feed))
+    return rows
+
+
+def _repairs(
+    ctx: ApplyContext,
+    source: DataFrame,
+    good: DataFrame,
+    decision: RunDecision,
+    completed: BinlogPosition,
+    feed: list[Column],
+) -> DataFrame:
+    """The ``d`` rows (marked :data:`~cdclake.model.history.CHANGE_REPAIR`) of the rows the
+    ``MERGE`` deletes because the full snapshot completed at ``completed`` did not read them
+    (:func:`cdclake.spark.commit.merge`): the table's rows at the run's base snapshot below that
+    position whose key the merge source lacks, above the run's truncate (whose ``t`` row deletes
+    the rows below it); every row but the source's when the run accepts a new binlog history (it
+    demotes them all), none when it also truncates. A row's ``_cdc_source_ts`` is the newest source
+    time of the snapshot's reads in the batch (the run's time when it has none), its other metadata
+    columns NULL: no event made the change."""
+    from pyspark.sql import functions as F
+
+    cfg, keys = ctx.cfg, list(ctx.cfg.primary_key)
+    stored = ctx.spark.read.option("versionAsOf", str(ctx.state.snapshot_id)).table(ctx.spark_name())
+    position = position_column(cfg.ordering)
+    if ctx.plan.accept_source_change:
+        below = stored.filter(F.lit(decision.truncate is None))
+    else:
+        below = stored.filter(position < position_literal(completed))
+        if decision.truncate is not None:
+            below = below.filter(position >= position_literal(decision.truncate))
+    gone = below.select(*keys).join(source.select(*keys), keys, "left_anti")
+    reads = good.filter(F.col("position") == position_literal(completed))
+    read_at = reads.agg(F.max("_cdc_source_ts").alias("_cdc_read_ts"))
+    types = {f.name: f.dataType for f in stored.schema.fields}
+    fixed = {
+        "_cdc_op": F.lit("d"),
+        "_cdc_source_ts": F.coalesce(F.col("_cdc_read_ts"), F.current_timestamp()),
+    }
+    columns = [c.name for c in ctx.columns] + [n for n, _, _ in METADATA_COLUMNS]
+    image = [F.col(n) if n in keys else fixed.get(n, F.lit(None)).cast(types[n]).alias(n) for n in columns]
+    return gone.crossJoin(read_at).select(
+        *image,
+        F.lit(None).cast("string").alias(TRANSACTION_COLUMN),
+        *feed,
+        F.lit(CHANGE_REPAIR).alias(CHANGE_COLUMN),
+    )
 
 
 def _applied(ctx: ApplyContext, source: DataFrame) -> DataFrame:
