@@ -67,9 +67,9 @@ def run_changes(settings, cfg, run_id: str) -> tuple[list[dict], dict]:
     return rows, dict(table.snapshot_by_id(run.snapshot_id).summary.additional_properties)
 
 
-def replay(runs: list[list[dict]]) -> dict[int, dict]:
-    """The table the change rows of ``runs`` (in commit order) rebuild: a ``t`` row deletes the rows
-    below its position, a ``d`` row its key, any other row upserts its key."""
+def replay(runs: list[list[dict]], columns: list[str] = TABLE_COLUMNS) -> dict[int, dict]:
+    """The table the change rows of ``runs`` (in commit order) rebuild, in ``columns``: a ``t`` row
+    deletes the rows below its position, a ``d`` row its key, any other row upserts its key."""
     rows: dict[int, dict] = {}
     for changes in runs:
         for t in (c for c in changes if c["_cdc_op"] == "t"):
@@ -78,13 +78,13 @@ def replay(runs: list[list[dict]]) -> dict[int, dict]:
             if c["_cdc_op"] == "d":
                 rows.pop(c["id"])
             elif c["_cdc_op"] != "t":
-                rows[c["id"]] = {n: c[n] for n in TABLE_COLUMNS}
+                rows[c["id"]] = {n: c[n] for n in columns}
     return rows
 
 
-def table_now(settings, cfg) -> dict[int, dict]:
+def table_now(settings, cfg, columns: list[str] = TABLE_COLUMNS) -> dict[int, dict]:
     arrow = load_catalog(settings).load_table(cfg.identifier).scan().to_arrow()
-    return {r["id"]: {n: r[n] for n in TABLE_COLUMNS} for r in arrow.to_pylist()}
+    return {r["id"]: {n: r[n] for n in columns} for r in arrow.to_pylist()}
 
 
 def ops(changes: list[dict]) -> set[tuple]:

@@ -43,8 +43,9 @@ newest read), and a reconcile repair's delete of a row the source lacks (at the 
 repair's tombstone, from the time of its consistent read). Each is committed to the history before
 the table's commit that deletes the rows, which names it (``cdc.history-snapshot-id``), and takes
 only open versions not deleted yet: a retry adds nothing. A column default the lake fills into
-the table's rows below an ``ADD COLUMN`` is filled into the open versions below it, in place, as
-into the run's events below it (no version, ``_cdc_change`` unchanged).
+the table's rows below an ``ADD COLUMN`` is filled into the versions valid across it (open, or
+ended above it by the run's own later events), in place, as into the run's events below it (no
+version, ``_cdc_change`` unchanged).
 
 **As of a time.** The source state at source time ``t`` is the versions with
 ``_cdc_valid_from_ts <= t AND (_cdc_valid_to_ts > t OR _cdc_valid_to_ts IS NULL) AND NOT

@@ -16,7 +16,8 @@ Statements, each its own commit of the history:
    snapshot's position and a deleted version (:data:`~cdclake.model.history.CHANGE_REPAIR`) opens
    there, as a delete event's would;
 4. when the run fills a column's default into the table's rows below its ``ADD COLUMN``: the
-   same default into the open versions below that position, in place.
+   same default into the versions valid across that position (open, or ended above it by the
+   run's later events or truncates), in place.
 
 **A retried try does not double them.** The guard takes only events that supersede every version
 of their key the history holds. An earlier try of the run that committed the history but not the
@@ -24,8 +25,9 @@ table left its versions there, so its retry finds none of the same events new, a
 find no version valid across them: the statements change nothing. A retry whose range reaches
 further (the planner read higher watermarks) adds the versions of the further events only. The
 seed is appended only to a history without a version: a retry finds it (or the try's versions)
-there and seeds nothing. The repairs (3, 4) take only open versions that are not yet repaired
-(not deleted, below the position; a value other than the default), which a retry finds none of.
+there and seeds nothing. The repairs take only versions not yet repaired (3: open, not deleted,
+below the position; 4: valid across the position, a value other than the default), which a retry
+finds none of.
 """
 
 from __future__ import annotations
@@ -320,14 +322,18 @@ def _end_unread(ctx: ApplyContext, target: str, source: DataFrame, completed: Bi
 
 def _fill_default(spark: SparkSession, target: str, column: str, position: BinlogPosition, sql: str) -> None:
     """The table's rows below the ``ADD COLUMN`` at ``position`` get the column's default in the
-    run's commit (:func:`cdclake.spark.apply._write`), as the run's events below it do: the open
-    versions below it get it too, in place (no version is added: the source's rows read the
-    default, not a change; ``_cdc_change`` keeps its value)."""
+    run's commit (:func:`cdclake.spark.apply._write`), as the run's events below it do: the
+    versions valid across it get it too, in place: the open ones, and those the run's own later
+    events or truncates ended above it (run after them), whose rows read the default from the
+    ``ALTER`` on. No version is added (the source's rows read the default, not a change;
+    ``_cdc_change`` keeps its value)."""
     name = quote_identifier(column)
+    at = position_literal_sql(position)
+    valid_to = quote_identifier(VALID_TO_POSITION_COLUMN)
     spark.sql(
-        f"UPDATE {target} SET {name} = {sql} WHERE {quote_identifier(IS_CURRENT_COLUMN)} "
-        f"AND NOT {quote_identifier(IS_DELETED_COLUMN)} "
-        f"AND {quote_identifier(VALID_FROM_POSITION_COLUMN)} < {position_literal_sql(position)} "
+        f"UPDATE {target} SET {name} = {sql} WHERE NOT {quote_identifier(IS_DELETED_COLUMN)} "
+        f"AND {quote_identifier(VALID_FROM_POSITION_COLUMN)} < {at} "
+        f"AND ({valid_to} IS NULL OR {valid_to} > {at}) "
         f"AND NOT ({name} <=> {sql})"
     )
 
