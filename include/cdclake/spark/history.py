@@ -39,7 +39,7 @@ from functools import reduce
 from typing import TYPE_CHECKING
 
 from cdclake.io.history import ensure_history_table
-from cdclake.model.decision import RunDecision
+from cdclake.model.decision import RunDecision, starting_state
 from cdclake.model.history import (
     CHANGE_COLUMN,
     CHANGE_EVENT,
@@ -149,8 +149,9 @@ def write_history(ctx: ApplyContext, good: DataFrame, decision: RunDecision, sou
     if ctx.plan.accept_source_change:
         _demote_versions(ctx, target)
     events = good
-    if ctx.state.truncate_floor is not None:
-        events = events.filter(F.col("position") > position_literal(ctx.state.truncate_floor))
+    floor = starting_state(ctx.state, ctx.plan).truncate_floor  # none of an abandoned binlog history
+    if floor is not None:
+        events = events.filter(F.col("position") > position_literal(floor))
     truncates = _truncates(events) if decision.truncate is not None else []  # none in the batch: no job
     events = events.filter(F.col("op") != "t")
     if decision.state.snapshot_floor is not None:
