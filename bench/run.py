@@ -239,17 +239,16 @@ def run(args: argparse.Namespace) -> int:
             measure_run, target, summary = OPTION_STAGES[args.stages]
             stages, checks, info["setup"] = measure_run(ctx)
             result = {**info, "stages": stages, "ratios": cost_ratios(stages, target), "checks": checks}
-            bench.finish(result, summary)
-            return 0 if checks_ok(checks, "CORRECTNESS CHECK FAILED") else 1
-        main_load, avro_load, growth, info["setup"] = load(ctx)
-        stages, checks = measure_stages(ctx, main_load, avro_load, growth)
-        overhead_stages, overhead_checks = measure_overhead(ctx, main_load)
-        stages.update(overhead_stages)
-        checks.update(overhead_checks)
+        else:
+            main_load, avro_load, growth, info["setup"] = load(ctx)
+            stages, checks = measure_stages(ctx, main_load, avro_load, growth)
+            overhead_stages, overhead_checks = measure_overhead(ctx, main_load)
+            stages.update(overhead_stages)
+            checks.update(overhead_checks)
+            result, summary = {**info, "stages": stages, "ratios": ratios(stages), "checks": checks}, markdown
     finally:
-        stop_parts(settings, parts)
-    result = {**info, "stages": stages, "ratios": ratios(stages), "checks": checks}
-    bench.finish(result, markdown)
+        stop_parts(settings, parts)  # before finish, which removes a temporary work folder with their pid files
+    bench.finish(result, summary)
     return 0 if checks_ok(checks, "CORRECTNESS CHECK FAILED") else 1
 
 
