@@ -107,15 +107,17 @@ def merge(
     writer.merge()
 
 
-def demote_rows(ctx: ApplyContext, target: str) -> None:
-    """Move every row of ``target`` below all positions of any binlog history (file sequence -1;
-    GTID sequence :data:`~cdclake.model.position.DEMOTED`, below events without a GTID; Kafka
-    offset -1, below every offset of its partition under ``ordering: kafka``), keeping its values:
-    the rows of an abandoned history, which events of the new history replace and the new
-    history's next complete full snapshot deletes (``accept_source_change``)."""
+def demote_rows(ctx: ApplyContext, target: str, where: str | None = None) -> None:
+    """Move every row of ``target`` (those matching the Spark SQL condition ``where``, when given)
+    below all positions of any binlog history (file sequence -1; GTID sequence
+    :data:`~cdclake.model.position.DEMOTED`, below events without a GTID; Kafka offset -1, below
+    every offset of its partition under ``ordering: kafka``), keeping its values: the rows of an
+    abandoned history, which events of the new history replace and the new history's next complete
+    full snapshot deletes (``accept_source_change``); the history's versions the same way."""
     file_seq, gtid_seq = quote_identifier("_cdc_binlog_file_seq"), quote_identifier("_cdc_gtid_seq")
     offset = quote_identifier("_cdc_kafka_offset")
-    ctx.spark.sql(f"UPDATE {target} SET {file_seq} = -1, {gtid_seq} = {DEMOTED}, {offset} = -1")
+    condition = "" if where is None else f" WHERE {where}"
+    ctx.spark.sql(f"UPDATE {target} SET {file_seq} = -1, {gtid_seq} = {DEMOTED}, {offset} = -1{condition}")
 
 
 @contextmanager

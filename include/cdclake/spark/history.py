@@ -56,7 +56,8 @@ from cdclake.model.history import (
     VALID_TO_TS_COLUMN,
 )
 from cdclake.model.layout import METADATA_COLUMNS, TOMBSTONES_SUFFIX, SummaryKeys
-from cdclake.model.position import DEMOTED, BinlogPosition
+from cdclake.model.position import BinlogPosition
+from cdclake.spark.commit import demote_rows
 from cdclake.spark.context import ApplyContext
 from cdclake.spark.merge import SOURCE_ALIAS, source_column
 from cdclake.spark.names import qualified, quote_identifier, quote_string
@@ -449,17 +450,17 @@ def _demoted() -> Column:
 
 def _demote_versions(ctx: ApplyContext, target: str) -> None:
     """Demote the versions of an abandoned binlog history as the table's rows are
-    (:func:`cdclake.spark.commit.demote_rows`: file sequence -1, GTID sequence
-    :data:`~cdclake.model.position.DEMOTED`, Kafka offset -1), so that the guard
+    (:func:`cdclake.spark.commit.demote_rows`), so that the guard
     (:func:`_above_known`) compares the new history's events with none of them; their
     ``_cdc_valid_from_position`` and ``_cdc_valid_to_position`` keep the positions they had. Every
     version but the ones this run's earlier try added from events (a seed is of the old history)."""
-    file_seq, gtid_seq = quote_identifier(_FILE_SEQ), quote_identifier("_cdc_gtid_seq")
-    offset, run_id, change = (quote_identifier(c) for c in ("_cdc_kafka_offset", RUN_ID_COLUMN, CHANGE_COLUMN))
-    ctx.spark.sql(
-        f"UPDATE {target} SET {file_seq} = -1, {gtid_seq} = {DEMOTED}, {offset} = -1 "
-        f"WHERE NOT coalesce({file_seq} = -1, false) "
-        f"AND ({run_id} <> {quote_string(ctx.plan.run_id)} OR {change} = {quote_string(CHANGE_SEED)})"
+    file_seq = quote_identifier(_FILE_SEQ)
+    run_id, change = quote_identifier(RUN_ID_COLUMN), quote_identifier(CHANGE_COLUMN)
+    demote_rows(
+        ctx,
+        target,
+        f"NOT coalesce({file_seq} = -1, false) "
+        f"AND ({run_id} <> {quote_string(ctx.plan.run_id)} OR {change} = {quote_string(CHANGE_SEED)})",
     )
 
 
