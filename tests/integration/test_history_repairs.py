@@ -274,3 +274,44 @@ def test_a_retried_run_that_accepts_a_new_binlog_history_adds_its_versions_once(
     assert table_rows(stack_settings, cfg) == {1: ("new-a",), 2: ("new-b",), 3: ("c",)}
     assert check_history(load_catalog(stack_settings), cfg, COMPARED).differences == 0
     assert history_at(stack_settings, cfg, 175) == {1: "new-a", 2: "new-b", 3: "c"}
+
+
+def test_a_try_that_dies_between_closing_versions_and_adding_them_is_retried_once(
+    spark, kafka, stack_settings, monkeypatch
+):
+    """The run's versions reach the history in two commits (the keys' open versions closed, then
+    the new versions appended): a try that dies between them leaves key 1's version closed with no
+    newer one, and its retry (the same plan) adds each version once."""
+    from pyspark.sql.readwriter import DataFrameWriterV2
+
+    cfg = make_table(value_format="json", columns=COLUMNS, history={})
+    ensure_topic(kafka, cfg.topic, 1)
+    send(kafka, cfg, [(key(1), timed("c", 1, "a", 100)), (key(2), timed("c", 2, "b", 110))])
+    run(spark, stack_settings, cfg, "run-1")
+    send(kafka, cfg, [(key(1), timed("u", 1, "a2", 200)), (key(1), timed("u", 1, "a3", 210)),
+                      (key(3), timed("c", 3, "c", 220))])  # fmt: skip
+    planned = plan_offsets(stack_settings, cfg, "run-2")
+
+    def dies(*args, **kwargs):
+        """Stands in for the versions' append (a mock, to inject the fault only)."""
+        raise RuntimeError("injected: the worker died between the history's two commits")
+
+    monkeypatch.setattr(DataFrameWriterV2, "append", dies)
+    with pytest.raises(RuntimeError, match="injected"):
+        apply_offsets(spark, stack_settings, cfg, planned.range, "run-2")
+    monkeypatch.undo()
+    history = load_catalog(stack_settings).load_table(side_table(cfg.identifier, HISTORY_SUFFIX))
+    tried = {
+        (r["id"], r["v"]): (r["_cdc_is_current"], r["_cdc_valid_to_position"])
+        for r in history.scan().to_arrow().to_pylist()
+    }
+    assert tried.keys() == {(1, "a"), (2, "b")}
+    assert tried[(1, "a")][0] is False and tried[(1, "a")][1]["pos"] == 200  # closed, its next version not added
+    assert tried[(2, "b")] == (True, None)
+
+    assert apply_offsets(spark, stack_settings, cfg, planned.range, "run-2").status == "committed"  # the retry
+    rows = history.refresh().scan().to_arrow().to_pylist()
+    assert sorted((r["id"], r["v"], r["_cdc_is_current"]) for r in rows) == [
+        (1, "a", False), (1, "a2", False), (1, "a3", True), (2, "b", True), (3, "c", True)]  # fmt: skip
+    assert history_at(stack_settings, cfg, 205) == {1: "a2", 2: "b"}
+    assert check_history(load_catalog(stack_settings), cfg, COMPARED).differences == 0

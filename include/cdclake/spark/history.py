@@ -81,12 +81,6 @@ _EVENT_ALIAS, _KNOWN_ALIAS = "cdc-version", "cdc-known"
 
 _EVENT, _KNOWN = quote_identifier(_EVENT_ALIAS), quote_identifier(_KNOWN_ALIAS)
 
-_KIND = "_cdc_history_kind"
-"""Column of the versions ``MERGE``'s source: :data:`_VERSION` (a row to insert) or :data:`_CLOSE`
-(the key's open version to close)."""
-
-_VERSION, _CLOSE = "version", "close"
-
 _FIRST = "_cdc_first"
 """Column of :func:`_versions`: the version is its key's first of the run."""
 
@@ -365,10 +359,10 @@ def _versions(ctx: ApplyContext, events: DataFrame, target: str, truncates: list
     deleting = F.col("_cdc_op") == "d"
     events = events.select(*[F.col("image")[c.name].alias(c.name) for c in ctx.columns], *meta, F.col("position"))
     # several events of a key at one position (a compressed transaction): the last one, by offset
-    at_position = Window.partitionBy(*keys, "position").orderBy(
-        F.col("_cdc_kafka_partition").desc(), F.col("_cdc_kafka_offset").desc()
-    )
-    events = events.withColumn("_rn", F.row_number().over(at_position)).filter("_rn = 1").drop("_rn")
+    # (partitioned by key alone, as the guard's joins and the chain below: one shuffle for all)
+    by_place = Window.partitionBy(*keys).orderBy("position", "_cdc_kafka_partition", "_cdc_kafka_offset")
+    last_at_position = ~F.lead("position").over(by_place).eqNullSafe(F.col("position"))
+    events = events.withColumn("_last", last_at_position).filter("_last").drop("_last")
     if ctx.plan.accept_source_change:  # a new binlog history's positions compare with nothing kept
         events = _above_known(ctx, events, target, this_run_only=True)  # but an earlier try's
     else:
@@ -484,28 +478,30 @@ def _above_known(ctx: ApplyContext, events: DataFrame, target: str, *, this_run_
 
 
 def _merge_versions(ctx: ApplyContext, target: str, versions: DataFrame) -> None:
-    """Insert ``versions`` (:func:`_versions`) and close, per key, the open version at the key's
-    first version of the run: the merge's source is the versions and one closing row per key."""
+    """Close, per key, the open version at the key's first version of the run (a ``MERGE`` whose
+    source is one closing row per key), then append ``versions`` (:func:`_versions`): two commits
+    of the history, in this order, so that the closing rows meet only the versions open before the
+    run (a ``MERGE`` that also inserted the versions joined every one of them with the history).
+
+    A try that dies between the two leaves keys closed without their new versions; its retry's
+    guard finds the same events new (a closed version keeps its ``valid_from``), and its closing
+    rows find those keys' versions closed already: it appends them once."""
     from pyspark.sql import functions as F
 
     keys = ctx.cfg.primary_key
-    names = [c for c in versions.columns if c != _FIRST]
     closing = versions.filter(_FIRST).select(
         *keys,
         F.col(VALID_FROM_TS_COLUMN).alias(VALID_TO_TS_COLUMN),
         F.col(VALID_FROM_POSITION_COLUMN).alias(VALID_TO_POSITION_COLUMN),
-        F.lit(_CLOSE).alias(_KIND),
     )
-    source = versions.select(*names, F.lit(_VERSION).alias(_KIND)).unionByName(closing, allowMissingColumns=True)
     same_key = [F.col(qualified(target, k)) == source_column(k) for k in keys]
-    closes = source_column(_KIND) == _CLOSE
-    on = reduce(operator.and_, [*same_key, closes, F.col(qualified(target, IS_CURRENT_COLUMN))])
-    (
-        source.alias(SOURCE_ALIAS)
-        .mergeInto(target, on)
-        .whenMatched()
-        .update(_closing())
-        .whenNotMatched(source_column(_KIND) == _VERSION)
-        .insert({quote_identifier(n): source_column(n) for n in names})
-        .merge()
+    on = reduce(operator.and_, [*same_key, F.col(qualified(target, IS_CURRENT_COLUMN))])
+    closing.alias(SOURCE_ALIAS).mergeInto(target, on).whenMatched().update(_closing()).merge()
+    present = set(versions.columns)
+    rows = versions.select(  # the history's columns by name: NULL in one the versions lack
+        *[
+            F.col(f.name) if f.name in present else F.lit(None).cast(f.dataType).alias(f.name)
+            for f in ctx.spark.table(target).schema.fields
+        ]
     )
+    rows.writeTo(target).append()
