@@ -53,6 +53,21 @@ _FAIR_POOLS = """\
 """
 
 
+STATUS_STORE_LIMITS = {
+    "spark.sql.ui.retainedExecutions": "50",
+    "spark.ui.retainedJobs": "100",
+    "spark.ui.retainedStages": "100",
+    "spark.ui.retainedTasks": "10000",
+}
+"""How much of its finished work the server's status store keeps (kept with the UI off too: the
+SQL listener and the app status listener always run). Spark's defaults (1,000 SQL executions,
+1,000 jobs, 1,000 stages, 100,000 tasks) suit one application; a server that every run shares
+fills them within its first hundred or so runs (about 7 SQL executions, 18 jobs and 26 stages a
+run), each SQL execution with its plan's text and metrics (tens of KiB, more for wide tables), and
+its live heap grows until they are full. Nothing of cdclake reads the status store (a run's
+figures come from its own queries); the event log, when enabled, keeps everything."""
+
+
 @dataclass(frozen=True)
 class EngineStatus:
     """What :func:`engine_status` found: whether the server answers, and its pid if we started it."""
@@ -114,6 +129,7 @@ def server_conf(
             # the commit it may still land is found by the next run's start-of-run check
             "spark.connect.execute.manager.detachedTimeout": "300s",
             "spark.ui.enabled": "false",
+            **STATUS_STORE_LIMITS,
         }
     )
     conf.update(extra_conf or {})

@@ -147,7 +147,8 @@ def _repairs(
     gone = below.select(*keys).join(source.select(*keys), keys, "left_anti")
     reads = good.filter(F.col("position") == position_literal(completed))
     read_at = reads.agg(F.max("_cdc_source_ts").alias("_cdc_read_ts"))
-    types = {f.name: f.dataType for f in stored.schema.fields}
+    # the table's schema now, not the base snapshot's: a column this run added is NULL here too
+    types = {f.name: f.dataType for f in ctx.spark.table(ctx.spark_name()).schema.fields}
     fixed = {
         "_cdc_op": F.lit("d"),
         "_cdc_source_ts": F.coalesce(F.col("_cdc_read_ts"), F.current_timestamp()),
