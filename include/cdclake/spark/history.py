@@ -365,10 +365,10 @@ def _versions(ctx: ApplyContext, events: DataFrame, target: str, truncates: list
     deleting = F.col("_cdc_op") == "d"
     events = events.select(*[F.col("image")[c.name].alias(c.name) for c in ctx.columns], *meta, F.col("position"))
     # several events of a key at one position (a compressed transaction): the last one, by offset
-    # (partitioned by key alone, as the guard's joins and the chain below: one shuffle for all)
-    by_place = Window.partitionBy(*keys).orderBy("position", "_cdc_kafka_partition", "_cdc_kafka_offset")
-    last_at_position = ~F.lead("position").over(by_place).eqNullSafe(F.col("position"))
-    events = events.withColumn("_last", last_at_position).filter("_last").drop("_last")
+    at_position = Window.partitionBy(*keys, "position").orderBy(
+        F.col("_cdc_kafka_partition").desc(), F.col("_cdc_kafka_offset").desc()
+    )
+    events = events.withColumn("_rn", F.row_number().over(at_position)).filter("_rn = 1").drop("_rn")
     if ctx.plan.accept_source_change:  # a new binlog history's positions compare with nothing kept
         events = _above_known(ctx, events, target, this_run_only=True)  # but an earlier try's
     else:
