@@ -62,6 +62,10 @@ class SoakConfig:
         task_timeout_minutes: the tables' task timeout (the engine pause outlasts it).
         freshness_minutes: the tables' freshness target.
         catch_up_minutes: how long the end waits for every table to apply to its topic's end.
+        retries: the tables' task retries (the first 10 s after the failure, doubling): enough that
+            a run's last try starts after the last fault, else a run whose every try met a fault
+            fails and counts as unrecovered (0.6 faults a minute and the default 3 retries: the
+            last try starts 70 s after the first).
     """
 
     minutes: float = 60.0
@@ -75,6 +79,7 @@ class SoakConfig:
     task_timeout_minutes: int = 3
     freshness_minutes: int = 5
     catch_up_minutes: float = 20.0
+    retries: int = 3
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -96,6 +101,7 @@ def prepare(topology: Topology, cfg: SoakConfig) -> tuple[list[SoakTable], Any, 
         topology.settings,
         task_timeout_minutes=cfg.task_timeout_minutes,
         freshness_minutes=cfg.freshness_minutes,
+        retries=cfg.retries,
     )
     workload = Workload(topology.settings, tables, cfg.seed, pause_s=cfg.pause_s, ddl_interval_s=cfg.ddl_interval_s)
     workload.create(cfg.initial_rows)
@@ -295,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tables", type=int, default=int(os.environ.get("SOAK_TABLES", 20)))
     parser.add_argument("--seed", type=int, default=int(os.environ.get("SOAK_SEED", 1)))
     parser.add_argument("--faults", type=int, help="how many faults (default: 0.6 a minute, at least one per kind)")
+    parser.add_argument("--retries", type=int, default=3, help="the tables' task retries (10 s, doubling)")
     parser.add_argument("--kinds", help=f"comma-separated fault kinds (default: all: {','.join(FAULTS)})")
     add_run_options(parser)
     args = parser.parse_args(argv)
@@ -304,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         tables=args.tables,
         seed=args.seed,
         faults=args.faults,
+        retries=args.retries,
         kinds=tuple(args.kinds.split(",")) if args.kinds else tuple(FAULTS),
     )
     run = BenchRun.begin(args, "soak", "cdclake-soak-")

@@ -137,15 +137,21 @@ def soak_tables(count: int) -> list[SoakTable]:
 
 
 def write_tables_config(
-    path: Path, tables: list[SoakTable], settings: Settings, *, task_timeout_minutes: int, freshness_minutes: int
+    path: Path,
+    tables: list[SoakTable],
+    settings: Settings,
+    *,
+    task_timeout_minutes: int,
+    freshness_minutes: int,
+    retries: int = 3,
 ) -> Path:
-    """The soak's table config (docs/table-config.md): each table on a one-minute schedule, three
-    retries 10 s apart (doubling), the task timeout the engine pause outlasts."""
+    """The soak's table config (docs/table-config.md): each table on a one-minute schedule,
+    ``retries`` retries 10 s apart (doubling), the task timeout the engine pause outlasts."""
     doc = {
         "defaults": {
             "owner": "soak",
             "schedule": "* * * * *",
-            "retries": 3,
+            "retries": retries,
             "retry_delay_s": 10,
             "task_timeout_minutes": task_timeout_minutes,
             "freshness_minutes": freshness_minutes,
