@@ -133,13 +133,13 @@ def start_mariadb(
     current GTID position (``MASTER_USE_GTID=slave_pos``), as the ``debezium`` user.
 
     Raises:
-        FileNotFoundError: MariaDB is not installed (``make setup-chain`` installs it).
+        FileNotFoundError: MariaDB is not installed (``make setup`` installs it).
         RuntimeError: the server exited or did not listen within ``timeout_s`` seconds (it is
             stopped; the message carries its error log).
     """
     mariadbd = shutil.which("mariadbd") or "/usr/sbin/mariadbd"
     if not Path(mariadbd).exists():
-        raise FileNotFoundError("mariadbd not found: run `make setup-chain` (Debian package mariadb-server)")
+        raise FileNotFoundError("mariadbd not found: run `make setup` (Debian package mariadb-server)")
     base = _mariadb_dir(settings)
     datadir = base / "data"
     server = _mariadb(settings)
@@ -281,6 +281,7 @@ _WORKER = """\
 bootstrap.servers={bootstrap}
 listeners=http://127.0.0.1:{port}
 plugin.path={plugins}
+plugin.discovery=service_load
 offset.storage.file.filename={offsets}
 offset.flush.interval.ms={flush_ms}
 key.converter=org.apache.kafka.connect.json.JsonConverter
@@ -306,13 +307,17 @@ def start_connect(
     through the worker's environment (``${env:CDC_DB_PASSWORD}``), never a file or command line.
 
     Raises:
-        FileNotFoundError: the connector plugin was not fetched (``make setup-chain``).
+        FileNotFoundError: the connector plugin, or its ServiceLoader manifests, were not set up
+            (``make setup``).
         RuntimeError: the worker exited or did not listen within ``timeout_s`` seconds (it is
             stopped; the message carries its output).
     """
     plugins = jars_dir("connect-plugins")
     if not (plugins / "debezium-connector-mariadb").is_dir():
-        raise FileNotFoundError(f"no Debezium plugin in {plugins}: run `make setup-chain` first")
+        raise FileNotFoundError(f"no Debezium plugin in {plugins}: run `make setup` first")
+    if not any((plugins / "apicurio-registry-converter").glob("connect-plugin-path-shim-*.jar")):
+        # the worker finds plugins by their ServiceLoader manifests only (plugin.discovery)
+        raise FileNotFoundError(f"no ServiceLoader manifests for the plugins in {plugins}: run `make setup` first")
     base = _connect_dir(settings)
     worker_process = _connect(settings)
     pid = worker_process.pid
