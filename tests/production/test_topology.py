@@ -182,7 +182,7 @@ def test_a_short_soak_under_faults_loses_no_row_and_every_failed_try_recovers(to
         "restart_postgres",
     )
     # eight faults within 108 s: a run's four tries (three retries, 10 s doubling) can each meet one
-    # (CI, stop 40: a run failed four times). With five retries, the fifth try starts
+    # (CI, stop 40: one run ended failed). With five retries, the fifth try starts
     # at least 150 s after the first, after the last fault (its sixth, 310 s after, is spare).
     cfg = soak.SoakConfig(
         minutes=2, tables=3, seed=31, kinds=kinds, faults=len(kinds), initial_rows=50, ddl_interval_s=30, retries=5
