@@ -291,6 +291,14 @@ def markdown(result: dict[str, Any]) -> str:
             for p, m in s["memory"].items()
         ],
         "",
+        "The engine's live heap, each sample (minutes since the start, pid, MiB): "
+        + (
+            ", ".join(
+                f"{t} {pid} {mib}" for t, pid, mib in s["memory"].get("spark-connect live heap", {}).get("series", [])
+            )
+            or "none"
+        ),
+        "",
     ]
     return "\n".join(lines)
 

@@ -287,9 +287,13 @@ class Watcher(Background):
 
     def memory_figures(self, start: float, end: float) -> dict[str, Any]:
         """Per process, :func:`growth_figures` of its RSS; and ``spark-connect live heap``, those
-        of the engine's live heap (:func:`jvm_live_heap`, every :data:`LIVE_HEAP_EVERY_S`)."""
+        of the engine's live heap (:func:`jvm_live_heap`, every :data:`LIVE_HEAP_EVERY_S`) with
+        its samples as ``series``: ``[minutes since start, pid, MiB]`` each, so that a report
+        tells a heap that levels off from one that keeps growing."""
         out = {name: growth_figures(samples, start, end) for name, samples in self.memory.items()}
-        out["spark-connect live heap"] = growth_figures(self.live_heap, start, end)
+        out["spark-connect live heap"] = growth_figures(self.live_heap, start, end) | {
+            "series": [[round((at - start) / 60, 1), pid, round(b / 2**20)] for at, pid, b in self.live_heap]
+        }
         return out
 
 

@@ -174,3 +174,16 @@ def test_growth_over_the_last_half_says_whether_the_process_was_young():
     assert (figures["pids"], figures["pids_last_half"], figures["running_before_half_s"]) == (2, 1, 100)
     assert figures["peak_mib"] == 60 and figures["samples"] == len(samples)
     assert soak_watch.growth_figures([], 0.0, 800.0)["growth_last_half_pct"] is None
+
+
+def test_the_reports_memory_figures_keep_the_engines_live_heap_samples():
+    """The live heap's growth figure alone cannot tell a heap that levels off after a restart from
+    one that keeps growing: the report keeps every sample (minutes since the start, pid, MiB)."""
+    watcher = soak_watch.Watcher.__new__(soak_watch.Watcher)  # only its samples are read
+    mib = 2**20
+    watcher.memory = {"spark-connect": [(0.0, 7, 500 * mib), (3600.0, 7, 600 * mib)]}
+    watcher.live_heap = [(300.0, 7, 100 * mib), (1800.0, 8, 120 * mib), (3300.0, 8, 150 * mib)]
+    figures = watcher.memory_figures(0.0, 3600.0)
+    assert figures["spark-connect live heap"]["series"] == [[5.0, 7, 100], [30.0, 8, 120], [55.0, 8, 150]]
+    assert figures["spark-connect live heap"]["pids"] == 2
+    assert "series" not in figures["spark-connect"]
