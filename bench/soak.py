@@ -309,7 +309,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tables", type=int, default=int(os.environ.get("SOAK_TABLES", 20)))
     parser.add_argument("--seed", type=int, default=int(os.environ.get("SOAK_SEED", 1)))
     parser.add_argument("--faults", type=int, help="how many faults (default: 0.6 a minute, at least one per kind)")
-    parser.add_argument("--retries", type=int, default=3, help="the tables' task retries (10 s, doubling)")
+    parser.add_argument(
+        "--retries", type=int, default=SoakConfig.retries, help="the tables' task retries (10 s, doubling)"
+    )
     parser.add_argument("--kinds", help=f"comma-separated fault kinds (default: all: {','.join(FAULTS)})")
     add_run_options(parser)
     args = parser.parse_args(argv)

@@ -143,7 +143,7 @@ def write_tables_config(
     *,
     task_timeout_minutes: int,
     freshness_minutes: int,
-    retries: int = 3,
+    retries: int,
 ) -> Path:
     """The soak's table config (docs/table-config.md): each table on a one-minute schedule,
     ``retries`` retries 10 s apart (doubling), the task timeout the engine pause outlasts."""

@@ -65,13 +65,14 @@ def test_replaying_a_changelog_tells_a_record_applied_twice_from_one_debezium_re
 def test_the_generated_table_config_holds_every_kind_and_loads(tmp_path: Path):
     tables = soak_tables.soak_tables(5)
     path = soak_tables.write_tables_config(
-        tmp_path / "t.yaml", tables, Settings.from_env({}), task_timeout_minutes=3, freshness_minutes=5
+        tmp_path / "t.yaml", tables, Settings.from_env({}), task_timeout_minutes=3, freshness_minutes=5, retries=4
     )
     loaded = {t.name: t for t in load_tables(path).tables}
     assert [t.kind for t in tables] == ["composite", "keyless", "wide", "keyed", "composite"]
     assert loaded["soak_01_composite"].primary_key == ("tenant", "id")
     assert (loaded["soak_02_keyless"].primary_key, loaded["soak_02_keyless"].write_mode) == ((), "changelog")
     assert {t.schedule for t in loaded.values()} == {"* * * * *"}
+    assert {t.retries for t in loaded.values()} == {4}
     assert tables[2].create_sql().count(" NULL") == 40  # 40 columns (id NOT NULL)
 
 
