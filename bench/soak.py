@@ -299,8 +299,29 @@ def markdown(result: dict[str, Any]) -> str:
             or "none"
         ),
         "",
+        *_class_growth_lines(s["memory"].get("spark-connect live heap", {}).get("classes")),
     ]
     return "\n".join(lines)
+
+
+def _class_growth_lines(classes: dict[str, Any] | None) -> list[str]:
+    """The report's table of the classes that grew most in the last engine process (the watcher's
+    class histograms; nothing when it kept fewer than two)."""
+    if not classes:
+        return []
+    return [
+        f"What grew most in the last engine process, minute {classes['from_min']} to {classes['to_min']} "
+        "(`jcmd GC.class_histogram`, live objects):",
+        "",
+        "| class | instances | MiB before | MiB after | grew MiB |",
+        "|---|---|---:|---:|---:|",
+        *[
+            f"| `{r['class']}` | {r['instances'][0]} -> {r['instances'][1]} | {r['mib_before']} | {r['mib_after']} "
+            f"| {r['grew_mib']} |"
+            for r in classes["grew"]
+        ],
+        "",
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -113,6 +113,55 @@ def jvm_live_heap(pid: int | None) -> tuple[int, int] | None:
     return None if used is None else (java.pid, used)
 
 
+_HISTOGRAM_ROW = re.compile(r"^\s*\d+:\s+(?P<instances>\d+)\s+(?P<bytes>\d+)\s+(?P<name>\S+)", re.MULTILINE)
+
+
+def parse_class_histogram(text: str) -> dict[str, tuple[int, int]]:
+    """``jcmd <pid> GC.class_histogram``'s rows (`` 1:  12  3456  java.lang.String (java.base@17)``)
+    as class name -> (instances, bytes)."""
+    return {m["name"]: (int(m["instances"]), int(m["bytes"])) for m in _HISTOGRAM_ROW.finditer(text)}
+
+
+def jvm_class_histogram(java_pid: int) -> dict[str, tuple[int, int]] | None:
+    """The live objects of a JVM by class (``jcmd <pid> GC.class_histogram``, which collects first):
+    class name -> (instances, bytes). ``None``: no ``jcmd``, or the JVM did not answer."""
+    import subprocess
+
+    jcmd = jcmd_executable()
+    if jcmd is None:
+        return None
+    try:
+        out = subprocess.run(
+            [jcmd, str(java_pid), "GC.class_histogram"], capture_output=True, text=True, timeout=120, check=True
+        )
+    except (subprocess.SubprocessError, OSError):
+        return None
+    return parse_class_histogram(out.stdout) or None
+
+
+def class_growth(
+    before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]], top: int = 25
+) -> list[dict[str, Any]]:
+    """The ``top`` classes whose live bytes grew most from ``before`` to ``after`` (two
+    :func:`jvm_class_histogram` of one process): ``{"class", "instances", "mib_before", "mib_after",
+    "grew_mib"}`` each, greatest growth first; only classes that grew."""
+    rows = []
+    for name, (instances, size) in after.items():
+        old_instances, old_size = before.get(name, (0, 0))
+        if size > old_size:
+            rows.append(
+                {
+                    "class": name,
+                    "instances": [old_instances, instances],
+                    "mib_before": round(old_size / 2**20, 2),
+                    "mib_after": round(size / 2**20, 2),
+                    "grew_mib": round((size - old_size) / 2**20, 2),
+                }
+            )
+    rows.sort(key=lambda r: -r["grew_mib"])
+    return rows[:top]
+
+
 def growth_figures(samples: list[tuple[float, int, int]], start: float, end: float) -> dict[str, Any]:
     """Of ``(epoch s, pid, bytes)`` samples over ``[start, end]``: their count, the peak (MiB),
     the pids seen (a restart is a new pid), and the growth over the last half: the median of the
@@ -160,6 +209,9 @@ class Watcher(Background):
         self.live_heap: list[tuple[float, int, int]] = []
         """The Spark Connect server's (epoch s, java pid, heap bytes after a full collection)."""
         self._live_heap_at = 0.0
+        self.histograms: dict[int, list[tuple[float, dict[str, tuple[int, int]]]]] = {}
+        """The engine's class histograms per java pid: its first and its latest ``(epoch s, histogram)``
+        (:func:`jvm_class_histogram`, taken with each live-heap measure)."""
         self.lag: dict[str, list[tuple[float, int | None]]] = {}
         self.restarts: list[dict[str, Any]] = []
         self.sample_errors: Counter[str] = Counter()
@@ -209,6 +261,13 @@ class Watcher(Background):
             if live is not None:
                 self.live_heap.append((now, *live))
                 self._live_heap_at = now
+                histogram = jvm_class_histogram(live[0])
+                if histogram is not None:
+                    kept = self.histograms.setdefault(live[0], [])
+                    if kept:
+                        kept[1:] = [(now, histogram)]
+                    else:
+                        kept.append((now, histogram))
 
     def _lag(self, catalog: Any, kafka: Any, tables: list[Any]) -> None:
         from cdclake.pipeline.status import status_of_tables
@@ -289,11 +348,22 @@ class Watcher(Background):
         """Per process, :func:`growth_figures` of its RSS; and ``spark-connect live heap``, those
         of the engine's live heap (:func:`jvm_live_heap`, every :data:`LIVE_HEAP_EVERY_S`) with
         its samples as ``series``: ``[minutes since start, pid, MiB]`` each, so that a report
-        tells a heap that levels off from one that keeps growing."""
+        tells a heap that levels off from one that keeps growing; and ``classes``: what grew in the
+        last engine process between its first and its latest class histogram (:func:`class_growth`,
+        with ``from_min``/``to_min``: minutes since the start), to tell what a growing heap holds."""
         out = {name: growth_figures(samples, start, end) for name, samples in self.memory.items()}
         out["spark-connect live heap"] = growth_figures(self.live_heap, start, end) | {
             "series": [[round((at - start) / 60, 1), pid, round(b / 2**20)] for at, pid, b in self.live_heap]
         }
+        last_pid = self.live_heap[-1][1] if self.live_heap else None
+        kept = self.histograms.get(last_pid, []) if last_pid is not None else []
+        if len(kept) == 2:
+            (first_at, first), (last_at, last) = kept
+            out["spark-connect live heap"]["classes"] = {
+                "from_min": round((first_at - start) / 60, 1),
+                "to_min": round((last_at - start) / 60, 1),
+                "grew": class_growth(first, last),
+            }
         return out
 
 

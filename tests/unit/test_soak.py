@@ -158,6 +158,8 @@ def test_the_live_heap_of_a_real_jvm_is_measured_after_a_full_collection(tmp_pat
         live = soak_watch.jvm_live_heap(proc.pid)
         assert live is not None and live[0] == proc.pid
         assert 64 << 20 <= live[1] < 200 << 20, live  # the array is live; the rest was collected
+        histogram = soak_watch.jvm_class_histogram(proc.pid)
+        assert histogram is not None and histogram["[B"][1] >= 64 << 20, histogram and histogram.get("[B")
     finally:
         proc.kill()
         proc.wait()
@@ -184,7 +186,57 @@ def test_the_reports_memory_figures_keep_the_engines_live_heap_samples():
     mib = 2**20
     watcher.memory = {"spark-connect": [(0.0, 7, 500 * mib), (3600.0, 7, 600 * mib)]}
     watcher.live_heap = [(300.0, 7, 100 * mib), (1800.0, 8, 120 * mib), (3300.0, 8, 150 * mib)]
+    watcher.histograms = {}
     figures = watcher.memory_figures(0.0, 3600.0)
     assert figures["spark-connect live heap"]["series"] == [[5.0, 7, 100], [30.0, 8, 120], [55.0, 8, 150]]
     assert figures["spark-connect live heap"]["pids"] == 2
     assert "series" not in figures["spark-connect"]
+
+
+def test_faults_that_replace_a_measured_process_fall_in_the_first_quarter():
+    """The memory target is the growth over the last half: a ``kill_engine`` or ``kill_scheduler``
+    falls in the first quarter (:data:`soak_faults.MEASURED_SETTLE`), every other fault anywhere in
+    the first 90 %, and the same seed gives the same schedule."""
+    import random
+
+    import soak_faults
+
+    def schedule(seed: int) -> list[tuple[float, str]]:
+        ctx = soak_faults.FaultContext(None, None, random.Random(seed), [], 60.0)  # type: ignore[arg-type]
+        return soak_faults.FaultInjector(ctx, list(soak_faults.FAULTS), 36, 3600.0).schedule()
+
+    planned = schedule(1)
+    assert len(planned) == 36 and planned == sorted(planned) and planned == schedule(1)
+    assert {kind for _, kind in planned} == set(soak_faults.FAULTS)
+    for at, kind in planned:
+        limit = soak_faults.MEASURED_SETTLE if kind in soak_faults.REPLACES_MEASURED else 0.9
+        assert 0.02 * 3600 <= at <= limit * 3600, (at, kind)
+    assert any(at > 1800 for _, kind in planned if kind not in soak_faults.REPLACES_MEASURED)
+
+
+def test_the_report_says_which_classes_grew_in_the_last_engine_process():
+    """``jcmd GC.class_histogram``'s rows parsed, and the growth between the last engine process's
+    first and latest histograms, greatest first; a class that shrank is not listed."""
+    text = (
+        " num     #instances         #bytes  class name (module)\n"
+        "-------------------------------------------------------\n"
+        "   1:          4000        4194304  [B (java.base@17.0.12)\n"
+        "   2:           100          12000  org.apache.spark.sql.execution.ui.SQLExecutionUIData\n"
+        "Total          4100        4206304\n"
+    )
+    first = soak_watch.parse_class_histogram(text)
+    assert first == {"[B": (4000, 4194304), "org.apache.spark.sql.execution.ui.SQLExecutionUIData": (100, 12000)}
+    mib = 2**20
+    latest = {"[B": (3000, 2 * mib), "org.apache.spark.sql.execution.ui.SQLExecutionUIData": (900, 3 * mib)}
+    latest["org.example.New"] = (10, mib)
+    watcher = soak_watch.Watcher.__new__(soak_watch.Watcher)  # only its samples are read
+    watcher.memory = {}
+    watcher.live_heap = [(300.0, 7, 100 * mib), (3300.0, 7, 150 * mib)]
+    watcher.histograms = {7: [(300.0, first), (3300.0, latest)], 6: [(0.0, {}), (60.0, latest)]}
+    classes = watcher.memory_figures(0.0, 3600.0)["spark-connect live heap"]["classes"]
+    assert (classes["from_min"], classes["to_min"]) == (5.0, 55.0)
+    assert [row["class"] for row in classes["grew"]] == [
+        "org.apache.spark.sql.execution.ui.SQLExecutionUIData",
+        "org.example.New",
+    ]
+    assert classes["grew"][0]["instances"] == [100, 900] and classes["grew"][1]["mib_before"] == 0
