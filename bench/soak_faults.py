@@ -237,23 +237,10 @@ FAULTS: dict[str, tuple[str, Callable[[FaultContext], str]]] = {
 """Fault kind -> (its target, the fault). A fault returns once the part runs again."""
 
 
-REPLACES_MEASURED = frozenset({"kill_engine", "kill_scheduler"})
-"""Faults that replace a process whose memory the soak measures (the Spark Connect server, the
-Airflow scheduler) with a new one."""
-
-MEASURED_SETTLE = 0.25
-"""The share of the time, from the start, within which :data:`REPLACES_MEASURED` faults fall: the
-memory target is the growth over the last half, and a JVM started minutes before half-time grows
-its heap as it warms up, whatever it keeps (the fourth and fifth 60-minute runs measured engines
-started 5 and 4 minutes before half-time by a ``kill_engine`` fault). So the process the last half
-measures has run for at least a quarter of the time before it; every other fault still falls
-anywhere in the first 90 %."""
-
-
 class FaultInjector:
     """Injects ``count`` faults of ``kinds`` over ``duration_s`` seconds from :meth:`start`: each
-    kind once in a seeded order first, then seeded random kinds, at seeded moments
-    (:meth:`schedule`; two may overlap). A fault whose target is busy with another
+    kind once in a seeded order first, then seeded random kinds, at seeded moments (uniform over
+    the first 90 % of the time; two may overlap). A fault whose target is busy with another
     waits for the next moment. :meth:`stop` ends the outages under way and waits for every fault
     to have restarted its part.
 
@@ -295,20 +282,12 @@ class FaultInjector:
         rest = [self.ctx.rng.choice(self.kinds) for _ in range(max(0, self.count - len(first)))]
         return (first + rest)[: self.count]
 
-    def schedule(self) -> list[tuple[float, str]]:
-        """The seeded ``(seconds from the start, kind)`` of every fault, in time order: uniform over
-        the first 90 % of the time, so that the last fault still hits the load; a kind of
-        :data:`REPLACES_MEASURED` over the first :data:`MEASURED_SETTLE` of it."""
-        plan = self._plan()
-        return sorted(
-            (self.ctx.rng.uniform(0.02, MEASURED_SETTLE if kind in REPLACES_MEASURED else 0.9) * self.duration_s, kind)
-            for kind in plan
-        )
-
     def _run(self) -> None:
         t0 = time.monotonic()
         end = t0 + self.duration_s
-        for moment, kind in self.schedule():
+        # seeded moments over the first 90 % of the time, so that the last fault still hits the load
+        moments = sorted(self.ctx.rng.uniform(0.02, 0.9) * self.duration_s for _ in range(self.count))
+        for kind, moment in zip(self._plan(), moments, strict=True):
             if self.ctx.stopping.wait(max(0.0, t0 + moment - time.monotonic())):
                 return
             target = FAULTS[kind][0]

@@ -193,27 +193,6 @@ def test_the_reports_memory_figures_keep_the_engines_live_heap_samples():
     assert "series" not in figures["spark-connect"]
 
 
-def test_faults_that_replace_a_measured_process_fall_in_the_first_quarter():
-    """The memory target is the growth over the last half: a ``kill_engine`` or ``kill_scheduler``
-    falls in the first quarter (:data:`soak_faults.MEASURED_SETTLE`), every other fault anywhere in
-    the first 90 %, and the same seed gives the same schedule."""
-    import random
-
-    import soak_faults
-
-    def schedule(seed: int) -> list[tuple[float, str]]:
-        ctx = soak_faults.FaultContext(None, None, random.Random(seed), [], 60.0)  # type: ignore[arg-type]
-        return soak_faults.FaultInjector(ctx, list(soak_faults.FAULTS), 36, 3600.0).schedule()
-
-    planned = schedule(1)
-    assert len(planned) == 36 and planned == sorted(planned) and planned == schedule(1)
-    assert {kind for _, kind in planned} == set(soak_faults.FAULTS)
-    for at, kind in planned:
-        limit = soak_faults.MEASURED_SETTLE if kind in soak_faults.REPLACES_MEASURED else 0.9
-        assert 0.02 * 3600 <= at <= limit * 3600, (at, kind)
-    assert any(at > 1800 for _, kind in planned if kind not in soak_faults.REPLACES_MEASURED)
-
-
 def test_the_report_says_which_classes_grew_in_the_last_engine_process():
     """``jcmd GC.class_histogram``'s rows parsed, and the growth between the last engine process's
     first and latest histograms, greatest first; a class that shrank is not listed."""
