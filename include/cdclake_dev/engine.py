@@ -68,6 +68,18 @@ its live heap grows until they are full. Nothing of cdclake reads the status sto
 figures come from its own queries); the event log, when enabled, keeps everything."""
 
 
+SESSION_LIMITS = {
+    "spark.connect.session.planCache.enabled": "false",
+    "spark.connect.session.manager.defaultSessionTimeout": "15m",
+}
+"""What the server keeps of its sessions. A session caches up to 32 analysed plans
+(``spark.connect.session.planCache.maxSize``), each with the rows of its local relations; a table
+run's plans are used once, so the cache saves nothing and holds a full batch's rows for as long as
+the session lives. A session whose client never released it (a killed task's) lives until
+``defaultSessionTimeout`` after its last request: 60 minutes by default, 15 here (an apply's
+session sends requests all along, so only an abandoned session reaches it)."""
+
+
 @dataclass(frozen=True)
 class EngineStatus:
     """What :func:`engine_status` found: whether the server answers, and its pid if we started it."""
@@ -130,6 +142,7 @@ def server_conf(
             "spark.connect.execute.manager.detachedTimeout": "300s",
             "spark.ui.enabled": "false",
             **STATUS_STORE_LIMITS,
+            **SESSION_LIMITS,
         }
     )
     conf.update(extra_conf or {})
