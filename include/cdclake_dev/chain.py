@@ -449,6 +449,7 @@ def _beside_config(prefix: str, server_id: str) -> dict[str, str]:
             "schema.history.internal.kafka.topic": f"{prefix}.schema-history",
             "signal.enabled.channels": "source",
             "notification.sink.topic.name": f"{prefix}.notifications",
+            "topic.creation.transaction.include": rf"{prefix}\.transaction",
         }
     )
     return config
