@@ -367,8 +367,9 @@ def test_spark_avro_reads_what_it_writes_in_a_classic_session_and_over_connect(s
 def test_a_server_that_is_not_there_is_a_clear_error_without_the_token():
     port = free_port()
     with pytest.raises(EngineUnavailableError) as info:
-        connect_session(f"sc://localhost:{port}/;token=s3cr3t-token", conn_id="spark_connect_default")
+        connect_session(f"sc://localhost:{port}/;token=s3cr3t-token", conn_id="spark_connect_default", wait_s=1)
     message = str(info.value)
+    assert "waited 1 s" in message
     assert f"sc://localhost:{port}" in message and "spark_connect_default" in message
     assert "s3cr3t-token" not in message and "Nothing was applied" in message
 

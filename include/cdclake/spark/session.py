@@ -18,6 +18,7 @@ credential is on a command line, in a server's start-up settings, or in a DAG.
 
 from __future__ import annotations
 
+import logging
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 
     from cdclake.io.kafka import KafkaClients
 
+log = logging.getLogger(__name__)
 
 SESSION_CONF = {
     # Debezium's DATETIME values are wall-clock values without a zone and TIMESTAMP values are
@@ -128,13 +130,59 @@ def _public_url(url: str) -> str:
     return url.split("/;", 1)[0]
 
 
+ENGINE_WAIT_S = 60.0
+"""How long :func:`connect_session` waits for a server that does not accept connections before it
+fails the task (seconds): a restarted server (a deploy, a crash its supervisor restarts) takes
+10-20 s to listen again, and a try that fails at once meets it down again on its Airflow retries
+when restarts come close together (the soak's, docs/benchmarks.md). Within Airflow's retries
+(several minutes) and below a task's ``execution_timeout``."""
+
+ENGINE_POLL_S = 2.0
+"""How often :func:`wait_for_engine` tries to connect (seconds)."""
+
 CONNECT_RETRIES = 5
 """Retries of a Spark Connect call that found no server (backoff from 50 ms, x4 each, at most 5 s:
 about 9 s in all) before the call fails; the task's clean-up calls then fail as quickly."""
 
 
+def wait_for_engine(host: str, port: int, *, wait_s: float = ENGINE_WAIT_S, timeout_s: float = 5.0) -> None:
+    """Return once ``host:port`` accepts a TCP connection; try every :data:`ENGINE_POLL_S` seconds
+    for up to ``wait_s`` seconds (each try gives up after ``timeout_s``), saying once at warning that
+    it waits.
+
+    Raises:
+        OSError: the last try's error, when nothing accepted connections within ``wait_s`` seconds.
+    """
+    from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
+
+    warned = False
+
+    def say(_: object) -> None:
+        nonlocal warned
+        if not warned:
+            log.warning("nothing accepts connections at %s:%d yet; waiting up to %.0f s", host, port, wait_s)
+            warned = True
+
+    for attempt in Retrying(
+        retry=retry_if_exception_type(OSError),
+        stop=stop_after_delay(wait_s),
+        wait=wait_fixed(ENGINE_POLL_S),
+        before_sleep=say,
+        reraise=True,
+    ):
+        with attempt, socket.create_connection((host, port), timeout=timeout_s):
+            pass
+    if warned:
+        log.info("%s:%d accepts connections", host, port)
+
+
 def connect_session(
-    url: str, *, settings: Settings | None = None, conn_id: str | None = None, timeout_s: float = 5.0
+    url: str,
+    *,
+    settings: Settings | None = None,
+    conn_id: str | None = None,
+    timeout_s: float = 5.0,
+    wait_s: float = ENGINE_WAIT_S,
 ) -> SparkSession:
     """A new session of the Spark Connect server at ``url`` (``sc://host:port/;token=...``, as
     the Spark provider's ``SparkConnectHook.get_connection_url`` builds it); the caller stops it.
@@ -145,21 +193,24 @@ def connect_session(
     on it (the snapshot summary properties of :mod:`cdclake.spark.commit`) are never seen by
     another run's session.
 
+    A server that does not accept connections yet (restarting) is waited for, up to ``wait_s``
+    seconds (:func:`wait_for_engine`).
+
     Raises:
-        EngineUnavailableError: nothing accepts connections at the server's host and port within
-            ``timeout_s`` seconds (named without the token, with ``conn_id``).
+        EngineUnavailableError: nothing accepted connections at the server's host and port within
+            ``wait_s`` seconds (named without the token, with ``conn_id``).
     """
     from pyspark.sql import SparkSession
 
     parts = urlsplit(url.replace("sc://", "http://", 1))
     host, port = parts.hostname or "localhost", parts.port or 15002
     try:
-        with socket.create_connection((host, port), timeout=timeout_s):
-            pass
+        wait_for_engine(host, port, wait_s=wait_s, timeout_s=timeout_s)
     except OSError as e:
         via = f" (Airflow connection {conn_id!r})" if conn_id else ""
         raise EngineUnavailableError(
-            f"the Spark Connect server {_public_url(url)}{via} does not accept connections: {e}. Nothing was "
+            f"the Spark Connect server {_public_url(url)}{via} does not accept connections (waited "
+            f"{wait_s:.0f} s): {e}. Nothing was "
             "applied. Start it (`cdclake engine start` on the local stack) or point the connection at a "
             "running one; the task's retry runs the same plan."
         ) from e
