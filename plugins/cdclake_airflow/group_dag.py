@@ -2,9 +2,12 @@
 
 Scheduled on the members' assets (any of them: each table's ``apply`` emits its asset when it
 commits), one task, **publish** (pyiceberg and the transaction topic's ``END`` records; no Spark,
-no engine slot): reads the members' commits, chooses the greatest source position all of them cover and moves the tag
-``cdc_group_<group>`` of every member to its commit there in one catalog commit
-(:func:`cdclake.pipeline.groups.publish_group`). The members keep their own DAGs ``cdc_<name>``.
+no engine slot): reads the members' commits, chooses the greatest source position all of them cover
+and moves ``main`` and the tag ``cdc_group_<group>`` of every member to its commit there in one
+catalog commit (:func:`cdclake.pipeline.groups.publish_group`). The members keep their own DAGs
+``cdc_<name>``, whose runs commit to each member's stage branch. When it moves the group, the task
+emits the group's asset (:func:`group_asset_uri`): what a downstream DAG that reads the members'
+``main`` schedules on; otherwise it is skipped (no asset event).
 """
 
 from __future__ import annotations
@@ -28,6 +31,12 @@ log = logging.getLogger(__name__)
 DAG_PREFIX = "cdc_group_"
 
 
+def group_asset_uri(settings: Settings, group: str) -> str:
+    """The asset URI of a table group: ``iceberg://<catalog>/cdc_group_<group>`` (a table's has
+    three parts, :func:`~cdclake_airflow.table_dag.table_asset_uri`)."""
+    return f"iceberg://{settings.catalog_name}/{DAG_PREFIX}{group}"
+
+
 def publish(group: str) -> dict[str, Any]:
     """The ``publish`` task: :func:`~cdclake.pipeline.groups.publish_group` over the group's members
     as the table config has them now.
@@ -36,6 +45,7 @@ def publish(group: str) -> dict[str, Any]:
         The :class:`~cdclake.pipeline.groups.GroupPublish` as a dict.
 
     Raises:
+        AirflowSkipException: the group did not move (the reason is logged): no asset event.
         ConfigError: the group is no longer in the table config, or its catalog has no
             multi-table commit.
         MultiTableCommitError: the commit lost to the members' own commits every try (retried).
@@ -51,9 +61,11 @@ def publish(group: str) -> dict[str, Any]:
     members = group_members(load_tables(settings.tables_config, settings.discovery_registry).tables).get(group)
     if not members:
         raise ConfigError(f"group {group!r} has no tables in the table config {settings.tables_config}")
+    from airflow.sdk.exceptions import AirflowSkipException
+
     result = publish_group(hook.catalog, group, members, int(time.time() * 1000), hook.kafka)
     if not result.moved:
-        log.info("group %s: the tag stays at position %s: %s", group, result.position, result.reason)
+        raise AirflowSkipException(f"group {group} stays at position {result.position}: {result.reason}")
     return dataclasses.asdict(result)
 
 
@@ -82,6 +94,7 @@ def build_group_dags(settings: Settings, tables: list[TableConfig]) -> list[DAG]
                 "execution_timeout": timedelta(minutes=10),
             },
         ) as dag:
-            task(task_id="publish")(publish)(group)
+            outlet = Asset(name=f"{settings.catalog_name}.{DAG_PREFIX}{group}", uri=group_asset_uri(settings, group))
+            task(task_id="publish", outlets=[outlet])(publish)(group)
         dags.append(dag)
     return dags

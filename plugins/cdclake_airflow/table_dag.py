@@ -112,14 +112,14 @@ def _publish(
         and ``total_records``; and the run's commit as an
         :class:`~cdclake.spark.apply.ApplyResult` (``None``: the run has none).
     """
-    from cdclake.io.catalog import run_commit
+    from cdclake.io.catalog import head_snapshot, run_commit
     from cdclake.io.changes import runs_after
     from cdclake.model.layout import SummaryKeys
     from cdclake.spark.apply import ApplyResult
 
     table = catalog.load_table(cfg.identifier)
     own = run_commit(table, cfg.topic, context["run_id"])
-    snap = table.current_snapshot()
+    snap = head_snapshot(table)  # a group table's runs commit to its stage branch
     if own is not None:
         snapshot_id, summary = own
     else:

@@ -157,6 +157,40 @@ def test_maintenance_folds_deletes_compacts_and_keeps_rows_and_offsets(spark, ka
     assert {r["id"]: r["v"] for r in rows(stack_settings, cfg)} == expected
 
 
+def test_a_group_table_is_compacted_on_its_stage_branch_and_its_main_waits_for_the_publish(
+    spark, kafka, stack_settings
+):
+    """A table of a group commits its runs to its branch ``cdc_stage`` (``main`` moves only when the
+    group is published): maintenance compacts the branch, skips the procedures that work on
+    ``main`` only, and leaves ``main`` where the group's last publish put it."""
+    from cdclake.io.catalog import head_snapshot
+    from cdclake.model.layout import STAGE_BRANCH
+
+    cfg = make_table(value_format="json", columns=COLUMNS, group="g")
+    expected = build_history(spark, kafka, stack_settings, cfg)
+    table = load_catalog(stack_settings).load_table(cfg.identifier)
+    assert table.current_snapshot() is None and STAGE_BRANCH in table.refs()  # never published
+    # the group published at the branch's first commit (the events carry no transaction metadata
+    # to publish by: main is moved as the publish would)
+    first = next(s for s in table.snapshots() if s.parent_snapshot_id is None)
+    table.manage_snapshots().set_current_snapshot(snapshot_id=first.snapshot_id).commit()
+    offsets = committed_offsets(table.refresh(), cfg.topic)
+
+    result = maintain_table(spark, stack_settings, cfg)
+
+    table = table.refresh()
+    assert table.current_snapshot().snapshot_id == first.snapshot_id  # main untouched
+    rewrite = result.report("rewrite_data_files")
+    assert rewrite.status == "done" and rewrite.figures["rewritten_data_files_count"] > 0, result.reports
+    assert result.snapshot_id_after == head_snapshot(table).snapshot_id != result.snapshot_id_before
+    for action in ("rewrite_position_delete_files", "rewrite_manifests"):
+        report = result.report(action)
+        assert report.status == "skipped" and "on main only" in report.summary, report
+    staged = table.scan().use_ref(STAGE_BRANCH).to_arrow().to_pylist()
+    assert {r["id"]: r["v"] for r in staged} == expected
+    assert committed_offsets(table, cfg.topic) == offsets
+
+
 def race_stale_branch_removal(monkeypatch, settings, cfg) -> dict[str, list[str]]:
     """Make the next apply of ``cfg`` run :func:`remove_stale_run_branches` (for real, on the
     catalog) right after it created its run branch and at its ``before_fast_forward`` pause; returns

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from cdclake.io.catalog import committed_offsets, load_catalog
+from cdclake.io.catalog import committed_offsets, head_snapshot, load_catalog
 from cdclake.io.kafka import KafkaClients, ensure_topic
 from cdclake.model.layout import SummaryKeys
 from cdclake.pipeline.status import table_status
@@ -192,10 +192,10 @@ def test_without_transaction_metadata_a_table_applies_as_today_and_says_so(
 
 
 def test_a_group_is_published_where_both_tables_show_the_source_at_one_transaction(spark, kafka, stack_settings):
-    """Two tables of a group, applied by their own runs; transactions over one or both. Each commit
-    records the transaction-topic positions at which it equals its source table, and the group's
-    tag moves to the greatest position both share: a reader of the tag sees money moved between
-    the tables whole, or not at all; a quiet member keeps up through the ``END`` records written
+    """Two tables of a group, applied by their own runs to their stage branches; transactions over
+    one or both. Each commit records the transaction-topic positions at which it equals its source
+    table, and the group's ``main`` and tag move to the greatest position both share: a reader of
+    ``main`` sees money moved between the tables whole, or not at all; a quiet member keeps up through the ``END`` records written
     since its last commit (docs/architecture.md, "Table groups")."""
     from cdclake.pipeline.groups import publish_group
 
@@ -209,13 +209,15 @@ def test_a_group_is_published_where_both_tables_show_the_source_at_one_transacti
 
     def run(cfg, run_id: str) -> dict | None:
         assert apply_range(spark, stack_settings, plan_offsets(stack_settings, cfg, run_id)).status == "committed"
-        snap = load_catalog(stack_settings).load_table(cfg.identifier).current_snapshot()
+        snap = head_snapshot(load_catalog(stack_settings).load_table(cfg.identifier))  # the stage branch's
         text = snap.summary.additional_properties.get(SummaryKeys.TRANSACTION_INTERVAL)
         return None if text is None else json.loads(text)
 
     def tagged(cfg) -> dict[int, int]:
+        """What a reader of the table's ``main`` sees: the group's published state, at the tag."""
         table = load_catalog(stack_settings).load_table(cfg.identifier)
-        rows = table.scan(snapshot_id=table.refs()["cdc_group_g"].snapshot_id).to_arrow().to_pylist()
+        assert table.current_snapshot().snapshot_id == table.refs()["cdc_group_g"].snapshot_id
+        rows = table.scan().to_arrow().to_pylist()
         return {r["id"]: r["balance"] for r in rows}
 
     # transaction-topic offsets: BEGIN and END of each transaction, from 0

@@ -10,10 +10,15 @@ import pytest
 
 from cdclake.errors import MultiTableCommitError
 from cdclake.io.catalog import load_catalog
-from cdclake.io.multi_commit import RefMove, move_refs, stage_sql, swap_sql
+from cdclake.io.multi_commit import RefMove, RefUpdate, move_refs, stage_sql, swap_sql
 from cdclake.settings import Settings
 
 TAG = "cdc_group_g"
+
+
+def tag_move(identifier: str, expected: int | None, snapshot_id: int, properties=None) -> RefMove:
+    """The move of ``identifier``'s tag :data:`TAG` from ``expected`` to ``snapshot_id``."""
+    return RefMove(identifier, (RefUpdate(TAG, expected, snapshot_id),), properties or {})
 
 
 def check_tags_move_on_every_table_or_none(catalog, *, sql: bool) -> None:
@@ -40,17 +45,17 @@ def check_tags_move_on_every_table_or_none(catalog, *, sql: bool) -> None:
         refs = [catalog.load_table(i).refs().get(TAG) for i in (a, b)]
         return tuple(r.snapshot_id if r is not None else None for r in refs)  # type: ignore[return-value]
 
-    move_refs(catalog, [RefMove(i, TAG, None, snaps[i][0], {"cdc.group-position": "0"}) for i in (a, b)])
+    move_refs(catalog, [tag_move(i, None, snaps[i][0], {"cdc.group-position": "0"}) for i in (a, b)])
     assert tags() == (snaps[a][0], snaps[b][0])
     assert {catalog.load_table(i).properties["cdc.group-position"] for i in (a, b)} == {"0"}
 
-    stale = [RefMove(a, TAG, snaps[a][0], snaps[a][1]), RefMove(b, TAG, snaps[b][0], snaps[b][1])]
-    move_refs(catalog, [RefMove(b, TAG, snaps[b][0], snaps[b][2])])  # another publisher, in between
+    stale = [tag_move(a, snaps[a][0], snaps[a][1]), tag_move(b, snaps[b][0], snaps[b][1])]
+    move_refs(catalog, [tag_move(b, snaps[b][0], snaps[b][2])])  # another publisher, in between
     with pytest.raises(MultiTableCommitError):
         move_refs(catalog, stale)
     assert tags() == (snaps[a][0], snaps[b][2])
 
-    moves = [RefMove(a, TAG, snaps[a][0], snaps[a][1]), RefMove(b, TAG, snaps[b][2], snaps[b][1])]
+    moves = [tag_move(a, snaps[a][0], snaps[a][1]), tag_move(b, snaps[b][2], snaps[b][1])]
     if sql:
         staged = stage_sql(catalog, moves)
         catalog.load_table(b).append(rows)  # a run commits to b in between
@@ -59,6 +64,23 @@ def check_tags_move_on_every_table_or_none(catalog, *, sql: bool) -> None:
         assert tags() == (snaps[a][0], snaps[b][2])
     move_refs(catalog, moves)
     assert tags() == (snaps[a][1], snaps[b][1])
+
+    # a group's publish: main (a branch) of both tables moves with the tag, back to their first
+    # snapshots here, as from a stage branch's lineage
+    mains = {i: catalog.load_table(i).current_snapshot().snapshot_id for i in (a, b)}  # type: ignore[union-attr]
+    move_refs(
+        catalog,
+        [
+            RefMove(
+                i, (RefUpdate(TAG, snaps[i][1], snaps[i][0]), RefUpdate("main", mains[i], snaps[i][0], branch=True))
+            )
+            for i in (a, b)
+        ],
+    )
+    assert tags() == (snaps[a][0], snaps[b][0])
+    assert [catalog.load_table(i).current_snapshot().snapshot_id for i in (a, b)] == [snaps[a][0], snaps[b][0]]  # type: ignore[union-attr]
+    with pytest.raises(MultiTableCommitError):  # main is no longer where the caller read it
+        move_refs(catalog, [RefMove(a, (RefUpdate("main", mains[a], snaps[a][1], branch=True),))])
     for identifier in (a, b):
         catalog.drop_table(identifier)
 
@@ -135,3 +157,73 @@ def test_a_group_is_published_at_the_greatest_position_its_members_share_and_nev
     )
     (status,) = group_statuses(catalog, [*members, joined])
     assert status.describe(63_000) == "group bank (accounts, ledger, cards): tag cdc_group_bank not published yet"
+
+
+def test_members_commit_to_the_stage_branch_and_main_moves_only_when_the_group_is_published(tmp_path):
+    """A table that joins a group (:func:`cdclake.io.catalog.ensure_write_ref`) starts its stage
+    branch at ``main``; its commits and its committed state are the branch's, ``main`` stays; the
+    publish moves ``main`` of every member with the tag, in one commit; a table that leaves the
+    group gets ``main`` at the branch's head and commits to ``main`` again."""
+    import json
+
+    import pyarrow as pa
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    from cdclake.io.catalog import committed_offsets, ensure_write_ref, head_snapshot, write_ref
+    from cdclake.model.config import TableConfig
+    from cdclake.model.groups import SourceInterval
+    from cdclake.model.layout import STAGE_BRANCH, WRITE_REF_PROPERTY, SummaryKeys
+    from cdclake.pipeline.groups import publish_group
+
+    catalog = load_catalog(Settings.from_env({"CDCLAKE_STATE_DIR": str(tmp_path)}))
+    catalog.create_namespace("bank")
+    members = [
+        TableConfig(name=n, topic=f"db1.bank.{n}", namespace="bank", table=n, primary_key=["id"], group="bank")
+        for n in ("accounts", "ledger")
+    ]
+    tables = {
+        c.name: catalog.create_table(c.identifier, Schema(NestedField(1, "id", LongType(), required=False)))
+        for c in members
+    }
+    rows = pa.table({"id": pa.array([1], pa.int64())})
+    before = {}
+    for c in members:  # a commit from before the group: main has a snapshot
+        tables[c.name].append(rows)
+        tables[c.name] = ensure_write_ref(tables[c.name], "bank")
+        before[c.name] = tables[c.name].current_snapshot().snapshot_id  # type: ignore[union-attr]
+        assert write_ref(tables[c.name]) == STAGE_BRANCH
+    assert tables["accounts"].snapshot_by_name(STAGE_BRANCH).snapshot_id == before["accounts"]  # type: ignore[union-attr]
+    assert ensure_write_ref(tables["accounts"], "bank").metadata_location == tables["accounts"].metadata_location
+    fresh = catalog.create_table("bank.cards", Schema(NestedField(1, "id", LongType(), required=False)))
+    fresh = ensure_write_ref(fresh, "bank")  # nothing to start at: the first run's commit makes the branch
+    assert write_ref(fresh) == STAGE_BRANCH and STAGE_BRANCH not in fresh.refs() and head_snapshot(fresh) is None
+
+    def commit(name: str, start: int, end: int, offset: int) -> int:
+        summary = {
+            SummaryKeys.TOPIC: f"db1.bank.{name}",
+            SummaryKeys.END_OFFSETS: json.dumps({"0": offset}),
+            SummaryKeys.TRANSACTION_INTERVAL: SourceInterval("db1.transaction", start, end).to_json(),
+        }
+        tables[name].append(rows, snapshot_properties=summary, branch=STAGE_BRANCH)
+        tables[name] = catalog.load_table(tables[name].name())
+        return head_snapshot(tables[name]).snapshot_id  # type: ignore[union-attr]
+
+    a1, b1 = commit("accounts", 3, 9, 1), commit("ledger", 5, 9, 1)
+    a2 = commit("accounts", 10, 12, 2)
+    for name, main in before.items():  # the runs left main where it was
+        assert tables[name].current_snapshot().snapshot_id == main  # type: ignore[union-attr]
+    assert committed_offsets(tables["accounts"], "db1.bank.accounts") == {0: 2}  # the branch's
+
+    done = publish_group(catalog, "bank", members, 1000, None)
+    assert (done.position, dict(done.snapshots)) == (9, {"accounts": a1, "ledger": b1})
+    for c in members:
+        table = catalog.load_table(c.identifier)
+        assert (
+            table.current_snapshot().snapshot_id == done.snapshots[c.name] == table.refs()["cdc_group_bank"].snapshot_id
+        )  # type: ignore[union-attr]
+        assert head_snapshot(table).snapshot_id == (a2 if c.name == "accounts" else b1)  # type: ignore[union-attr]
+
+    left = ensure_write_ref(catalog.load_table("bank.accounts"), None)
+    assert WRITE_REF_PROPERTY not in left.properties and STAGE_BRANCH not in left.refs()
+    assert left.current_snapshot().snapshot_id == a2  # type: ignore[union-attr]

@@ -7,7 +7,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from cdclake.io.catalog import load_table_or_none
+from cdclake.io.catalog import head_snapshot, load_table_or_none
 from cdclake.io.positions import expressions
 from cdclake.model.layout import QUARANTINE_SUFFIX, RUN_BRANCH_PREFIX, TOMBSTONES_SUFFIX, side_table
 from cdclake.model.maintenance import RunBranch, stale_run_branch
@@ -90,7 +90,7 @@ def stale_run_branches(table: Table, *, max_age_ms: int, now_ms: int) -> list[st
     """
     from pyiceberg.table.snapshots import ancestors_of
 
-    main = table.current_snapshot()
+    main = head_snapshot(table)  # the head of the branch the runs fast-forward
     stale = []
     for name, ref in table.refs().items():
         if not name.startswith(RUN_BRANCH_PREFIX):

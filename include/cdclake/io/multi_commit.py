@@ -1,4 +1,5 @@
-"""Refs of several tables moved in one catalog commit (:func:`move_refs`): all of them or none.
+"""Refs (tags, branches) of several tables moved in one catalog commit (:func:`move_refs`): all of
+them or none.
 
 Each table's change asserts the ref's current snapshot (the Iceberg REST spec's requirement
 ``assert-ref-snapshot-id``) and sets it (``set-snapshot-ref``), with table properties set in the
@@ -45,21 +46,35 @@ TRANSACTIONS_COMMIT = "transactions/commit"
 
 
 @dataclass(frozen=True)
+class RefUpdate:
+    """One ref of a table moved by a multi-table commit.
+
+    Attributes:
+        ref: the tag or branch.
+        expected: its snapshot id as the caller read it; ``None``: it must not exist.
+        snapshot_id: where it moves (a branch is set, not fast-forwarded: the caller chose a
+            snapshot of its lineage).
+        branch: a branch (``main`` too: its current snapshot moves); else a tag.
+    """
+
+    ref: str
+    expected: int | None
+    snapshot_id: int
+    branch: bool = False
+
+
+@dataclass(frozen=True)
 class RefMove:
     """One table's part of a multi-table commit.
 
     Attributes:
         identifier: ``namespace.table``.
-        ref: the tag to move.
-        expected: the tag's snapshot id as the caller read it; ``None``: the tag must not exist.
-        snapshot_id: where the tag moves.
+        refs: the refs to move.
         properties: table properties set in the same commit.
     """
 
     identifier: str
-    ref: str
-    expected: int | None
-    snapshot_id: int
+    refs: tuple[RefUpdate, ...]
     properties: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -79,10 +94,10 @@ class StagedTable:
 
 
 def move_refs(catalog: Catalog, moves: Sequence[RefMove]) -> None:
-    """Move the tags of ``moves`` in one catalog commit: every one, or none.
+    """Move the refs of ``moves`` in one catalog commit: every one, or none.
 
     Raises:
-        MultiTableCommitError: a tag is not at its ``expected`` snapshot, a table changed between
+        MultiTableCommitError: a ref is not at its ``expected`` snapshot, a table changed between
             its load and the commit, or the REST catalog failed (the message says when the outcome
             is unknown); nothing moved otherwise.
         ConfigError: the catalog is neither a REST nor a SQL catalog (no multi-table commit), or
@@ -103,24 +118,32 @@ def move_refs(catalog: Catalog, moves: Sequence[RefMove]) -> None:
             f"catalog {catalog.name!r} ({type(catalog).__name__}) has no multi-table commit: a table group needs "
             "the REST catalog or the JDBC (SQL) catalog"
         )
-    log.info("moved %s", ", ".join(f"{m.identifier} {m.ref} -> {m.snapshot_id}" for m in moves))
+    log.info("moved %s", ", ".join(f"{m.identifier} {r.ref} -> {r.snapshot_id}" for m in moves for r in m.refs))
 
 
 def _request(move: RefMove) -> CommitTableRequest:
-    """The table's ``UpdateTableRequest``: assert the tag, set it, set the properties (the REST
+    """The table's ``UpdateTableRequest``: assert each ref, set it, set the properties (the REST
     spec's JSON, validated by pyiceberg's models)."""
     from pyiceberg.table import CommitTableRequest
 
     namespace, name = move.identifier.rsplit(".", 1)
     updates: list[dict[str, object]] = [
-        {"action": "set-snapshot-ref", "ref-name": move.ref, "type": "tag", "snapshot-id": move.snapshot_id}
+        {
+            "action": "set-snapshot-ref",
+            "ref-name": r.ref,
+            "type": "branch" if r.branch else "tag",
+            "snapshot-id": r.snapshot_id,
+        }
+        for r in move.refs
     ]
     if move.properties:
         updates.append({"action": "set-properties", "updates": dict(move.properties)})
     return CommitTableRequest.model_validate(
         {
             "identifier": {"namespace": namespace.split("."), "name": name},
-            "requirements": [{"type": "assert-ref-snapshot-id", "ref": move.ref, "snapshot-id": move.expected}],
+            "requirements": [
+                {"type": "assert-ref-snapshot-id", "ref": r.ref, "snapshot-id": r.expected} for r in move.refs
+            ],
             "updates": updates,
         }
     )
@@ -149,7 +172,7 @@ def stage_sql(catalog: SqlCatalog, moves: Sequence[RefMove]) -> list[StagedTable
     no table points at them yet (:func:`swap_sql`).
 
     Raises:
-        MultiTableCommitError: a tag is not at its ``expected`` snapshot.
+        MultiTableCommitError: a ref is not at its ``expected`` snapshot.
     """
     from pyiceberg.exceptions import CommitFailedException
 

@@ -247,8 +247,9 @@ class TableDefaults(BaseModel):
     ``topic.transaction`` default)."""
     group: Annotated[str, Field(pattern=GROUP_NAME.pattern)] | None = None
     """A table group (``[a-z0-9_]``): the tables of one group are published together at one source
-    transaction boundary, as the tag ``cdc_group_<group>`` of each (:mod:`cdclake.model.groups`);
-    members need ``transactions: whole`` and one transaction topic. ``None``: no group."""
+    transaction boundary, as ``main`` and the tag ``cdc_group_<group>`` of each; their runs commit
+    to the branch ``cdc_stage`` (:mod:`cdclake.model.groups`); members need ``transactions: whole``
+    and one transaction topic. ``None``: no group."""
 
 
 class TableConfig(TableDefaults):

@@ -172,6 +172,17 @@ transaction-topic position, snapshot, publish time ms) written with the move of 
 
 GROUP_TAG_PREFIX = "cdc_group_"
 
+STAGE_BRANCH = "cdc_stage"
+"""The branch a table of a group commits its runs to (:data:`WRITE_REF_PROPERTY`): ``main`` moves
+to one of its snapshots only when the group is published, for every member in one catalog commit,
+so that ``main`` of the members shows the source at one transaction boundary
+(:mod:`cdclake.pipeline.groups`)."""
+
+WRITE_REF_PROPERTY = "cdc.write-ref"
+"""Table property: the branch the table's runs commit to and plan from, :data:`STAGE_BRANCH` for a
+table of a group; absent: ``main``. Set and removed by the apply when the table joins or leaves a
+group (:func:`cdclake.io.catalog.ensure_write_ref`)."""
+
 
 def group_tag(group: str) -> str:
     """The tag every table of ``group`` moves to its snapshot at the group's published position:

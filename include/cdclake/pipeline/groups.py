@@ -1,6 +1,6 @@
 """Publish a table group (pyiceberg and the transaction topic; no Spark): choose the greatest
-source position every member's commits cover and move the group's tag of every member to its commit
-there, in one catalog commit (``docs/architecture.md``, "Table groups")."""
+source position every member's commits cover and move the group's tag and ``main`` of every member
+to its commit there, in one catalog commit (``docs/architecture.md``, "Table groups")."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cdclake.errors import MultiTableCommitError, TopicNotFoundError
-from cdclake.io.catalog import ancestry, load_table_or_none
+from cdclake.io.catalog import MAIN_BRANCH, ancestry, load_table_or_none, write_ref
 from cdclake.io.kafka import topic_watermarks
-from cdclake.io.multi_commit import RefMove, move_refs
+from cdclake.io.multi_commit import RefMove, RefUpdate, move_refs
 from cdclake.io.transaction_topic import read_transaction_ends
 from cdclake.model.groups import (
     GroupPosition,
@@ -64,8 +64,10 @@ def publish_group(
     catalog: Catalog, group: str, members: Sequence[TableConfig], now_ms: int, kafka: KafkaClients | None
 ) -> GroupPublish:
     """Move the tag ``cdc_group_<group>`` of every member to its commit at the greatest position
-    all of them cover (:func:`~cdclake.model.groups.choose_position`), with the table property
-    :data:`~cdclake.model.layout.GROUP_POSITION_PROPERTY`, in one catalog commit; never backwards.
+    all of them cover (:func:`~cdclake.model.groups.choose_position`), and ``main`` with it for
+    every member whose runs commit to the stage branch (:func:`~cdclake.io.catalog.write_ref`), with
+    the table property :data:`~cdclake.model.layout.GROUP_POSITION_PROPERTY`, in one catalog commit;
+    never backwards.
 
     Args:
         catalog: the members' catalog (REST or SQL: :func:`~cdclake.io.multi_commit.move_refs`).
@@ -97,6 +99,8 @@ def _publish_once(
     transaction_topic = members[0].transaction_topic_name
     candidates: dict[str, list[MemberSnapshot]] = {}
     tagged: dict[str, int | None] = {}
+    # members whose runs commit to the stage branch: main moves with the tag, from where it is
+    mains: dict[str, int | None] = {}
     published: list[int | None] = []
     for cfg in members:
         table = load_table_or_none(catalog, cfg.identifier)
@@ -105,6 +109,9 @@ def _publish_once(
         candidates[cfg.name] = member_snapshots(ancestry(table), cfg.topic, transaction_topic)
         ref = table.refs().get(tag)
         tagged[cfg.name] = ref.snapshot_id if ref is not None else None
+        if write_ref(table) != MAIN_BRANCH:
+            main = table.current_snapshot()
+            mains[cfg.name] = main.snapshot_id if main is not None else None
         mark = GroupPosition.from_text(table.properties.get(GROUP_POSITION_PROPERTY))
         published.append(mark.position if mark is not None and mark.group == group else None)
     # a member added to the group since the last publish has no mark: the group starts again
@@ -127,9 +134,14 @@ def _publish_once(
     moves = [
         RefMove(
             cfg.identifier,
-            tag,
-            tagged[cfg.name],
-            point.snapshots[cfg.name],
+            (
+                RefUpdate(tag, tagged[cfg.name], point.snapshots[cfg.name]),
+                *(
+                    (RefUpdate(MAIN_BRANCH, mains[cfg.name], point.snapshots[cfg.name], branch=True),)
+                    if cfg.name in mains
+                    else ()
+                ),
+            ),
             {
                 GROUP_POSITION_PROPERTY: GroupPosition(
                     group=group, position=point.position, snapshot_id=point.snapshots[cfg.name], published_ms=now_ms

@@ -33,7 +33,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from cdclake.errors import ReconcileError
-from cdclake.io.catalog import ensure_side_table, load_catalog, load_table_or_none
+from cdclake.io.catalog import ensure_side_table, head_snapshot, load_catalog, load_table_or_none
 from cdclake.io.kafka import KafkaClients
 from cdclake.io.source_db import SourceDatabase, chunk_bounds, chunk_digests, chunk_rows
 from cdclake.model.config import TableConfig
@@ -187,11 +187,19 @@ class ReconcileResult:
 
 
 def _scan(lake: Table, fields: Sequence[str], row_filter: Any = None) -> Any:
-    """The table's rows as pyarrow record batches (the current snapshot); ``row_filter`` (a
-    pyiceberg expression) lets pyiceberg skip data files by their column statistics."""
+    """The table's rows as pyarrow record batches (the head of the branch its runs commit to,
+    :func:`~cdclake.io.catalog.head_snapshot`: the state the pipeline keeps, which a group table's
+    ``main`` shows once the group is published); ``row_filter`` (a pyiceberg expression) lets
+    pyiceberg skip data files by their column statistics."""
     from pyiceberg.expressions import AlwaysTrue
 
-    scan = lake.refresh().scan(selected_fields=tuple(fields), row_filter=row_filter or AlwaysTrue())
+    lake = lake.refresh()
+    head = head_snapshot(lake)
+    scan = lake.scan(
+        selected_fields=tuple(fields),
+        row_filter=row_filter or AlwaysTrue(),
+        snapshot_id=head.snapshot_id if head is not None else None,
+    )
     return scan.to_arrow_batch_reader()
 
 

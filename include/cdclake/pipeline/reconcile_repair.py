@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from cdclake.errors import ReconcileError
-from cdclake.io.catalog import ensure_side_table, load_table_or_none, source_schema
+from cdclake.io.catalog import ensure_side_table, load_table_or_none, source_schema, write_ref
 from cdclake.io.kafka import KafkaClients, read_partition, topic_watermarks
 from cdclake.io.positions import expressions, position_below
 from cdclake.io.source_db import SourceDatabase, consistent_read, send_source_signal
@@ -214,8 +214,10 @@ def _delete_lake_rows(
     if absent and cfg.history is not None:  # committed first: the table's delete names it
         properties.update(_end_in_history(catalog, cfg, chosen, at, new, run_id))
     # only rows written before the read: a row a later event wrote (the key came back) stays
-    lake.delete(
-        And(keys_predicate(cfg, chosen), position_below(position, cfg.ordering)), snapshot_properties=properties
+    lake.delete(  # on the branch the runs commit to (a group table's main moves when the group is published)
+        And(keys_predicate(cfg, chosen), position_below(position, cfg.ordering)),
+        snapshot_properties=properties,
+        branch=write_ref(lake),
     )
     log.info(
         "table %s: deleted the lake rows of %d key(s) %s written before %s",

@@ -45,6 +45,7 @@ from cdclake.io.catalog import (
     check_ordering,
     committed_state,
     ensure_columns,
+    ensure_write_ref,
     load_catalog,
     load_table_or_none,
     run_commit,
@@ -186,6 +187,8 @@ def apply_range(
         return ApplyResult("empty")
     catalog = load_catalog(settings)
     existing = load_table_or_none(catalog, cfg.identifier)
+    if existing is not None:
+        existing = ensure_write_ref(existing, cfg.group)
     state, done = _start_check(existing, plan) if existing is not None else (None, None)
     if done is not None:
         return done
@@ -197,6 +200,7 @@ def apply_range(
         existing or resolve_table(catalog, cfg, raw, schema_lookup=kafka.schema_lookup), METADATA_COLUMNS
     )
     if state is None:  # a new table: created by this run, or by a first run racing it since
+        table = ensure_write_ref(table, cfg.group)
         state, done = _start_check(table, plan)
         if done is not None:
             return done
@@ -513,9 +517,12 @@ def _rows_below(ctx: ApplyContext, source: DataFrame, position: BinlogPosition) 
     completed full snapshot deletes."""
 
     keys = list(ctx.cfg.primary_key)
-    below = ctx.spark.table(ctx.spark_name()).filter(position_column(ctx.cfg.ordering) < position_literal(position))
-    if ctx.plan.accept_source_change:
-        below = ctx.spark.table(ctx.spark_name())
+    base = ctx.state.snapshot_id
+    # the run's base, the head of the table's write ref (a group table's main lags it)
+    rows = ctx.spark.read.option("versionAsOf", str(base)) if base is not None else ctx.spark.read
+    below = rows.table(ctx.spark_name())
+    if not ctx.plan.accept_source_change:
+        below = below.filter(position_column(ctx.cfg.ordering) < position_literal(position))
     return below.select(*keys).join(source.select(*keys), keys, "left_anti").count()
 
 

@@ -1,8 +1,9 @@
 """The commit of one run (Spark + pyiceberg): a merge into a branch created at the run's base
 snapshot, the snapshot summary properties of :class:`~cdclake.model.layout.SummaryKeys` set on
-the Spark session for that commit, then ``main`` fast-forwarded to the branch. The fast-forward is
-Iceberg's optimistic check: it fails if ``main`` moved since the run read it (another run
-committed), so two runs never both commit from the same start.
+the Spark session for that commit, then the table's write ref (``main``, or for a table of a group
+its stage branch: :func:`~cdclake.io.catalog.write_ref`) fast-forwarded to the branch. The
+fast-forward is Iceberg's optimistic check: it fails if the ref moved since the run read it
+(another run committed), so two runs never both commit from the same start.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from cdclake.errors import ConcurrentRunError, lost_commit_race
+from cdclake.io.catalog import head_snapshot, write_ref
 from cdclake.model.layout import run_branch_name
 from cdclake.model.position import DEMOTED, BinlogPosition
 from cdclake.spark.context import ApplyContext
@@ -137,14 +139,15 @@ def commit(ctx: ApplyContext, properties: dict[str, str], write: Callable[[str],
     snapshot when the run started) and return its id. ``target`` is the quoted Spark SQL name
     (:func:`~cdclake.spark.names.quote_identifier`) of the run's branch.
 
-    The write goes to a branch created at the base snapshot; ``main`` is then fast-forwarded to it,
-    which Iceberg refuses when ``main`` moved since the base (another run committed). A write that
-    changes no row still commits (an empty append), so that its offsets are recorded. A table
+    The write goes to a branch created at the base snapshot; the table's write ref (``main``, or
+    a group table's stage branch: :func:`~cdclake.io.catalog.write_ref`) is then fast-forwarded to
+    it, which Iceberg refuses when the ref moved since the base (another run committed). A write
+    that changes no row still commits (an empty append), so that its offsets are recorded. A table
     without snapshots has no base: the branch starts with an empty snapshot of its own
-    (:func:`_start_branch`) and the fast-forward creates ``main``, which Iceberg refuses when another
+    (:func:`_start_branch`) and the fast-forward creates the ref, which Iceberg refuses when another
     run created it meanwhile (its snapshots are no ancestors of this branch). Each catalog commit of
     the run (branch, write, fast-forward) that loses a race with another commit is a
-    :class:`~cdclake.errors.ConcurrentRunError`, and ``main`` is unchanged.
+    :class:`~cdclake.errors.ConcurrentRunError`, and the ref is unchanged.
 
     Raises:
         ConcurrentRunError: another commit moved the table since the run's base snapshot (another
@@ -181,7 +184,7 @@ def commit(ctx: ApplyContext, properties: dict[str, str], write: Callable[[str],
             f"table {cfg.identifier}: {moved}; this run's commit was discarded (nothing changed). The "
             "next run plans from the table's offsets."
         ):
-            spark.sql(f"CALL {procedure}('{cfg.identifier}', 'main', '{branch}')")
+            spark.sql(f"CALL {procedure}('{cfg.identifier}', '{write_ref(ctx.table)}', '{branch}')")
     finally:
         spark.sql(f"ALTER TABLE {target} DROP BRANCH IF EXISTS {quote_identifier(branch)}")
     debug_pause("after_commit", snapshot_id)
@@ -199,12 +202,8 @@ def _start_branch(ctx: ApplyContext, branch: str) -> int:
     """
     ctx.spark.sql(f"ALTER TABLE {ctx.spark_name()} CREATE BRANCH {quote_identifier(branch)}")
     table = ctx.table.refresh()
-    start, main = table.snapshot_by_name(branch), table.snapshot_by_name("main")
-    if (
-        start is None
-        or start.parent_snapshot_id is not None
-        or (main is not None and main.snapshot_id == start.snapshot_id)
-    ):
+    start, head = table.snapshot_by_name(branch), head_snapshot(table)
+    if start is None or start.parent_snapshot_id is not None or head is not None:
         raise ConcurrentRunError(
             f"table {ctx.cfg.identifier}: another run made the table's first commit while this run started "
             "its own; nothing was committed. The next run plans from the table's offsets."

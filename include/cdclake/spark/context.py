@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cdclake.errors import BadRecordError, ConcurrentRunError, SchemaError
-from cdclake.io.catalog import create_cdc_table, ensure_side_table, load_table_or_none, source_schema
+from cdclake.io.catalog import create_cdc_table, ensure_side_table, head_snapshot, load_table_or_none, source_schema
 from cdclake.io.kafka import KafkaClients, read_partition
 from cdclake.model.avro import SchemaLookup
 from cdclake.model.config import TableConfig
@@ -69,7 +69,7 @@ class ApplyContext:
             ConcurrentRunError: another run committed since this run read the table.
         """
         base = self.state.snapshot_id
-        current = self.table.refresh().current_snapshot()
+        current = head_snapshot(self.table.refresh())
         if (current.snapshot_id if current is not None else None) != base:
             raise ConcurrentRunError(
                 f"table {self.cfg.identifier}: another run committed since this run read snapshot {base}; nothing "

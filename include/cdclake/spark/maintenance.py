@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cdclake.errors import RACE_EXCEPTIONS, lost_commit_race
-from cdclake.io.catalog import ancestry, load_catalog, load_table_or_none
+from cdclake.io.catalog import MAIN_BRANCH, ancestry, head_snapshot, load_catalog, load_table_or_none, write_ref
 from cdclake.io.changes import expire_changes
 from cdclake.io.maintenance import expire_tombstones, remove_stale_run_branches, stale_run_branches
 from cdclake.model.changes import CHANGES_SUFFIX, PARTITION_SOURCE, retention_cutoff_ms
@@ -162,7 +162,7 @@ def maintain_table(
             reports=reports,
             seconds=time.monotonic() - started,
         )
-    before = table.current_snapshot()
+    before = head_snapshot(table)  # a group table's runs and compactions move its stage branch, not main
     side_tables = [
         ident
         for ident in (side_table(cfg.identifier, s) for s in _side_table_suffixes(cfg))
@@ -179,7 +179,7 @@ def maintain_table(
             targets.append(feed)
         for ident in targets:
             out.append(job.run(action, ident))
-    after = table.refresh().current_snapshot()
+    after = head_snapshot(table.refresh())
     return MaintenanceResult(
         table=cfg.identifier,
         dry_run=dry_run,
@@ -206,6 +206,13 @@ class _Outcome:
     snapshot_ids: tuple[int, ...] = ()
     branches: tuple[str, ...] = ()
     skipped: bool = False
+
+
+def _on_main_only(table: Table) -> _Outcome:
+    """The outcome of a procedure that works on ``main`` only (Iceberg 1.11's
+    ``rewrite_position_delete_files``, ``rewrite_manifests``) on a table whose runs commit to
+    another branch: skipped, since the next publish of its group moves ``main`` past its commit."""
+    return _Outcome(f"on main only; the table's runs commit to branch {write_ref(table)} (a table group)", skipped=True)
 
 
 def _on_snapshot(action: Callable[[_Maintenance, str, Table], _Outcome]) -> Callable[[_Maintenance, str], _Outcome]:
@@ -313,12 +320,22 @@ class _Maintenance:
         return int(self._sql(f"SELECT count(*) AS n FROM {rows}")[0]["n"])
 
     def _rewrite(
-        self, procedure: str, ident: str, options: Mapping[str, str], files: str, what: str, *, failed: bool = False
+        self,
+        procedure: str,
+        ident: str,
+        options: Mapping[str, str],
+        files: str,
+        what: str,
+        *,
+        failed: bool = False,
+        branch: str = MAIN_BRANCH,
     ) -> _Outcome:
-        """Run the rewrite ``procedure`` with ``options``. Its outcome says ``rewrote <n> <what> into
-        <m>`` from the procedure's figures ``rewritten_<files>_count`` and ``added_<files>_count``,
-        and with ``failed``, ``, <k> failed`` from ``failed_<files>_count``."""
-        figures = self._figures(self._call(procedure, ident, self._options(options)))
+        """Run the rewrite ``procedure`` with ``options`` (on ``branch``: ``rewrite_data_files``
+        only). Its outcome says ``rewrote <n> <what> into <m>`` from the procedure's figures
+        ``rewritten_<files>_count`` and ``added_<files>_count``, and with ``failed``, ``, <k> failed``
+        from ``failed_<files>_count``."""
+        args = self._options(options) | ({"branch": f"'{branch}'"} if branch != MAIN_BRANCH else {})
+        figures = self._figures(self._call(procedure, ident, args))
         summary = (
             f"rewrote {figures.get(f'rewritten_{files}_count', 0)} {what} into {figures.get(f'added_{files}_count', 0)}"
         )
@@ -347,7 +364,7 @@ class _Maintenance:
         """The table freshly loaded, or ``None`` when it does not exist or has no snapshot (no
         procedure has anything to do there)."""
         table = load_table_or_none(self.catalog, ident)
-        return table if table is not None and table.current_snapshot() is not None else None
+        return table if table is not None and head_snapshot(table) is not None else None
 
     def _target_file_size(self, table: Table) -> int:
         if self.policy.target_file_size_mb is not None:
@@ -409,6 +426,8 @@ class _Maintenance:
 
     @_on_snapshot
     def _rewrite_position_delete_files(self, ident: str, table: Table) -> _Outcome:
+        if write_ref(table) != MAIN_BRANCH:
+            return _on_main_only(table)
         if self.dry_run:
             rows = self._sql(
                 "SELECT count_if(content = 1) AS position_delete_files, count_if(content = 2) AS equality_delete_files "
@@ -455,10 +474,15 @@ class _Maintenance:
             "remove-dangling-deletes": "true",
             **self._size_options(),
         }
-        return self._rewrite("rewrite_data_files", ident, options, "data_files", "data file(s)", failed=True)
+        ref = write_ref(table)  # a group table's runs commit to its stage branch: compacted there
+        return self._rewrite(
+            "rewrite_data_files", ident, options, "data_files", "data file(s)", failed=True, branch=ref
+        )
 
     @_on_snapshot
     def _rewrite_manifests(self, ident: str, table: Table) -> _Outcome:
+        if write_ref(table) != MAIN_BRANCH:
+            return _on_main_only(table)
         if self.dry_run:
             n = self._count(f"{self._spark_name(ident)}.manifests")
             return _Outcome(f"would rewrite up to {n} manifest(s)", {"manifests": n})
