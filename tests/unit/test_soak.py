@@ -224,6 +224,7 @@ def test_the_report_says_which_classes_grew_in_the_last_engine_process():
 def test_the_fault_schedule_holds_the_engine_kills_to_their_part_and_keeps_every_fault():
     import random
     import threading
+    from collections import Counter
 
     import soak_faults
 
@@ -232,6 +233,8 @@ def test_the_fault_schedule_holds_the_engine_kills_to_their_part_and_keeps_every
         ctx = soak_faults.FaultContext(None, None, random.Random(seed), [], 60.0, threading.Event())  # type: ignore[arg-type]
         schedule = soak_faults.FaultInjector(ctx, kinds, 36, 3600.0)._schedule()
         assert len(schedule) == 36 and set(kinds) <= {kind for kind, _ in schedule}
+        # no kind drawn more than ceil(36 / 13) + 1 = 4 times
+        assert max(Counter(kind for kind, _ in schedule).values()) <= 4, seed
         assert [moment for _, moment in schedule] == sorted(moment for _, moment in schedule)
         for kind, moment in schedule:
             assert 0.02 * 3600 <= moment <= soak_faults.EARLY_KINDS.get(kind, 0.9) * 3600, (seed, kind, moment)
