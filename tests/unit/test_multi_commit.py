@@ -97,24 +97,13 @@ def test_a_group_is_published_at_the_greatest_position_its_members_share_and_nev
     import json
 
     import pyarrow as pa
-    from pyiceberg.schema import Schema
-    from pyiceberg.types import LongType, NestedField
 
     from cdclake.model.config import TableConfig
     from cdclake.model.groups import GroupPosition, SourceInterval
     from cdclake.model.layout import GROUP_POSITION_PROPERTY, SummaryKeys
     from cdclake.pipeline.groups import group_statuses, publish_group
 
-    catalog = load_catalog(Settings.from_env({"CDCLAKE_STATE_DIR": str(tmp_path)}))
-    catalog.create_namespace("bank")
-    members = [
-        TableConfig(name=n, topic=f"db1.bank.{n}", namespace="bank", table=n, primary_key=["id"], group="bank")
-        for n in ("accounts", "ledger")
-    ]
-    tables = {
-        c.name: catalog.create_table(c.identifier, Schema(NestedField(1, "id", LongType(), required=False)))
-        for c in members
-    }
+    catalog, members, tables = _bank(tmp_path)
     rows = pa.table({"id": pa.array([1], pa.int64())})
 
     def commit(name: str, start: int | None, end: int = 0) -> int:
@@ -171,21 +160,11 @@ def test_members_commit_to_the_stage_branch_and_main_moves_only_when_the_group_i
     from pyiceberg.types import LongType, NestedField
 
     from cdclake.io.catalog import committed_offsets, ensure_write_ref, head_snapshot, write_ref
-    from cdclake.model.config import TableConfig
     from cdclake.model.groups import SourceInterval
     from cdclake.model.layout import STAGE_BRANCH, WRITE_REF_PROPERTY, SummaryKeys
     from cdclake.pipeline.groups import publish_group
 
-    catalog = load_catalog(Settings.from_env({"CDCLAKE_STATE_DIR": str(tmp_path)}))
-    catalog.create_namespace("bank")
-    members = [
-        TableConfig(name=n, topic=f"db1.bank.{n}", namespace="bank", table=n, primary_key=["id"], group="bank")
-        for n in ("accounts", "ledger")
-    ]
-    tables = {
-        c.name: catalog.create_table(c.identifier, Schema(NestedField(1, "id", LongType(), required=False)))
-        for c in members
-    }
+    catalog, members, tables = _bank(tmp_path)
     rows = pa.table({"id": pa.array([1], pa.int64())})
     before = {}
     for c in members:  # a commit from before the group: main has a snapshot
@@ -227,3 +206,24 @@ def test_members_commit_to_the_stage_branch_and_main_moves_only_when_the_group_i
     left = ensure_write_ref(catalog.load_table("bank.accounts"), None)
     assert WRITE_REF_PROPERTY not in left.properties and STAGE_BRANCH not in left.refs()
     assert left.current_snapshot().snapshot_id == a2  # type: ignore[union-attr]
+
+
+def _bank(tmp_path):
+    """A SQLite catalog in ``tmp_path`` with the empty tables ``bank.accounts`` and
+    ``bank.ledger`` (one column ``id``) of group ``bank``: ``(catalog, members, {name: table})``."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    from cdclake.model.config import TableConfig
+
+    catalog = load_catalog(Settings.from_env({"CDCLAKE_STATE_DIR": str(tmp_path)}))
+    catalog.create_namespace("bank")
+    members = [
+        TableConfig(name=n, topic=f"db1.bank.{n}", namespace="bank", table=n, primary_key=["id"], group="bank")
+        for n in ("accounts", "ledger")
+    ]
+    tables = {
+        c.name: catalog.create_table(c.identifier, Schema(NestedField(1, "id", LongType(), required=False)))
+        for c in members
+    }
+    return catalog, members, tables
