@@ -198,15 +198,22 @@ class BenchRun:
         """The head of the result: ``started`` (the run id), ``fields``, ``machine``, ``work_dir``."""
         return {"started": self.run_id, **fields, "machine": self.machine, "work_dir": str(self.work)}
 
+    def portable(self, text: str) -> str:
+        """``text`` without this machine's paths, as results are committed: the project root's
+        files relative to it (Spark names a job by its source line), the work folder as
+        ``<work_dir>``."""
+        return text.replace(f"{ROOT}/", "").replace(str(self.work), "<work_dir>")
+
     def finish(self, result: dict[str, Any], markdown: Callable[[dict[str, Any]], str]) -> None:
         """Record the load averages at the end in :attr:`machine` (the dict ``result`` holds),
         write ``<out>/<name>-<run id>.json`` (``result``) and ``.md`` (``markdown(result)``),
+        both :meth:`portable`,
         print the Markdown and the two paths, and remove a temporary work folder."""
         self.machine["load_avg_at_end"] = _load_avg()
         text = markdown(result)
         stem = self.out_dir / f"{self.name}-{self.run_id}"
-        stem.with_suffix(".json").write_text(json.dumps(result, indent=2, default=str))
-        stem.with_suffix(".md").write_text(text)
+        stem.with_suffix(".json").write_text(self.portable(json.dumps(result, indent=2, default=str)))
+        stem.with_suffix(".md").write_text(self.portable(text))
         print(text)
         print(f"results: {stem}.json, {stem}.md")
         if self.remove_work:

@@ -238,3 +238,16 @@ def test_the_fault_schedule_holds_the_engine_kills_to_their_part_and_keeps_every
         assert [moment for _, moment in schedule] == sorted(moment for _, moment in schedule)
         for kind, moment in schedule:
             assert 0.02 * 3600 <= moment <= soak_faults.EARLY_KINDS.get(kind, 0.9) * 3600, (seed, kind, moment)
+
+
+def test_results_name_no_path_of_the_machine_they_ran_on(tmp_path):
+    """The result files are committed: the project's files relative to its root, the work folder
+    as ``<work_dir>`` (``harness.BenchRun.portable``)."""
+    from datetime import UTC, datetime
+
+    import harness
+
+    work = tmp_path / "cdclake-soak-x1"
+    run = harness.BenchRun("soak", datetime.now(UTC), "abc123", tmp_path, work, False, None, machine={})
+    text = f"collect at {harness.ROOT}/include/cdclake/spark/stats.py:86; log {work}/engine/server.log"
+    assert run.portable(text) == "collect at include/cdclake/spark/stats.py:86; log <work_dir>/engine/server.log"
