@@ -69,6 +69,8 @@ def load_table_or_none(catalog: Catalog, identifier: str) -> Table | None:
 
 
 MAIN_BRANCH = "main"
+"""pyiceberg's ``pyiceberg.table.refs.MAIN_BRANCH``, named here: importing that module loads
+``pyiceberg.table``, which this module leaves to the functions that need it (DAG files import it)."""
 
 
 def write_ref(table: Table) -> str:
@@ -133,8 +135,9 @@ def _move_write_ref(table: Table, want: str | None, group: str | None) -> None:
     stage = table.snapshot_by_name(STAGE_BRANCH)
     with table.transaction() as tx:
         if stage is not None:
-            ManageSnapshots(transaction=tx).set_current_snapshot(snapshot_id=stage.snapshot_id).commit()
-            ManageSnapshots(transaction=tx).remove_branch(STAGE_BRANCH).commit()
+            ManageSnapshots(transaction=tx).set_current_snapshot(snapshot_id=stage.snapshot_id).remove_branch(
+                STAGE_BRANCH
+            ).commit()
         tx.remove_properties(WRITE_REF_PROPERTY)
     log.info(
         "table %s left its group: main moved to the head of branch %s (snapshot %s); its runs commit to main",
