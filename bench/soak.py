@@ -186,7 +186,14 @@ def run_soak(topology: Topology, cfg: SoakConfig) -> dict[str, Any]:
     table config): the result (module docstring; ``ok``: no row lost, stale, duplicated or wrong)."""
     tables, airflow, workload = prepare(topology, cfg)
     rng = random.Random(cfg.seed)
-    ctx = FaultContext(topology, airflow, rng, [t.dag_id for t in tables], cfg.task_timeout_minutes * 60.0)
+    ctx = FaultContext(
+        topology,
+        airflow,
+        rng,
+        [t.dag_id for t in tables],
+        cfg.task_timeout_minutes * 60.0,
+        reconciled=[t.name for t in tables if not t.changelog],
+    )
     injector = FaultInjector(ctx, list(cfg.kinds), cfg.fault_count, cfg.minutes * 60)
     watcher = Watcher(topology, airflow, cfg.freshness_minutes, injector.busy)
     start = time.time()

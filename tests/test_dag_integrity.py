@@ -439,21 +439,29 @@ def test_dag_file_builds_a_dag_per_discovered_table_of_a_1000_table_registry(tmp
 
 
 def test_a_reconcile_task_retries_a_transient_error_and_fails_at_once_on_differences():
-    """``cdc_reconcile``'s retry policy: differences that remain (``DriftError``) and a table it
-    cannot compare (``ConfigError``) fail at once; a broker that does not answer is retried."""
+    """``cdc_reconcile``'s retry policy: differences that remain (``DriftError``), a table it
+    cannot compare (``ConfigError``) and a table that did not catch up within the run's timeout
+    (``CatchUpTimeoutError``: a retry would wait as long again; soak 7 saw one run last nearly two
+    hours) fail at once; a broker that does not answer, or a marker that did not arrive, is retried."""
     from airflow.sdk import RetryAction
     from confluent_kafka import KafkaError, KafkaException
 
-    from cdclake.errors import ConfigError, DriftError
+    from cdclake.errors import CatchUpTimeoutError, ConfigError, DriftError, ReconcileError
     from cdclake_airflow.reconcile_dag import build_reconcile_dag
     from tests.conftest import make_table
 
     task = build_reconcile_dag(Settings.from_env(), [make_table()]).get_task("reconcile")
     assert task.retries >= 1
-    for error in (DriftError("table t: 3 differing"), ConfigError("key column ...")):
+    for error in (
+        DriftError("table t: 3 differing"),
+        ConfigError("key column ..."),
+        CatchUpTimeoutError("table t: committed offsets ... did not reach ..."),
+    ):
         assert task.retry_policy.evaluate(error, try_number=1, max_tries=2).action is RetryAction.FAIL
     transient = KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE))
-    assert task.retry_policy.evaluate(transient, try_number=1, max_tries=2).action is RetryAction.DEFAULT
+    marker = ReconcileError("the reconcile marker ... did not reach topic ...")
+    for error in (transient, marker):
+        assert task.retry_policy.evaluate(error, try_number=1, max_tries=2).action is RetryAction.DEFAULT
 
 
 def test_reconcile_tasks_leave_executor_slots_to_the_applies_they_wait_for():

@@ -125,6 +125,13 @@ class ReconcileError(CdcLakeError):
     the lake does not catch up with the source (docs/operations.md, "Reconcile and repair")."""
 
 
+class CatchUpTimeoutError(ReconcileError):
+    """The table's DAG runs did not commit up to the source's position within the reconcile run's
+    catch-up timeout (Param ``catch_up_timeout_minutes``). Not retried: a retry would wait as long
+    again while the table is behind, and hold a task slot and the run (docs/operations.md,
+    "Reconcile and repair")."""
+
+
 class DriftError(CdcLakeError):
     """Reconcile found keys where the Iceberg table differs from its source table."""
 

@@ -18,8 +18,9 @@ Daily, and manual with Params: the tables, a primary-key range, the mode (``repo
    logs them and succeeds.
 
 Other failures (a broker or catalog that does not answer for a moment) are retried twice, two
-minutes apart; differences that remain and configuration errors (:data:`NOT_RETRIED`) fail at once,
-since a retry would compare again only to find them again.
+minutes apart; differences that remain, configuration errors and a table that did not catch up
+within ``catch_up_timeout_minutes`` (:data:`NOT_RETRIED`) fail at once, since a retry would compare
+again only to find them again, or wait as long again.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import logging
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from cdclake.errors import ConfigError, DriftError
+from cdclake.errors import CatchUpTimeoutError, ConfigError, DriftError
 from cdclake.settings import Settings
 
 if TYPE_CHECKING:
@@ -90,9 +91,10 @@ def reconcile(name: str, **context: Any) -> dict[str, Any]:
     return outcome
 
 
-NOT_RETRIED = (DriftError, ConfigError)
+NOT_RETRIED = (DriftError, ConfigError, CatchUpTimeoutError)
 """The errors a reconcile task does not retry: differences that remain, a table the run cannot
-compare."""
+compare, a table that did not catch up within the run's timeout (a retry would wait as long again,
+holding its slot and the run, while the table's own runs are behind)."""
 
 
 def build_reconcile_dag(settings: Settings, tables: list[TableConfig], schedule: str | None = "@daily") -> DAG:

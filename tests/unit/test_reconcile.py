@@ -199,3 +199,20 @@ def test_names_with_a_percent_sign_survive_pymysql_formatting():
     key = [CompareColumn("pct%", Kind.INT)]
     clause, params = range_sql(key, (1,), None)
     assert clause % tuple(params) == "(`pct%`) > (1)"
+
+
+def test_a_table_that_does_not_catch_up_fails_the_wait_with_a_catch_up_timeout(tmp_path):
+    """:func:`cdclake.pipeline.catch_up.poll_catch_up` on a SQLite catalog where the table's runs
+    have committed nothing: the wait ends with :class:`CatchUpTimeoutError` (which the reconcile
+    task does not retry), naming the table, the offsets and the DAG that must run."""
+    from cdclake.errors import CatchUpTimeoutError
+    from cdclake.io.catalog import load_catalog
+    from cdclake.pipeline.catch_up import poll_catch_up
+    from cdclake.settings import Settings
+    from tests.conftest import make_table
+
+    cfg = make_table()
+    wait = poll_catch_up(load_catalog(Settings.from_env({"CDCLAKE_STATE_DIR": str(tmp_path)})), cfg, 0.0, 0.0)
+    with pytest.raises(CatchUpTimeoutError, match=rf"{cfg.identifier}.*\{{0: 5\}}.*cdc_{cfg.name}"):
+        wait({0: 5})
+    wait({})  # nothing to reach: returns at once

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from cdclake.errors import ReconcileError, TopicNotFoundError
+from cdclake.errors import CatchUpTimeoutError, ReconcileError, TopicNotFoundError
 from cdclake.io.catalog import committed_offsets, load_table_or_none
 from cdclake.io.kafka import KafkaClients, read_partition, topic_watermarks
 from cdclake.io.source_db import SourceDatabase, send_marker
@@ -78,7 +78,7 @@ def poll_catch_up(catalog: Catalog, cfg: TableConfig, timeout_s: float = 3600.0,
     """A :data:`CatchUp` that waits for the table's DAG runs (on their schedule) to commit.
 
     Raises:
-        ReconcileError: the table did not commit the offsets within ``timeout_s``.
+        CatchUpTimeoutError: the table did not commit the offsets within ``timeout_s``.
     """
 
     def wait(end: dict[int, int]) -> None:
@@ -88,7 +88,7 @@ def poll_catch_up(catalog: Catalog, cfg: TableConfig, timeout_s: float = 3600.0,
             if caught_up(committed, end):
                 return
             if time.monotonic() > deadline:
-                raise ReconcileError(
+                raise CatchUpTimeoutError(
                     f"table {cfg.identifier}: committed offsets {committed} did not reach {end} within "
                     f"{timeout_s:.0f} s; its DAG (cdc_{cfg.name}) must run for reconcile to confirm differences"
                 )
