@@ -32,6 +32,10 @@ variable                         meaning                                        
 ``CDCLAKE_RECONCILE_TASKS``      ``cdc_reconcile`` tasks at once (each waits for   ``2``
                                  its table's applies: keep Airflow's parallelism
                                  above this plus the apply pool's slots)
+``CDCLAKE_GROUP_COMMIT``         how a table group is published: ``multi_table``  ``multi_table``
+                                 (one catalog commit moves ``main`` of every
+                                 member) or ``pointer`` (for a REST server
+                                 without ``transactions/commit``)
 ``CDCLAKE_SPARK_LOG_LEVEL``      Spark's log level (``spark.log.level``): INFO     ``WARN``
                                  to see Spark's own chatter in task logs
 ``CDCLAKE_APPLY_PAUSE_AT``       debugging: pause the apply job at a commit point  unset
@@ -80,6 +84,7 @@ _KNOWN = {
     "SPARK_LOG_LEVEL",
     "APPLY_POOL_SLOTS",
     "RECONCILE_TASKS",
+    "GROUP_COMMIT",
     "APPLY_PAUSE_AT",  # read by the apply job: cdclake.spark.commit.PAUSE_ENV (debugging)
     "SCHEMA_REGISTRY_URL",
     "DISCOVERY_REGISTRY",
@@ -179,6 +184,14 @@ class Settings(BaseModel):
     reconcile tasks without a limit (one per table) can fill Airflow's ``parallelism`` and leave no
     slot to the applies they wait for (the second 60-minute soak: 8 of 15 reconcile tasks held a
     LocalExecutor of 8 for their whole catch-up timeout while 40 applies waited)."""
+    group_commit: Literal["multi_table", "pointer"] = "multi_table"
+    """How a table group is published (docs/architecture.md, "Table groups"): ``multi_table``, one
+    catalog commit moves ``main`` and the group's tag of every member (REST ``transactions/commit``,
+    one JDBC transaction): every member's ``main`` is at one source transaction boundary at every
+    moment; ``pointer``, for a catalog without a multi-table commit: each member is tagged at the
+    position first, then each member's ``cdc.group-position`` and ``main`` move one table at a time,
+    and a reader who needs the group whole reads each member at the tag of the smallest position
+    its members record (:func:`cdclake.pipeline.groups.group_read_tags`)."""
     schema_registry_url: str = ""
     """The schema registry of ``value_format: avro`` topics when no Airflow connection
     :attr:`ConnectionIds.SCHEMA_REGISTRY` exists (the CLI, the local stack): a URL without
@@ -228,6 +241,7 @@ class Settings(BaseModel):
                 spark_log_level=env.get("CDCLAKE_SPARK_LOG_LEVEL", "WARN").upper(),
                 apply_pool_slots=int(env.get("CDCLAKE_APPLY_POOL_SLOTS", "2")),
                 reconcile_tasks=int(env.get("CDCLAKE_RECONCILE_TASKS", "2")),
+                group_commit=env.get("CDCLAKE_GROUP_COMMIT", "multi_table"),
                 schema_registry_url=env.get("CDCLAKE_SCHEMA_REGISTRY_URL", ""),
             )
         )

@@ -47,7 +47,7 @@ def publish(group: str) -> dict[str, Any]:
     Raises:
         AirflowSkipException: the group did not move (the reason is logged): no asset event.
         ConfigError: the group is no longer in the table config, or its catalog has no
-            multi-table commit.
+            multi-table commit (``CDCLAKE_GROUP_COMMIT=pointer`` publishes without one).
         MultiTableCommitError: the commit lost to the members' own commits every try (retried).
     """
     from cdclake.errors import ConfigError
@@ -63,7 +63,7 @@ def publish(group: str) -> dict[str, Any]:
         raise ConfigError(f"group {group!r} has no tables in the table config {settings.tables_config}")
     from airflow.sdk.exceptions import AirflowSkipException
 
-    result = publish_group(hook.catalog, group, members, int(time.time() * 1000), hook.kafka)
+    result = publish_group(hook.catalog, group, members, int(time.time() * 1000), hook.kafka, settings.group_commit)
     if not result.moved:
         raise AirflowSkipException(f"group {group} stays at position {result.position}: {result.reason}")
     return dataclasses.asdict(result)

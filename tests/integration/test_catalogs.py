@@ -39,7 +39,7 @@ from tests.conftest import apply_offsets, make_table, plan_offsets
 from tests.integration.test_apply import produce_raw
 from tests.integration.test_contract import ev, key
 from tests.processes import group_alive, pid_in
-from tests.unit.test_multi_commit import check_tags_move_on_every_table_or_none
+from tests.unit.test_multi_commit import check_group_published_by_pointer, check_tags_move_on_every_table_or_none
 
 pytestmark = pytest.mark.integration
 
@@ -399,3 +399,10 @@ def test_a_group_tag_moves_on_every_table_or_on_none(lake):
     ``POST /v1/transactions/commit``, the JDBC catalog's rows in PostgreSQL): see
     :func:`tests.unit.test_multi_commit.check_tags_move_on_every_table_or_none`."""
     check_tags_move_on_every_table_or_none(load_catalog(lake.settings), sql=lake.kind != "rest")
+
+
+def test_a_group_published_by_pointer_moves_one_table_per_commit(lake):
+    """``CDCLAKE_GROUP_COMMIT=pointer``, the fallback for a catalog without a multi-table commit,
+    with single-table commits on the REST catalog and PostgreSQL:
+    :func:`tests.unit.test_multi_commit.check_group_published_by_pointer`."""
+    check_group_published_by_pointer(load_catalog(lake.settings))

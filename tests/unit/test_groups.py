@@ -220,3 +220,28 @@ def test_a_group_members_commit_records_the_positions_it_is_valid_at():
     assert json.loads(summary[SummaryKeys.TRANSACTION_INTERVAL]) == {"topic": TX, "from": 41, "to": 57}
     plain = transaction_summary(make_table(), planned, planned, TransactionCut(None, last, 3), {"u": 6})
     assert SummaryKeys.TRANSACTION_INTERVAL not in plain
+
+
+def test_a_position_tag_names_its_group_and_position_and_no_other_groups():
+    """:func:`cdclake.model.layout.position_tag`: a group name has no ``-``, so group ``bank_at_7``
+    cannot take the tags of group ``bank``."""
+    from cdclake.model.layout import is_position_tag, position_of_tag, position_tag
+
+    assert position_tag("bank", 120) == "cdc_group_bank-at-120"
+    assert position_of_tag("bank", "cdc_group_bank-at-120") == 120
+    assert position_of_tag("bank_at_7", "cdc_group_bank-at-120") is None
+    assert position_of_tag("bank", "cdc_group_bank_at_7-at-3") is None
+    assert position_of_tag("bank", "cdc_group_bank") is None
+    assert is_position_tag("cdc_group_bank_at_7-at-3") and not is_position_tag("cdc_group_bank")
+
+
+def test_the_group_commit_setting_takes_the_two_ways_and_no_other():
+    """``CDCLAKE_GROUP_COMMIT``: ``multi_table`` by default, ``pointer``; anything else is refused."""
+    import pydantic
+
+    from cdclake.settings import Settings
+
+    assert Settings.from_env({}).group_commit == "multi_table"
+    assert Settings.from_env({"CDCLAKE_GROUP_COMMIT": "pointer"}).group_commit == "pointer"
+    with pytest.raises(pydantic.ValidationError, match="group_commit"):
+        Settings.from_env({"CDCLAKE_GROUP_COMMIT": "two_phase"})

@@ -103,7 +103,8 @@ def test_a_group_is_published_at_the_greatest_position_its_members_share_and_nev
     from cdclake.model.layout import GROUP_POSITION_PROPERTY, SummaryKeys
     from cdclake.pipeline.groups import group_statuses, publish_group
 
-    catalog, members, tables = _bank(tmp_path)
+    catalog = load_catalog(Settings.from_env({"CDCLAKE_STATE_DIR": str(tmp_path)}))
+    members, tables = _bank(catalog)
     rows = pa.table({"id": pa.array([1], pa.int64())})
 
     def commit(name: str, start: int | None, end: int = 0) -> int:
@@ -164,7 +165,8 @@ def test_members_commit_to_the_stage_branch_and_main_moves_only_when_the_group_i
     from cdclake.model.layout import STAGE_BRANCH, WRITE_REF_PROPERTY, SummaryKeys
     from cdclake.pipeline.groups import publish_group
 
-    catalog, members, tables = _bank(tmp_path)
+    catalog = load_catalog(Settings.from_env({"CDCLAKE_STATE_DIR": str(tmp_path)}))
+    members, tables = _bank(catalog)
     rows = pa.table({"id": pa.array([1], pa.int64())})
     before = {}
     for c in members:  # a commit from before the group: main has a snapshot
@@ -208,22 +210,123 @@ def test_members_commit_to_the_stage_branch_and_main_moves_only_when_the_group_i
     assert left.current_snapshot().snapshot_id == a2  # type: ignore[union-attr]
 
 
-def _bank(tmp_path):
-    """A SQLite catalog in ``tmp_path`` with the empty tables ``bank.accounts`` and
-    ``bank.ledger`` (one column ``id``) of group ``bank``: ``(catalog, members, {name: table})``."""
+def _bank(catalog, namespace: str = "bank"):
+    """In ``catalog``, the empty tables ``<namespace>.accounts`` and ``<namespace>.ledger`` (one
+    column ``id``) of group ``bank``: ``(members, {name: table})``."""
     from pyiceberg.schema import Schema
     from pyiceberg.types import LongType, NestedField
 
     from cdclake.model.config import TableConfig
 
-    catalog = load_catalog(Settings.from_env({"CDCLAKE_STATE_DIR": str(tmp_path)}))
-    catalog.create_namespace("bank")
+    catalog.create_namespace(namespace)
     members = [
-        TableConfig(name=n, topic=f"db1.bank.{n}", namespace="bank", table=n, primary_key=["id"], group="bank")
+        TableConfig(name=n, topic=f"db1.bank.{n}", namespace=namespace, table=n, primary_key=["id"], group="bank")
         for n in ("accounts", "ledger")
     ]
     tables = {
         c.name: catalog.create_table(c.identifier, Schema(NestedField(1, "id", LongType(), required=False)))
         for c in members
     }
-    return catalog, members, tables
+    return members, tables
+
+
+def test_a_group_published_by_pointer_tags_every_member_first_and_readers_find_the_smallest_position(tmp_path):
+    check_group_published_by_pointer(load_catalog(Settings.from_env({"CDCLAKE_STATE_DIR": str(tmp_path)})))
+
+
+def check_group_published_by_pointer(catalog) -> None:
+    """``CDCLAKE_GROUP_COMMIT=pointer`` (a catalog without a multi-table commit), on ``catalog``
+    (a namespace of its own, dropped at the end): the publish tags every member at the position,
+    then moves each member's ``main``, group tag and position in a single-table commit; readers
+    read every member at the tag of the smallest position the members record, which every member
+    has, also while the members are one publish apart; the tags below the previous position are
+    removed, and a table that leaves the group drops its position tags."""
+    import json
+
+    import pyarrow as pa
+
+    from cdclake.io.catalog import ensure_write_ref
+    from cdclake.io.multi_commit import RefMove, RefUpdate, commit_refs
+    from cdclake.model.groups import SourceInterval
+    from cdclake.model.layout import STAGE_BRANCH, SummaryKeys
+    from cdclake.pipeline.groups import group_read_refs, group_statuses, publish_group
+
+    namespace = f"bank_{uuid.uuid4().hex[:8]}"
+    members, tables = _bank(catalog, namespace)
+    accounts, ledger = (c.identifier for c in members)
+    rows = pa.table({"id": pa.array([1], pa.int64())})
+    for c in members:  # a commit from before the group (pyiceberg appends to a branch of a table with one)
+        tables[c.name].append(rows)
+        tables[c.name] = ensure_write_ref(tables[c.name], "bank")
+    offsets = {"accounts": 0, "ledger": 0}
+
+    def commit(name: str, start: int, end: int) -> int:
+        offsets[name] += 1
+        summary = {
+            SummaryKeys.TOPIC: f"db1.bank.{name}",
+            SummaryKeys.END_OFFSETS: json.dumps({"0": offsets[name]}),
+            SummaryKeys.TRANSACTION_INTERVAL: SourceInterval("db1.transaction", start, end).to_json(),
+        }
+        tables[name].append(rows, snapshot_properties=summary, branch=STAGE_BRANCH)
+        tables[name] = catalog.load_table(f"{namespace}.{name}")
+        return tables[name].snapshot_by_name(STAGE_BRANCH).snapshot_id  # type: ignore[union-attr]
+
+    def position_tags(identifier: str) -> dict[str, int]:
+        refs = catalog.load_table(identifier).refs()
+        return {r: refs[r].snapshot_id for r in refs if r.startswith("cdc_group_bank-at-")}
+
+    try:
+        a1, b1 = commit("accounts", 3, 9), commit("ledger", 5, 9)
+        assert group_read_refs(catalog, "bank", members) == {}
+        done = publish_group(catalog, "bank", members, 1000, None, "pointer")
+        assert (done.position, done.moved) == (9, True)
+        for c, snap in zip(members, (a1, b1), strict=True):
+            table = catalog.load_table(c.identifier)
+            assert position_tags(c.identifier) == {"cdc_group_bank-at-9": snap}
+            assert table.current_snapshot().snapshot_id == table.refs()["cdc_group_bank"].snapshot_id == snap  # type: ignore[union-attr]
+        assert group_read_refs(catalog, "bank", members) == {
+            accounts: "cdc_group_bank-at-9",
+            ledger: "cdc_group_bank-at-9",
+        }
+
+        a2, b2 = commit("accounts", 10, 20), commit("ledger", 10, 20)
+        # the state a publish leaves when it stops after its first member's commit: every member
+        # tagged at 20, only accounts moved
+        for c, snap in zip(members, (a2, b2), strict=True):
+            commit_refs(catalog, RefMove(c.identifier, (RefUpdate("cdc_group_bank-at-20", None, snap),)))
+        mark = catalog.load_table(accounts).properties["cdc.group-position"]
+        commit_refs(
+            catalog,
+            RefMove(
+                accounts,
+                (RefUpdate("cdc_group_bank", a1, a2), RefUpdate("main", a1, a2, branch=True)),
+                {"cdc.group-position": mark.replace('"position":9', '"position":20')},
+            ),
+        )
+        (status,) = group_statuses(catalog, members)
+        assert (status.position, status.read_ref, status.moving) == (9, "cdc_group_bank-at-9", True)
+        assert group_read_refs(catalog, "bank", members) == {
+            accounts: "cdc_group_bank-at-9",
+            ledger: "cdc_group_bank-at-9",
+        }
+        # the next publish finds the tags made and moves the rest
+        done = publish_group(catalog, "bank", members, 2000, None, "pointer")
+        assert (done.position, dict(done.snapshots)) == (20, {"accounts": a2, "ledger": b2})
+        (status,) = group_statuses(catalog, members)
+        assert (status.position, status.read_ref, status.moving) == (20, "cdc_group_bank-at-20", False)
+        assert status.describe(3000).startswith("group bank (accounts, ledger): tag cdc_group_bank-at-20 at")
+        assert position_tags(ledger) == {"cdc_group_bank-at-9": b1, "cdc_group_bank-at-20": b2}
+
+        a3, b3 = commit("accounts", 21, 30), commit("ledger", 21, 30)
+        assert publish_group(catalog, "bank", members, 4000, None, "pointer").position == 30
+        for c, (snap2, snap3) in zip(members, ((a2, a3), (b2, b3)), strict=True):
+            assert position_tags(c.identifier) == {"cdc_group_bank-at-20": snap2, "cdc_group_bank-at-30": snap3}
+            assert catalog.load_table(c.identifier).current_snapshot().snapshot_id == snap3  # type: ignore[union-attr]
+
+        left = ensure_write_ref(catalog.load_table(ledger), None)  # leaves the group: no position tag
+        assert position_tags(ledger) == {} and left.current_snapshot().snapshot_id == b3  # type: ignore[union-attr]
+        assert "cdc_group_bank" in left.refs()  # the group's tag stays for time travel
+    finally:
+        for c in members:
+            catalog.drop_table(c.identifier)
+        catalog.drop_namespace(namespace)

@@ -27,6 +27,7 @@ from cdclake.model.layout import (
     SummaryKeys,
     column_encodings,
     column_encodings_property,
+    is_position_tag,
 )
 from cdclake.model.offsets import Offsets
 from cdclake.model.run_state import CommittedState, committed_state_of
@@ -91,7 +92,8 @@ def ensure_write_ref(table: Table, group: str | None) -> Table:
     """Make the table's :func:`write_ref` fit its group: a table that joins a group starts
     :data:`~cdclake.model.layout.STAGE_BRANCH` at ``main``'s current snapshot (a branch left by an
     earlier membership is dropped first) and records it; a table that leaves one moves ``main`` to
-    the branch's head and drops it, in one commit. Returns the table as it is then.
+    the branch's head and drops it, with the position tags of a group published by pointer
+    (:func:`~cdclake.model.layout.position_tag`), in one commit. Returns the table as it is then.
 
     Raises:
         CommitFailedException: another commit changed the table's refs twice meanwhile (pyiceberg's).
@@ -134,10 +136,12 @@ def _move_write_ref(table: Table, want: str | None, group: str | None) -> None:
         return
     stage = table.snapshot_by_name(STAGE_BRANCH)
     with table.transaction() as tx:
+        manage = ManageSnapshots(transaction=tx)
         if stage is not None:
-            ManageSnapshots(transaction=tx).set_current_snapshot(snapshot_id=stage.snapshot_id).remove_branch(
-                STAGE_BRANCH
-            ).commit()
+            manage = manage.set_current_snapshot(snapshot_id=stage.snapshot_id).remove_branch(STAGE_BRANCH)
+        for ref in [r for r in table.refs() if is_position_tag(r)]:  # a group published by pointer
+            manage = manage.remove_tag(ref)
+        manage.commit()
         tx.remove_properties(WRITE_REF_PROPERTY)
     log.info(
         "table %s left its group: main moved to the head of branch %s (snapshot %s); its runs commit to main",

@@ -19,6 +19,10 @@ same change. Two catalogs can commit several tables at once:
   The metadata files of a rolled-back commit are left unreferenced (Iceberg's orphan-file
   removal takes them).
 
+:func:`commit_refs` moves the refs of one table in a single-table commit, on any catalog: a group
+published by pointer (:mod:`cdclake.pipeline.groups`) uses it where the catalog has no multi-table
+commit.
+
 pyiceberg 0.12 has no multi-table commit of its own; the SQL side uses its catalog's staging
 (``_update_and_stage_table``, ``_write_metadata``) and table model (``IcebergTables``) as its
 ``commit_table`` does, so a pyiceberg upgrade must keep them (``requirements.txt`` pins it).
@@ -71,11 +75,14 @@ class RefMove:
         identifier: ``namespace.table``.
         refs: the refs to move.
         properties: table properties set in the same commit.
+        removed: refs removed in the same commit (no requirement: one already gone is no error of
+            the commit's).
     """
 
     identifier: str
     refs: tuple[RefUpdate, ...]
     properties: Mapping[str, str] = field(default_factory=dict)
+    removed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -116,7 +123,7 @@ def move_refs(catalog: Catalog, moves: Sequence[RefMove]) -> None:
     else:
         raise ConfigError(
             f"catalog {catalog.name!r} ({type(catalog).__name__}) has no multi-table commit: a table group needs "
-            "the REST catalog or the JDBC (SQL) catalog"
+            "the REST catalog or the JDBC (SQL) catalog, or to be published by pointer: CDCLAKE_GROUP_COMMIT=pointer"
         )
     log.info("moved %s", ", ".join(f"{m.identifier} {r.ref} -> {r.snapshot_id}" for m in moves for r in m.refs))
 
@@ -138,6 +145,7 @@ def _request(move: RefMove) -> CommitTableRequest:
     ]
     if move.properties:
         updates.append({"action": "set-properties", "updates": dict(move.properties)})
+    updates.extend({"action": "remove-snapshot-ref", "ref-name": ref} for ref in move.removed)
     return CommitTableRequest.model_validate(
         {
             "identifier": {"namespace": namespace.split("."), "name": name},
@@ -149,6 +157,25 @@ def _request(move: RefMove) -> CommitTableRequest:
     )
 
 
+def commit_refs(catalog: Catalog, move: RefMove) -> None:
+    """Move the refs of one table in one single-table commit, on any catalog (pyiceberg's
+    ``commit_table``, with the requirements and updates of a :class:`RefMove`).
+
+    Raises:
+        MultiTableCommitError: a ref is not at its ``expected`` snapshot, or the table changed
+            between its load and the commit; nothing moved.
+        NoSuchTableError: the table does not exist (pyiceberg's).
+    """
+    from pyiceberg.exceptions import CommitFailedException
+
+    request = _request(move)
+    try:
+        catalog.commit_table(catalog.load_table(move.identifier), tuple(request.requirements), tuple(request.updates))
+    except CommitFailedException as e:
+        raise MultiTableCommitError(f"table {move.identifier}: refused, nothing moved: {e}") from e
+    log.info("moved %s", ", ".join(f"{move.identifier} {r.ref} -> {r.snapshot_id}" for r in move.refs) or "nothing")
+
+
 def _commit_rest(catalog: RestCatalog, changes: Sequence[CommitTableRequest]) -> None:
     """``POST /v1/{prefix}/transactions/commit`` on the catalog's session (HTTP 204 on success)."""
     body = '{"table-changes": [' + ", ".join(c.model_dump_json() for c in changes) + "]}"
@@ -158,7 +185,10 @@ def _commit_rest(catalog: RestCatalog, changes: Sequence[CommitTableRequest]) ->
         return
     where = f"REST catalog {catalog.name!r}: POST {url}"
     if response.status_code in (404, 405, 501) and "NoSuchTable" not in response.text:
-        raise ConfigError(f"{where}: HTTP {response.status_code}: the server has no multi-table commit")
+        raise ConfigError(
+            f"{where}: HTTP {response.status_code}: the server has no multi-table commit; publish table groups by "
+            'pointer instead: CDCLAKE_GROUP_COMMIT=pointer (docs/architecture.md, "Table groups")'
+        )
     if response.status_code == 409 or response.status_code < 500:
         raise MultiTableCommitError(f"{where}: refused, nothing moved: HTTP {response.status_code} {response.text}")
     raise MultiTableCommitError(

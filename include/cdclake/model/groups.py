@@ -316,9 +316,14 @@ class GroupStatus:
         group: the group.
         members: its tables (names).
         transaction_topic: the topic its positions are offsets of.
-        position: the position the group's tag shows (every member records the same);
-            ``None``: not published yet (or a member joined since the last publish).
-        published_ms: when it was published (epoch ms).
+        position: the group's position: the smallest its members record (all record the same,
+            except while a publish by pointer moves them one by one); ``None``: not published yet
+            (or a member joined since the last publish).
+        published_ms: when that position was published (epoch ms).
+        read_ref: the ref to read every member at to see the group whole (``VERSION AS OF``):
+            the group's tag, or the position's tag of a group published by pointer.
+        moving: members record different positions (a publish by pointer is under way, or
+            stopped half-way until the next).
     """
 
     group: str
@@ -326,23 +331,34 @@ class GroupStatus:
     transaction_topic: str
     position: int | None = None
     published_ms: int | None = None
+    read_ref: str | None = None
+    moving: bool = False
 
     @classmethod
     def of(
-        cls, group: str, members: Sequence[str], transaction_topic: str, marks: Sequence[GroupPosition | None]
+        cls,
+        group: str,
+        members: Sequence[str],
+        transaction_topic: str,
+        marks: Sequence[GroupPosition | None],
+        read_ref: str | None = None,
     ) -> GroupStatus:
         """The status from each member's :class:`GroupPosition` (``None``: it has none of ``group``)."""
-        found = {(m.position, m.published_ms) for m in marks if m is not None and m.group == group}
-        if len(found) != 1 or len([m for m in marks if m is not None and m.group == group]) != len(members):
+        found = [m for m in marks if m is not None and m.group == group]
+        if not found or len(found) != len(members):
             return cls(group, tuple(members), transaction_topic)
-        position, published_ms = found.pop()
-        return cls(group, tuple(members), transaction_topic, position, published_ms)
+        first = min(found, key=lambda m: m.position)
+        moving = len({m.position for m in found}) > 1
+        return cls(
+            group, tuple(members), transaction_topic, first.position, first.published_ms, read_ref or None, moving
+        )
 
     def describe(self, now_ms: int) -> str:
         """One line: ``group bank (accounts, ledger): tag cdc_group_bank at dbserver1.transaction
-        offset 120, published 95 s ago``."""
-        head = f"group {self.group} ({', '.join(self.members)}): tag {group_tag(self.group)}"
+        offset 120, published 95 s ago``; by pointer, the tag is the position's."""
+        head = f"group {self.group} ({', '.join(self.members)}): tag {self.read_ref or group_tag(self.group)}"
         if self.position is None or self.published_ms is None:
             return f"{head} not published yet"
         age_s = max(0, (now_ms - self.published_ms) // 1000)
-        return f"{head} at {self.transaction_topic} offset {self.position}, published {age_s} s ago"
+        moving = " (members moving to a newer position)" if self.moving else ""
+        return f"{head} at {self.transaction_topic} offset {self.position}, published {age_s} s ago{moving}"

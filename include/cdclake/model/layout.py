@@ -190,6 +190,34 @@ def group_tag(group: str) -> str:
     return f"{GROUP_TAG_PREFIX}{group}"
 
 
+POSITION_TAG_INFIX = "-at-"
+"""Between the group's tag and a position in :func:`position_tag` (a group name has no ``-``)."""
+
+
+def position_tag(group: str, position: int) -> str:
+    """The tag of a table of ``group`` at one published position (a transaction-topic offset) when
+    the group is published by pointer (``CDCLAKE_GROUP_COMMIT=pointer``):
+    ``cdc_group_<group>-at-<position>``, e.g. ``cdc_group_bank-at-120``. Created on every member
+    before any member's ``cdc.group-position`` names the position; the publish after next removes
+    it."""
+    return f"{group_tag(group)}{POSITION_TAG_INFIX}{position}"
+
+
+_POSITION_TAG = re.compile(rf"{GROUP_TAG_PREFIX}[a-z0-9_]+{POSITION_TAG_INFIX}[0-9]+")
+
+
+def is_position_tag(ref: str) -> bool:
+    """Whether ``ref`` is a :func:`position_tag` of any group."""
+    return _POSITION_TAG.fullmatch(ref) is not None
+
+
+def position_of_tag(group: str, ref: str) -> int | None:
+    """The position of ``ref`` when it is a :func:`position_tag` of ``group``; else ``None``."""
+    head = f"{group_tag(group)}{POSITION_TAG_INFIX}"
+    tail = ref[len(head) :]
+    return int(tail) if ref.startswith(head) and tail.isdigit() else None
+
+
 METADATA_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("_cdc_op", "string", "Debezium op of the event that wrote the row: c, u or r"),
     ("_cdc_snapshot", "boolean", "true when the row was written by a snapshot read"),

@@ -1,18 +1,30 @@
 """Publish a table group (pyiceberg and the transaction topic; no Spark): choose the greatest
 source position every member's commits cover and move the group's tag and ``main`` of every member
-to its commit there, in one catalog commit (``docs/architecture.md``, "Table groups")."""
+to its commit there (``docs/architecture.md``, "Table groups"), in one of two ways
+(``CDCLAKE_GROUP_COMMIT``, :attr:`cdclake.settings.Settings.group_commit`):
+
+* ``multi_table``: in one catalog commit (:func:`~cdclake.io.multi_commit.move_refs`); ``main`` of
+  the members is at one source transaction boundary at every moment.
+* ``pointer``, for a catalog without a multi-table commit: every member is first tagged at the
+  position (:func:`~cdclake.model.layout.position_tag`), then each member's ``main``, group tag and
+  :data:`~cdclake.model.layout.GROUP_POSITION_PROPERTY` move in a commit of its own. The group's
+  position is the smallest its members record, and every member has a tag there
+  (:func:`group_read_tags`): a reader who needs the group whole reads each member at that tag.
+  While a publish moves the members one by one (or after it failed half-way, until the next one),
+  ``main`` of two members may be one publish apart.
+"""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from cdclake.errors import MultiTableCommitError, TopicNotFoundError
 from cdclake.io.catalog import MAIN_BRANCH, ancestry, load_table_or_none, write_ref
 from cdclake.io.kafka import topic_watermarks
-from cdclake.io.multi_commit import RefMove, RefUpdate, move_refs
+from cdclake.io.multi_commit import RefMove, RefUpdate, commit_refs, move_refs
 from cdclake.io.transaction_topic import read_transaction_ends
 from cdclake.model.groups import (
     GroupPosition,
@@ -24,11 +36,12 @@ from cdclake.model.groups import (
     group_members,
     member_snapshots,
 )
-from cdclake.model.layout import GROUP_POSITION_PROPERTY, group_tag
+from cdclake.model.layout import GROUP_POSITION_PROPERTY, group_tag, position_of_tag, position_tag
 from cdclake.model.plan import TransactionRange
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
 
     from cdclake.io.kafka import KafkaClients
     from cdclake.model.config import TableConfig
@@ -60,8 +73,17 @@ class GroupPublish:
     reason: str = ""
 
 
+GroupCommit = Literal["multi_table", "pointer"]
+"""How a group is published (module docstring)."""
+
+
 def publish_group(
-    catalog: Catalog, group: str, members: Sequence[TableConfig], now_ms: int, kafka: KafkaClients | None
+    catalog: Catalog,
+    group: str,
+    members: Sequence[TableConfig],
+    now_ms: int,
+    kafka: KafkaClients | None,
+    commit: GroupCommit = "multi_table",
 ) -> GroupPublish:
     """Move the tag ``cdc_group_<group>`` of every member to its commit at the greatest position
     all of them cover (:func:`~cdclake.model.groups.choose_position`), and ``main`` with it for
@@ -77,14 +99,15 @@ def publish_group(
         kafka: where the transaction topic is read to extend each member's newest commit to the
             ``END`` records written since (:func:`~cdclake.model.groups.extend_interval`: a member
             whose source table is quiet commits nothing); ``None``: the intervals as recorded.
+        commit: ``multi_table`` or ``pointer`` (module docstring).
 
     Raises:
         MultiTableCommitError: the commit lost to other commits :data:`PUBLISH_ATTEMPTS` times.
-        ConfigError: a catalog without multi-table commits.
+        ConfigError: ``multi_table`` on a catalog without multi-table commits.
     """
     for attempt in range(1, PUBLISH_ATTEMPTS + 1):
         try:
-            return _publish_once(catalog, group, members, now_ms, kafka)
+            return _publish_once(catalog, group, members, now_ms, kafka, commit)
         except MultiTableCommitError as e:
             if attempt == PUBLISH_ATTEMPTS:
                 raise
@@ -93,7 +116,12 @@ def publish_group(
 
 
 def _publish_once(
-    catalog: Catalog, group: str, members: Sequence[TableConfig], now_ms: int, kafka: KafkaClients | None
+    catalog: Catalog,
+    group: str,
+    members: Sequence[TableConfig],
+    now_ms: int,
+    kafka: KafkaClients | None,
+    commit: GroupCommit,
 ) -> GroupPublish:
     tag = group_tag(group)
     transaction_topic = members[0].transaction_topic_name
@@ -150,7 +178,10 @@ def _publish_once(
         )
         for cfg in members
     ]
-    move_refs(catalog, moves)
+    if commit == "pointer":
+        _publish_by_pointer(catalog, group, point.position, before, moves)
+    else:
+        move_refs(catalog, moves)
     log.info(
         "group %s: published at %s offset %d (was %s): %s",
         group,
@@ -162,18 +193,86 @@ def _publish_once(
     return GroupPublish(group, point.position, True, dict(point.snapshots))
 
 
+def _publish_by_pointer(
+    catalog: Catalog, group: str, position: int, before: int | None, moves: Sequence[RefMove]
+) -> None:
+    """Publish ``moves`` (each member's group tag, ``main``, position property) by pointer: first
+    every member tagged at ``position`` (:func:`~cdclake.model.layout.position_tag`), so that
+    whichever member moves first, the smallest position the members record has its tag on all of
+    them; then each member in a commit of its own, which also removes the member's position tags
+    below ``before`` (the position a reader may have resolved just before: kept until the next
+    publish). A retry after a failure half-way finds the tags already made and moves the rest.
+
+    Raises:
+        MultiTableCommitError: a member's commit lost to another (that member and the ones after
+            it did not move; the next try reads them again), or a position tag exists at another
+            snapshot.
+    """
+    tag = position_tag(group, position)
+    for move in moves:
+        snapshot_id = move.refs[0].snapshot_id
+        ref = catalog.load_table(move.identifier).refs().get(tag)
+        if ref is None:
+            commit_refs(catalog, RefMove(move.identifier, (RefUpdate(tag, None, snapshot_id),)))
+        elif ref.snapshot_id != snapshot_id:
+            raise MultiTableCommitError(
+                f"table {move.identifier}: tag {tag} is at snapshot {ref.snapshot_id}, not {snapshot_id}"
+            )
+    for move in moves:
+        stale = tuple(r for r in catalog.load_table(move.identifier).refs() if _stale(group, r, position, before))
+        commit_refs(catalog, RefMove(move.identifier, move.refs, move.properties, removed=stale))
+
+
+def _stale(group: str, ref: str, position: int, before: int | None) -> bool:
+    """Whether ``ref`` is a position tag of ``group`` below both ``position`` and ``before``."""
+    at = position_of_tag(group, ref)
+    return at is not None and at != position and (before is None or at < before)
+
+
+def group_read_refs(catalog: Catalog, group: str, members: Sequence[TableConfig]) -> dict[str, str]:
+    """Where to read each member to see the whole group at its published position: member
+    identifier -> the ref for ``VERSION AS OF``, the position tag of the smallest position the
+    members record when the group is published by pointer, else the group's tag. Empty when the
+    group is not published (a member has no position of the group: not created yet, or joined
+    since the last publish)."""
+    return _read_refs(catalog, group, members)[1]
+
+
+def _read_refs(
+    catalog: Catalog, group: str, members: Sequence[TableConfig]
+) -> tuple[list[GroupPosition | None], dict[str, str]]:
+    """The members' positions of ``group`` (``None``: none of the group) and
+    :func:`group_read_refs`."""
+    tables: dict[str, Table] = {}
+    marks: list[GroupPosition | None] = []
+    for cfg in members:
+        table = load_table_or_none(catalog, cfg.identifier)
+        mark = None if table is None else GroupPosition.from_text(table.properties.get(GROUP_POSITION_PROPERTY))
+        marks.append(mark if mark is not None and mark.group == group else None)
+        if table is not None:
+            tables[cfg.identifier] = table
+    if not marks or any(m is None for m in marks):
+        return marks, {}
+    tag = position_tag(group, min(m.position for m in marks if m is not None))
+    pointer = all(tag in t.refs() for t in tables.values())
+    return marks, {identifier: tag if pointer else group_tag(group) for identifier in tables}
+
+
 def group_statuses(catalog: Catalog, tables: Sequence[TableConfig]) -> list[GroupStatus]:
     """The :class:`~cdclake.model.groups.GroupStatus` of each group of ``tables``, from its members'
     :data:`~cdclake.model.layout.GROUP_POSITION_PROPERTY` (a member not created yet has none)."""
     out = []
     for group, members in group_members(tables).items():
-        marks = []
-        for cfg in members:
-            table = load_table_or_none(catalog, cfg.identifier)
-            marks.append(
-                None if table is None else GroupPosition.from_text(table.properties.get(GROUP_POSITION_PROPERTY))
+        marks, refs = _read_refs(catalog, group, members)
+        out.append(
+            GroupStatus.of(
+                group,
+                [m.name for m in members],
+                members[0].transaction_topic_name,
+                marks,
+                read_ref=next(iter(refs.values()), None),
             )
-        out.append(GroupStatus.of(group, [m.name for m in members], members[0].transaction_topic_name, marks))
+        )
     return out
 
 
