@@ -271,3 +271,11 @@ def test_the_page_shows_each_table_groups_position_and_its_age():
         "<li>group &lt;b&gt;shop&lt;/b&gt; (orders): tag cdc_group_&lt;b&gt;shop&lt;/b&gt; not published yet</li>"
     )
     assert 'id="cdc-groups"' not in render_page(_payload())
+    # a group published by pointer (CDCLAKE_GROUP_COMMIT=pointer), a publish half-way: read at the position's tag
+    pointer = GroupStatus("bank", ("accounts", "ledger"), "db1.transaction", 120, 1_700_000_000_000 - 5_000)
+    pointer = dataclasses.replace(pointer, read_ref="cdc_group_bank-at-120", moving=True)
+    page = render_page(_payload() | {"groups": [dataclasses.asdict(pointer)]})
+    assert page.split('<ul id="cdc-groups">')[1].split("</ul>")[0] == (
+        "<li>group bank (accounts, ledger): tag cdc_group_bank-at-120 at db1.transaction offset 120, published 5 s "
+        "ago (members moving to a newer position)</li>"
+    )
