@@ -155,6 +155,12 @@ def final_reconcile(topology: Topology, airflow: Any, tables: list[SoakTable]) -
 
     run_id = f"soak_final_{time.strftime('%Y%m%dT%H%M%S')}"
     started_ms = int(time.time() * 1000)
+    # the runs of the load (its daily run over every table, the faults' runs) end with the load:
+    # the DAG runs one run at a time, and the eighth soak's daily run, started at the first minutes
+    # and slowed by every fault, would have held the final run past FINAL_RECONCILE_S
+    stopped = airflow.fail_unfinished_runs("cdc_reconcile")
+    if stopped:
+        log.info("cdc_reconcile runs of the load marked failed before the final run: %s", ", ".join(stopped))
     airflow.set_paused("cdc_reconcile", False)
     # tables that did not catch up make its catch-up wait: bounded, so that the report is written
     airflow.trigger("cdc_reconcile", run_id, {"mode": "report", "catch_up_timeout_minutes": 5})
@@ -166,7 +172,7 @@ def final_reconcile(topology: Topology, airflow: Any, tables: list[SoakTable]) -
     summaries = last_reconciles(
         load_catalog(topology.task_settings()), int(time.time() * 1000), [t.identifier for t in tables]
     )
-    out: dict[str, Any] = {"state": state, "tables": {}}
+    out: dict[str, Any] = {"state": state, "tables": {}, "load_runs_stopped": stopped}
     for t in tables:
         s = summaries.get(t.identifier)
         if t.changelog:
@@ -233,6 +239,7 @@ def run_soak(topology: Topology, cfg: SoakConfig) -> dict[str, Any]:
         "totals": totals,
         "tables": per_table,
         "reconcile_state": reconcile["state"],
+        "reconcile_runs_of_the_load_stopped": reconcile["load_runs_stopped"],
         "faults": [r.as_dict() for r in injector.records],
         "faults_by_kind": dict(Counter(r.kind for r in injector.records)),
         "fault_errors": [r.as_dict() for r in injector.records if r.error],
@@ -266,7 +273,8 @@ def markdown(result: dict[str, Any]) -> str:
         ),
         "",
         f"**Rows lost {s['totals']['lost']}, stale {s['totals']['stale']}, duplicated {s['totals']['duplicated']}, "
-        f"wrong {s['totals']['wrong']}**; final reconcile run: {s['reconcile_state']}.",
+        f"wrong {s['totals']['wrong']}**; final reconcile run: {s['reconcile_state']} (runs of the load marked "
+        f"failed before it: {', '.join(s.get('reconcile_runs_of_the_load_stopped') or []) or 'none'}).",
         "",
         "| table | kind | source rows | lake rows | lost | stale | dup | wrong | reconcile | max lag s |",
         "|---|---|---|---|---|---|---|---|---|---|",

@@ -222,6 +222,25 @@ class AirflowProcesses:
             if not page[key] or len(items) >= page["total_entries"]:
                 return items
 
+    def fail_unfinished_runs(self, dag_id: str) -> list[str]:
+        """Mark every queued or running run of ``dag_id`` failed (``PATCH
+        /api/v2/dags/{dag_id}/dagRuns/{run_id}``, as the UI's "Mark as failed": its running tasks
+        are stopped). Returns their run ids.
+
+        Raises:
+            requests.HTTPError: the API refused it.
+        """
+        runs = self.get_all(f"dags/{dag_id}/dagRuns", "dag_runs", state=["queued", "running"])
+        for run in runs:
+            r = self.http.patch(
+                f"{self.base}/api/v2/dags/{dag_id}/dagRuns/{run['dag_run_id']}",
+                json={"state": "failed"},
+                headers=self._headers(),
+                timeout=60,
+            )
+            r.raise_for_status()
+        return [str(run["dag_run_id"]) for run in runs]
+
     def set_paused(self, dag_id: str, paused: bool) -> None:
         """Pause or unpause a DAG (``PATCH /api/v2/dags/{dag_id}``).
 
