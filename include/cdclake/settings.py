@@ -39,8 +39,6 @@ variable                         meaning                                        
 ``CDCLAKE_SPARK_LOG_LEVEL``      Spark's log level (``spark.log.level``): INFO     ``WARN``
                                  to see Spark's own chatter in task logs
 ``CDCLAKE_APPLY_PAUSE_AT``       debugging: pause the apply job at a commit point  unset
-``CDCLAKE_PRELOAD``              ``0``: the scheduler does not import the table     ``1``
-                                 runs' modules before it forks their tasks
 ``CDCLAKE_SCHEMA_REGISTRY_URL``  the schema registry of ``value_format: avro``    unset
                                  topics (Confluent REST API base URL), when no
                                  Airflow connection ``schema_registry`` exists
@@ -88,7 +86,6 @@ _KNOWN = {
     "RECONCILE_TASKS",
     "GROUP_COMMIT",
     "APPLY_PAUSE_AT",  # read by the apply job: cdclake.spark.commit.PAUSE_ENV (debugging)
-    "PRELOAD",  # read by Airflow's local settings: cdclake_airflow.preload.ENV
     "SCHEMA_REGISTRY_URL",
     "DISCOVERY_REGISTRY",
 }
