@@ -457,42 +457,34 @@ def test_spark_type() -> None:
 
 
 @pytest.mark.integration
-def test_every_expression_is_valid_spark_sql_of_the_column_type() -> None:
-    """Every ``sql`` above, evaluated by a local Spark: its type is the column's, its value the expected."""
-    pyspark_sql = pytest.importorskip("pyspark.sql")
+def test_every_expression_is_valid_spark_sql_of_the_column_type(spark) -> None:
+    """Every ``sql`` above, evaluated by the tests' Spark session (UTC; a bare session of its own
+    would start the JVM without the Iceberg runtime for the integration tests after it): its type is
+    the column's, its value the expected."""
     cases = [(c, run(c), spec_of(c.column, c.modes)) for c in ALL]
     cases = [(c, got, spec) for c, got, spec in cases if got.sql is not None]
-    session = (
-        pyspark_sql.SparkSession.builder.master("local[1]")
-        .appName("cdclake-test-defaults")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
+    session = spark
+    frame = session.sql(
+        "SELECT *, "
+        + ", ".join(f"CAST(c{i} AS STRING) AS s{i}" for i in range(len(cases)))
+        + f" FROM (SELECT {', '.join(f'{got.sql} AS c{i}' for i, (_c, got, _s) in enumerate(cases))})"
     )
-    try:
-        frame = session.sql(
-            "SELECT *, "
-            + ", ".join(f"CAST(c{i} AS STRING) AS s{i}" for i in range(len(cases)))
-            + f" FROM (SELECT {', '.join(f'{got.sql} AS c{i}' for i, (_c, got, _s) in enumerate(cases))})"
-        )
-        row = frame.collect()[0]
-        types = {f.name: f.dataType.simpleString() for f in frame.schema.fields}
-        problems = []
-        for i, (case, got, spec) in enumerate(cases):
-            if types[f"c{i}"] != spark_type(spec.iceberg_type).lower():
-                problems.append(f"{case.id}: {got.sql} is {types[f'c{i}']}, not {spec.iceberg_type}")
-            value = row[f"c{i}"]
-            if spec.iceberg_type == "timestamptz":  # Spark hands a naive local time: read its UTC text
-                value = dt.datetime.fromisoformat(row[f"s{i}"]).replace(tzinfo=UTC)
-            elif isinstance(value, bytearray):
-                value = bytes(value)
-            if case.value is not NOT_CHECKED and value != case.value:
-                problems.append(f"{case.id}: {got.sql} reads {value!r}, expected {case.value!r}")
-        assert not problems, "\n".join(problems)
-        escapes = session.sql("SELECT '\\\\ \\'' AS a, CAST('it\\'s' AS STRING) AS b").collect()[0]
-        assert (escapes["a"], escapes["b"]) == ("\\ '", "it's")
-    finally:
-        session.stop()
+    row = frame.collect()[0]
+    types = {f.name: f.dataType.simpleString() for f in frame.schema.fields}
+    problems = []
+    for i, (case, got, spec) in enumerate(cases):
+        if types[f"c{i}"] != spark_type(spec.iceberg_type).lower():
+            problems.append(f"{case.id}: {got.sql} is {types[f'c{i}']}, not {spec.iceberg_type}")
+        value = row[f"c{i}"]
+        if spec.iceberg_type == "timestamptz":  # Spark hands a naive local time: read its UTC text
+            value = dt.datetime.fromisoformat(row[f"s{i}"]).replace(tzinfo=UTC)
+        elif isinstance(value, bytearray):
+            value = bytes(value)
+        if case.value is not NOT_CHECKED and value != case.value:
+            problems.append(f"{case.id}: {got.sql} reads {value!r}, expected {case.value!r}")
+    assert not problems, "\n".join(problems)
+    escapes = session.sql("SELECT '\\\\ \\'' AS a, CAST('it\\'s' AS STRING) AS b").collect()[0]
+    assert (escapes["a"], escapes["b"]) == ("\\ '", "it's")
 
 
 def test_defaults_of_alters_recorded_on_the_real_chain():
