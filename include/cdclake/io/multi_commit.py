@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyiceberg.catalog.rest import RestCatalog
     from pyiceberg.catalog.sql import SqlCatalog
-    from pyiceberg.table import CommitTableRequest
+    from pyiceberg.table import CommitTableRequest, Table
 
 log = logging.getLogger(__name__)
 
@@ -157,9 +157,11 @@ def _request(move: RefMove) -> CommitTableRequest:
     )
 
 
-def commit_refs(catalog: Catalog, move: RefMove) -> None:
+def commit_refs(catalog: Catalog, move: RefMove, table: Table | None = None) -> None:
     """Move the refs of one table in one single-table commit, on any catalog (pyiceberg's
-    ``commit_table``, with the requirements and updates of a :class:`RefMove`).
+    ``commit_table``, with the requirements and updates of a :class:`RefMove`). ``table``: the
+    table as the caller loaded it (loaded here when ``None``); the requirements are checked against
+    the catalog's current metadata, not against it.
 
     Raises:
         MultiTableCommitError: a ref is not at its ``expected`` snapshot, or the table changed
@@ -170,7 +172,11 @@ def commit_refs(catalog: Catalog, move: RefMove) -> None:
 
     request = _request(move)
     try:
-        catalog.commit_table(catalog.load_table(move.identifier), tuple(request.requirements), tuple(request.updates))
+        catalog.commit_table(
+            table if table is not None else catalog.load_table(move.identifier),
+            tuple(request.requirements),
+            tuple(request.updates),
+        )
     except CommitFailedException as e:
         raise MultiTableCommitError(f"table {move.identifier}: refused, nothing moved: {e}") from e
     log.info("moved %s", ", ".join(f"{move.identifier} {r.ref} -> {r.snapshot_id}" for r in move.refs) or "nothing")

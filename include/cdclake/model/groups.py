@@ -349,9 +349,7 @@ class GroupStatus:
             return cls(group, tuple(members), transaction_topic)
         first = min(found, key=lambda m: m.position)
         moving = len({m.position for m in found}) > 1
-        return cls(
-            group, tuple(members), transaction_topic, first.position, first.published_ms, read_ref or None, moving
-        )
+        return cls(group, tuple(members), transaction_topic, first.position, first.published_ms, read_ref, moving)
 
     def describe(self, now_ms: int) -> str:
         """One line: ``group bank (accounts, ledger): tag cdc_group_bank at dbserver1.transaction

@@ -209,18 +209,23 @@ def _publish_by_pointer(
             snapshot.
     """
     tag = position_tag(group, position)
+    tables = {move.identifier: catalog.load_table(move.identifier) for move in moves}
     for move in moves:
         snapshot_id = move.refs[0].snapshot_id
-        ref = catalog.load_table(move.identifier).refs().get(tag)
+        ref = tables[move.identifier].refs().get(tag)
         if ref is None:
-            commit_refs(catalog, RefMove(move.identifier, (RefUpdate(tag, None, snapshot_id),)))
+            commit_refs(
+                catalog, RefMove(move.identifier, (RefUpdate(tag, None, snapshot_id),)), tables[move.identifier]
+            )
         elif ref.snapshot_id != snapshot_id:
             raise MultiTableCommitError(
                 f"table {move.identifier}: tag {tag} is at snapshot {ref.snapshot_id}, not {snapshot_id}"
             )
-    for move in moves:
-        stale = tuple(r for r in catalog.load_table(move.identifier).refs() if _stale(group, r, position, before))
-        commit_refs(catalog, RefMove(move.identifier, move.refs, move.properties, removed=stale))
+    for move in moves:  # the refs as loaded: the tag made above is not stale
+        stale = tuple(r for r in tables[move.identifier].refs() if _stale(group, r, position, before))
+        commit_refs(
+            catalog, RefMove(move.identifier, move.refs, move.properties, removed=stale), tables[move.identifier]
+        )
 
 
 def _stale(group: str, ref: str, position: int, before: int | None) -> bool:
