@@ -53,6 +53,7 @@ def run_python(code: str, tables_config=None, registry=None) -> dict:
         "cdc_freshness",
         "cdc_discovery",
         "cdc_groups",
+        "cdc_shared",
     ],
 )
 def test_dag_file_parses_without_heavy_imports(dag_file):
@@ -287,6 +288,81 @@ def test_a_table_group_has_a_dag_scheduled_on_its_members_assets(tmp_path):
         # the task before the members' first runs: nothing to publish, skipped (no asset event)
         "publish": "group bank stays at position None: table grpdag.t0 does not exist yet",
     }
+
+
+def test_a_shared_dag_applies_its_tables_a_few_per_task_and_their_own_dags_are_unscheduled(tmp_path):
+    """Five discovered tables of a pattern with ``shared_dag`` (two per task) and one explicit table
+    of their shared DAG: ``cdc_shared_inv`` has three tasks in the apply pool, each emitting its
+    tables' assets through an alias; the members' own DAGs stay for manual runs only."""
+    from cdclake.model.discovery import write_registry
+
+    config = tmp_path / "tables.yaml"
+    config.write_text(
+        "defaults: {schedule: '*/5 * * * *'}\n"
+        "discover:\n"
+        "  - {topic_prefix: shr, namespace: shr, defaults: {shared_dag: inv, tables_per_task: 2}}\n"
+        "tables:\n"
+        "  - {name: own, topic: p.d.own, namespace: shr, table: own, primary_key: [id]}\n"
+        "  - {name: joined, topic: p.d.joined, namespace: shr, table: joined, primary_key: [id],\n"
+        "     shared_dag: inv, tables_per_task: 2}\n"
+        # a discovered table whose schedule differs from its shared DAG's is left out, not a broken file
+        "  - {name: other_schedule, topic: q.d.other, namespace: shr, table: other, primary_key: [id],\n"
+        "     shared_dag: odd, tables_per_task: 2, schedule: '@hourly'}\n"
+    )
+    registry = tmp_path / "discovery.json"
+    write_registry(registry, {f"shr.db.t{i}": ("id",) for i in range(4)}, now_ms=0)
+    result = run_python(
+        """
+        import json
+        from airflow.dag_processing.dagbag import DagBag
+        shared = DagBag(dag_folder="dags/cdc_shared.py")
+        own = DagBag(dag_folder="dags/cdc_tables.py")
+        dag = shared.dags["cdc_shared_inv"]
+        print(json.dumps({
+            "shared": sorted(shared.dags), "errors": list(shared.import_errors) + list(own.import_errors),
+            "schedule": str(dag.schedule), "max_active_runs": dag.max_active_runs,
+            "tasks": {t.task_id: [t.pool, [o.name for o in t.outlets], t.doc_md, t.retries,
+                                  t.execution_timeout.total_seconds()] for t in dag.tasks},
+            "own": {d: str(own.dags[d].schedule) for d in sorted(own.dags)},
+        }))
+        """,
+        tables_config=config,
+        registry=registry,
+    )
+    assert result["errors"] == []
+    assert result["shared"] == ["cdc_shared_inv", "cdc_shared_odd"]
+    assert result["schedule"] == "*/5 * * * *" and result["max_active_runs"] == 1
+    assert result["tasks"] == {
+        "apply_0": ["cdc_apply", ["cdc_shared_inv.apply_0"], "Tables: `db_t0` (shr.t0), `db_t1` (shr.t1)", 3, 3600.0],
+        "apply_1": ["cdc_apply", ["cdc_shared_inv.apply_1"], "Tables: `db_t2` (shr.t2), `db_t3` (shr.t3)", 3, 3600.0],
+        "apply_2": ["cdc_apply", ["cdc_shared_inv.apply_2"], "Tables: `joined` (shr.joined)", 3, 3600.0],
+    }
+    # the members' own DAGs: manual runs and replays only; a table of no shared DAG keeps its schedule
+    assert result["own"] == {
+        "cdc_joined": "None",
+        "cdc_other_schedule": "None",
+        "cdc_own": "*/5 * * * *",
+        **{f"cdc_db_t{i}": "None" for i in range(4)},
+    }
+
+
+def test_the_members_of_a_shared_dag_must_agree_on_its_settings():
+    from cdclake.errors import ConfigError
+    from cdclake.model.config import TablesFile
+    from cdclake.model.shared import shared_dags
+
+    def table(name: str, **over: object) -> dict:
+        return {"name": name, "topic": f"p.d.{name}", "namespace": "n", "table": name, "primary_key": ["id"], **over}
+
+    with pytest.raises(ValueError, match="table 'b' has retries 1 but table 'a' of the same shared DAG cdc_shared_s"):
+        TablesFile.model_validate({"tables": [table("a", shared_dag="s"), table("b", shared_dag="s", retries=1)]})
+    with pytest.raises(ValueError, match="shared_dag needs the connect engine"):
+        TablesFile.model_validate({"tables": [table("a", shared_dag="s", engine="submit")]})
+    tables = TablesFile.model_validate({"tables": [table("b", shared_dag="s"), table("a", shared_dag="s")]}).tables
+    assert [t.name for t in shared_dags(tables)["s"]] == ["a", "b"]
+    assert [t.scheduled_dag_id for t in tables] == ["cdc_shared_s", "cdc_shared_s"]
+    with pytest.raises(ConfigError, match="tables_per_task"):
+        shared_dags([*tables, tables[0].model_copy(update={"name": "c", "tables_per_task": 3})])
 
 
 def test_spark_default_resolves_to_local_mode_not_yarn():

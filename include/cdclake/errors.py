@@ -181,6 +181,24 @@ class ChangeFeedGapError(CdcLakeError, LookupError):
     run, and the remedy (docs/guide.md, "Reading the change feed")."""
 
 
+class SharedTablesError(CdcLakeError):
+    """Tables of a shared DAG's task (:mod:`cdclake.model.shared`) failed; the task applied its other
+    tables, each with its own commit, and fails so that Airflow's retry runs it again (a table that
+    committed is found committed and only published). The message names each failed table and its
+    error; each table's record of failed tries has its own.
+
+    Attributes:
+        errors: ``{table name: the error its run raised}``.
+    """
+
+    def __init__(self, errors: dict[str, BaseException]) -> None:
+        self.errors = errors
+        lines = "; ".join(
+            f"{name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}" for name, e in errors.items()
+        )
+        super().__init__(f"{len(errors)} table(s) of the task failed (the others were applied): {lines}")
+
+
 class FreshnessError(CdcLakeError):
     """A table is behind its freshness target (``freshness_minutes``): events are waiting and the
     newest applied one is older than the target. The message names the table, its lag in events

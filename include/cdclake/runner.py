@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -44,6 +44,49 @@ that opens a session and stops it on exit (a session of the Spark Connect server
 :func:`cdclake.spark.session.connect_session` with ``settings``; a ``spark-submit`` driver's session,
 :func:`cdclake.spark.session.submit_session`), or one that lends a session its caller keeps
 (``contextlib.nullcontext(spark)``)."""
+
+
+class SharedSession:
+    """One Spark session lent to the runs of several tables (a task of a shared DAG,
+    :mod:`cdclake.model.shared`), as a :data:`SessionFactory`: the first run that applies opens it
+    with ``open_session``; the later ones borrow it (``contextlib.nullcontext``); :meth:`close`
+    stops it. After a run that failed, :meth:`close` it: the next run opens a new one, so that a
+    session the server lost (the engine restarted) fails one table, not every table after it.
+
+    Args:
+        open_session: opens a session and stops it on exit (see :data:`SessionFactory`).
+    """
+
+    def __init__(self, open_session: SessionFactory) -> None:
+        self._open_session = open_session
+        self._stack: ExitStack | None = None
+        self._spark: SparkSession | None = None
+        self.opened = 0
+        """How many sessions were opened."""
+
+    def __call__(self) -> AbstractContextManager[SparkSession]:
+        if self._spark is None:
+            stack = ExitStack()
+            self._spark = stack.enter_context(self._open_session())
+            self._stack = stack
+            self.opened += 1
+        return nullcontext(self._spark)
+
+    def close(self) -> None:
+        """Stop the session, if one is open (an error stopping it is logged: the server may be gone)."""
+        stack, self._stack, self._spark = self._stack, None, None
+        if stack is not None:
+            try:
+                stack.close()
+            except Exception as exc:  # noqa: BLE001 - a lost session cannot be stopped; nothing is lost
+                log.warning("stopping the shared Spark session failed (%s); the next run opens a new one", exc)
+
+    def __enter__(self) -> SharedSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 CONCURRENT_COMMIT_ATTEMPTS = 3
 """How many times :func:`run_once` plans and applies, when another commit (table maintenance, a

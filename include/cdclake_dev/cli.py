@@ -217,6 +217,17 @@ def run_table_dag(name: str, settings: Settings | None = None, conf: dict | None
     return _dags_test(cfg.dag_id, conf, settings)
 
 
+def run_shared_dag(name: str, settings: Settings | None = None) -> int:
+    """Run the shared DAG ``cdc_shared_<name>`` once with ``airflow dags test``; returns 0 when the
+    run succeeded (every task's every table)."""
+    from cdclake.model.shared import SHARED_DAG_PREFIX
+
+    settings = settings or _settings()
+    ensure_airflow_db(settings)
+    engine.start_engine(settings)  # quick when it runs
+    return _dags_test(f"{SHARED_DAG_PREFIX}{name}", None, settings)
+
+
 def failure_cause(output: str) -> str | None:
     """The exception a failed task raised, from ``airflow dags test`` output: the exception line
     (``ValueError: ...``) of the last traceback and the lines of its message up to the next log

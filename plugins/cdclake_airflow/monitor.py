@@ -152,9 +152,11 @@ def tables_payload(user: Any, session: "Session", freshness_minutes: int | None 
     ``tables`` holds, for each configured table ``user`` may read (config order),
     :class:`~cdclake.model.status.TableStatus` as JSON (``model_dump(mode="json")``: its
     units, epoch ms and durations in ms, times also in ISO 8601, snapshot ids as strings) plus
-    ``dag_id`` and ``last_run`` (:func:`last_runs`, ``None`` when the DAG never ran); a newest run
-    that failed with no record of it on the table is one more problem (:func:`run_problem`), and
-    such a table is not fresh. ``groups``: the :class:`~cdclake.model.groups.GroupStatus` of each
+    ``dag_id`` (the table's DAG), ``scheduled_dag_id`` (the DAG that runs it on schedule: its
+    shared DAG, or its own) and ``last_run`` (of ``scheduled_dag_id``, :func:`last_runs`, ``None``
+    when the DAG never ran); a newest run of a table's own DAG that failed with no record of it on
+    the table is one more problem (:func:`run_problem`), and such a table is not fresh (a shared
+    DAG's run fails when any of its tables does: each table's record says which). ``groups``: the :class:`~cdclake.model.groups.GroupStatus` of each
     table group of those tables, as a dict. ``kafka`` names where the Kafka client config came from
     (:func:`kafka_for_request`). Freshness: ``freshness_minutes`` for every table when given,
     else each table's ``freshness_minutes`` of the table config (unset: not judged).
@@ -173,11 +175,18 @@ def tables_payload(user: Any, session: "Session", freshness_minutes: int | None 
     now_ms = int(time.time() * 1000)
     # None: each table's freshness_minutes of the table config
     statuses = status_of_tables(hook.catalog, kafka, tables, now_ms=now_ms, freshness_minutes=freshness_minutes)
-    runs = last_runs(session, [t.dag_id for t in tables])
+    runs = last_runs(session, sorted({t.scheduled_dag_id for t in tables}))
     rows = []
     for cfg, st in zip(tables, statuses, strict=True):
-        row = {**st.model_dump(mode="json"), "dag_id": cfg.dag_id, "last_run": runs.get(cfg.dag_id)}
-        problem = run_problem(row, row["last_run"])
+        row = {
+            **st.model_dump(mode="json"),
+            "dag_id": cfg.dag_id,
+            "scheduled_dag_id": cfg.scheduled_dag_id,
+            "last_run": runs.get(cfg.scheduled_dag_id),
+        }
+        # a shared DAG's run fails when any of its tables does: the table's own record of failed
+        # tries (in its problems already) says whether it was this one
+        problem = run_problem(row, row["last_run"]) if cfg.shared_dag is None else None
         if problem is not None:
             row["problems"] = [*row["problems"], problem]
             row["fresh"] = False if row["fresh"] is not None else None
@@ -286,7 +295,8 @@ def _last_run(row: Mapping[str, Any]) -> str:
         return '<span class="muted">never</span>'
     state = run.get("state") or "none"
     when = run.get("end_date_ms") or run.get("start_date_ms") or run.get("run_after_ms")
-    href = f"../dags/{quote(str(row['dag_id']), safe='')}/runs/{quote(str(run['run_id']), safe='')}"
+    dag_id = row.get("scheduled_dag_id") or row["dag_id"]
+    href = f"../dags/{quote(str(dag_id), safe='')}/runs/{quote(str(run['run_id']), safe='')}"
     verb = "ended " if run.get("end_date_ms") else "started " if run.get("start_date_ms") else "due "
     return (
         f'<a class="state state-{html_text(state)}" href="{html_text(href)}" target="_top" title="{html_text(run["run_id"])}">{html_text(state)}</a>'

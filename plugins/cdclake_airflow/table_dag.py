@@ -50,7 +50,8 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
 
     from cdclake.errors import QuarantinedBatchError
     from cdclake.model.config import TableConfig
+    from cdclake.runner import SessionFactory
     from cdclake.spark.apply import ApplyResult
     from cdclake_airflow.hooks import CdcLakeHook
 
@@ -96,9 +98,9 @@ def _plan_params(context: dict[str, Any]) -> dict[str, Any]:
 
 
 def _publish(
-    catalog: Catalog, cfg: TableConfig, asset: Any, context: dict[str, Any]
+    catalog: Catalog, cfg: TableConfig, context: Mapping[str, Any]
 ) -> tuple[Table, dict[str, Any], ApplyResult | None]:
-    """Attach this run's commit and its CDC summary figures to the run's asset event: the commit
+    """This run's commit and its CDC summary figures, for the run's asset event: the commit
     whose snapshot summary carries the run id (:func:`cdclake.io.catalog.run_commit`), made by
     this try or by an earlier try that failed after it; the table's current snapshot when the run
     has none.
@@ -148,7 +150,6 @@ def _publish(
     extra.update({k: summary[k] for k in keys if summary.get(k) is not None})
     if summary:
         extra["total_records"] = summary.get("total-records")
-    context["outlet_events"][asset].extra = extra
     return table, extra, ApplyResult.of_commit("committed", *own) if own is not None else None
 
 
@@ -204,8 +205,7 @@ def schema_sync(**context: Any) -> str:
 
 def apply(table_json: str, asset: Any, **context: Any) -> dict[str, Any]:
     """The ``apply`` task of the ``connect`` engine, one task for the whole run
-    (:func:`cdclake.runner.run_once`: plan, schema sync, apply in a new session of the Spark
-    Connect server, planning again after a concurrent commit), then publish.
+    (:func:`run_table` in a new session of the Spark Connect server).
 
     With nothing new the task is skipped (no session, no commit, no asset event). A retry of a
     try that committed and then failed applies nothing more: it publishes that commit (the asset
@@ -216,24 +216,90 @@ def apply(table_json: str, asset: Any, **context: Any) -> dict[str, Any]:
         (the applied range) and ``seconds`` per phase (``publish`` included).
 
     Raises:
+        AirflowSkipException: nothing new, or no whole source transaction yet.
+        AirflowFailException: a replay whose range holds no whole source transaction.
+        EngineUnavailableError, ConcurrentRunError, OffsetsOutOfRangeError, ConfigError,
+            SchemaChangeError, SchemaError, BadBatchError, PositionOrderError,
+            QuarantinedBatchError, TriggerParamError: see :func:`run_table`.
+    """
+    from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+    from cdclake.model.config import TableConfig
+    from cdclake_airflow.hooks import CdcLakeHook
+
+    hook = CdcLakeHook()
+    cfg = TableConfig.model_validate_json(table_json)
+
+    def emit(extra: dict[str, Any]) -> None:
+        context["outlet_events"][asset].extra = extra
+
+    ran = run_table(hook, cfg, context, hook.spark_session, emit, _plan_params(context))
+    if ran.outcome == "nothing_new":
+        raise AirflowSkipException("nothing new: no Spark session, no commit, no asset event")
+    if ran.outcome == "waiting":
+        if ran.replay:
+            raise AirflowFailException(
+                "the replay's range holds no whole source transaction (its first one is not whole: see the "
+                "log above); nothing was committed. Replay from an offset where a transaction starts, or once "
+                "its END is in the transaction topic"
+            )
+        raise AirflowSkipException("no whole source transaction yet: no commit, no asset event")
+    assert ran.out is not None
+    return ran.out
+
+
+@dataclass(frozen=True)
+class TableRun:
+    """What :func:`run_table` did.
+
+    Attributes:
+        outcome: ``committed`` (this run's commit, made by this try or an earlier one),
+            ``nothing_new`` (no session, no commit) or ``waiting`` (no whole source transaction
+            yet: no commit).
+        replay: whether the run was a manual replay.
+        out: for ``committed``, the task's XCom: the :class:`~cdclake.spark.apply.ApplyResult`
+            as a dict, ``plan`` (the applied range) and ``seconds`` per phase (``publish``
+            included).
+    """
+
+    outcome: Literal["committed", "nothing_new", "waiting"]
+    replay: bool = False
+    out: dict[str, Any] | None = None
+
+
+def run_table(
+    hook: CdcLakeHook,
+    cfg: TableConfig,
+    context: Mapping[str, Any],
+    open_session: SessionFactory,
+    emit: Callable[[dict[str, Any]], None],
+    params: Mapping[str, Any] | None = None,
+) -> TableRun:
+    """One run of table ``cfg`` in an Airflow task: :func:`cdclake.runner.run_once` (plan, schema
+    sync, apply in a session of ``open_session``, planning again after a concurrent commit), then
+    publish: the commit's figures go to ``emit`` (the asset event's extra), its lineage and metrics
+    are sent, the table's record of failed tries is removed, and the run's summary line is logged.
+
+    Args:
+        hook: the task's connections.
+        cfg: the table.
+        context: the task's Airflow context (``run_id``).
+        open_session: the session of the apply (a new one, or one lent by a shared DAG's task,
+            :class:`cdclake.runner.SharedSession`).
+        emit: takes the asset event's extra of the run's commit (:func:`_publish`).
+        params: a replay's keywords for :func:`cdclake.runner.run_once` (:func:`_plan_params`).
+
+    Raises:
         EngineUnavailableError, ConcurrentRunError, OffsetsOutOfRangeError, ConfigError,
             SchemaChangeError, SchemaError, BadBatchError, PositionOrderError: see
             :func:`cdclake.runner.run_once` (the task's ordinary retry runs again).
         QuarantinedBatchError: every record of the range was quarantined, none applied; the
-            quarantine and the offsets were committed, and the task is not retried.
-        TriggerParamError: a trigger-form Param that does not fit the table, found before any
-            Spark session (not retried).
+            quarantine and the offsets were committed (and published), and the task is not retried.
     """
-    from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
-
     from cdclake.errors import QuarantinedBatchError
-    from cdclake.model.config import TableConfig
     from cdclake.runner import PhaseClock, run_once, summary_line
-    from cdclake_airflow.hooks import CdcLakeHook
     from cdclake_airflow.metrics import emit_run
 
-    hook = CdcLakeHook()
-    cfg = TableConfig.model_validate_json(table_json)
     try:
         run = run_once(
             cfg,
@@ -241,32 +307,29 @@ def apply(table_json: str, asset: Any, **context: Any) -> dict[str, Any]:
             settings=hook.settings,
             catalog=hook.catalog,
             kafka=hook.kafka,
-            open_session=hook.spark_session,
-            **_plan_params(context),
+            open_session=open_session,
+            **(params or {}),
         )
     except QuarantinedBatchError:
         # the run committed its quarantine and offsets: its lineage and metrics are sent, then it fails
-        table, _, own = _publish(hook.catalog, cfg, asset, context)
+        table, extra, own = _publish(hook.catalog, cfg, context)
+        emit(extra)
         if own is not None:
             _record_lineage(hook, table, cfg)
             emit_run(cfg.name, json.loads(own.to_json()))
         raise
     if run.result is None:
         _runs_succeed(hook.catalog, cfg)
-        raise AirflowSkipException("nothing new: no Spark session, no commit, no asset event")
+        return TableRun("nothing_new", run.plan.replay)
     if run.result.status == "waiting":  # the apply's log says which transaction it waits for
-        if run.plan.replay:
-            raise AirflowFailException(
-                "the replay's range holds no whole source transaction (its first one is not whole: see the "
-                "log above); nothing was committed. Replay from an offset where a transaction starts, or once "
-                "its END is in the transaction topic"
-            )
-        _runs_succeed(hook.catalog, cfg)
-        log.info("%s", summary_line(run.plan, run.result, run.seconds))  # the records waiting, also in status
-        raise AirflowSkipException("no whole source transaction yet: no commit, no asset event")
+        if not run.plan.replay:
+            _runs_succeed(hook.catalog, cfg)
+            log.info("%s", summary_line(run.plan, run.result, run.seconds))  # the records waiting, also in status
+        return TableRun("waiting", run.plan.replay)
     clock = PhaseClock(run.seconds)
     with clock.phase("publish"):
-        table, _, own = _publish(hook.catalog, cfg, asset, context)
+        table, extra, own = _publish(hook.catalog, cfg, context)
+        emit(extra)
         nothing_applied = _applied_nothing(cfg, table, own, context["run_id"])
         if nothing_applied is not None:  # an earlier try committed it, and sent its figures
             raise nothing_applied
@@ -277,7 +340,7 @@ def apply(table_json: str, asset: Any, **context: Any) -> dict[str, Any]:
         _record_lineage(hook, table, cfg)
         emit_run(cfg.name, out)  # last: a try that fails before here has sent none
     log.info("%s", summary_line(run.plan, run.result, clock.seconds))  # the task's last line
-    return out
+    return TableRun("committed", run.plan.replay, out)
 
 
 def _record_lineage(hook: CdcLakeHook, table: Table, cfg: TableConfig) -> None:
@@ -312,7 +375,8 @@ def publish(asset: Any, **context: Any) -> dict[str, Any]:
     with clock.phase("publish"):
         planned = RunPlan.from_json(context["ti"].xcom_pull(task_ids="schema_sync"))
         cfg = planned.table
-        table, extra, own = _publish(hook.catalog, cfg, asset, context)
+        table, extra, own = _publish(hook.catalog, cfg, context)
+        context["outlet_events"][asset].extra = extra
         nothing_applied = _applied_nothing(cfg, table, own, context["run_id"])
         if nothing_applied is None:
             _runs_succeed(hook.catalog, cfg)
@@ -417,7 +481,8 @@ def _submit_task(settings: Settings, cfg: TableConfig) -> Any:
 
 def build_table_dag(settings: Settings, cfg: TableConfig) -> DAG:
     """The DAG ``cdc_<name>`` of one configured table (its ``apply`` task as the table's
-    ``engine`` says, else ``settings.engine``)."""
+    ``engine`` says, else ``settings.engine``); unscheduled when the table has a ``shared_dag``,
+    which applies it on its schedule (:mod:`cdclake_airflow.shared_dag`)."""
     from airflow.sdk import DAG, Asset, ExceptionRetryPolicy, RetryAction, RetryRule, task
 
     from cdclake_airflow.params import RUN_TYPES, replay_params
@@ -436,10 +501,13 @@ def build_table_dag(settings: Settings, cfg: TableConfig) -> DAG:
         "max_retry_delay": timedelta(hours=1),
         "execution_timeout": timedelta(minutes=cfg.task_timeout_minutes),
     }
+    description = f"Apply Debezium events of {cfg.topic} to Iceberg table {cfg.identifier}"
+    if cfg.shared_dag is not None:  # its shared DAG applies it on schedule; this one is for manual runs
+        description += f" (on schedule: {cfg.scheduled_dag_id}; this DAG: manual runs and replays)"
     with DAG(
         dag_id=cfg.dag_id,
-        description=f"Apply Debezium events of {cfg.topic} to Iceberg table {cfg.identifier}",
-        schedule=cfg.schedule,
+        description=description,
+        schedule=cfg.schedule if cfg.shared_dag is None else None,
         start_date=datetime(2026, 1, 1),
         catchup=False,
         max_active_runs=1,

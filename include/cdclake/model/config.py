@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from cdclake.errors import ConfigError
 from cdclake.model.discovery import Candidate, DiscoverPattern, first_match, read_registry
 from cdclake.model.groups import GROUP_NAME, group_members
+from cdclake.model.shared import SHARED_DAG_NAME, SHARED_DAG_PREFIX, shared_dags, shared_mismatch
 from cdclake.model.types import parse_decimal_type
 from cdclake.settings import ConnectionIds
 
@@ -250,6 +251,19 @@ class TableDefaults(BaseModel):
     transaction boundary, as ``main`` and the tag ``cdc_group_<group>`` of each; their runs commit
     to the branch ``cdc_stage`` (:mod:`cdclake.model.groups`); members need ``transactions: whole``
     and one transaction topic. ``None``: no group."""
+    shared_dag: Annotated[str, Field(pattern=SHARED_DAG_NAME.pattern)] | None = None
+    """A shared DAG (``[a-z0-9_]``): the DAG ``cdc_shared_<shared_dag>`` applies the table on
+    ``schedule``, together with every other table naming it, several tables per task in one Spark
+    Connect session, each with its own commit (:mod:`cdclake.model.shared`; docs/architecture.md,
+    "Shared DAGs"): the fixed cost of a run (a task, a session) is paid once per task, not per
+    table. The table's own DAG ``cdc_<name>`` stays, unscheduled, for manual runs and replays.
+    Its members share ``schedule``, ``tables_per_task``, ``retries``, ``retry_delay_s`` and
+    ``task_timeout_minutes``, and apply through the ``connect`` engine. ``None``: the table's own
+    DAG runs it on ``schedule``."""
+    tables_per_task: Annotated[int, Field(ge=1, le=1000)] = 50
+    """With ``shared_dag``: how many tables one task of the shared DAG applies, one after the other
+    (the tables in name order, cut into tasks ``apply_0``, ``apply_1``, ...); the tasks run at once
+    as the pool ``cdc_apply`` allows."""
 
 
 class TableConfig(TableDefaults):
@@ -347,6 +361,15 @@ class TableConfig(TableDefaults):
         return self
 
     @model_validator(mode="after")
+    def _shared_dag_applies_through_connect(self) -> TableConfig:
+        if self.shared_dag is not None and self.engine == "submit":
+            raise ValueError(
+                "shared_dag needs the connect engine (its tables share one Spark Connect session per task): "
+                "remove engine: submit, or shared_dag"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _pk_in_columns(self) -> TableConfig:
         if self.columns is not None:
             missing = [c for c in self.primary_key if c not in self.columns]
@@ -376,7 +399,14 @@ class TableConfig(TableDefaults):
 
     @property
     def dag_id(self) -> str:
+        """The table's own DAG, ``cdc_<name>``."""
         return f"cdc_{self.name}"
+
+    @property
+    def scheduled_dag_id(self) -> str:
+        """The DAG that applies the table on its schedule: its shared DAG
+        (``cdc_shared_<shared_dag>``, :mod:`cdclake.model.shared`) or its own (:attr:`dag_id`)."""
+        return f"{SHARED_DAG_PREFIX}{self.shared_dag}" if self.shared_dag is not None else self.dag_id
 
     @property
     def schema_change_topic(self) -> str:
@@ -448,9 +478,10 @@ class TablesFile(BaseModel):
         ``primary_key`` as registered and ``write_mode: changelog`` when that is empty.
 
         A registered topic that has an entry in ``tables`` is that entry; one no pattern takes
-        any more is left out. A table that would be invalid or share a name, topic or Iceberg
-        table with another is left out with the reason, so that one odd source table never
-        breaks the DAG file of every table.
+        any more is left out. A table that would be invalid, share a name, topic or Iceberg
+        table with another, or disagree with the other tables of its shared DAG
+        (:func:`~cdclake.model.shared.shared_mismatch`) is left out with the reason, so that one
+        odd source table never breaks the DAG file of every table.
 
         Returns:
             The tables (registry order), and ``{topic: why it was left out}``.
@@ -458,6 +489,7 @@ class TablesFile(BaseModel):
         taken = {attr: {getattr(t, attr) for t in self.tables} for attr in ("name", "topic", "identifier")}
         found: list[TableConfig] = []
         skipped: dict[str, str] = {}
+        first_of_shared = {name: members[0] for name, members in shared_dags(self.tables).items()}
         for topic, pk in registry.items():
             match = first_match(self.discover, topic)
             if topic in taken["topic"] or match is None or not isinstance(match[1], Candidate):
@@ -475,6 +507,12 @@ class TablesFile(BaseModel):
             if clash:
                 skipped[topic] = f"its {clash[0]} {getattr(cfg, clash[0])!r} is another table's"
                 continue
+            mismatch = shared_mismatch(cfg, first_of_shared.get(cfg.shared_dag)) if cfg.shared_dag else None
+            if mismatch is not None:
+                skipped[topic] = mismatch
+                continue
+            if cfg.shared_dag is not None:
+                first_of_shared.setdefault(cfg.shared_dag, cfg)
             for attr in taken:
                 taken[attr].add(getattr(cfg, attr))
             found.append(cfg)
@@ -490,6 +528,7 @@ class TablesFile(BaseModel):
                     raise ValueError(f"two tables share the {attr} {value!r}")
                 seen.add(value)
         group_members(self.tables)
+        shared_dags(self.tables)
         return self
 
     def get(self, name: str) -> TableConfig:
