@@ -33,6 +33,12 @@ the starting Iceberg tables are zero-copy clones of one table of ``--base-rows``
    ``spark-submit spark_jobs/apply_cdc.py --plan ...`` (``bench/harness.py``'s ``spark_submit``:
    the table DAG's ``submit`` engine settings), each into a clone of a table of
    ``--big-base-rows`` rows; the ratio of wall times.
+5. ``tables_1000_s``: a fleet of ``--fleet-tables`` discovered tables (one ``discover`` pattern
+   with ``shared_dag: fleet`` and ``tables_per_task: --fleet-per-task``; their registry written as
+   ``cdc_discovery`` would), ``--fleet-events`` events each, the tables not created yet: one run of
+   the shared DAG ``cdc_shared_fleet`` under the scheduler (its tasks in the pool's slots); from the
+   trigger until the last table's commit that reaches its topic's end. It runs after phase 2, with
+   Airflow still up (``--only-fleet``: phases 1-4 are not run). ``--fleet-tables 0``: no fleet.
 
 Every table is compared with the source state its events were generated from
 (``bench/lake.py``'s ``check_table``: ids, and every touched row's values and metadata; the
@@ -104,6 +110,7 @@ TARGETS: dict[str, tuple[str, float]] = {
     "tables_100_over_one_table_10k": ("<=", 5.0),
     "connect_over_submit_1m": ("<=", 1.2),
     "server_peak_gib_4x250k": ("<", 6.0),
+    "tables_1000_s": ("<=", 1200.0),  # issue 29: 1,000 discovered tables x 10 events
 }
 """Each headline figure's target (printed and recorded, never asserted)."""
 PARTS = (BROKER, ENGINE)
@@ -456,7 +463,114 @@ def phase_big(
     }
 
 
+def fleet_topic_of(tag: str, i: int) -> str:
+    """The data topic of the fleet phase's table ``i``: ten source databases, prefix ``fleet<tag>``."""
+    return f"fleet{tag}.db{i % 10}.t{i:05d}"
+
+
+def load_fleet(settings: Settings, tag: str, tables: int, events: int) -> list[tuple[str, str, Loaded]]:
+    """The fleet phase's topics (``events`` events each; the tables do not exist yet) and its table
+    config: one ``discover`` pattern over them (``shared_dag: fleet``), and their discovery registry
+    (what ``cdc_discovery`` writes), appended to the bench's config.
+
+    Returns:
+        ``(name, identifier, workload)`` per table, as discovery names them.
+    """
+
+    from cdclake.model.discovery import write_registry
+
+    decimal = wl.decimal_supported()
+    out: list[tuple[str, str, Loaded]] = []
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        loads = list(
+            pool.map(
+                lambda i: load_workload(settings, fleet_topic_of(tag, i), spec(events, 0, 5000 + i), decimal),
+                range(tables),
+            )
+        )
+    for i, loaded in enumerate(loads):
+        db, table = f"db{i % 10}", f"t{i:05d}"
+        out.append((f"{db}_{table}", f"fleet_{db}.{table}", loaded))
+    write_registry(settings.discovery_registry, {loaded.topic: ("id",) for loaded in loads}, now_ms=0)
+    return out
+
+
+def write_fleet_config(settings: Settings, tag: str, per_task: int) -> None:
+    """Add the fleet's ``discover`` pattern to the bench's table config."""
+    import yaml
+
+    config = yaml.safe_load(settings.tables_config.read_text())
+    config["discover"] = [
+        {
+            "topic_prefix": f"fleet{tag}",
+            "namespace": "fleet_{database}",
+            "defaults": {"shared_dag": "fleet", "tables_per_task": per_task, "tags": ["fleet"]},
+        }
+    ]
+    settings.tables_config.write_text(yaml.safe_dump(config))
+
+
+def phase_fleet(
+    airflow: AirflowProcesses,
+    settings: Settings,
+    catalog: Any,
+    fleet: list[tuple[str, str, Loaded]],
+    tag: str,
+    timeout_s: float,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One run of the shared DAG ``cdc_shared_fleet`` over the discovered tables (each created by
+    its first commit); seconds from the trigger until the last table's commit reaching its topic's
+    end (``tables_1000_s``)."""
+    from cdclake.io.catalog import committed_offsets
+    from cdclake.io.kafka import topic_watermarks
+
+    decimal = wl.decimal_supported()
+    kafka = kafka_clients(settings)
+    ends = {name: dict(topic_watermarks(kafka, loaded.topic).high) for name, _, loaded in fleet}
+    run_id = f"{tag}_fleet"
+    t0 = airflow.trigger("cdc_shared_fleet", run_id)
+    print(f"  cdc_shared_fleet triggered ({len(fleet)} tables); waiting ...", flush=True)
+    r = airflow.wait_run("cdc_shared_fleet", run_id, timeout_s, poll_s=2.0)
+    run_done_s = r["seen_done"] - t0
+    if r["state"] != "success":
+        print(airflow.task_log_tail("cdc_shared_fleet", run_id), flush=True)
+    problems: list[str] = [] if r["state"] == "success" else [f"the run ended {r['state']}"]
+    commits: list[float] = []
+    checked = 0
+    for name, identifier, loaded in fleet:
+        if not catalog.table_exists(identifier):
+            problems.append(f"{identifier}: not created")
+            continue
+        when = commit_time(catalog, identifier, loaded.topic, ends[name])
+        got = committed_offsets(catalog.load_table(identifier), loaded.topic)
+        if when is None or got != ends[name]:
+            problems.append(f"{identifier}: committed offsets {got}, topic ends {ends[name]}")
+            continue
+        commits.append(when - t0)
+        c = check_table(catalog, identifier, loaded, 0, decimal)
+        checked += 1
+        if not c["ok"]:
+            problems.append(f"{identifier}: {c['problems']}")
+    tis = airflow.task_instances(run_id)
+    result = {
+        "tables": len(fleet),
+        "events_per_table": fleet[0][2].events if fleet else 0,
+        "tasks": len(tis),
+        "caught_up_s": round(max(commits), 2) if len(commits) == len(fleet) else None,
+        "run_done_s": round(run_done_s, 2),
+        "commit_s_quantiles": _quantiles(commits),
+        "per_table_s": round(max(commits) / len(fleet), 3) if commits and len(commits) == len(fleet) else None,
+        "task_stats": task_stats(tis),
+        "timeline": timeline(tis, t0),
+    }
+    return result, {"ok": not problems, "tables_checked": checked, "problems": problems[:20]}
+
+
 # --- the run ----------------------------------------------------------------------------------------
+
+
+class _FleetOnly(Exception):
+    """``--only-fleet``: the direct phases are not run."""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -492,6 +606,9 @@ def run(args: argparse.Namespace) -> int:
             "peak_events",
             "parallelism",
             "airflow_db",
+            "fleet_tables",
+            "fleet_events",
+            "fleet_per_task",
         )
     }
     params.update(
@@ -526,12 +643,13 @@ def run(args: argparse.Namespace) -> int:
         catalog.create_namespace_if_not_exists(ns)
 
         # --- the Airflow phases' tables and topics
-        print("generating and loading the workloads of the DAG phases ...", flush=True)
         t0 = time.monotonic()
-        create_base_table(catalog, f"{ns}.base", args.base_rows, decimal)
         entries = []
         many: list[tuple[str, str, Loaded]] = []
-        for k in range(args.tables):
+        if not args.only_fleet:
+            print("generating and loading the workloads of the DAG phases ...", flush=True)
+            create_base_table(catalog, f"{ns}.base", args.base_rows, decimal)
+        for k in range(0 if args.only_fleet else args.tables):
             name = f"e_t{k:03d}"
             loaded = load_workload(
                 settings, f"bench.{tag}.t{k:03d}", spec(args.events_per_table, args.base_rows, k), decimal
@@ -539,21 +657,25 @@ def run(args: argparse.Namespace) -> int:
             copy_table(catalog, f"{ns}.base", f"{ns}.t{k:03d}")
             entries.append(table_entry(name, loaded.topic, ns, f"t{k:03d}"))
             many.append((name, f"{ns}.t{k:03d}", loaded))
-        one = load_workload(settings, f"bench.{tag}.one", spec(args.events_per_table, args.base_rows, 1001), decimal)
-        copy_table(catalog, f"{ns}.base", f"{ns}.one")
-        entries.append(table_entry("e_one", one.topic, ns, "one"))
-        big10k = load_workload(settings, f"bench.{tag}.all", spec(many_events, args.base_rows, 1002), decimal)
-        copy_table(catalog, f"{ns}.base", f"{ns}.all_in_one")
-        entries.append(table_entry("e_all", big10k.topic, ns, "all_in_one"))
+        if not args.only_fleet:
+            one = load_workload(
+                settings, f"bench.{tag}.one", spec(args.events_per_table, args.base_rows, 1001), decimal
+            )
+            copy_table(catalog, f"{ns}.base", f"{ns}.one")
+            entries.append(table_entry("e_one", one.topic, ns, "one"))
+            big10k = load_workload(settings, f"bench.{tag}.all", spec(many_events, args.base_rows, 1002), decimal)
+            copy_table(catalog, f"{ns}.base", f"{ns}.all_in_one")
+            entries.append(table_entry("e_all", big10k.topic, ns, "all_in_one"))
+            one_ids = untouched_base_ids(one, args.base_rows, args.reps)
         settings.tables_config.write_text(
             yaml.safe_dump({"defaults": {"schedule": None, "retries": 0, "tags": ["bench"]}, "tables": entries})
         )
         setup["dag_workloads_s"] = round(time.monotonic() - t0, 1)
-        one_ids = untouched_base_ids(one, args.base_rows, args.reps)
 
         dags_dir = work / "dags"
         dags_dir.mkdir(exist_ok=True)
         shutil.copy(ROOT / "dags" / "cdc_tables.py", dags_dir / "cdc_tables.py")
+        shutil.copy(ROOT / "dags" / "cdc_shared.py", dags_dir / "cdc_shared.py")
         shutil.copy(BENCH_DIR / "dags" / "bench_trivial.py", dags_dir / "bench_trivial.py")
         db_url = None
         if args.airflow_db == "postgres":
@@ -569,42 +691,66 @@ def run(args: argparse.Namespace) -> int:
             airflow.migrate({APPLY_POOL: (settings.apply_pool_slots, APPLY_POOL_DESCRIPTION)}), 1
         )
         setup["airflow_start_s"] = round(airflow.start(), 1)
-        dag_ids = {"bench_trivial", "cdc_e_one", "cdc_e_all"} | {f"cdc_{n}" for n, _, _ in many}
+        dag_ids = {"bench_trivial"} | {f"cdc_{e['name']}" for e in entries}
         setup["dags_ready_s"] = round(airflow.wait_dags(dag_ids), 1)
         print(
             f"  Airflow up in {setup['airflow_start_s']} s, {len(dag_ids)} DAGs ready after {setup['dags_ready_s']} s",
             flush=True,
         )
 
-        print("1. trivial DAG vs one-event table DAG runs ...", flush=True)
-        phases["overhead"], checks["one_event"] = phase_overhead(
-            airflow, catalog, settings, one, f"{ns}.one", one_ids, args.reps, tag
-        )
-        print(f"2. {args.tables} tables x {args.events_per_table} events, all triggered at once ...", flush=True)
-        phases["many_tables"], checks["many_tables"] = phase_many(
-            airflow, settings, catalog, "many", many, args.base_rows, tag, args.timeout
-        )
-        print(f"  caught up in {phases['many_tables']['caught_up_s']} s", flush=True)
-        print(f"   the same {many_events:,} events in one table ...", flush=True)
-        phases["one_table"], checks["one_table"] = phase_many(
-            airflow,
-            settings,
-            catalog,
-            "all",
-            [("e_all", f"{ns}.all_in_one", big10k)],
-            args.base_rows,
-            tag,
-            args.timeout,
-        )
-        print(f"  caught up in {phases['one_table']['caught_up_s']} s", flush=True)
+        if not args.only_fleet:
+            print("1. trivial DAG vs one-event table DAG runs ...", flush=True)
+            phases["overhead"], checks["one_event"] = phase_overhead(
+                airflow, catalog, settings, one, f"{ns}.one", one_ids, args.reps, tag
+            )
+            print(f"2. {args.tables} tables x {args.events_per_table} events, all triggered at once ...", flush=True)
+            phases["many_tables"], checks["many_tables"] = phase_many(
+                airflow, settings, catalog, "many", many, args.base_rows, tag, args.timeout
+            )
+            print(f"  caught up in {phases['many_tables']['caught_up_s']} s", flush=True)
+            print(f"   the same {many_events:,} events in one table ...", flush=True)
+            phases["one_table"], checks["one_table"] = phase_many(
+                airflow,
+                settings,
+                catalog,
+                "all",
+                [("e_all", f"{ns}.all_in_one", big10k)],
+                args.base_rows,
+                tag,
+                args.timeout,
+            )
+            print(f"  caught up in {phases['one_table']['caught_up_s']} s", flush=True)
+            del many, one, big10k
+        if args.fleet_tables:
+            print(
+                f"5. a fleet: {args.fleet_tables} discovered tables x {args.fleet_events} events, shared DAG "
+                f"({args.fleet_per_task} tables per task) ...",
+                flush=True,
+            )
+            t0 = time.monotonic()
+            fleet = load_fleet(settings, tag, args.fleet_tables, args.fleet_events)
+            write_fleet_config(settings, tag, args.fleet_per_task)
+            setup["fleet_workload_s"] = round(time.monotonic() - t0, 1)
+            setup["fleet_dag_ready_s"] = round(airflow.wait_dags({"cdc_shared_fleet"}, timeout_s=900.0), 1)
+            print(
+                f"  loaded in {setup['fleet_workload_s']} s; cdc_shared_fleet ready after "
+                f"{setup['fleet_dag_ready_s']} s",
+                flush=True,
+            )
+            phases["fleet"], checks["fleet"] = phase_fleet(airflow, settings, catalog, fleet, tag, args.timeout)
+            print(
+                f"  caught up in {phases['fleet']['caught_up_s']} s ({phases['fleet']['per_table_s']} s per table)",
+                flush=True,
+            )
         airflow.stop()
         airflow = None
         if postgres is not None:
             stop_postgres(postgres)
             postgres = None
-        del many, one, big10k
 
         # --- the direct phases
+        if args.only_fleet:
+            raise _FleetOnly
         print(f"3. {args.peak_tables} x {args.peak_events:,} events at once through Connect ...", flush=True)
         t0 = time.monotonic()
         create_base_table(catalog, f"{ns}.bigbase", args.big_base_rows, decimal)
@@ -642,6 +788,8 @@ def run(args: argparse.Namespace) -> int:
         big_checks = [check_table(catalog, f"{ns}.big_{which}_r1", big, args.big_base_rows, decimal) for which in plans]
         checks["big"] = {"ok": all(c["ok"] for c in big_checks), "tables": big_checks}
         info["server_vm_hwm_gib_whole_run"] = round((status_kib(engine_jvm_pid(settings), "VmHWM") or 0) / 2**20, 3)
+    except _FleetOnly:
+        pass
     finally:
         if airflow is not None:
             airflow.stop()
@@ -669,6 +817,18 @@ def met(value: float | None, op: str, target: float) -> bool:
 
 
 def headline_of(phases: dict[str, Any], args: argparse.Namespace, started: datetime) -> dict[str, Any]:
+    fleet = phases.get("fleet") or {}
+    figures = {
+        "tables_1000_s": fleet.get("caught_up_s"),
+        "fleet_s_per_table": fleet.get("per_table_s"),
+    }
+    sizes = {
+        "fleet_tables": args.fleet_tables,
+        "fleet_events": args.fleet_events,
+        "fleet_per_task": args.fleet_per_task,
+    }
+    if "overhead" not in phases:  # --only-fleet
+        return {**figures, "sizes": sizes, "date": started.isoformat(timespec="seconds")}
     over = phases["overhead"]
     trivial = statistics.median(m["wall_s"] for m in over["trivial"])
     one = statistics.median(m["wall_s"] for m in over["one_event"])
@@ -684,7 +844,9 @@ def headline_of(phases: dict[str, Any], args: argparse.Namespace, started: datet
         "submit_1m_s": big["submit_wall_s"],
         "connect_over_submit_1m": ratio(big["connect_wall_s"], big["submit_wall_s"]),
         "server_peak_gib_4x250k": phases["peak"]["server"]["peak_gib"],
+        **figures,
         "sizes": {
+            **sizes,
             "tables": args.tables,
             "events_per_table": args.events_per_table,
             "big_events": args.big_events,
@@ -719,12 +881,51 @@ def markdown(result: dict[str, Any]) -> str:
         "submit_1m_s": f"{p['big_events']:,} events through spark-submit (wall), s",
         "connect_over_submit_1m": "Connect / spark-submit",
         "server_peak_gib_4x250k": f"server peak RSS, {p['peak_tables']} x {p['peak_events']:,} at once, GiB",
+        "tables_1000_s": f"{p.get('fleet_tables')} discovered tables x {p.get('fleet_events')} events caught up "
+        f"(shared DAG, {p.get('fleet_per_task')} per task), s",
+        "fleet_s_per_table": "the same, s per table",
     }
     for key, label in labels.items():
+        if key not in h:
+            continue
         t = result["targets"].get(key)
         target = t["target"] if t else ""
         ok = ("yes" if t["met"] else "**no**") if t else ""
         lines.append(f"| {label} | {h.get(key)} | {target} | {ok} |")
+    if "overhead" in ph:
+        lines += _markdown_dag_phases(p, ph)
+    if "fleet" in ph:
+        f = ph["fleet"]
+        lines += [
+            "",
+            f"Fleet: one run of `cdc_shared_fleet`, {f['tasks']} task(s) of {p.get('fleet_per_task')} tables in the "
+            f"pool's {p['apply_pool_slots']} slot(s); each table created by its first commit; commits reaching "
+            f"the topic ends after {f['commit_s_quantiles']} s; run seen done after {f['run_done_s']} s.",
+            "",
+            "| task | n | to queue | to start | run | run total |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for task_id, st in f["task_stats"].items():
+            lines.append(
+                f"| {task_id} | {st['n']} | {st.get('to_queue_mean_s')} | {st.get('to_start_mean_s')} | "
+                f"{st.get('run_mean_s')} | {st.get('run_total_s')} |"
+            )
+    if "peak" in ph:
+        pk, big = ph["peak"], ph["big"]
+        lines += [
+            "",
+            f"Peak phase: {p['peak_tables']} Connect sessions at once, {pk['wall_s']} s; server: {pk['server']}.",
+            "",
+            f"Big apply: Connect client wall {big['connect_wall_s']} s (apply_range {big['connect_apply_range_s']} s), "
+            f"spark-submit wall {big['submit_wall_s']} s (JVM alive {big['submit_jvm_s']} s).",
+        ]
+    lines += ["", checks_line(result["checks"]), ""]
+    return "\n".join(lines)
+
+
+def _markdown_dag_phases(p: dict[str, Any], ph: dict[str, Any]) -> list[str]:
+    """The tables of phases 1 and 2 (where a one-event run's time goes; the many tables and the one)."""
+    lines: list[str] = []
     over = ph["overhead"]
     lines += ["", "Where a one-event run's time goes (median rep; seconds after the trigger):", ""]
     mid, triv = median_run(over["one_event"]), median_run(over["trivial"])
@@ -749,18 +950,7 @@ def markdown(result: dict[str, Any]) -> str:
                 f"| {task_id} | {st['n']} | {st.get('to_queue_mean_s')} | {st.get('to_start_mean_s')} | "
                 f"{st.get('run_mean_s')} | {st.get('run_total_s')} |"
             )
-    pk, big = ph["peak"], ph["big"]
-    lines += [
-        "",
-        f"Peak phase: {p['peak_tables']} Connect sessions at once, {pk['wall_s']} s; server: {pk['server']}.",
-        "",
-        f"Big apply: Connect client wall {big['connect_wall_s']} s (apply_range {big['connect_apply_range_s']} s), "
-        f"spark-submit wall {big['submit_wall_s']} s (JVM alive {big['submit_jvm_s']} s).",
-        "",
-        checks_line(result["checks"]),
-        "",
-    ]
-    return "\n".join(lines)
+    return lines
 
 
 # --- `_apply`: one apply in a session of the Connect server (what the table DAG's apply task runs) ---
@@ -826,6 +1016,14 @@ def build_parser() -> argparse.ArgumentParser:
         "locks up when many runs are triggered at once)",
     )
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds any one phase may take")
+    parser.add_argument(
+        "--fleet-tables", type=int, default=1000, help="discovered tables of the fleet phase (0: no fleet phase)"
+    )
+    parser.add_argument("--fleet-events", type=int, default=10, help="events of each fleet table")
+    parser.add_argument("--fleet-per-task", type=int, default=50, help="tables_per_task of the fleet's shared DAG")
+    parser.add_argument(
+        "--only-fleet", action="store_true", help="run the fleet phase only (no phases 1-4; their figures are absent)"
+    )
     add_run_options(parser)
     return parser
 
