@@ -132,7 +132,7 @@ def format_findings(findings: list[Any]) -> str:
     for f in findings:
         has_table = f.state in ("registered", "new", "configured")
         key = (",".join(f.primary_key) or "changelog") if has_table else "-"
-        rows.append([f.topic, f.state, f.identifier or "-", f"cdc_{f.name}" if f.name else "-", key, f.reason])
+        rows.append([f.topic, f.state, f.identifier or "-", f.dag_id or "-", key, f.reason])
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     return "".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n" for r in rows)
 

@@ -166,3 +166,37 @@ def test_a_retry_after_its_commit_applies_nothing_and_publishes_that_commit(spar
         "scheduled__retried",
         '{"0":16}',
     )
+
+
+def test_runs_of_several_tables_share_one_session_and_a_failed_one_opens_the_next_anew(
+    spark, kafka, stack_settings, fixtures_dir
+):
+    """A shared DAG's task (:class:`cdclake.runner.SharedSession`): the runs of three tables borrow
+    one session, opened by the first that applies (not by a run with nothing new); after a run
+    that failed the session is closed, and the next run opens a new one; the commits are each
+    table's own."""
+    from cdclake.errors import TopicNotFoundError
+    from cdclake.runner import SharedSession
+
+    empty, first, missing, second = (make_table() for _ in range(4))
+    ensure_topic(kafka, empty.topic, 1)
+    for cfg in (first, second):
+        load_events(fixtures_dir / PRODUCTS, cfg, kafka, partitions=2)
+    sessions = LentSessions(spark)
+    with SharedSession(sessions) as shared:
+        assert _run(stack_settings, kafka, empty, shared).result is None
+        assert sessions.opened == 0  # nothing new: no session
+        assert _run(stack_settings, kafka, first, shared, run_id="shared__1").result.events == 16
+        with pytest.raises(TopicNotFoundError):
+            _run(stack_settings, kafka, missing, shared)
+        assert (sessions.opened, sessions.closed) == (1, 0)  # lent: the runs never stop it
+        shared.close()  # as the shared DAG's task does after a table that failed
+        assert sessions.closed == 1
+        assert _run(stack_settings, kafka, second, shared, run_id="shared__1").result.events == 16
+    assert (shared.opened, sessions.opened, sessions.closed) == (2, 2, 2)
+    catalog = load_catalog(stack_settings)
+    for cfg in (first, second):
+        table = catalog.load_table(cfg.identifier)
+        assert sum(committed_offsets(table, cfg.topic).values()) == 16
+        assert table.current_snapshot().summary[SummaryKeys.TOPIC] == cfg.topic
+        assert table_rows(stack_settings, cfg, PRODUCT_COLUMNS) == PRODUCTS_FINAL

@@ -169,13 +169,14 @@ def test_the_dry_run_table_says_key_or_changelog_and_why_excluded() -> None:
 
     text = format_findings(
         [
-            Finding("m.inv.a", "new", "inv_a", "inv.a", ("id", "k")),
-            Finding("m.inv.b", "registered", "inv_b", "inv.b", (), "topic gone"),
+            Finding("m.inv.a", "new", "inv_a", "inv.a", ("id", "k"), dag_id="cdc_inv_a"),
+            Finding("m.inv.b", "registered", "inv_b", "inv.b", (), "topic gone", dag_id="cdc_shared_inv"),
             Finding("m.inv.tmp", "excluded", reason="table 'inv.tmp' matches exclude_tables 'inv\\\\.tmp'"),
         ]
     )
     lines = [line.split() for line in text.splitlines()]
     assert lines[0] == ["topic", "state", "iceberg", "table", "dag", "primary", "key", "why"]
     assert lines[1] == ["m.inv.a", "new", "inv.a", "cdc_inv_a", "id,k"]
-    assert lines[2] == ["m.inv.b", "registered", "inv.b", "cdc_inv_b", "changelog", "topic", "gone"]
+    # a table of a shared DAG shows the DAG that applies it on schedule
+    assert lines[2] == ["m.inv.b", "registered", "inv.b", "cdc_shared_inv", "changelog", "topic", "gone"]
     assert lines[3][:5] == ["m.inv.tmp", "excluded", "-", "-", "-"] and "exclude_tables" in lines[3]

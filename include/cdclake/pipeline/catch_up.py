@@ -90,7 +90,7 @@ def poll_catch_up(catalog: Catalog, cfg: TableConfig, timeout_s: float = 3600.0,
             if time.monotonic() > deadline:
                 raise CatchUpTimeoutError(
                     f"table {cfg.identifier}: committed offsets {committed} did not reach {end} within "
-                    f"{timeout_s:.0f} s; its DAG (cdc_{cfg.name}) must run for reconcile to confirm differences"
+                    f"{timeout_s:.0f} s; its DAG ({cfg.scheduled_dag_id}) must run for reconcile to confirm differences"
                 )
             time.sleep(interval_s)
 

@@ -48,6 +48,8 @@ class Finding:
         primary_key: the key columns; ``()`` for a changelog table or when unknown.
         reason: why excluded, pending or left out; ``"topic gone"`` for a registered topic no
             longer in Kafka (a dropped source table: its table and DAG stay); else ``""``.
+        dag_id: the DAG that applies the table on schedule (``cdc_<name>``, or its shared DAG
+            ``cdc_shared_<shared_dag>``); ``""`` when it is none.
     """
 
     topic: str
@@ -56,6 +58,7 @@ class Finding:
     identifier: str = ""
     primary_key: tuple[str, ...] = ()
     reason: str = ""
+    dag_id: str = ""
 
 
 def topic_names(kafka: KafkaClients) -> list[str]:
@@ -156,7 +159,9 @@ def discover(
             continue
         if topic in configured:
             cfg = configured[topic]
-            findings[topic] = Finding(topic, "configured", cfg.name, cfg.identifier, cfg.primary_key)
+            findings[topic] = Finding(
+                topic, "configured", cfg.name, cfg.identifier, cfg.primary_key, dag_id=cfg.scheduled_dag_id
+            )
         elif not isinstance(match[1], Candidate):  # registered or not: its DAG is not built
             findings[topic] = Finding(topic, "excluded", reason=match[1].reason)
         elif topic not in registered:
@@ -184,7 +189,9 @@ def discover(
     for cfg in made:
         state: State = "new" if cfg.topic in added else "registered"
         gone = "topic gone" if cfg.topic not in present else ""
-        findings[cfg.topic] = Finding(cfg.topic, state, cfg.name, cfg.identifier, cfg.primary_key, gone)
+        findings[cfg.topic] = Finding(
+            cfg.topic, state, cfg.name, cfg.identifier, cfg.primary_key, gone, dag_id=cfg.scheduled_dag_id
+        )
     for topic, why in left_out.items():
         findings[topic] = Finding(topic, "left_out", reason=why)
     return [findings[t] for t in sorted(findings)]
