@@ -279,3 +279,13 @@ def test_the_page_shows_each_table_groups_position_and_its_age():
         "<li>group bank (accounts, ledger): tag cdc_group_bank-at-120 at db1.transaction offset 120, published 5 s "
         "ago (members moving to a newer position)</li>"
     )
+
+
+def test_a_table_of_a_shared_dag_links_its_last_run_to_the_shared_dag():
+    payload = _payload()
+    run = {"run_id": "scheduled__1", "state": "failed", "end_date_ms": 1_699_999_990_000}
+    payload["tables"][0] |= {"scheduled_dag_id": "cdc_shared_shop", "last_run": run}
+    page = render_page(payload)
+    assert 'href="../dags/cdc_shared_shop/runs/scheduled__1"' in page
+    payload["tables"][0] |= {"scheduled_dag_id": "cdc_orders"}
+    assert 'href="../dags/cdc_orders/runs/scheduled__1"' in render_page(payload)
