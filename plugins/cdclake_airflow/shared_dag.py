@@ -28,12 +28,11 @@ offsets it starts from).
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from cdclake.model.shared import SHARED_DAG_PREFIX, shared_dags, task_tables
 from cdclake.settings import APPLY_POOL, APPLY_PRIORITY_WEIGHT, Settings
-from cdclake_airflow.table_dag import NOT_RETRIED, table_asset_uri
+from cdclake_airflow.table_dag import NOT_RETRIED, retry_args, table_asset_uri
 
 if TYPE_CHECKING:
     from airflow.sdk import DAG
@@ -129,7 +128,7 @@ def build_shared_dags(settings: Settings, tables: list[TableConfig], only: str |
     Raises:
         ConfigError: members that disagree on the shared DAG's settings.
     """
-    from airflow.sdk import DAG, AssetAlias, ExceptionRetryPolicy, RetryAction, RetryRule, task
+    from airflow.sdk import DAG, AssetAlias, task
 
     from cdclake_airflow.params import OWNER, RUN_TYPES, START_DATE
 
@@ -147,21 +146,7 @@ def build_shared_dags(settings: Settings, tables: list[TableConfig], only: str |
             start_date=START_DATE,
             catchup=False,
             max_active_runs=1,
-            default_args={
-                "owner": OWNER,
-                "retry_policy": ExceptionRetryPolicy(
-                    rules=[
-                        RetryRule(
-                            exception=list(NOT_RETRIED), action=RetryAction.FAIL, reason="not retried: see the error"
-                        )
-                    ]
-                ),
-                "retries": first.retries,
-                "retry_delay": timedelta(seconds=first.retry_delay_s),
-                "retry_exponential_backoff": True,
-                "max_retry_delay": timedelta(hours=1),
-                "execution_timeout": timedelta(minutes=first.task_timeout_minutes),
-            },
+            default_args={"owner": OWNER, **retry_args(first)},  # the members agree on these
             tags=["cdc", "shared"],
             doc_md=__doc__,
             allowed_run_types=RUN_TYPES,

@@ -479,19 +479,13 @@ def _submit_task(settings: Settings, cfg: TableConfig) -> Any:
     )
 
 
-def build_table_dag(settings: Settings, cfg: TableConfig) -> DAG:
-    """The DAG ``cdc_<name>`` of one configured table (its ``apply`` task as the table's
-    ``engine`` says, else ``settings.engine``); unscheduled when the table has a ``shared_dag``,
-    which applies it on its schedule (:mod:`cdclake_airflow.shared_dag`)."""
-    from airflow.sdk import DAG, Asset, ExceptionRetryPolicy, RetryAction, RetryRule, task
+def retry_args(cfg: TableConfig) -> dict[str, Any]:
+    """The retry policy and timeout of a task applying table ``cfg`` (of its DAG, or of its shared
+    DAG): ``retries`` tries more after ``retry_delay_s``, doubling up to an hour, except for the
+    errors of :data:`NOT_RETRIED`; each try at most ``task_timeout_minutes``."""
+    from airflow.sdk import ExceptionRetryPolicy, RetryAction, RetryRule
 
-    from cdclake_airflow.params import RUN_TYPES, replay_params
-
-    asset = Asset(name=f"{settings.catalog_name}.{cfg.identifier}", uri=table_asset_uri(settings, cfg))
-    default_args = {
-        "owner": cfg.owner,
-        "on_failure_callback": partial(record_failure, cfg.identifier, "failing"),
-        "on_retry_callback": partial(record_failure, cfg.identifier, "retrying"),
+    return {
         "retry_policy": ExceptionRetryPolicy(
             rules=[RetryRule(exception=list(NOT_RETRIED), action=RetryAction.FAIL, reason="not retried: see the error")]
         ),
@@ -500,6 +494,23 @@ def build_table_dag(settings: Settings, cfg: TableConfig) -> DAG:
         "retry_exponential_backoff": True,
         "max_retry_delay": timedelta(hours=1),
         "execution_timeout": timedelta(minutes=cfg.task_timeout_minutes),
+    }
+
+
+def build_table_dag(settings: Settings, cfg: TableConfig) -> DAG:
+    """The DAG ``cdc_<name>`` of one configured table (its ``apply`` task as the table's
+    ``engine`` says, else ``settings.engine``); unscheduled when the table has a ``shared_dag``,
+    which applies it on its schedule (:mod:`cdclake_airflow.shared_dag`)."""
+    from airflow.sdk import DAG, Asset, task
+
+    from cdclake_airflow.params import RUN_TYPES, replay_params
+
+    asset = Asset(name=f"{settings.catalog_name}.{cfg.identifier}", uri=table_asset_uri(settings, cfg))
+    default_args = {
+        "owner": cfg.owner,
+        "on_failure_callback": partial(record_failure, cfg.identifier, "failing"),
+        "on_retry_callback": partial(record_failure, cfg.identifier, "retrying"),
+        **retry_args(cfg),
     }
     description = f"Apply Debezium events of {cfg.topic} to Iceberg table {cfg.identifier}"
     if cfg.shared_dag is not None:  # its shared DAG applies it on schedule; this one is for manual runs
