@@ -20,6 +20,7 @@ from cdclake.io.catalog import committed_offsets, load_catalog
 from cdclake.io.kafka import KafkaClients, ensure_topic, produce
 from cdclake.io.registry import SchemaRegistry
 from cdclake.model.avro import connect_schema
+from cdclake.model.config import SchemaChangePolicy
 from cdclake.model.layout import QUARANTINE_SUFFIX
 from cdclake.model.offsets import OffsetRange
 from cdclake.model.plan import RunPlan
@@ -601,3 +602,22 @@ def test_avro_without_schema_change_topic_evolves_from_each_writer_schema(
         before.current_snapshot_id,
         before.current_schema_id,
     )
+
+    # under new_column the batch is applied up to the change first: partition 0 starts at it, so
+    # only partition 1's record of the older writer schema; the next run sets the column aside
+    aside = cfg.model_copy(update={"schema_changes": SchemaChangePolicy(incompatible="new_column")})
+
+    def apply_aside(start: dict[int, int], end: dict[int, int], run_id: str):
+        plan = RunPlan(table=aside, run_id=run_id, range=OffsetRange(topic=cfg.topic, start=start, end=end))
+        return apply_range(spark, stack_settings, plan, kafka=clients)
+
+    before_change = apply_aside({0: 3, 1: 2}, {0: 4, 1: 3}, "run-4")
+    assert (before_change.status, before_change.applied_end, before_change.events) == ("committed", {0: 3, 1: 3}, 1)
+    table = load_catalog(stack_settings).load_table(cfg.identifier)
+    assert source_fields(table)["qty"][1] == "long" and not any(n.startswith("qty__") for n in source_fields(table))
+    at_change = apply_aside({0: 3, 1: 3}, {0: 4, 1: 3}, "run-5")
+    assert (at_change.status, at_change.events, at_change.quarantined) == ("committed", 1, 0)
+    table = load_catalog(stack_settings).load_table(cfg.identifier)
+    assert source_fields(table)["qty"][1] == "string" and source_fields(table)["qty__0_3"][1] == "long"
+    rows = {r["id"]: (r["qty"], r["qty__0_3"]) for r in table.scan().to_arrow().to_pylist()}
+    assert rows == {1: (None, 1), 2: (None, big), 3: (None, 5), 4: (None, big + 1), 5: ("many", None)}

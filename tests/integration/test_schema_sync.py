@@ -400,3 +400,53 @@ def test_an_incompatible_type_in_the_events_schema_follows_the_policy(spark, kaf
     assert source_fields(table)["qty"][1] == "string" and source_fields(table)["qty__0_2"][1] == "int"
     rows = {r["id"]: (r["qty"], r["qty__0_2"]) for r in table.scan().to_arrow().to_pylist()}
     assert rows == {1: ("lots", None), 2: ("many", None), 3: (None, 3)}
+
+
+def test_an_incompatible_type_set_aside_is_applied_by_a_run_that_starts_at_it_so_its_retry_converges(
+    spark, kafka, stack_settings
+):
+    """No schema-change topic, ``incompatible: new_column``: a batch whose int column turns to
+    strings at offset 2 is applied up to the change only (old type, no schema update); the next run
+    starts at the change and sets the column aside. When that run fails after its schema update
+    (``bad_records: fail`` and a corrupt record), its retry reads no event of the old type: it
+    converges instead of stopping at the set-aside column."""
+    from cdclake.errors import BadBatchError
+    from cdclake.model.config import SchemaChangePolicy
+
+    cfg = make_table(
+        topic=f"ec{uuid.uuid4().hex[:8]}.inventory.orders",
+        schema_changes=SchemaChangePolicy(incompatible="new_column"),
+        bad_records="fail",
+    )
+    template = orders_template()
+    produce(
+        kafka,
+        cfg.topic,
+        [
+            evolved_event(template, 30000, {"id": 1, "qty": 1}),
+            evolved_event(template, 30100, {"id": 3, "qty": 3}),
+            evolved_event(template, 30200, {"id": 2, "qty": "many"}, retype={"qty": "string"}),
+            evolved_event(template, 30300, {"id": 1, "qty": "lots"}, retype={"qty": "string"}),
+            (json.dumps({"id": 9}), "not json"),
+        ],
+    )
+    catalog = load_catalog(stack_settings)
+    whole = OffsetRange(topic=cfg.topic, start={0: 0}, end={0: 5})
+    first = apply_offsets(spark, stack_settings, cfg, whole, "run-1")
+    assert (first.status, first.applied_end, first.events) == ("committed", {0: 2}, 2)
+    table = catalog.load_table(cfg.identifier)
+    assert source_fields(table)["qty"][1] == "int" and "qty__0_2" not in source_fields(table)
+    assert {r["id"]: r["qty"] for r in table.scan().to_arrow().to_pylist()} == {1: 1, 3: 3}
+
+    rest = OffsetRange(topic=cfg.topic, start={0: 2}, end={0: 5})
+    with pytest.raises(BadBatchError):  # after the schema update: the column is set aside already
+        apply_offsets(spark, stack_settings, cfg, rest, "run-2")
+    table = catalog.load_table(cfg.identifier)
+    assert source_fields(table)["qty"][1] == "string" and source_fields(table)["qty__0_2"][1] == "int"
+
+    retry = cfg.model_copy(update={"bad_records": "quarantine"})
+    result = apply_offsets(spark, stack_settings, retry, rest, "run-2")
+    assert (result.status, result.events, result.quarantined) == ("committed", 3, 1)
+    table = catalog.load_table(cfg.identifier)
+    rows = {r["id"]: (r["qty"], r["qty__0_2"]) for r in table.scan().to_arrow().to_pylist()}
+    assert rows == {1: ("lots", None), 2: ("many", None), 3: (None, 3)}  # an upsert writes the event's image

@@ -79,7 +79,7 @@ from cdclake.settings import Settings
 from cdclake.spark.changes import event_columns, write_changes
 from cdclake.spark.commit import commit, demote_rows, merge
 from cdclake.spark.context import ApplyContext, resolve_table, source_columns
-from cdclake.spark.evolve import MAX_EVOLUTIONS, evolve_table, from_events
+from cdclake.spark.evolve import MAX_EVOLUTIONS, IncompatibleCut, evolve_table, from_events
 from cdclake.spark.history import write_history
 from cdclake.spark.names import quote_identifier
 from cdclake.spark.parse import parse_records, unknown_columns_floor
@@ -160,7 +160,12 @@ class ApplyResult:
 
 
 def apply_range(
-    spark: SparkSession, settings: Settings, plan: RunPlan, *, kafka: KafkaClients | None = None
+    spark: SparkSession,
+    settings: Settings,
+    plan: RunPlan,
+    *,
+    kafka: KafkaClients | None = None,
+    cut_incompatible: bool = True,
 ) -> ApplyResult:
     """Apply one run plan to the table in one Iceberg commit (see the module docstring).
 
@@ -169,6 +174,10 @@ def apply_range(
 
     Args:
         kafka: the Kafka clients; default: plaintext to ``settings.kafka_bootstrap``.
+        cut_incompatible: a batch holding events before an incompatible type change that
+            ``incompatible: new_column`` sets aside is applied up to the change only (the change
+            waits for the next run; :func:`~cdclake.spark.evolve.evolve_table`). ``False`` for
+            the range so cut.
 
     Raises:
         ConfigError: a table without primary key in ``upsert`` mode.
@@ -213,9 +222,12 @@ def apply_range(
     ctx, base, parsed, stats, whole = _parse(ctx, raw, writers)
     try:
         for n in range(MAX_EVOLUTIONS):
-            evolved = evolve_table(ctx, stats, parsed, first=n == 0, writers=writers)
+            evolved = evolve_table(ctx, stats, parsed, first=n == 0, writers=writers, cut=cut_incompatible and n == 0)
             if evolved is None:
                 break
+            if isinstance(evolved, IncompatibleCut):
+                base.unpersist()
+                return _before_incompatible(spark, settings, planned, kafka, evolved)
             # the table took the events' schema (or the config's columns): the batch is parsed again by it
             base.unpersist()
             ctx, base, parsed, stats, whole = _parse(evolved, raw, writers)
@@ -294,6 +306,23 @@ def _without_whole_transaction(
     log.info("table %s: %s; nothing is applied, the next run goes on from here", plan.table.identifier, cut.describe())
     record_wait(catalog, plan, cut)
     return ApplyResult("waiting", waiting_events=plan.range.event_count)
+
+
+def _before_incompatible(
+    spark: SparkSession, settings: Settings, plan: RunPlan, kafka: KafkaClients, cut: IncompatibleCut
+) -> ApplyResult:
+    """Apply ``plan``'s range up to an incompatible type change (``cut``), unchanged; the next run
+    starts at the change and sets the column aside (:class:`~cdclake.spark.evolve.IncompatibleCut`)."""
+    end = {p: min(o, cut.end.get(p, o)) for p, o in plan.range.end.items()}
+    log.warning(
+        "table %s: the batch holds events before an incompatible type change (%s): applying the range up to it, "
+        "%s; the change and the events from it are applied by the next run",
+        plan.table.identifier,
+        cut.describe,
+        json.dumps(end, sort_keys=True),
+    )
+    before = plan.model_copy(update={"range": plan.range.model_copy(update={"end": end})})
+    return apply_range(spark, settings, before, kafka=kafka, cut_incompatible=False)
 
 
 def _parse(

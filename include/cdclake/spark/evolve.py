@@ -27,7 +27,7 @@ so that a ``columns:`` edited after the table exists is applied, not ignored.
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from cdclake.errors import SchemaError
@@ -64,9 +64,31 @@ MAX_EVOLUTIONS = 3
 columns, which may show a further schema (a batch holding three schema versions)."""
 
 
+@dataclass(frozen=True)
+class IncompatibleCut:
+    """The batch holds events from before an incompatible type change that ``incompatible:
+    new_column`` sets aside: apply the range up to the change first, unchanged, and the change
+    with the events from it by the next run (see :func:`evolve_table`).
+
+    Attributes:
+        end: the range's end offsets, cut at the first record showing the change in each
+            partition that holds one.
+        describe: the change and where it is, for the log.
+    """
+
+    end: dict[int, int]
+    describe: str
+
+
 def evolve_table(
-    ctx: ApplyContext, stats: BatchStats, parsed: DataFrame, *, first: bool, writers: WriterSchemas | None = None
-) -> ApplyContext | None:
+    ctx: ApplyContext,
+    stats: BatchStats,
+    parsed: DataFrame,
+    *,
+    first: bool,
+    writers: WriterSchemas | None = None,
+    cut: bool = False,
+) -> ApplyContext | IncompatibleCut | None:
     """Evolve the table to the table config's ``columns`` and, for a table without a schema-change
     topic, to the row schemas of the batch's events that it does not take (see the module
     docstring); nothing is read unless the parse shows a misfit.
@@ -81,9 +103,18 @@ def evolve_table(
         writers: ``avro``: the batch's writer schemas (:func:`~cdclake.spark.parse_avro.read_writer_schemas`),
             each observed as it is, named by its id and its first record; ``stats`` and ``parsed``
             are then not read.
+        cut: when an incompatible type is set aside (``incompatible: new_column``) and the batch
+            holds events before the first record showing it, return an :class:`IncompatibleCut`
+            instead of updating the table: the events of the old type are applied under it, and
+            the run that sets the column aside starts at the change, so that its retry, should it
+            fail after the update, reads no event of the old type against the set-aside column.
+            In each partition the cut is at its first record read that shows the change (Avro:
+            the first record of each writer schema with the new type; JSON: the first record whose
+            value does not fit the old type, or the batch's last record).
 
     Returns:
-        The context with the evolved table and its columns, or ``None`` when nothing changed.
+        The context with the evolved table and its columns, ``None`` when nothing changed, or an
+        :class:`IncompatibleCut` (nothing changed yet).
 
     Raises:
         SchemaChangeError: an incompatible type change under ``schema_changes.incompatible: fail``
@@ -104,6 +135,11 @@ def evolve_table(
     plan = plan_from_events(current, observed, table=cfg.identifier, policy=cfg.schema_changes)
     if plan.is_empty:
         return None
+    if cut and plan.renames:
+        end = _cut_before_incompatible(ctx, current, observed, writers)
+        if end is not None:
+            shown = next(o for o in observed if o.where is not None and incompatible_columns(current, o))
+            return IncompatibleCut(end, f"{_describe(plan)}, shown by {shown.describe()}")
     table = evolve_schema(ctx.table, [plan], {})
     log.info(
         "table %s: schema evolved from %s: %s",
@@ -112,6 +148,28 @@ def evolve_table(
         _describe(plan),
     )
     return replace(ctx, table=table, columns=source_columns(table))
+
+
+def _cut_before_incompatible(
+    ctx: ApplyContext, current: SourceSchema, observed: Sequence[ObservedSchema], writers: WriterSchemas | None
+) -> dict[int, int] | None:
+    """The batch's end offsets cut at the first record showing an incompatible type in each
+    partition (see :func:`evolve_table`), or ``None`` when no event comes before the change."""
+    starts: dict[int, int] = {}
+    for o in observed:
+        where = o.where
+        if where is None or where.partition is None or where.offset is None or not incompatible_columns(current, o):
+            continue
+        shown: dict[int, int] = {where.partition: where.offset}
+        if writers is not None and o.schema_id is not None:
+            shown = dict(writers.first_in_partition.get(o.schema_id, shown))
+        for partition, offset in shown.items():
+            starts[partition] = min(starts.get(partition, offset), offset)
+    rng = ctx.plan.range
+    end = {p: max(rng.start[p], min(e, starts.get(p, e))) for p, e in rng.end.items()}
+    if not starts or all(end[p] == rng.start[p] for p in end):
+        return None
+    return end
 
 
 def _describe(plan: ChangePlan) -> str:

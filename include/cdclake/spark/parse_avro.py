@@ -61,11 +61,14 @@ class WriterSchemas:
             Avro record schema); an id the registry does not have is in neither.
         first: schema id -> ``(partition, offset)`` of the batch's first record of that id
             (every id of the batch).
+        first_in_partition: schema id -> ``{partition: offset}`` of the first record of that id
+            in each partition holding one.
     """
 
     schemas: Mapping[int, Any]
     unusable: Mapping[int, str] = field(default_factory=dict)
     first: Mapping[int, tuple[int, int]] = field(default_factory=dict)
+    first_in_partition: Mapping[int, Mapping[int, int]] = field(default_factory=dict)
 
     def row_schemas(self) -> list[tuple[int, tuple[int, int], dict[str, Any]]]:
         """``(schema id, (partition, offset) of its first record, Connect row schema)`` of each
@@ -98,11 +101,14 @@ def read_writer_schemas(raw: DataFrame, writer_schema: Callable[[int], Any]) -> 
 
     rows = (
         raw.filter(_framed())
-        .groupBy(_schema_id().alias("schema_id"))
-        .agg(F.min(F.struct("partition", "offset")).alias("first"))
+        .groupBy(_schema_id().alias("schema_id"), "partition")
+        .agg(F.min("offset").alias("offset"))
         .collect()
     )
-    first = {int(r["schema_id"]): (int(r["first"]["partition"]), int(r["first"]["offset"])) for r in rows}
+    in_partition: dict[int, dict[int, int]] = {}
+    for r in rows:
+        in_partition.setdefault(int(r["schema_id"]), {})[int(r["partition"])] = int(r["offset"])
+    first = {schema_id: min(by.items()) for schema_id, by in in_partition.items()}
     schemas, unusable, unknown = {}, {}, []
     for schema_id in sorted(first):
         partition, offset = first[schema_id]
@@ -135,7 +141,7 @@ def read_writer_schemas(raw: DataFrame, writer_schema: Callable[[int], Any]) -> 
             f"record at partition {first[unknown[0].schema_id][0]} offset {first[unknown[0].schema_id][1]}): "
             "is the connection the registry the connector writes to, and does the registry keep its schemas?"
         )
-    return WriterSchemas(schemas, unusable, first)
+    return WriterSchemas(schemas, unusable, first, in_partition)
 
 
 def takes_encoding(writer: str, table: str) -> bool:
