@@ -34,7 +34,7 @@ bench: setup  ## the apply path's benchmark (not a test; long): results in bench
 bench-reconcile: setup  ## reconcile's benchmark: 1M rows, 10 differing, vs a full export; BENCH_ARGS="--rows 20000"
 	.venv/bin/python bench/reconcile_bench.py $(BENCH_ARGS)
 
-bench-engine: setup  ## the shared engine under the real scheduler (100 tables, Connect vs submit, memory); BENCH_ARGS="--tables 5 --events-per-table 20 --big-events 20000"
+bench-engine: setup  ## the shared engine under the real scheduler (100 tables, Connect vs submit, memory, 1,000 discovered tables in a shared DAG); BENCH_ARGS="--tables 5 --events-per-table 20 --big-events 20000 --fleet-tables 20"
 	.venv/bin/python bench/engine_bench.py $(BENCH_ARGS)
 
 bench-maintenance: setup  ## files, metadata, count(*) and lookup times after 200 runs x 1,000 changes, before/after maintenance; BENCH_ARGS="--base-rows 20000 --runs 10 --changes-per-run 200"
