@@ -258,18 +258,30 @@ then. Only the kills: held to the first quarter together with the scheduler's ki
 engine's pauses, a sixth run's faults overwhelmed the runs' retries (docs/benchmarks.md)."""
 
 
+REST_S = 180.0
+"""Seconds a part rests after a fault ends before its next fault starts: one task timeout of the
+soak's tables (3 minutes), so that the runs the fault failed get a try against the part restored.
+Without it a fault waiting for its part's previous one started the moment that one ended: the
+ninth 60-minute run paused the engine twice back to back (210 s, 2 s apart, then 420 s more), one
+10.5-minute outage that no retry policy of the tables was sized for, and 3 runs exhausted their
+tries (docs/benchmarks.md)."""
+
+
 class FaultInjector:
     """Injects ``count`` faults of ``kinds`` over ``duration_s`` seconds from :meth:`start`: each
     kind once in a seeded order first, then seeded random kinds, at seeded moments (uniform over
-    the first 90 % of the time, :data:`EARLY_KINDS` over their own part; two may overlap). A fault whose target is busy with another
-    waits for the next moment. :meth:`stop` ends the outages under way and waits for every fault
-    to have restarted its part.
+    the first 90 % of the time, :data:`EARLY_KINDS` over their own part; two may overlap). A fault
+    whose target is busy with another, or resting after one (``rest_s``, :data:`REST_S`), waits
+    until it is free; one that would then start after ``duration_s`` is not injected.
+    :meth:`stop` ends the outages under way and waits for every fault to have restarted its part.
 
     Raises:
         ValueError: a kind not in :data:`FAULTS`.
     """
 
-    def __init__(self, ctx: FaultContext, kinds: list[str], count: int, duration_s: float) -> None:
+    def __init__(
+        self, ctx: FaultContext, kinds: list[str], count: int, duration_s: float, rest_s: float = REST_S
+    ) -> None:
         unknown = sorted(set(kinds) - set(FAULTS))
         if unknown:
             raise ValueError(f"unknown fault kind(s) {unknown}; known: {sorted(FAULTS)}")
@@ -278,15 +290,17 @@ class FaultInjector:
         self.count = count
         self.duration_s = duration_s
         self.records: list[FaultRecord] = []
+        self.rest_s = rest_s
         self._busy: set[str] = set()
+        self._rest_until: dict[str, float] = {}
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._main = threading.Thread(target=self._run, name="soak-faults", daemon=True)
 
     def busy(self, target: str) -> bool:
-        """Whether a fault is under way on ``target``."""
+        """Whether a fault is under way on ``target``, or ended less than ``rest_s`` ago."""
         with self._lock:
-            return target in self._busy
+            return target in self._busy or time.monotonic() < self._rest_until.get(target, 0.0)
 
     def start(self) -> None:
         self._main.start()
@@ -333,18 +347,29 @@ class FaultInjector:
         for kind, moment in self._schedule():
             if self.ctx.stopping.wait(max(0.0, t0 + moment - time.monotonic())):
                 return
-            target = FAULTS[kind][0]
-            while self.busy(target) and not self.ctx.stopping.wait(2.0):
-                pass
-            if self.ctx.stopping.is_set() or time.monotonic() >= end:
+            if time.monotonic() >= end:
                 return
-            with self._lock:
-                self._busy.add(target)
-            record = FaultRecord(kind, target, time.time())
-            self.records.append(record)
-            thread = threading.Thread(target=self._inject, args=(record,), name=f"fault-{kind}", daemon=True)
+            # the fault waits for its part in a thread of its own: a part resting holds back no other part's fault
+            thread = threading.Thread(target=self._when_free, args=(kind, end), name=f"fault-{kind}", daemon=True)
             self._threads.append(thread)
             thread.start()
+
+    def _when_free(self, kind: str, end: float) -> None:
+        """Inject ``kind`` once its part is free (not busy, rested), unless that is after ``end``."""
+        target = FAULTS[kind][0]
+        poll = min(2.0, max(self.rest_s / 4, 0.05))
+        while True:
+            with self._lock:
+                free = target not in self._busy and time.monotonic() >= self._rest_until.get(target, 0.0)
+                if free and time.monotonic() < end and not self.ctx.stopping.is_set():
+                    self._busy.add(target)
+                    record = FaultRecord(kind, target, time.time())
+                    self.records.append(record)
+                    break
+            if self.ctx.stopping.wait(poll) or time.monotonic() >= end:
+                log.info("fault %s not injected: its part %s was not free before the end of the faults", kind, target)
+                return
+        self._inject(record)
 
     def _inject(self, record: FaultRecord) -> None:
         log.info("fault %s on %s", record.kind, record.target)
@@ -357,4 +382,5 @@ class FaultInjector:
             record.end = time.time()
             with self._lock:
                 self._busy.discard(record.target)
+                self._rest_until[record.target] = time.monotonic() + self.rest_s
         log.info("fault %s done: %s", record.kind, record.detail or record.error)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 from cdclake.model.config import load_tables
@@ -131,6 +132,10 @@ def test_every_failed_try_error_the_soak_has_met_is_explained_by_the_runbook_and
         # the third 60-minute soak's: the engine paused, then its worker killed, during an apply
         "SparkConnectGrpcException: <_InactiveRpcError of RPC that terminated with: "
         'status = StatusCode.UNAVAILABLE details = "Socket closed"': "Other failures",
+        # the ninth 60-minute soak's: the engine killed under a session, executors lost under a job
+        "SparkConnectException: [NO_ACTIVE_SESSION] No active Spark session found. Please create a new Spark "
+        "session before running the code.": "Other failures",
+        "SparkException: Exception thrown in awaitResult:  JVM stacktrace:": "Other failures",
     }
     for line, section in met.items():
         found = soak_watch.explained_by(line, documented)
@@ -238,6 +243,32 @@ def test_the_fault_schedule_holds_the_engine_kills_to_their_part_and_keeps_every
         assert [moment for _, moment in schedule] == sorted(moment for _, moment in schedule)
         for kind, moment in schedule:
             assert 0.02 * 3600 <= moment <= soak_faults.EARLY_KINDS.get(kind, 0.9) * 3600, (seed, kind, moment)
+
+
+def test_a_part_rests_after_a_fault_before_its_next_one(monkeypatch):
+    """Two faults on one part due at once: the second starts ``rest_s`` after the first ended (the
+    ninth 60-minute run paused the engine twice, 2 s apart); a fault on another part does not wait."""
+    import random
+    import threading
+
+    import soak_faults
+
+    def quick(ctx) -> str:
+        time.sleep(0.2)
+        return "done"
+
+    monkeypatch.setattr(soak_faults, "FAULTS", {"a1": ("part", quick), "a2": ("part", quick), "b": ("other", quick)})
+    ctx = soak_faults.FaultContext(None, None, random.Random(1), [], 60.0, stopping=threading.Event())  # type: ignore[arg-type]
+    injector = soak_faults.FaultInjector(ctx, ["a1", "a2", "b"], 3, 30.0, rest_s=1.0)
+    monkeypatch.setattr(injector, "_schedule", lambda: [("a1", 0.0), ("a2", 0.05), ("b", 0.1)])
+    injector.start()
+    deadline = time.monotonic() + 20
+    while len([r for r in injector.records if r.end is not None]) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    injector.stop()
+    by_kind = {r.kind: r for r in injector.records}
+    assert by_kind["a2"].start - by_kind["a1"].end >= 1.0
+    assert by_kind["b"].start < by_kind["a1"].end + 1.0  # another part: no rest
 
 
 def test_results_name_no_path_of_the_machine_they_ran_on(tmp_path):
