@@ -32,7 +32,8 @@ DAG_ID = "cdc_freshness"
 
 def status(**context: Any) -> dict[str, dict[str, Any]]:
     """The ``status`` task: every table's :class:`~cdclake.model.status.TableStatus` (JSON, by
-    table name), its gauges emitted."""
+    table name) and ``dag_id``, the DAG that applies it on schedule (its own, or its shared DAG);
+    its gauges emitted."""
     from cdclake.model.config import load_tables
     from cdclake.pipeline.status import status_of_tables
     from cdclake_airflow.hooks import CdcLakeHook
@@ -41,7 +42,7 @@ def status(**context: Any) -> dict[str, dict[str, Any]]:
     hook = CdcLakeHook()
     tables = list(load_tables(hook.settings.tables_config, hook.settings.discovery_registry).tables)
     out: dict[str, dict[str, Any]] = {}
-    for st in status_of_tables(hook.catalog, hook.kafka, tables):
+    for cfg, st in zip(tables, status_of_tables(hook.catalog, hook.kafka, tables), strict=True):
         figures = emit_status(st)
         log.info(
             "table %s: %s%s",
@@ -49,7 +50,7 @@ def status(**context: Any) -> dict[str, dict[str, Any]]:
             ", ".join(f"{k} {v:g}" for k, v in figures.items()),
             "; " + "; ".join(st.problems) if st.problems else "",
         )
-        out[st.name] = st.model_dump(mode="json")
+        out[st.name] = {**st.model_dump(mode="json"), "dag_id": cfg.scheduled_dag_id}
     return out
 
 
@@ -67,6 +68,7 @@ def check_freshness(name: str, statuses: dict[str, dict[str, Any]]) -> dict[str,
     from cdclake.model.status import RunFailure
 
     st = statuses[name]
+    dag_id = st.get("dag_id") or f"cdc_{name}"
     lag_s = None if st.get("lag_ms") is None else st["lag_ms"] / 1000
     out = {
         "table": name,
@@ -79,7 +81,7 @@ def check_freshness(name: str, statuses: dict[str, dict[str, Any]]) -> dict[str,
         failure = RunFailure.model_validate(st["run_failure"])
         raise FreshnessError(
             f"table {name} ({st['identifier']}) is not fresh: {failure.describe(st['checked_at_ms'])}. See "
-            f'the log of that try of DAG cdc_{name} and docs/operations.md, "A table whose runs fail".'
+            f'the log of that try of DAG {dag_id} and docs/operations.md, "A table whose runs fail".'
         )
     if st.get("fresh") is False:
         last = st.get("last_commit") or {}
@@ -87,7 +89,7 @@ def check_freshness(name: str, statuses: dict[str, dict[str, Any]]) -> dict[str,
             f"table {name} ({st['identifier']}) is behind its freshness target of {st['freshness_minutes']} "
             f"minute(s): {st.get('lag_events')} event(s) of topic {st['topic']!r} wait, and the newest event "
             f"applied is {lag_s / 60:.1f} minute(s) old; last commit: snapshot {last.get('snapshot_id')}, "
-            f"run {last.get('run_id')!r}. Check the DAG cdc_{name} (paused? failing? capped by "
+            f"run {last.get('run_id')!r}. Check the DAG {dag_id} (paused? failing? capped by "
             'max_events_per_run?) and docs/operations.md, "Freshness and metrics".'
         )
     if st.get("fresh") is None:

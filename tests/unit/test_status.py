@@ -430,6 +430,12 @@ def test_the_freshness_check_of_a_failing_table_names_the_failure():
     status = orders_status(lag_events=0, freshness_minutes=15, run_failure=failure, fresh=False)
     with pytest.raises(FreshnessError, match=r"orders \(shop.orders\) is not fresh: its DAG's runs are failing: "):
         check_freshness("orders", {"orders": status.model_dump(mode="json")})
+    # a table of a shared DAG: the failed try is that DAG's
+    with pytest.raises(FreshnessError, match=r"See the log of that try of DAG cdc_shared_shop and"):
+        check_freshness("orders", {"orders": {**status.model_dump(mode="json"), "dag_id": "cdc_shared_shop"}})
+    behind = orders_status(lag_events=5, lag_ms=40 * 60_000, freshness_minutes=15, fresh=False)
+    with pytest.raises(FreshnessError, match=r"Check the DAG cdc_shared_shop \(paused\?"):
+        check_freshness("orders", {"orders": {**behind.model_dump(mode="json"), "dag_id": "cdc_shared_shop"}})
 
 
 def test_kafka_not_answering_leaves_the_kafka_figures_unknown_and_is_given_up_on_at_once(catalog):
