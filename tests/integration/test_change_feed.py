@@ -8,7 +8,7 @@ import importlib.util
 import json
 from collections import Counter
 from datetime import UTC, datetime
-from types import ModuleType, SimpleNamespace
+from types import ModuleType
 
 import pytest
 import yaml
@@ -135,9 +135,7 @@ def test_change_feed_holds_each_runs_applied_changes_and_rebuilds_the_table(spar
     assert summary3[SummaryKeys.CHANGES_SNAPSHOT] == str(feed.current_snapshot().snapshot_id)
 
     # the asset event of run 3 carries the range it committed
-    asset = object()
-    context = {"run_id": "run-3", "outlet_events": {asset: SimpleNamespace()}}
-    _, extra, _ = _publish(catalog, fed, asset, context)
+    _, extra, _ = _publish(catalog, fed, {"run_id": "run-3"})
     assert extra["snapshot_id"] == third.snapshot_id
     assert extra["previous_snapshot_id"] == {c["_cdc_base_snapshot_id"] for c in changes3}.pop()
     assert (
@@ -301,8 +299,7 @@ def test_history_holds_every_version_and_answers_as_of_each_source_time(spark, k
     # the asset event of the retried run names the history's snapshot
     from cdclake_airflow.table_dag import _publish
 
-    asset = object()
-    _, extra, _ = _publish(catalog, cfg, asset, {"run_id": "run-4", "outlet_events": {asset: SimpleNamespace()}})
+    _, extra, _ = _publish(catalog, cfg, {"run_id": "run-4"})
     assert extra[SummaryKeys.HISTORY_SNAPSHOT] == summary[SummaryKeys.HISTORY_SNAPSHOT]
 
     # cdc_maintenance keeps the history like the table's other side tables
