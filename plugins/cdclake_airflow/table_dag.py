@@ -296,7 +296,6 @@ def run_table(
         QuarantinedBatchError: every record of the range was quarantined, none applied; the
             quarantine and the offsets were committed (and published), and the task is not retried.
     """
-    from cdclake.errors import QuarantinedBatchError
     from cdclake.runner import PhaseClock, run_once, summary_line
     from cdclake_airflow.metrics import emit_run
 

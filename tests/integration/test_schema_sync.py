@@ -361,6 +361,17 @@ def test_a_table_without_schema_change_topic_evolves_from_the_events_schema(spar
     assert json.loads(table.properties[COLUMN_ENCODINGS_PROPERTY])["qty"] == "int64"
 
 
+def qty_turning_to_text() -> list[tuple[str, str]]:
+    """Four events of orders whose ``qty`` is an int at offsets 0-1 and a string from offset 2."""
+    template = orders_template()
+    return [
+        evolved_event(template, 30000, {"id": 1, "qty": 1}),
+        evolved_event(template, 30100, {"id": 3, "qty": 3}),
+        evolved_event(template, 30200, {"id": 2, "qty": "many"}, retype={"qty": "string"}),
+        evolved_event(template, 30300, {"id": 1, "qty": "lots"}, retype={"qty": "string"}),
+    ]
+
+
 def test_an_incompatible_type_in_the_events_schema_follows_the_policy(spark, kafka, stack_settings):
     """No schema-change topic: an int column whose events turn to strings stops the table under
     ``incompatible: fail`` (naming the column, both types and the first event), nothing
@@ -368,17 +379,7 @@ def test_an_incompatible_type_in_the_events_schema_follows_the_policy(spark, kaf
     from cdclake.model.config import SchemaChangePolicy
 
     cfg = make_table(topic=f"ei{uuid.uuid4().hex[:8]}.inventory.orders")
-    template = orders_template()
-    produce(
-        kafka,
-        cfg.topic,
-        [
-            evolved_event(template, 30000, {"id": 1, "qty": 1}),
-            evolved_event(template, 30100, {"id": 3, "qty": 3}),
-            evolved_event(template, 30200, {"id": 2, "qty": "many"}, retype={"qty": "string"}),
-            evolved_event(template, 30300, {"id": 1, "qty": "lots"}, retype={"qty": "string"}),
-        ],
-    )
+    produce(kafka, cfg.topic, qty_turning_to_text())
     first = OffsetRange(topic=cfg.topic, start={0: 0}, end={0: 2})
     assert apply_offsets(spark, stack_settings, cfg, first, "run-1").status == "committed"
     catalog = load_catalog(stack_settings)
@@ -418,18 +419,7 @@ def test_an_incompatible_type_set_aside_is_applied_by_a_run_that_starts_at_it_so
         schema_changes=SchemaChangePolicy(incompatible="new_column"),
         bad_records="fail",
     )
-    template = orders_template()
-    produce(
-        kafka,
-        cfg.topic,
-        [
-            evolved_event(template, 30000, {"id": 1, "qty": 1}),
-            evolved_event(template, 30100, {"id": 3, "qty": 3}),
-            evolved_event(template, 30200, {"id": 2, "qty": "many"}, retype={"qty": "string"}),
-            evolved_event(template, 30300, {"id": 1, "qty": "lots"}, retype={"qty": "string"}),
-            (json.dumps({"id": 9}), "not json"),
-        ],
-    )
+    produce(kafka, cfg.topic, [*qty_turning_to_text(), (json.dumps({"id": 9}), "not json")])
     catalog = load_catalog(stack_settings)
     whole = OffsetRange(topic=cfg.topic, start={0: 0}, end={0: 5})
     first = apply_offsets(spark, stack_settings, cfg, whole, "run-1")
