@@ -32,14 +32,15 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from cdclake_dev import production_demo
+from cdclake_dev import engine, production_demo
 from cdclake_dev.production import Ports, Topology
 from harness import BenchRun, add_run_options, bench_parser, summary_head
 from soak_faults import FAULTS, FaultContext, FaultInjector
 from soak_tables import SoakTable, Workload, compare_table, soak_tables, write_tables_config
-from soak_watch import Watcher, runs_and_tries
+from soak_watch import Watcher, jvm_heap_dump, runs_and_tries
 
 log = logging.getLogger("soak")
 
@@ -66,6 +67,8 @@ class SoakConfig:
             a run's last try starts after the last fault, else a run whose every try met a fault
             fails and counts as unrecovered (0.6 faults a minute and the default 3 retries: the
             last try starts 70 s after the first).
+        heap_dump: a folder where the engine's heap is dumped when the load stops (HPROF, some
+            hundred MiB; kept outside the work folder, which the end deletes).
     """
 
     minutes: float = 60.0
@@ -80,6 +83,7 @@ class SoakConfig:
     freshness_minutes: int = 5
     catch_up_minutes: float = 20.0
     retries: int = 3
+    heap_dump: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -211,6 +215,9 @@ def run_soak(topology: Topology, cfg: SoakConfig) -> dict[str, Any]:
     workload.stop()
     injector.stop()
     end = time.time()
+    if cfg.heap_dump is not None:  # the engine as the load left it (docs/benchmarks.md, the engine's heap)
+        dumped = jvm_heap_dump(engine.engine_status(topology.settings).pid, cfg.heap_dump / "engine-end-of-load.hprof")
+        log.info("the engine's heap at the end of the load: %s", dumped or "not dumped")
     log.info("workload and faults stopped: catching up")
     caught_up_error = None
     try:
@@ -360,6 +367,12 @@ def main(argv: list[str] | None = None) -> int:
         "--retries", type=int, default=SoakConfig.retries, help="the tables' task retries (10 s, doubling)"
     )
     parser.add_argument("--kinds", help=f"comma-separated fault kinds (default: all: {','.join(FAULTS)})")
+    parser.add_argument(
+        "--heap-dump",
+        type=Path,
+        default=os.environ.get("SOAK_HEAP_DUMP") or None,
+        help="a folder for the engine's heap dump when the load stops",
+    )
     add_run_options(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -370,6 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         faults=args.faults,
         retries=args.retries,
         kinds=tuple(args.kinds.split(",")) if args.kinds else tuple(FAULTS),
+        heap_dump=args.heap_dump,
     )
     run = BenchRun.begin(args, "soak", "cdclake-soak-")
     run.work.chmod(0o755)  # PostgreSQL runs as the `postgres` user when this runs as root

@@ -113,6 +113,33 @@ def jvm_live_heap(pid: int | None) -> tuple[int, int] | None:
     return None if used is None else (java.pid, used)
 
 
+def jvm_heap_dump(pid: int | None, path: Path) -> Path | None:
+    """Write the live objects of the JVM of process tree ``pid`` (the first ``java`` in it) to
+    ``path``, an HPROF file (``jcmd <pid> GC.heap_dump``, which collects first): the paths from the
+    garbage collector's roots to what a long-running server holds. ``None``: no JVM or ``jcmd``, or
+    it did not answer."""
+    import subprocess
+
+    import psutil
+
+    jcmd = jcmd_executable()
+    if pid is None or jcmd is None:
+        return None
+    try:
+        root = psutil.Process(pid)
+        java = next((p for p in (root, *root.children(recursive=True)) if p.name() == "java"), None)
+    except psutil.NoSuchProcess:
+        return None
+    if java is None:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        subprocess.run([jcmd, str(java.pid), "GC.heap_dump", str(path)], capture_output=True, timeout=600, check=True)
+    except (subprocess.SubprocessError, OSError):
+        return None
+    return path if path.exists() else None
+
+
 _HISTOGRAM_ROW = re.compile(r"^\s*\d+:\s+(?P<instances>\d+)\s+(?P<bytes>\d+)\s+(?P<name>\S+)", re.MULTILINE)
 
 

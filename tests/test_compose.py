@@ -114,7 +114,7 @@ def test_kafka_serves_scram_for_the_pipeline_and_plaintext_inside():
 
 
 def test_the_engine_is_the_connect_server_on_the_master_without_a_catalog():
-    from cdclake_dev.engine import SERVER_CLASS, SESSION_LIMITS, STATUS_STORE_LIMITS
+    from cdclake_dev.engine import CLEANER_SETTINGS, SERVER_CLASS, SESSION_LIMITS, STATUS_STORE_LIMITS
 
     command = " ".join(services()["spark-connect"]["command"])
     assert SERVER_CLASS in command
@@ -122,7 +122,7 @@ def test_the_engine_is_the_connect_server_on_the_master_without_a_catalog():
     assert "spark.sql.catalog." not in command  # each session sets its catalog (cdclake.spark.session.set_catalog)
     assert "spark.connect.grpc.binding.port=15002" in command
     # the status store's and the sessions' limits of the local engine (a shared server's live heap stays flat)
-    for key, value in {**STATUS_STORE_LIMITS, **SESSION_LIMITS}.items():
+    for key, value in {**STATUS_STORE_LIMITS, **SESSION_LIMITS, **CLEANER_SETTINGS}.items():
         assert f"--conf {key}={value}" in command
 
 
