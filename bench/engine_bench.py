@@ -373,6 +373,48 @@ def phase_many(
     return result, check
 
 
+def table_run_phases(log_files: list[Path]) -> dict[str, Any]:
+    """Where a shared task's time goes, from its logs: each table run's last line (``run of table
+    ...; seconds {...}``, :func:`cdclake.runner.summary_line`) gives its phases' seconds, and the
+    time since the task's previous such line (or its first line) its wall time. Returns ``{"runs",
+    "wall_s", "phases_s": {phase: mean s}, "between_s"}``: means per table run, ``between_s`` the
+    wall time no phase accounts for (the task's own work between tables, the logs)."""
+    import ast
+    import re
+
+    line_seconds = re.compile(r"^run of table .*; seconds (?P<seconds>\{.*\})$")
+    walls: list[float] = []
+    phases: dict[str, list[float]] = {}
+    between: list[float] = []
+    for path in log_files:
+        previous: float | None = None
+        for raw in path.read_text(errors="replace").splitlines():
+            try:
+                entry = json.loads(raw)
+                at = datetime.fromisoformat(entry["timestamp"].replace("Z", "+00:00")).timestamp()
+            except (ValueError, KeyError, TypeError, AttributeError):
+                continue
+            if previous is None:
+                previous = at
+            found = line_seconds.match(str(entry.get("event", "")))
+            if found is None:
+                continue
+            seconds = ast.literal_eval(found["seconds"])
+            wall = at - previous
+            previous = at
+            walls.append(wall)
+            for name, value in seconds.items():
+                phases.setdefault(name, []).append(float(value))
+            between.append(wall - sum(float(v) for v in seconds.values()))
+    n = len(walls)
+    return {
+        "runs": n,
+        "wall_s": round(sum(walls) / n, 3) if n else None,
+        "phases_s": {k: round(sum(v) / n, 3) for k, v in sorted(phases.items())},
+        "between_s": round(sum(between) / n, 3) if n else None,
+    }
+
+
 def _quantiles(values: list[float]) -> dict[str, float]:
     if not values:
         return {}
@@ -562,6 +604,7 @@ def phase_fleet(
         "per_table_s": round(max(commits) / len(fleet), 3) if commits and len(commits) == len(fleet) else None,
         "task_stats": task_stats(tis),
         "timeline": timeline(tis, t0),
+        "table_runs": table_run_phases(airflow.task_log_files("cdc_shared_fleet", run_id)),
     }
     return result, {"ok": not problems, "tables_checked": checked, "problems": problems[:20]}
 
@@ -914,6 +957,13 @@ def markdown(result: dict[str, Any]) -> str:
                 f"| {task_id} | {st['n']} | {st.get('to_queue_mean_s')} | {st.get('to_start_mean_s')} | "
                 f"{st.get('run_mean_s')} | {st.get('run_total_s')} |"
             )
+        runs = f.get("table_runs") or {}
+        if runs.get("runs"):
+            lines += [
+                "",
+                f"A table's run in a task, mean of {runs['runs']} (from the task logs' last line of each run): "
+                f"{runs['wall_s']} s wall; phases {runs['phases_s']} s; {runs['between_s']} s outside the phases.",
+            ]
     if "peak" in ph:
         pk, big = ph["peak"], ph["big"]
         lines += [

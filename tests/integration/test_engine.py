@@ -142,6 +142,30 @@ def test_runs_over_connect_apply_the_contract_and_record_offsets(kafka, stack_se
     assert [(r["offset"], r["status"], r["held_back_behind"]) for r in entries] == [(3, "open", None), (4, "open", 3)]
 
 
+def test_a_local_read_of_some_mib_travels_in_the_plan_not_as_a_server_side_cached_artifact(kafka, engine):
+    """A range read with the Kafka client (:func:`cdclake.spark.read.read_local`) of about 3 MiB is
+    a local relation in the plan: Spark 4.1 would upload it as cached artifacts, which its server
+    keeps in its block manager after the session is closed (the eleventh soak's heap dump)."""
+    from pyspark.sql.connect.plan import LocalRelation
+
+    from cdclake.model.offsets import OffsetRange
+    from cdclake.spark.read import read_local
+    from cdclake.spark.session import LOCAL_RELATION_CACHE_THRESHOLD, SESSION_CONF
+
+    topic = make_table().topic
+    ensure_topic(kafka, topic, 1)
+    value = b"x" * 5_000
+    produce_raw(kafka, topic, [(key(i), value) for i in range(600)])
+    spark = connect_session(engine)
+    try:
+        assert spark.conf.get(LOCAL_RELATION_CACHE_THRESHOLD) == SESSION_CONF[LOCAL_RELATION_CACHE_THRESHOLD]
+        df = read_local(spark, kafka, OffsetRange(topic=topic, start={0: 0}, end={0: 600}))
+        assert type(df._plan) is LocalRelation  # not ChunkedCachedLocalRelation: nothing cached on the server
+        assert df.count() == 600
+    finally:
+        spark.stop()
+
+
 def test_tables_applying_at_once_share_no_session_state(kafka, stack_settings, engine):
     """Four tables apply at once in one server, each in its own session: each commit carries its
     own run id and offsets in its snapshot summary, never another session's."""

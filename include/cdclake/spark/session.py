@@ -35,11 +35,26 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+LOCAL_RELATION_CACHE_THRESHOLD = "spark.sql.session.localRelationCacheThreshold"
+"""Spark Connect's setting (bytes): a ``createDataFrame`` of local data at least this large is
+uploaded to the server as cached artifacts (blocks of the server's block manager), smaller ones
+travel in the plan."""
+
+DATAFRAME_DEBUGGING = "spark.python.sql.dataFrameDebugging.enabled"
+"""PySpark's static setting: the Python call site of each DataFrame call in the query context of
+errors (a client reads it once per process, from its first active session's server)."""
+
 SESSION_CONF = {
     # Debezium's DATETIME values are wall-clock values without a zone and TIMESTAMP values are
     # instants (cdclake.spark.decode reads neither through the session zone); any other cast or
     # literal of a timestamp in the session's SQL is read in UTC
     "spark.sql.session.timeZone": "UTC",
+    # a local relation (cdclake.spark.read.read_local: up to 1,000 records, some MB of Debezium's
+    # JSON) goes in the plan, not to the server's block manager as a cached artifact: Spark 4.1's
+    # server keeps a closed session's cached local relations in its block manager (the heap dump of
+    # the eleventh soak: 104 blocks of 52 closed sessions, 150 MiB of the engine's 206 MiB of byte
+    # arrays; docs/benchmarks.md). 64 MiB: Spark 3.5's default; a relation above it is still cached
+    LOCAL_RELATION_CACHE_THRESHOLD: str(64 * 2**20),
 }
 """Settings of the session itself (not of the server), set on every session this module builds."""
 
@@ -59,6 +74,12 @@ def spark_conf(settings: Settings) -> dict[str, str]:
             "spark.sql.shuffle.partitions": "8",
             "spark.sql.adaptive.enabled": "true",
             "spark.ui.showConsoleProgress": "false",
+            # a static setting (the server's, read by its clients): PySpark's DataFrame debugging
+            # records the Python call site of every DataFrame call for its error contexts, and over
+            # Connect it tries `import IPython` each time, a failed import that searches the whole
+            # sys.path (a table run's 540 DataFrame calls: 0.15 s of a 3.2 s run, cProfile of 20
+            # runs in one session); cdclake's errors name the table, topic and offsets instead
+            DATAFRAME_DEBUGGING: "false",
             # Spark >= 3.5: the level from SparkContext start-up on (log4j's INFO before it)
             "spark.log.level": settings.spark_log_level,
         }

@@ -343,12 +343,16 @@ class AirflowProcesses:
         """The task instances of every run whose id starts with ``prefix``."""
         return self.get_all("dags/~/dagRuns/~/taskInstances", "task_instances", run_id_prefix_pattern=prefix)
 
+    def task_log_files(self, dag_id: str, run_id: str) -> list[Path]:
+        """The run's task log files (every task and try), in path order."""
+        base = Path(self.env.get("AIRFLOW__LOGGING__BASE_LOG_FOLDER") or Path(self.env["AIRFLOW_HOME"]) / "logs")
+        return sorted(base.glob(f"dag_id={dag_id}/run_id={run_id}/**/*.log"))
+
     def task_log_tail(self, dag_id: str, run_id: str) -> str:
         """The run's task log files, each as its error events (exception type and message, no
         frames) and its last 1,500 characters; at most the last 12,000 characters in all."""
-        base = Path(self.env.get("AIRFLOW__LOGGING__BASE_LOG_FOLDER") or Path(self.env["AIRFLOW_HOME"]) / "logs")
         out = []
-        for path in sorted(base.glob(f"dag_id={dag_id}/run_id={run_id}/**/*.log")):
+        for path in self.task_log_files(dag_id, run_id):
             text = path.read_text(errors="replace")
             out.append(f"--- {path}\n" + "\n".join(_error_events(text)) + f"\n...\n{text[-1500:]}")
         return "\n".join(out)[-12000:]
