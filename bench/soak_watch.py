@@ -84,6 +84,21 @@ def heap_used(heap_info: str) -> int | None:
     return int(found["used"]) * 1024 if found else None
 
 
+def _java_pid(pid: int | None) -> int | None:
+    """The first ``java`` process of the tree of ``pid`` (a wrapper script or the JVM itself), or
+    ``None``: no such process."""
+    import psutil
+
+    if pid is None:
+        return None
+    try:
+        root = psutil.Process(pid)
+        java = next((p for p in (root, *root.children(recursive=True)) if p.name() == "java"), None)
+    except psutil.NoSuchProcess:
+        return None
+    return None if java is None else java.pid
+
+
 def jvm_live_heap(pid: int | None) -> tuple[int, int] | None:
     """``(java pid, bytes)``: the heap a JVM holds right after a full collection (``jcmd <pid>
     GC.run``, then ``GC.heap_info``), its live set. A JVM's RSS grows towards ``-Xmx`` as load needs
@@ -92,25 +107,16 @@ def jvm_live_heap(pid: int | None) -> tuple[int, int] | None:
     no JVM, no ``jcmd``, or it did not answer (a paused or dying process)."""
     import subprocess
 
-    import psutil
-
-    jcmd = jcmd_executable()
-    if pid is None or jcmd is None:
+    jcmd, java = jcmd_executable(), _java_pid(pid)
+    if jcmd is None or java is None:
         return None
     try:
-        root = psutil.Process(pid)
-        java = next((p for p in (root, *root.children(recursive=True)) if p.name() == "java"), None)
-    except psutil.NoSuchProcess:
-        return None
-    if java is None:
-        return None
-    try:
-        subprocess.run([jcmd, str(java.pid), "GC.run"], capture_output=True, timeout=60, check=True)
-        info = subprocess.run([jcmd, str(java.pid), "GC.heap_info"], capture_output=True, text=True, timeout=60)
+        subprocess.run([jcmd, str(java), "GC.run"], capture_output=True, timeout=60, check=True)
+        info = subprocess.run([jcmd, str(java), "GC.heap_info"], capture_output=True, text=True, timeout=60)
     except (subprocess.SubprocessError, OSError):
         return None
     used = heap_used(info.stdout)
-    return None if used is None else (java.pid, used)
+    return None if used is None else (java, used)
 
 
 def jvm_heap_dump(pid: int | None, path: Path) -> Path | None:
@@ -120,21 +126,12 @@ def jvm_heap_dump(pid: int | None, path: Path) -> Path | None:
     it did not answer."""
     import subprocess
 
-    import psutil
-
-    jcmd = jcmd_executable()
-    if pid is None or jcmd is None:
-        return None
-    try:
-        root = psutil.Process(pid)
-        java = next((p for p in (root, *root.children(recursive=True)) if p.name() == "java"), None)
-    except psutil.NoSuchProcess:
-        return None
-    if java is None:
+    jcmd, java = jcmd_executable(), _java_pid(pid)
+    if jcmd is None or java is None:
         return None
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        subprocess.run([jcmd, str(java.pid), "GC.heap_dump", str(path)], capture_output=True, timeout=600, check=True)
+        subprocess.run([jcmd, str(java), "GC.heap_dump", str(path)], capture_output=True, timeout=600, check=True)
     except (subprocess.SubprocessError, OSError):
         return None
     return path if path.exists() else None

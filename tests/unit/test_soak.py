@@ -144,7 +144,7 @@ def test_every_failed_try_error_the_soak_has_met_is_explained_by_the_runbook_and
     assert soak_watch.explained_by("SdkClientException: Unable to execute HTTP request: timeout", documented) is None
 
 
-def test_the_live_heap_of_a_real_jvm_is_measured_after_a_full_collection(tmp_path: Path):
+def test_the_live_heap_of_a_real_jvm_is_measured_after_a_full_collection_and_dumped(tmp_path: Path):
     """A real JVM (a one-file Java program that holds 64 MiB, then sleeps), measured with the
     JDK's ``jcmd`` as the watcher measures the Spark Connect server."""
     import subprocess
@@ -165,10 +165,16 @@ def test_the_live_heap_of_a_real_jvm_is_measured_after_a_full_collection(tmp_pat
         assert 64 << 20 <= live[1] < 200 << 20, live  # the array is live; the rest was collected
         histogram = soak_watch.jvm_class_histogram(proc.pid)
         assert histogram is not None and histogram["[B"][1] >= 64 << 20, histogram and histogram.get("[B")
+        dump = soak_watch.jvm_heap_dump(proc.pid, tmp_path / "dumps" / "hold.hprof")
+        assert dump is not None
+        with dump.open("rb") as f:
+            assert f.read(18) == b"JAVA PROFILE 1.0.2"
+        assert dump.stat().st_size > 64 << 20  # the live array is in it
     finally:
         proc.kill()
         proc.wait()
     assert soak_watch.jvm_live_heap(proc.pid) is None  # gone: no measure
+    assert soak_watch.jvm_heap_dump(proc.pid, tmp_path / "gone.hprof") is None
     assert soak_watch.heap_used(" garbage-first heap   total 57344K, used 5956K [0x0, 0x1)\n") == 5956 * 1024
     assert soak_watch.heap_used("no heap here") is None
 
