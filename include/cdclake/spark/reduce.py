@@ -128,10 +128,6 @@ def reduce_batch(ctx: ApplyContext, rows: DataFrame, columns: list[Column | str]
     source's whole plan in one protobuf message, which the client refuses past 100 levels of
     nesting (an Avro batch of several writer schemas and many columns reached it).
 
-    A batch without deletes, of a table whose tombstone table holds none (:func:`has_tombstones`:
-    most tables of a fleet, and every new one), has nothing to supersede: the checkpointed
-    reduction is the merge source, with no tombstone table read, created or joined.
-
     Raises:
         PositionOrderError: a key's latest event has an event of other content at its position in
             another partition (:func:`~cdclake.model.position.unordered_message`); nothing was
@@ -150,22 +146,14 @@ def reduce_batch(ctx: ApplyContext, rows: DataFrame, columns: list[Column | str]
             .localCheckpoint(eager=True, storageLevel=StorageLevel.MEMORY_AND_DISK)
         )
         counts = reduced.agg(
-            F.sum(F.col(TIED).cast("int")).alias("tied"),
-            F.count_if(F.col("_cdc_op") == "d").alias("deletes"),
-            F.count(F.lit(1)).alias("rows"),
+            F.sum(F.col(TIED).cast("int")).alias("tied"), F.count_if(F.col("_cdc_op") == "d").alias("deletes")
         ).collect()[0]
-        if counts["deletes"] or has_tombstones(ctx):
-            if counts["deletes"]:
-                record_tombstones(ctx, reduced)
-            # the same rows whether the tombstones are read before or after the batch's own: every delete
-            # survives, and the batch records none for a key whose latest event is an upsert
-            source = apply_tombstones(ctx, reduced).persist(StorageLevel.MEMORY_AND_DISK)
-            keys_changed = source.count()
-        else:
-            # no tombstone to supersede anything (a table that never saw a delete; a new table's
-            # tombstone table is created by its first delete): the merge source is the reduction
-            source, reduced = reduced, None  # kept: the caller unpersists it
-            keys_changed = int(counts["rows"])
+        if counts["deletes"]:
+            record_tombstones(ctx, reduced)
+        # the same rows whether the tombstones are read before or after the batch's own: every delete
+        # survives, and the batch records none for a key whose latest event is an upsert
+        source = apply_tombstones(ctx, reduced).persist(StorageLevel.MEMORY_AND_DISK)
+        keys_changed = source.count()
     except Exception as e:  # noqa: BLE001 - Spark wraps the raised error in several types
         if source is not None:
             source.unpersist()
@@ -224,18 +212,6 @@ def apply_tombstones(ctx: ApplyContext, reduced: DataFrame) -> DataFrame:
         | (F.col(qualified(_EVENT, "_cdc_op")) == "d")
         | supersedes_column(cfg.ordering, _EVENT, _TOMB, stored_change=True)
     ).select(f"{_EVENT}.*")
-
-
-def has_tombstones(ctx: ApplyContext) -> bool:
-    """Whether the table's tombstone table may hold a row: its current snapshot's
-    ``total-records`` (rows of its data files, in the catalog: no Spark job) is not 0. ``False``
-    when it does not exist: it is created by the table's first delete (:func:`record_tombstones`)."""
-    tombstones = ctx.side_table(TOMBSTONES_SUFFIX)
-    snapshot = tombstones.current_snapshot() if tombstones is not None else None
-    if snapshot is None:
-        return False
-    total = snapshot.summary.get("total-records") if snapshot.summary is not None else None
-    return total is None or int(total) > 0  # without the figure: read them
 
 
 def record_tombstones(ctx: ApplyContext, source: DataFrame) -> None:
