@@ -142,28 +142,40 @@ def test_runs_over_connect_apply_the_contract_and_record_offsets(kafka, stack_se
     assert [(r["offset"], r["status"], r["held_back_behind"]) for r in entries] == [(3, "open", None), (4, "open", 3)]
 
 
-def test_a_local_read_of_some_mib_travels_in_the_plan_not_as_a_server_side_cached_artifact(kafka, engine):
-    """A range read with the Kafka client (:func:`cdclake.spark.read.read_local`) of about 3 MiB is
-    a local relation in the plan: Spark 4.1 would upload it as cached artifacts, which its server
-    keeps in its block manager after the session is closed (the eleventh soak's heap dump)."""
-    from pyspark.sql.connect.plan import LocalRelation
+_LOCAL_READ_CLIENT = """
+import json, sys
+from pyspark.sql.connect.plan import LocalRelation
+from cdclake.io.kafka import KafkaClients
+from cdclake.model.offsets import OffsetRange
+from cdclake.spark.read import read_local
+from cdclake.spark.session import LOCAL_RELATION_CACHE_THRESHOLD, connect_session
+spark = connect_session(sys.argv[1])
+kafka = KafkaClients.from_bootstrap(sys.argv[2])
+df = read_local(spark, kafka, OffsetRange(topic=sys.argv[3], start={0: 0}, end={0: 600}))
+out = [spark.conf.get(LOCAL_RELATION_CACHE_THRESHOLD), type(df._plan) is LocalRelation, df.count()]
+spark.stop()
+print("CLIENT_DONE", json.dumps(out), flush=True)
+"""
 
-    from cdclake.model.offsets import OffsetRange
-    from cdclake.spark.read import read_local
+
+def test_a_local_read_of_some_mib_travels_in_the_plan_not_as_a_server_side_cached_artifact(
+    kafka, stack_settings, engine
+):
+    """A range read with the Kafka client (:func:`cdclake.spark.read.read_local`) of about 3 MiB is
+    a local relation in the plan: Spark 4.1 would upload it as cached artifacts (its threshold is 1
+    MiB), which its server keeps in its block manager after the session is closed (the eleventh
+    soak's heap dump). A Connect client of its own (the tests' process keeps a classic session)."""
     from cdclake.spark.session import LOCAL_RELATION_CACHE_THRESHOLD, SESSION_CONF
 
     topic = make_table().topic
     ensure_topic(kafka, topic, 1)
-    value = b"x" * 5_000
-    produce_raw(kafka, topic, [(key(i), value) for i in range(600)])
-    spark = connect_session(engine)
-    try:
-        assert spark.conf.get(LOCAL_RELATION_CACHE_THRESHOLD) == SESSION_CONF[LOCAL_RELATION_CACHE_THRESHOLD]
-        df = read_local(spark, kafka, OffsetRange(topic=topic, start={0: 0}, end={0: 600}))
-        assert type(df._plan) is LocalRelation  # not ChunkedCachedLocalRelation: nothing cached on the server
-        assert df.count() == 600
-    finally:
-        spark.stop()
+    produce_raw(kafka, topic, [(key(i), b"x" * 5_000) for i in range(600)])
+    threshold, in_plan, count = _client_result(
+        _LOCAL_READ_CLIENT, engine, stack_settings, stack_settings.kafka_bootstrap, topic
+    )
+    assert threshold == SESSION_CONF[LOCAL_RELATION_CACHE_THRESHOLD]
+    assert in_plan  # a LocalRelation, not a ChunkedCachedLocalRelation: nothing cached on the server
+    assert count == 600
 
 
 def test_tables_applying_at_once_share_no_session_state(kafka, stack_settings, engine):
@@ -316,11 +328,11 @@ def test_a_connect_session_is_in_utc_and_decodes_datetimes_without_its_zone(stac
     assert _client_result(_ZONE_CLIENT, engine, stack_settings) == ["UTC", "2020-07-17 18:00:22.123456", "UTC"]
 
 
-def _client_result(code: str, engine: str, settings):
-    """What the Connect client ``code`` (``python -c``, the engine URL as its argument) printed
-    after ``CLIENT_DONE``, as JSON."""
+def _client_result(code: str, engine: str, settings, *args: str):
+    """What the Connect client ``code`` (``python -c``, the engine URL and ``args`` as its
+    arguments) printed after ``CLIENT_DONE``, as JSON."""
     proc = subprocess.run(
-        [sys.executable, "-c", code, engine], env=job_env(settings), capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", code, engine, *args], env=job_env(settings), capture_output=True, text=True, timeout=300
     )
     done = [line for line in proc.stdout.splitlines() if line.startswith("CLIENT_DONE ")]
     assert done, proc.stderr[-4000:]
