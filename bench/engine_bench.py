@@ -154,7 +154,7 @@ def airflow_processes(
     logs: Path,
     parallelism: int,
     db_url: str | None,
-    dag_interval_s: int = 30,
+    dag_interval_s: int,
 ) -> AirflowProcesses:
     """Airflow as separate processes (:class:`~cdclake_dev.parts.airflow.AirflowProcesses`, LocalExecutor)
     with the local stack's environment (:func:`cdclake_dev.airflow_env.airflow_env`: connections,
