@@ -11,12 +11,14 @@ translates it for Spark's Kafka source, which runs the Java client.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cdclake.errors import ConfigError, TopicNotFoundError
+from cdclake.errors import CdcLakeError, ConfigError, TopicNotFoundError
 from cdclake.io.kafka_logging import librdkafka_logger
 
 if TYPE_CHECKING:
@@ -135,6 +137,8 @@ class KafkaClients:
             )
         self._config = dict(config)
         self.schema_registry = schema_registry
+        self._metadata: tuple[Consumer, _AuthWatch] | None = None
+        self._metadata_lock = threading.Lock()
 
     @classmethod
     def from_bootstrap(cls, servers: str, schema_registry: SchemaRegistry | None = None) -> KafkaClients:
@@ -177,6 +181,38 @@ class KafkaClients:
         from confluent_kafka import Consumer
 
         return Consumer({**self._client_config(), **_CONSUMER_DEFAULTS, "group.id": group_id, **overrides})
+
+    @contextmanager
+    def metadata_consumer(self) -> Iterator[tuple[Consumer, _AuthWatch]]:
+        """The consumer of this object's metadata and watermark calls (:func:`topic_watermarks`)
+        with its :class:`_AuthWatch`, one call at a time. It is built at its first use and kept
+        until :meth:`close`, or until a call through it fails (other than with a
+        :class:`~cdclake.errors.CdcLakeError`, such as a topic that does not exist): a consumer of its own per call
+        connects anew each time (about 50 ms on a local broker; a table run asks 4 times).
+        librdkafka reconnects a kept consumer after a broker restart by itself."""
+        with self._metadata_lock:
+            if self._metadata is None:
+                watch = _AuthWatch(self)
+                self._metadata = (self.consumer("cdclake-watermarks", error_cb=watch), watch)
+            consumer, watch = self._metadata
+            watch.failure = None  # an authentication failure of this call, not of an earlier one
+            try:
+                yield consumer, watch
+            except CdcLakeError:  # an answer (no such topic), not a failure of the consumer
+                raise
+            except BaseException:
+                self._metadata = None
+                consumer.close()
+                raise
+
+    def close(self) -> None:
+        """Close the kept metadata consumer, if any (:meth:`metadata_consumer`); the object
+        stays usable."""
+        with self._metadata_lock:
+            if self._metadata is not None:
+                consumer, _ = self._metadata
+                self._metadata = None
+                consumer.close()
 
     def producer(self, **overrides: Any) -> Producer:
         """An idempotent producer (``overrides``: further librdkafka producer properties)."""
@@ -349,9 +385,7 @@ def topic_watermarks(kafka: KafkaClients, topic: str) -> Watermarks:
     from cdclake.io.retry import on_retriable_kafka_error
 
     ask = on_retriable_kafka_error(TIMEOUT_S)
-    watch = _AuthWatch(kafka)
-    consumer = kafka.consumer("cdclake-watermarks", error_cb=watch)
-    try:
+    with kafka.metadata_consumer() as (consumer, watch):
         meta = watch.list_topics(consumer, topic)
         tmeta = meta.topics.get(topic)
         if tmeta is None or tmeta.error is not None or not tmeta.partitions:
@@ -360,8 +394,6 @@ def topic_watermarks(kafka: KafkaClients, topic: str) -> Watermarks:
         for p in sorted(tmeta.partitions):
             low[p], high[p] = ask(consumer.get_watermark_offsets)(TopicPartition(topic, p), timeout=TIMEOUT_S)
         return Watermarks(low, high)
-    finally:
-        consumer.close()
 
 
 def topics_watermarks(
