@@ -263,6 +263,8 @@ def test_a_run_commits_once_on_a_branch_fast_forwarded_into_main(spark, kafka, s
     catalog = load_catalog(lake.settings)
     before = catalog.load_table(cfg.identifier)
     base = before.current_snapshot().snapshot_id
+    # an operator's retention setting of main, which the fast-forward keeps
+    before.manage_snapshots().create_branch(base, "main", min_snapshots_to_keep=7).commit()
     n_snapshots = len(before.snapshots())
 
     seen: dict[str, object] = {}
@@ -304,14 +306,15 @@ def test_a_run_commits_once_on_a_branch_fast_forwarded_into_main(spark, kafka, s
     assert json.loads(summary[SummaryKeys.END_OFFSETS]) == {"0": 6}
     assert json.loads(summary[SummaryKeys.START_OFFSETS]) == {"0": 2}
     # the MERGE went to a run branch while main stayed at the base; main was then fast-forwarded
-    # to the branch's snapshot, and the branch dropped
+    # to the branch's snapshot and the branch dropped (one catalog commit), main's retention kept
     branch = seen["branch"]
     assert isinstance(branch, str) and branch.startswith(RUN_BRANCH_PREFIX)
     assert seen["refs"] == {"main": base, branch: current.snapshot_id}
     assert current.parent_snapshot_id == base
     assert set(table.refs()) == {"main"}
+    assert table.refs()["main"].min_snapshots_to_keep == 7
     # the catalog's row (SQLite; PostgreSQL; the REST server's PostgreSQL) points at the metadata
-    # of that fast-forward, which Spark committed
+    # of that fast-forward
     assert catalog_rows(lake, cfg.identifier) == [(lake.catalog_db_name, table.metadata_location)]
     assert_files_in_warehouse(lake, cfg.identifier, stack_settings)
 

@@ -169,6 +169,7 @@ def commit(ctx: ApplyContext, properties: dict[str, str], write: Callable[[str],
             f"at snapshot {base_snapshot_id}",
             f"another run committed since this run read snapshot {base_snapshot_id}",
         )
+    removed = False
     try:
         with _refused_as_concurrent(lost % f"created its branch {at}"):
             if base_snapshot_id is None:
@@ -179,16 +180,51 @@ def commit(ctx: ApplyContext, properties: dict[str, str], write: Callable[[str],
         with _refused_as_concurrent(lost % f"wrote to its branch {branch}"):
             snapshot_id = _write_branch(ctx, branch, start, properties, write)
         debug_pause("before_fast_forward", branch)
-        procedure = quote_identifier(ctx.settings.catalog_name, "system", "fast_forward")
         with _refused_as_concurrent(
             f"table {cfg.identifier}: {moved}; this run's commit was discarded (nothing changed). The "
             "next run plans from the table's offsets."
         ):
-            spark.sql(f"CALL {procedure}('{cfg.identifier}', '{write_ref(ctx.table)}', '{branch}')")
+            _fast_forward(ctx, branch, base_snapshot_id, snapshot_id)
+        removed = True  # by the fast-forward's commit
     finally:
-        spark.sql(f"ALTER TABLE {target} DROP BRANCH IF EXISTS {quote_identifier(branch)}")
+        if not removed:
+            spark.sql(f"ALTER TABLE {target} DROP BRANCH IF EXISTS {quote_identifier(branch)}")
     debug_pause("after_commit", snapshot_id)
     return snapshot_id
+
+
+def _fast_forward(ctx: ApplyContext, branch: str, base_snapshot_id: int | None, head_id: int) -> None:
+    """Move the table's write ref (:func:`~cdclake.io.catalog.write_ref`) from the run's base
+    snapshot to ``head_id``, the head of the run's ``branch``, and remove the branch: one catalog
+    commit (pyiceberg), which requires the ref still at the base (absent on a table that had no
+    snapshot) and the branch at its head (Iceberg's ``assert-ref-snapshot-id``), so the catalog
+    refuses it when another commit moved the ref meanwhile. The ref keeps its retention settings.
+    What Spark's ``fast_forward`` procedure and a ``DROP BRANCH`` do in two commits: the branch
+    starts at the base, so the ref at the base is an ancestor of the branch.
+
+    Raises:
+        pyiceberg.exceptions.CommitFailedException: the ref is no longer at the base (another run
+            committed), or another commit moved the ref or the branch during the commit.
+    """
+    from pyiceberg.exceptions import CommitFailedException
+    from pyiceberg.table.update.snapshot import ManageSnapshots
+
+    table = ctx.table  # as the write left it (refreshed); the commit checks its requirements on the latest
+    ref = write_ref(table)
+    current = table.refs().get(ref)
+    if (current.snapshot_id if current is not None else None) != base_snapshot_id:
+        raise CommitFailedException(
+            f"Requirement failed: {ref} is at snapshot {current.snapshot_id if current else None}, not at the "
+            f"run's base {base_snapshot_id}"
+        )
+    with table.transaction() as tx:
+        ManageSnapshots(transaction=tx).create_branch(
+            head_id,
+            ref,
+            max_ref_age_ms=current.max_ref_age_ms if current is not None else None,
+            max_snapshot_age_ms=current.max_snapshot_age_ms if current is not None else None,
+            min_snapshots_to_keep=current.min_snapshots_to_keep if current is not None else None,
+        ).remove_branch(branch).commit()
 
 
 def _start_branch(ctx: ApplyContext, branch: str) -> int:
