@@ -254,6 +254,50 @@ def test_order_is_binlog_position_not_kafka_offset_across_file_rollover(spark, k
     assert table_rows(stack_settings, cfg, ["id", "v"])[1] == ("newest",)
 
 
+def test_the_tombstone_table_is_made_by_the_first_delete_and_then_supersedes_an_older_upsert(
+    spark, kafka, stack_settings
+):
+    """A table that has seen no delete has no tombstone table (its merge source is the reduction,
+    nothing joined); its first delete creates it, and a later batch without deletes still reads it:
+    an older upsert re-emitted after the delete (a connector restart) does not bring the row back."""
+    from cdclake.model.layout import TOMBSTONES_SUFFIX, side_table
+
+    cfg = make_table(value_format="json", columns={"id": "int", "v": "string"})
+    catalog = load_catalog(stack_settings)
+    tombstones = side_table(cfg.identifier, TOMBSTONES_SUFFIX)
+    ensure_topic(kafka, cfg.topic, 1)
+    binlog = "mysql-bin.000001"
+    produce_raw(
+        kafka,
+        cfg.topic,
+        [
+            (b'{"id":1}', _envelope("c", {"id": 1, "v": "a"}, binlog, 100)),
+            (b'{"id":2}', _envelope("c", {"id": 2, "v": "b"}, binlog, 110)),
+        ],
+    )
+    _, first = run_once(spark, stack_settings, cfg, "run-1")
+    assert first.keys_changed == 2
+    assert table_rows(stack_settings, cfg, ["id", "v"]) == {1: ("a",), 2: ("b",)}
+    assert not catalog.table_exists(tombstones)
+
+    produce_raw(kafka, cfg.topic, [(b'{"id":1}', _envelope("d", {"id": 1, "v": "a"}, binlog, 200))])
+    run_once(spark, stack_settings, cfg, "run-2")
+    assert table_rows(stack_settings, cfg, ["id", "v"]) == {2: ("b",)}
+    assert catalog.table_exists(tombstones)
+
+    produce_raw(
+        kafka,
+        cfg.topic,
+        [
+            (b'{"id":1}', _envelope("u", {"id": 1, "v": "stale"}, binlog, 150)),  # before the delete
+            (b'{"id":3}', _envelope("c", {"id": 3, "v": "c"}, binlog, 300)),
+        ],
+    )
+    _, third = run_once(spark, stack_settings, cfg, "run-3")
+    assert third.keys_changed == 1
+    assert table_rows(stack_settings, cfg, ["id", "v"]) == {2: ("b",), 3: ("c",)}
+
+
 @pytest.mark.parametrize("mode", ["copy-on-write", "merge-on-read"])
 def test_merge_records_snapshot_properties_in_both_write_modes(spark, kafka, stack_settings, mode):
     """Iceberg 1.11 (Spark 4.x modules) copies spark.sql.iceberg.snapshot-property.* into a

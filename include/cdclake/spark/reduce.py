@@ -128,6 +128,10 @@ def reduce_batch(ctx: ApplyContext, rows: DataFrame, columns: list[Column | str]
     source's whole plan in one protobuf message, which the client refuses past 100 levels of
     nesting (an Avro batch of several writer schemas and many columns reached it).
 
+    A batch without deletes, of a table whose tombstone table holds none (:func:`has_tombstones`:
+    most tables of a fleet, and every new one), has nothing to supersede: its merge source is the
+    reduction as is, with no tombstone table read, created or joined.
+
     Raises:
         PositionOrderError: a key's latest event has an event of other content at its position in
             another partition (:func:`~cdclake.model.position.unordered_message`); nothing was
@@ -150,9 +154,13 @@ def reduce_batch(ctx: ApplyContext, rows: DataFrame, columns: list[Column | str]
         ).collect()[0]
         if counts["deletes"]:
             record_tombstones(ctx, reduced)
-        # the same rows whether the tombstones are read before or after the batch's own: every delete
-        # survives, and the batch records none for a key whose latest event is an upsert
-        source = apply_tombstones(ctx, reduced).persist(StorageLevel.MEMORY_AND_DISK)
+        if counts["deletes"] or has_tombstones(ctx):
+            # the same rows whether the tombstones are read before or after the batch's own: every
+            # delete survives, and the batch records none for a key whose latest event is an upsert
+            merge_source = apply_tombstones(ctx, reduced)
+        else:  # no tombstone to supersede anything (a table that never saw a delete)
+            merge_source = reduced.select("*")
+        source = merge_source.persist(StorageLevel.MEMORY_AND_DISK)
         keys_changed = source.count()
     except Exception as e:  # noqa: BLE001 - Spark wraps the raised error in several types
         if source is not None:
@@ -212,6 +220,18 @@ def apply_tombstones(ctx: ApplyContext, reduced: DataFrame) -> DataFrame:
         | (F.col(qualified(_EVENT, "_cdc_op")) == "d")
         | supersedes_column(cfg.ordering, _EVENT, _TOMB, stored_change=True)
     ).select(f"{_EVENT}.*")
+
+
+def has_tombstones(ctx: ApplyContext) -> bool:
+    """Whether the table's tombstone table may hold a row: its current snapshot's
+    ``total-records`` (rows of its data files, from the catalog: no Spark job) is not 0. ``False``
+    when it does not exist: it is created by the table's first delete (:func:`record_tombstones`)."""
+    tombstones = ctx.side_table(TOMBSTONES_SUFFIX)
+    snapshot = tombstones.current_snapshot() if tombstones is not None else None
+    if snapshot is None:
+        return False
+    total = snapshot.summary.get("total-records") if snapshot.summary is not None else None
+    return total is None or int(total) > 0  # without the figure: read them
 
 
 def record_tombstones(ctx: ApplyContext, source: DataFrame) -> None:
