@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cdclake.errors import CdcLakeError, ConfigError, TopicNotFoundError
+from cdclake.io.kafka_auth import AUTH_CHECK_S, TIMEOUT_S, AuthWatch
 from cdclake.io.kafka_logging import librdkafka_logger
 
 if TYPE_CHECKING:
-    from confluent_kafka import Consumer, KafkaError, Message, Producer
-    from confluent_kafka.admin import AdminClient, ClusterMetadata  # type: ignore[attr-defined]
+    from confluent_kafka import Consumer, Message, Producer
+    from confluent_kafka.admin import AdminClient
 
     from cdclake.io.registry import SchemaRegistry
     from cdclake.model.avro import SchemaLookup
@@ -31,11 +32,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TIMEOUT_S = 30.0
-"""Seconds a metadata, watermark or delivery call may take before it fails."""
-
-_AUTH_CHECK_S = 1.0
-"""A metadata or delivery wait looks for an authentication failure this often (seconds)."""
 
 ISOLATION_LEVEL = "read_committed"
 """Kafka's ``isolation.level`` of every reader here, librdkafka's consumers and Spark's Kafka
@@ -137,7 +133,7 @@ class KafkaClients:
             )
         self._config = dict(config)
         self.schema_registry = schema_registry
-        self._metadata: tuple[Consumer, _AuthWatch] | None = None
+        self._metadata: tuple[Consumer, AuthWatch] | None = None
         self._metadata_lock = threading.Lock()
 
     @classmethod
@@ -182,17 +178,24 @@ class KafkaClients:
 
         return Consumer({**self._client_config(), **_CONSUMER_DEFAULTS, "group.id": group_id, **overrides})
 
+    def auth_watch(self, *, give_up_when_down: bool = False) -> AuthWatch:
+        """A new :class:`~cdclake.io.kafka_auth.AuthWatch` of these clients' brokers and SASL
+        identity (user and mechanism, never the password), to give a client as its ``error_cb``."""
+        mechanism = self._config.get("sasl.mechanism") or self._config.get("sasl.mechanisms")
+        identity = f"as user {self._config.get('sasl.username')!r} ({mechanism})"
+        return AuthWatch(self.bootstrap, identity, give_up_when_down=give_up_when_down)
+
     @contextmanager
-    def metadata_consumer(self) -> Iterator[tuple[Consumer, _AuthWatch]]:
+    def metadata_consumer(self) -> Iterator[tuple[Consumer, AuthWatch]]:
         """The consumer of this object's metadata and watermark calls (:func:`topic_watermarks`)
-        with its :class:`_AuthWatch`, one call at a time. It is built at its first use and kept
+        with its :class:`AuthWatch`, one call at a time. It is built at its first use and kept
         until :meth:`close`, or until a call through it fails (other than with a
         :class:`~cdclake.errors.CdcLakeError`, such as a topic that does not exist): a consumer of its own per call
         connects anew each time (about 50 ms on a local broker; a table run asks 4 times).
         librdkafka reconnects a kept consumer after a broker restart by itself."""
         with self._metadata_lock:
             if self._metadata is None:
-                watch = _AuthWatch(self)
+                watch = self.auth_watch()
                 self._metadata = (self.consumer("cdclake-watermarks", error_cb=watch), watch)
             consumer, watch = self._metadata
             watch.failure = None  # an authentication failure of this call, not of an earlier one
@@ -277,98 +280,6 @@ def _jaas_quoted(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-class _AuthWatch:
-    """The ``error_cb`` of a client that keeps its SASL authentication failures (and that every
-    broker is down: ``_ALL_BROKERS_DOWN``, connections refused or unreachable).
-
-    librdkafka reports a failed authentication only as an error event and keeps retrying: the
-    waiting call (metadata, delivery) would end after :data:`TIMEOUT_S` with "Broker transport
-    failure" or a delivery timeout, never naming the credentials. Waits that use a watch look
-    every :data:`_AUTH_CHECK_S` and fail at once with the authentication error (a wait that is
-    still unanswered after the broker refused the credentials, during this call).
-
-    ``give_up_when_down``: fail at once on every broker down too, not after :data:`TIMEOUT_S`
-    (for a report such as the status, not for a run).
-    """
-
-    def __init__(self, kafka: KafkaClients, *, give_up_when_down: bool = False) -> None:
-        self._kafka = kafka
-        self._give_up_when_down = give_up_when_down
-        self.failure: str | None = None
-        self.down: str | None = None
-
-    def __call__(self, error: KafkaError) -> None:
-        from confluent_kafka import KafkaError
-
-        # "SaslAuthenticateRequest failed: Local: ...": the connection broke during the exchange
-        # (a broker restarting, a client closing), not the broker's verdict on the credentials
-        if error.code() == KafkaError._AUTHENTICATION and "SaslAuthenticateRequest failed" not in error.str():
-            self.failure = error.str()
-        elif error.code() == KafkaError._ALL_BROKERS_DOWN:
-            self.down = error.str()
-
-    def check(self) -> None:
-        """Raise the authentication failure seen, if any.
-
-        Raises:
-            confluent_kafka.KafkaException: code ``_AUTHENTICATION``; names the brokers, the
-                user and the mechanism (never the password). Code ``_ALL_BROKERS_DOWN`` when
-                the watch gives up on brokers that are down.
-        """
-        from confluent_kafka import KafkaError, KafkaException
-
-        if self.failure is None:
-            if self._give_up_when_down and self.down is not None:
-                down = f"every broker of {self._kafka.bootstrap} refused the connection or is unreachable"
-                raise KafkaException(KafkaError(KafkaError._ALL_BROKERS_DOWN, f"{down} ({self.down})"))
-            return
-        config = self._kafka._config
-        raise KafkaException(
-            KafkaError(
-                KafkaError._AUTHENTICATION,
-                f"Kafka authentication failed on {self._kafka.bootstrap} as user "
-                f"{config.get('sasl.username')!r} ({config.get('sasl.mechanism') or config.get('sasl.mechanisms')}): "
-                f"{self.failure}; check the connection's sasl.username and sasl.password",
-            )
-        )
-
-    def list_topics(self, client: Any, topic: str | None = None) -> ClusterMetadata:
-        """``client.list_topics(topic)`` within :data:`TIMEOUT_S` (``client``: built with this
-        watch as its ``error_cb``).
-
-        Raises:
-            confluent_kafka.KafkaException: the authentication failed (code ``_AUTHENTICATION``),
-                or the cluster did not answer in time.
-        """
-        from confluent_kafka import KafkaException
-
-        deadline = time.monotonic() + TIMEOUT_S
-        while True:
-            try:
-                return client.list_topics(topic, timeout=max(0.1, min(_AUTH_CHECK_S, deadline - time.monotonic())))
-            except KafkaException:
-                client.poll(0)  # serves the error events: this watch's callback
-                self.check()
-                if time.monotonic() >= deadline:
-                    raise
-
-    def poll(self, consumer: Consumer, timeout_s: float) -> Message | None:
-        """``consumer.poll(timeout_s)`` (``consumer``: built with this watch as its ``error_cb``).
-
-        Raises:
-            confluent_kafka.KafkaException: the authentication failed (code ``_AUTHENTICATION``).
-        """
-        deadline = time.monotonic() + timeout_s
-        while True:
-            msg = consumer.poll(max(0.0, min(_AUTH_CHECK_S, deadline - time.monotonic())))
-            if msg is not None:
-                self.failure = None  # the connection works (again)
-                return msg
-            self.check()
-            if time.monotonic() >= deadline:
-                return None
-
-
 def topic_watermarks(kafka: KafkaClients, topic: str) -> Watermarks:
     """Low and high watermarks of every partition of ``topic``.
 
@@ -413,7 +324,7 @@ def topics_watermarks(
     wanted = list(dict.fromkeys(topics))
     if not wanted:
         return {}
-    watch = _AuthWatch(kafka, give_up_when_down=give_up_when_down)
+    watch = kafka.auth_watch(give_up_when_down=give_up_when_down)
     consumer = kafka.consumer("cdclake-watermarks", error_cb=watch)
     try:
         meta = watch.list_topics(consumer)
@@ -471,7 +382,7 @@ def ensure_topic(kafka: KafkaClients, topic: str, partitions: int, *, give_up_wh
     """
     from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]  # re-exported at run time
 
-    watch = _AuthWatch(kafka, give_up_when_down=give_up_when_down)
+    watch = kafka.auth_watch(give_up_when_down=give_up_when_down)
     admin = kafka.admin(error_cb=watch)
     if topic in watch.list_topics(admin).topics:
         return False
@@ -509,7 +420,7 @@ def read_partition(
 
     if low >= high:
         return
-    watch = _AuthWatch(kafka)
+    watch = kafka.auth_watch()
     # the end-of-partition event tells where the partition ends when the last offsets below
     # ``high`` hold no record to read (a transaction's commit marker, typically)
     consumer = kafka.consumer(group_id, error_cb=watch, **{"enable.partition.eof": True})
@@ -585,7 +496,7 @@ def produce(
         confluent_kafka.KafkaException: the broker refused the credentials (code
             ``_AUTHENTICATION``; raised as soon as seen while records wait).
     """
-    watch = _AuthWatch(kafka)
+    watch = kafka.auth_watch()
     producer = kafka.producer(**{"error_cb": watch, **producer_config})
     delivered: dict[int, tuple[int, int]] = {}
     errors: list[str] = []
@@ -607,7 +518,7 @@ def produce(
         producer.poll(0)
         count += 1
     deadline = time.monotonic() + max(TIMEOUT_S, count / 1000)
-    while producer.flush(max(0.0, min(_AUTH_CHECK_S, deadline - time.monotonic()))):
+    while producer.flush(max(0.0, min(AUTH_CHECK_S, deadline - time.monotonic()))):
         watch.check()  # records still queued: fail at once when the credentials were refused
         if time.monotonic() >= deadline:
             break

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from cdclake.errors import ConfigError, SchemaError
-from cdclake.io.kafka import TIMEOUT_S, KafkaClients, read_partition, topics_watermarks
+from cdclake.io.kafka import KafkaClients, read_partition, topics_watermarks
+from cdclake.io.kafka_auth import TIMEOUT_S
 from cdclake.model.discovery import Candidate, first_match, key_columns, read_registry, write_registry
 
 if TYPE_CHECKING:
@@ -146,7 +147,7 @@ def discover(
     Raises:
         ConfigError: the registry is not one; an Avro key without a schema registry.
         confluent_kafka.KafkaException: the cluster did not answer within
-            :data:`~cdclake.io.kafka.TIMEOUT_S`.
+            :data:`~cdclake.io.kafka_auth.TIMEOUT_S`.
     """
     registered = read_registry(registry)
     present = topic_names(kafka)

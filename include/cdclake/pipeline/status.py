@@ -213,7 +213,7 @@ def status_of_tables(
     One ``now`` for all. The Iceberg side is read first, then the watermarks of every topic
     through one Kafka consumer (so a commit landing in between makes a lag too large, never
     negative), and the reconcile table once. A broker that does not answer costs one timeout
-    (:data:`~cdclake.io.kafka.TIMEOUT_S`) and leaves every table's Kafka figures unknown.
+    (:data:`~cdclake.io.kafka_auth.TIMEOUT_S`) and leaves every table's Kafka figures unknown.
 
     Args:
         freshness_minutes: one limit for every table, or a limit per table name (tables not named
