@@ -159,6 +159,8 @@ def reduce_batch(ctx: ApplyContext, rows: DataFrame, columns: list[Column | str]
             # delete survives, and the batch records none for a key whose latest event is an upsert
             merge_source = apply_tombstones(ctx, reduced)
         else:  # no tombstone to supersede anything (a table that never saw a delete)
+            # a plan of its own over the checkpoint, persisted and counted as the joined one is: the
+            # checkpoint is released below, the merge source by the caller
             merge_source = reduced.select("*")
         source = merge_source.persist(StorageLevel.MEMORY_AND_DISK)
         keys_changed = source.count()
