@@ -1044,7 +1044,7 @@ def apply_main(argv: list[str]) -> int:
 
     settings = Settings.from_env()
     plan = RunPlan.from_json(args.plan)
-    kafka = KafkaClients.from_bootstrap(settings.kafka_bootstrap)
+    kafka = KafkaClients.from_settings(settings)  # with the schema registry of CDCLAKE_SCHEMA_REGISTRY_URL
     # session_s is the client's whole start: its imports and set-up, then the session's
     clock = PhaseClock({"session": time.monotonic() - t0})
     url = os.environ[CONNECT_URL_ENV]

@@ -22,7 +22,7 @@ Stages, on one Kafka offset range of the workload topic:
 
 Each reads ``json_with_schema`` values, or with ``--format avro`` Avro through the schema
 registry of ``CDCLAKE_SCHEMA_REGISTRY_URL`` (the read stages then parse as the apply does: the
-schema-id pass, :func:`cdclake.spark.parse_avro.read_writer_schemas`, and
+writer schemas, :func:`cdclake.spark.writer_schemas.writer_schemas_for`, and
 :func:`cdclake.spark.parse_avro.parse_avro_records`). ``--then STAGE FORMAT RANGE TABLE`` (repeated)
 runs more stages afterwards in the same process, in order (the tiny size's way: one JVM start for
 every stage). ``--count-after TABLE`` (repeated) counts a table's rows after the last stage (not
@@ -132,8 +132,9 @@ def run_stage(
     apply's transaction range; ``change_feed``, ``history``: the table's options; see the module
     docstring); returns ``stage``,
     ``job_s`` (its seconds) and what it counted; an Avro read (``read_parse``, ``append``) also
-    ``prepass_s``, the seconds of its schema-id pass (:func:`~cdclake.spark.parse_avro.read_writer_schemas`),
-    which ``job_s`` includes."""
+    ``prepass_s``, the seconds of finding its writer schemas as the apply does
+    (:func:`~cdclake.spark.writer_schemas.writer_schemas_for`: the registry's newest versions of the
+    topic's subject, or a schema-id pass over the range), which ``job_s`` includes."""
     from pyspark.sql import functions as F
 
     from cdclake.io.catalog import load_catalog
@@ -144,8 +145,9 @@ def run_stage(
     from cdclake.spark.apply import apply_range
     from cdclake.spark.context import source_columns
     from cdclake.spark.parse import parse_records
-    from cdclake.spark.parse_avro import parse_avro_records, read_writer_schemas
+    from cdclake.spark.parse_avro import parse_avro_records
     from cdclake.spark.read import read_range
+    from cdclake.spark.writer_schemas import writer_schemas_for
 
     offset_range = OffsetRange.from_json(range_json)
     cfg = TableConfig.model_validate(
@@ -180,7 +182,8 @@ def run_stage(
         if value_format != "avro":
             return parse_records(raw, value_format, columns, cfg.primary_key)
         t2 = time.monotonic()
-        writers = read_writer_schemas(raw, kafka.schema_lookup)
+        writers = writer_schemas_for(cfg, kafka, raw)
+        assert writers is not None  # an avro table with the registry
         out["prepass_s"] = time.monotonic() - t2
         return parse_avro_records(raw, writers.schemas, columns, cfg.primary_key, unusable=writers.unusable)
 

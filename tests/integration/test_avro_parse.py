@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import datetime
 import json
+import logging
 import uuid
 from decimal import Decimal
 from typing import Any
@@ -373,7 +374,9 @@ def parsed(spark):
 
 def test_avro_parses_to_the_rows_of_json(parsed):
     json_rows, avro_rows, n = parsed
-    assert [r.asDict(recursive=True) for r in avro_rows[:n]] == [r.asDict(recursive=True) for r in json_rows]
+    as_json = [{k: v for k, v in r.asDict(recursive=True).items() if k != "schema_id"} for r in avro_rows[:n]]
+    assert as_json == [r.asDict(recursive=True) for r in json_rows]
+    assert [r["schema_id"] for r in avro_rows[:n]] == [SCHEMA_IDS[version] for version, _ in _events()]
     images = [r["image"] for r in avro_rows[:n]]
     assert images[0]["blob"] == bytes(range(256)) and images[0]["geom"]["wkb"] == BIG_WKB
     assert (images[0]["dec38"], images[0]["dec65"]) == (Decimal("9" * 28 + "." + "9" * 10), "9" * 35 + "." + "9" * 30)
@@ -499,6 +502,55 @@ def test_avro_apply_through_a_real_registry_lands_the_json_rows(spark, kafka, sc
     ):
         apply_range(spark, stack_settings, plan, kafka=clients)
     assert committed_offsets(load_catalog(stack_settings).load_table(avro_cfg.identifier), avro_cfg.topic) == done
+
+
+@pytest.mark.parametrize("subject", ["topic", "record"])
+def test_an_avro_batch_is_parsed_with_its_own_writer_schemas_whatever_the_subject(
+    spark, kafka, schema_registry, stack_settings, subject, caplog
+):
+    """The apply decodes a batch with the newest versions of ``<topic>-value`` before it reads the
+    batch (``CANDIDATE_VERSIONS``), then checks them against the batch's ids. ``topic``: the
+    batch's two writer schemas are older than the subject's three newest versions (later ones add
+    a column no record has): the batch is parsed again with its own, and the table takes none of
+    the later versions' columns. ``record``: the schemas are under another subject (a record name
+    strategy): the ids are read from the records first. Both land the rows of the same events in
+    JSON."""
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    avro_cfg, json_cfg = make_table(value_format="avro"), make_table()
+    events = [e for v, e in _events() if v in ("table", "old") and e["payload"]["after"] is not None][:3]
+    events.append(next(e for v, e in _events() if v == "old"))
+    name = f"{avro_cfg.topic}-value" if subject == "topic" else f"srv.db.tbl{uuid.uuid4().hex[:6]}.Envelope"
+    registry = SchemaRegistryClient({"url": schema_registry})
+    ids: dict[str, int] = {}
+    values = []
+    for event in events:
+        schema = avro_schema(event["schema"])
+        key = json.dumps(schema, sort_keys=True)
+        if key not in ids:
+            ids[key] = registry.register_schema(name, Schema(json.dumps(schema), "AVRO"))
+        values.append(confluent_value(ids[key], schema, avro_datum(event["schema"], event["payload"])))
+    later = [f"later{k}" for k in range(3)]
+    for k in range(len(later) if subject == "topic" else 0):  # versions no record of the batch has
+        row = _row([*ROW_FIELDS, *(_f(c, "string") for c in later[: k + 1])], "Value")
+        schema = avro_schema(_event(row, "Envelope", "c", None, {"id": 1}, 1)["schema"])
+        registry.register_schema(f"{avro_cfg.topic}-value", Schema(json.dumps(schema), "AVRO"))
+    for cfg, topic_values in ((avro_cfg, values), (json_cfg, [json.dumps(e).encode() for e in events])):
+        ensure_topic(kafka, cfg.topic, 1)
+        produce(kafka, cfg.topic, ((f"k{i}".encode(), v, None) for i, v in enumerate(topic_values)))
+
+    clients = KafkaClients.from_bootstrap(stack_settings.kafka_bootstrap, SchemaRegistry({"url": schema_registry}))
+    for cfg in (avro_cfg, json_cfg):
+        plan = plan_next(load_catalog(stack_settings), clients, cfg, "r")
+        with caplog.at_level(logging.INFO, logger="cdclake.spark.apply"):
+            result = apply_range(spark, stack_settings, plan, kafka=clients)
+        assert (result.ops, result.quarantined) == ({"r": 1, "c": 3}, 0)
+    again = [r.getMessage() for r in caplog.records if "parsed again" in r.getMessage()]
+    said = f"table {avro_cfg.identifier}: the batch holds schema ids {sorted(ids.values())}: parsed again with them"
+    assert again == ([said] if subject == "topic" else [])
+    from_json = [{avro_name(k): v for k, v in row.items()} for row in _table_rows(stack_settings, json_cfg)]
+    assert _table_rows(stack_settings, avro_cfg) == from_json
+    assert not set(later) & set(load_catalog(stack_settings).load_table(avro_cfg.identifier).schema().column_names)
 
 
 def test_avro_without_schema_change_topic_evolves_from_each_writer_schema(

@@ -86,6 +86,24 @@ def test_writer_schemas_by_id_from_a_real_registry(schema_registry: str):
         SchemaRegistry({"url": root}).writer_schema(schema_id)
 
 
+def test_a_subjects_newest_versions_give_their_writer_schemas(schema_registry: str):
+    """``subject_schemas``: the ids and writer schemas of a subject's newest versions, as
+    ``writer_schema`` gives them by id; ``None`` for a subject the registry does not have."""
+    registry = SchemaRegistry({"url": schema_registry}, origin="the test")
+    subject = f"orders-{uuid.uuid4().hex[:8]}-value"
+    versions = []
+    for k in range(4):
+        schema = {**FLINK_SCHEMA, "fields": [*FLINK_SCHEMA["fields"], {"name": f"extra{k}", "type": "string"}]}
+        versions.append(register(schema_registry, subject, schema))
+    newest = registry.subject_schemas(subject, 3)
+    assert newest is not None and sorted(newest) == sorted(versions[1:])
+    for schema_id, schema in newest.items():
+        assert schema == SchemaRegistry({"url": schema_registry}).writer_schema(schema_id)
+        assert registry.writer_schema(schema_id) is schema  # cached for the reads by id
+    assert sorted(registry.subject_schemas(subject, 10) or {}) == sorted(versions)
+    assert registry.subject_schemas(f"nothing-{uuid.uuid4().hex[:8]}-value", 3) is None
+
+
 def test_avro_topics_read_through_the_kafka_clients_registry(schema_registry: str, kafka, stack_settings):
     """The recorded schema-change and notification records, once as JSON and once as Avro on
     topics of their own: the schema-change index and the notification reader, given the Kafka

@@ -173,6 +173,46 @@ def test_decimal_decoding_is_exact_for_every_length_and_sign(spark):
     assert [img for img, _ in decoded] == expected
 
 
+def test_decimal_from_raw_bytes_is_the_decimal_of_its_base64_text(spark):
+    """An Avro decimal's unscaled bytes (``decimal_of_bytes_sql``, no lambda function) decode to
+    what the same bytes' base64 text decodes to (JSON), value by value: every length and sign,
+    bytes sign-extended beyond the shortest, values past the column's precision and past 38
+    digits (null: a bad record)."""
+    from pyspark.sql import functions as F
+
+    from cdclake.spark.decode import decode
+
+    rng = random.Random(11)
+    unscaled = _interesting_unscaled(rng, 45)
+    encoded = [v.to_bytes((v.bit_length() + 8) // 8, "big", signed=True) for v in unscaled]
+    encoded += [v.to_bytes(n, "big", signed=True) for v in (0, 1, -1, 10**20, -(10**37)) for n in (17, 20, 32)]
+    encoded += [
+        b"\x00" * 3 + (10**37).to_bytes(16, "big"),  # sign-extended by three bytes
+        b"\x00\xff" + (5).to_bytes(16, "big"),  # 18 bytes that are no sign extension: past 38 digits
+    ]
+    encoded += [b"\x01" + bytes(16)]  # 2^128: 17 bytes, past 38 digits
+    frame = spark.createDataFrame([(b,) for b in encoded], "b binary").withColumn(
+        "v", F.expr("parse_json(concat('\"', base64(b), '\"'))")
+    )
+    columns = [(decimal_encoding(38, 10), "decimal(38,10)"), (decimal_encoding(20, 0), "decimal(20,0)")]
+    columns += [(decimal_encoding(10, 2), "decimal(10,2)"), (decimal_encoding(18, 18), "decimal(18,18)")]
+    picked = [
+        part
+        for k, (encoding, _) in enumerate(columns)
+        for part in (decode("b", encoding, "binary").alias(f"b{k}"), decode("v", encoding).alias(f"j{k}"))
+    ]
+    rows = frame.select("b", *picked).collect()
+    assert len(rows) == len(encoded)
+    for row in rows:
+        value = int.from_bytes(row["b"], "big", signed=True)
+        for k, (encoding, iceberg) in enumerate(columns):
+            precision, scale = (int(x) for x in iceberg[len("decimal(") : -1].split(","))
+            want = _decimal(value, scale) if abs(value) < 10**precision else None
+            if len(row["b"]) > 16 and row["b"][:-16] not in (bytes(len(row["b"]) - 16), b"\xff" * (len(row["b"]) - 16)):
+                want = None  # not a sign extension: the base64 decoding reads the whole value, which is past 38 digits
+            assert (row[f"b{k}"], row[f"j{k}"]) == (want, want), (row["b"].hex(), encoding)
+
+
 def test_decimal_json_numbers_decode_exactly_or_are_bad_records(spark):
     """``decimal.format=NUMERIC``: exact up to 38 digits; digits beyond the scale or a number
     Spark can only read as a double are bad records (named), never rounded."""

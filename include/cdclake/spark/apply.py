@@ -83,13 +83,14 @@ from cdclake.spark.evolve import MAX_EVOLUTIONS, IncompatibleCut, evolve_table, 
 from cdclake.spark.history import write_history
 from cdclake.spark.names import quote_identifier
 from cdclake.spark.parse import parse_records, unknown_columns_floor
-from cdclake.spark.parse_avro import WriterSchemas, parse_avro_records, read_writer_schemas
+from cdclake.spark.parse_avro import parse_avro_records
 from cdclake.spark.positions import position_column, position_literal, position_literal_sql, position_sql
 from cdclake.spark.quarantine import QUARANTINED, bad_batch, first_quarantined, split_bad_and_held, write_quarantine
 from cdclake.spark.read import read_range
 from cdclake.spark.reduce import reduce_batch
 from cdclake.spark.stats import GOOD, batch_stats, first_offsets_outside, identity_spans, snapshot_groups
 from cdclake.spark.transactions import TransactionCut, cut_batch, record_wait, transaction_summary
+from cdclake.spark.writer_schemas import WriterSchemas, batch_writer_schemas, writer_schemas_for
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -97,6 +98,7 @@ if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
     from pyspark.sql import DataFrame, SparkSession
+
 
 log = logging.getLogger(__name__)
 
@@ -215,11 +217,11 @@ def apply_range(
             return done
     check_ordering(table, cfg.ordering, has_commits=state.offsets is not None)
     ctx = ApplyContext(spark, settings, kafka, plan, catalog, table, state, source_columns(table))
-    # avro: the batch's schema ids (one Spark job) and their writer schemas, read once; a registry
-    # that does not answer fails the run here, before anything is written
-    lookup = kafka.schema_lookup
-    writers = read_writer_schemas(raw, lookup) if cfg.value_format == "avro" and lookup is not None else None
-    ctx, base, parsed, stats, whole = _parse(ctx, raw, writers)
+    # avro: the writer schemas of the topic's newest versions in the registry, else the batch's
+    # schema ids (one Spark job) and theirs; a registry that does not answer fails the run here,
+    # before anything is written
+    writers = writer_schemas_for(cfg, kafka, raw)
+    ctx, base, parsed, stats, whole, writers = _parse(ctx, raw, writers)
     try:
         for n in range(MAX_EVOLUTIONS):
             evolved = evolve_table(ctx, stats, parsed, first=n == 0, writers=writers, cut=cut_incompatible and n == 0)
@@ -230,7 +232,7 @@ def apply_range(
                 return _before_incompatible(spark, settings, planned, kafka, evolved)
             # the table took the events' schema (or the config's columns): the batch is parsed again by it
             base.unpersist()
-            ctx, base, parsed, stats, whole = _parse(evolved, raw, writers)
+            ctx, base, parsed, stats, whole, writers = _parse(evolved, raw, writers)
         table, plan = ctx.table, ctx.plan  # the plan's range cut before a transaction that is not whole
         if plan.range.is_empty and whole is not None and whole.cut is not None:
             base.unpersist()
@@ -327,28 +329,46 @@ def _before_incompatible(
 
 def _parse(
     ctx: ApplyContext, raw: DataFrame, writers: WriterSchemas | None
-) -> tuple[ApplyContext, DataFrame, DataFrame, BatchStats, TransactionCut | None]:
+) -> tuple[ApplyContext, DataFrame, DataFrame, BatchStats, TransactionCut | None, WriterSchemas | None]:
     """The batch parsed by the table's columns (``writers``: Avro values, by these writer schemas)
     into a cache without the raw values, the same cut to whole source transactions
     (:func:`~cdclake.spark.transactions.cut_batch`; the context's plan then holds the cut range)
-    with the quarantine's hold-backs, its statistics and the cut (the caller unpersists the
-    cache)."""
+    with the quarantine's hold-backs, its statistics, the cut and the batch's writer schemas
+    (``writers`` not :attr:`~cdclake.spark.parse_avro.WriterSchemas.complete`: the batch's own,
+    read from the cache, and the batch parsed again when it holds ids they lack; the caller
+    unpersists the cache)."""
     from pyspark import StorageLevel
 
     cfg, columns = ctx.cfg, list(ctx.columns)
-    if writers is not None:
-        records = parse_avro_records(
-            raw, writers.schemas, columns, cfg.primary_key, cfg.ordering, unusable=writers.unusable
-        )
-    else:
-        records = parse_records(raw, cfg.value_format, columns, cfg.primary_key, cfg.ordering)
-    base = records.drop("value")
-    base = base.persist(StorageLevel.MEMORY_AND_DISK)
+
+    def parse(writers: WriterSchemas | None) -> DataFrame:
+        if writers is not None:
+            records = parse_avro_records(
+                raw, writers.schemas, columns, cfg.primary_key, cfg.ordering, unusable=writers.unusable
+            )
+        else:
+            records = parse_records(raw, cfg.value_format, columns, cfg.primary_key, cfg.ordering)
+        return records.drop("value").persist(StorageLevel.MEMORY_AND_DISK)
+
+    base = parse(writers)
     try:
+        if writers is not None and not writers.complete:
+            registry = ctx.kafka.schema_registry
+            assert registry is not None  # an avro batch's writers come from it
+            batch = batch_writer_schemas(base, writers, registry.writer_schema)
+            if not writers.covers(batch):
+                log.info(
+                    "table %s: the batch holds schema ids %s: parsed again with them",
+                    cfg.identifier,
+                    sorted(batch.first),
+                )
+                base.unpersist()
+                base = parse(batch)
+            writers = batch
         ctx, whole_batch, whole = cut_batch(ctx, base)
         parsed = split_bad_and_held(ctx, whole_batch)
         stats = batch_stats(parsed, cfg, unknown_columns_floor(ctx.table))
-        return ctx, base, parsed, _check_connector_modes(ctx, stats, writers), whole
+        return ctx, base, parsed, _check_connector_modes(ctx, stats, writers), whole, writers
     except BaseException:
         base.unpersist()
         raise

@@ -171,13 +171,48 @@ def _number_unscaled_sql(variant_sql: str, scale: int) -> str:
     )
 
 
-def is_json_null(raw: Column, encoding: str) -> Column:
-    """The JSON value is null (a ``variant`` holds JSON null as a value of its own)."""
+def is_json_null(raw: Column, encoding: str, read_type: str | None = None) -> Column:
+    """The value read is null (a ``variant`` holds JSON null as a value of its own); ``read_type``:
+    the type it was read as, by default :func:`json_read_type`."""
     from pyspark.sql import functions as F
 
-    if json_read_type(encoding) == "variant":
+    if (read_type or json_read_type(encoding)) == "variant":
         return raw.isNull() | F.is_variant_null(raw)
     return raw.isNull()
+
+
+MAX_BYTES_DECIMAL_LENGTH = 16
+"""The unscaled values :func:`decimal_of_bytes_sql` reads: 128 bits hold every value of 38
+digits, Spark's widest decimal (Connect writes the shortest two's complement; longer bytes are
+read when what precedes their last 16 only extends the sign)."""
+
+
+def decimal_of_bytes_sql(bytes_sql: str, iceberg_type: str, scale: int) -> str:
+    """SQL of the Iceberg decimal (``iceberg_type``, of at most 38 digits) of a Connect
+    ``Decimal``'s raw unscaled bytes (big-endian two's complement; Kafka Connect's ``Decimal``
+    logical type) at ``scale``: null when the value does not fit the type.
+
+    The same values as :func:`decode` gives from their base64 text, without its digit arithmetic
+    in lambda functions (which Spark evaluates row by row, outside generated code): the last
+    :data:`MAX_BYTES_DECIMAL_LENGTH` bytes (any before them must only extend the sign), their
+    magnitude (of a negative value: its one's complement plus one) read as two unsigned 64-bit
+    halves (``conv`` of 16 hex digits), ``high * 2^64 + low`` in ``decimal(38,0)`` (``try_``:
+    null past 38 digits), and the text ``<sign><digits>E-<scale>`` cast exactly to the type."""
+    width = 2 * MAX_BYTES_DECIMAL_LENGTH
+    full = f"hex({bytes_sql})"
+    low = f"right({full}, {width})"
+    lead = f"left({full}, length({full}) - {width})"
+    h = (
+        f"(CASE WHEN length({bytes_sql}) <= {MAX_BYTES_DECIMAL_LENGTH} THEN {full} "
+        f"WHEN {lead} RLIKE '^(00)+$' AND left({low}, 1) < '8' THEN {low} "
+        f"WHEN {lead} RLIKE '^(FF)+$' AND left({low}, 1) >= '8' THEN {low} END)"
+    )
+    neg = f"(left({h}, 1) >= '8')"
+    magnitude_hex = f"if({neg}, translate(lpad({h}, {width}, 'F'), '0123456789ABCDEF', 'FEDCBA9876543210'), lpad({h}, {width}, '0'))"
+    half = [f"CAST(conv(substr({magnitude_hex}, {start}, 16), 16, 10) AS DECIMAL(20,0))" for start in (1, 17)]
+    magnitude = f"try_add(try_add(try_multiply({half[0]}, {2**64}BD), {half[1]}), if({neg}, 1BD, 0BD))"
+    text = f"concat(if({neg}, '-', ''), CAST({magnitude} AS STRING), 'E-{scale}')"
+    return f"try_cast({text} AS {spark_type(iceberg_type)})"
 
 
 _EPOCH_NTZ = "TIMESTAMP_NTZ'1970-01-01 00:00:00'"
@@ -193,14 +228,28 @@ _WRAP = 2**64
 """What Debezium's ``bigint.unsigned.handling.mode=long`` took off a BIGINT UNSIGNED above 2^63-1."""
 
 
-def decode(raw_sql: str, encoding: str) -> Column:
+def decode(raw_sql: str, encoding: str, read_type: str | None = None) -> Column:
     """Turn the JSON-level value of a column (SQL ``raw_sql``) into its Iceberg value (see
     :mod:`cdclake.model.types`). The result is null for a non-null value that does not fit (bad
     base64, digits beyond the column's scale or precision, sub-microsecond nanoseconds, a WKB-less
     spatial value, a ``ZonedTimestamp`` that is not ISO-8601 with an offset, a negative
-    ``int64(unsigned)``): :func:`parse_records` reports it (:func:`misfit_reason`)."""
+    ``int64(unsigned)``): :func:`parse_records` reports it (:func:`misfit_reason`).
+
+    ``read_type``: the type the value was read as, by default :func:`json_read_type`; else only
+    ``binary`` for a decimal of an Iceberg decimal type, its raw unscaled bytes (an Avro
+    reader's, :func:`decimal_of_bytes_sql`).
+
+    Raises:
+        SchemaError: a ``read_type`` this encoding cannot be decoded from.
+    """
     from pyspark.sql import functions as F
 
+    if read_type is not None and read_type != json_read_type(encoding):
+        dec = parse_decimal_encoding(encoding)
+        iceberg = iceberg_type_of_encoding(encoding)
+        if read_type != "binary" or dec is None or iceberg == "string":
+            raise SchemaError(f"column encoding {encoding!r} cannot be decoded from {read_type}")
+        return F.expr(decimal_of_bytes_sql(raw_sql, iceberg, dec[1]))
     raw = F.expr(raw_sql)
     base64 = lambda sql: f"try_to_binary({sql}, 'base64')"  # noqa: E731
     if encoding == "bytes":
@@ -278,6 +327,8 @@ def value_text(raw: Column, read_type: str) -> Column:
 
     if read_type == "string":
         text = F.concat(F.lit("'"), raw, F.lit("'"))
+    elif read_type == "binary":  # as JSON quotes the same bytes: their base64 text in double quotes
+        text = F.concat(F.lit('"'), F.replace(F.base64(raw), F.lit("\r\n"), F.lit("")), F.lit('"'))
     elif read_type == "variant" or read_type.startswith("struct"):
         text = F.to_json(raw)
     else:
@@ -285,10 +336,11 @@ def value_text(raw: Column, read_type: str) -> Column:
     return F.substring(text, 1, MAX_REPORTED_VALUE_CHARS)
 
 
-def misfit_reason(column: ColumnSpec, raw_sql: str) -> Column:
-    """The error of a record whose ``column`` value (SQL ``raw_sql``) :func:`decode` turned into
-    null: the column, the value, the table's type and the encoding; for a wrapped BIGINT UNSIGNED,
-    the source value and the connector setting to change."""
+def misfit_reason(column: ColumnSpec, raw_sql: str, read_type: str | None = None) -> Column:
+    """The error of a record whose ``column`` value (SQL ``raw_sql``, read as ``read_type``, by
+    default :func:`json_read_type`) :func:`decode` turned into null: the column, the value, the
+    table's type and the encoding; for a wrapped BIGINT UNSIGNED, the source value and the
+    connector setting to change."""
     from pyspark.sql import functions as F
 
     raw = F.expr(raw_sql)
@@ -304,5 +356,5 @@ def misfit_reason(column: ColumnSpec, raw_sql: str) -> Column:
         )
     return F.format_string(
         f"column {column.name!r}: value %s does not fit {column.iceberg_type} (encoding {column.encoding})",
-        value_text(raw, json_read_type(column.encoding)),
+        value_text(raw, read_type or json_read_type(column.encoding)),
     )

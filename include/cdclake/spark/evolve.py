@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
     from pyspark.sql import DataFrame
 
-    from cdclake.spark.parse_avro import WriterSchemas
+    from cdclake.spark.writer_schemas import WriterSchemas
 
 log = logging.getLogger(__name__)
 

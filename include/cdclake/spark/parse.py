@@ -11,6 +11,7 @@ row image and finds the envelope's and the row's defects the same way for every 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from cdclake.model.layout import SCHEMA_CHANGE_POSITION_PROPERTY
@@ -60,12 +61,16 @@ TRANSACTION_FIELDS = (("id", "string"), ("data_collection_order", "bigint"))
 :mod:`cdclake.model.transactions`), with their Spark types."""
 
 
-def envelope_type(columns: list[ColumnSpec]) -> str:
+def envelope_type(columns: list[ColumnSpec], read_types: Mapping[str, str] | None = None) -> str:
     """The Spark type of a Debezium envelope as the apply reads it: ``before`` and ``after``
-    structs of the table's columns, each in its JSON read type (:func:`~cdclake.spark.decode.json_read_type`),
-    the :data:`SOURCE_FIELDS` of ``source``, ``op``, ``ts_ms`` and the :data:`TRANSACTION_FIELDS` of
-    ``transaction``."""
-    row = ",".join(f"{quote_identifier(c.name)}:{json_read_type(c.encoding)}" for c in columns)
+    structs of the table's columns, each in its JSON read type (:func:`~cdclake.spark.decode.json_read_type`)
+    or the one ``read_types`` gives it (column -> type; a format's reader's, see
+    :func:`~cdclake.spark.decode.decode`), the :data:`SOURCE_FIELDS` of ``source``, ``op``,
+    ``ts_ms`` and the :data:`TRANSACTION_FIELDS` of ``transaction``."""
+    read_types = read_types or {}
+    row = ",".join(
+        f"{quote_identifier(c.name)}:{read_types.get(c.name) or json_read_type(c.encoding)}" for c in columns
+    )
     source = ",".join(f"{name}:{typ}" for name, typ in SOURCE_FIELDS)
     transaction = ",".join(f"{name}:{typ}" for name, typ in TRANSACTION_FIELDS)
     return (
@@ -145,15 +150,21 @@ def records_from_envelopes(
     columns: list[ColumnSpec],
     primary_key: tuple[str, ...],
     ordering: str,
+    *,
+    read_types: Mapping[str, str] | None = None,
+    carry: tuple[str, ...] = (),
 ) -> DataFrame:
     """The parse's common part, whatever the value format: envelopes read -> one row per record
     with its op, position, decoded image and error.
 
     Args:
         envelopes: the Kafka record columns (:data:`~cdclake.spark.read.KAFKA_RECORD_COLUMNS`),
-            ``env`` (the envelope, of :func:`envelope_type`; null when the value could not be
-            read), ``format_error`` (why the value could not be read as an envelope of the
-            table's columns, else null; ignored for a tombstone) and ``unknown_column``.
+            ``env`` (the envelope, of :func:`envelope_type` with ``read_types``; null when the value
+            could not be read), ``format_error`` (why the value could not be read as an envelope
+            of the table's columns, else null; ignored for a tombstone) and ``unknown_column``.
+        read_types: column -> the type its values were read as, when not its JSON read type
+            (:func:`~cdclake.spark.decode.decode`).
+        carry: more columns of ``envelopes`` kept in the result as they are.
 
     Returns:
         Columns ``topic``, ``partition``, ``offset``, ``timestamp``, ``key``, ``value``,
@@ -175,7 +186,11 @@ def records_from_envelopes(
     )
     raw_sql = {c.name: f"_image_raw.{quote_identifier(c.name)}" for c in columns}
     # decoded once, in a column of its own: the fit check below reads it rather than decode again
-    df = df.withColumn("_image", F.struct(*[decode(raw_sql[c.name], c.encoding).alias(c.name) for c in columns]))
+    read_type = {c.name: (read_types or {}).get(c.name) or json_read_type(c.encoding) for c in columns}
+    df = df.withColumn(
+        "_image",
+        F.struct(*[decode(raw_sql[c.name], c.encoding, read_type[c.name]).alias(c.name) for c in columns]),
+    )
     op = F.col("env.op")
     src = "env.source"
     image_raw = F.col("_image_raw")
@@ -187,12 +202,12 @@ def records_from_envelopes(
     for c in reversed(columns):
         if is_fallible(c.encoding):
             row_error = F.when(
-                ~is_json_null(image_raw[c.name], c.encoding) & image[c.name].isNull(),
-                misfit_reason(c, raw_sql[c.name]),
+                ~is_json_null(image_raw[c.name], c.encoding, read_type[c.name]) & image[c.name].isNull(),
+                misfit_reason(c, raw_sql[c.name], read_type[c.name]),
             ).otherwise(row_error)
     for col in reversed(primary_key):
         row_error = F.when(
-            is_json_null(image_raw[col], encodings[col]),
+            is_json_null(image_raw[col], encodings[col], read_type[col]),
             F.lit(f"primary key column {col!r} is null"),
         ).otherwise(row_error)
     row_error = F.when(op.isin("c", "u", "r", "d"), row_error)
@@ -238,6 +253,7 @@ def records_from_envelopes(
         F.col("unknown_column"),
         F.col("env.transaction.id").alias("transaction_id"),
         F.col("env.transaction.data_collection_order").alias("transaction_order"),
+        *carry,
     )
     return out.withColumn("position", position_column(ordering))
 

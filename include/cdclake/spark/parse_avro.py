@@ -28,20 +28,26 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from cdclake.errors import SchemaError, SchemaRegistryUnavailableError, UnknownSchemaIdError
-from cdclake.model.avro import HEADER_BYTES, MAGIC_BYTE, connect_schema, source_names, without_logical_types
+from cdclake.errors import SchemaError
+from cdclake.model.avro import HEADER_BYTES, connect_schema, source_names, without_logical_types
 from cdclake.model.schema_diff import is_promotion, same_json_values
-from cdclake.model.types import ColumnSpec, column_from_connect, iceberg_type_of_encoding, parse_decimal_encoding
+from cdclake.model.types import (
+    ColumnSpec,
+    column_from_connect,
+    iceberg_type_of_encoding,
+    parse_decimal_encoding,
+)
 from cdclake.spark.decode import json_read_type
 from cdclake.spark.parse import SOURCE_FIELDS, TRANSACTION_FIELDS, envelope_type, records_from_envelopes
 from cdclake.spark.read import KAFKA_RECORD_COLUMNS
+from cdclake.spark.writer_schemas import envelope_fields, framed, row_schema, schema_id_of_value
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
+
 
 log = logging.getLogger(__name__)
 
@@ -49,99 +55,6 @@ _PERMISSIVE = {"mode": "PERMISSIVE"}
 """``from_avro`` options: bytes that do not decode give a struct of nulls, never an error."""
 
 _STRUCT_FIELD = re.compile(r"(\w+):(\w+)")
-
-
-@dataclass(frozen=True)
-class WriterSchemas:
-    """The writer schemas of a batch's records.
-
-    Attributes:
-        schemas: schema id -> the Avro writer schema (parsed JSON), for the ids the registry knows.
-        unusable: schema id -> why its schema in the registry cannot read its records (not an
-            Avro record schema); an id the registry does not have is in neither.
-        first: schema id -> ``(partition, offset)`` of the batch's first record of that id
-            (every id of the batch).
-        first_in_partition: schema id -> ``{partition: offset}`` of the first record of that id
-            in each partition holding one.
-    """
-
-    schemas: Mapping[int, Any]
-    unusable: Mapping[int, str] = field(default_factory=dict)
-    first: Mapping[int, tuple[int, int]] = field(default_factory=dict)
-    first_in_partition: Mapping[int, Mapping[int, int]] = field(default_factory=dict)
-
-    def row_schemas(self) -> list[tuple[int, tuple[int, int], dict[str, Any]]]:
-        """``(schema id, (partition, offset) of its first record, Connect row schema)`` of each
-        known id whose writer schema has a row image (``after`` or ``before``), in the order of
-        their first records (Kafka order: partition, offset)."""
-        out = []
-        for schema_id in sorted(self.schemas, key=lambda i: self.first.get(i, (0, 0))):
-            try:
-                row = _row_schema(_envelope_fields(connect_schema(self.schemas[schema_id])))
-            except SchemaError:
-                continue
-            if row is not None:
-                out.append((schema_id, self.first.get(schema_id, (0, 0)), row))
-        return out
-
-
-def read_writer_schemas(raw: DataFrame, writer_schema: Callable[[int], Any]) -> WriterSchemas:
-    """The schema ids of ``raw``'s framed records (one Spark job over their 5-byte headers) and
-    the writer schema of each, by ``writer_schema`` (the registry client's
-    :meth:`~cdclake.io.registry.SchemaRegistry.writer_schema`).
-
-    An id the registry does not have, or whose schema is not an Avro record, is left out of
-    :attr:`WriterSchemas.schemas` (its records become bad records), unless no id of the batch is
-    known: then :class:`~cdclake.errors.SchemaRegistryUnavailableError` (a wrong or emptied
-    registry is a fault of the set-up; nothing is quarantined). Any other registry error
-    propagates: :class:`~cdclake.errors.SchemaRegistryUnavailableError` (nothing is applied; the
-    task's retry tries again), :class:`~cdclake.errors.ConfigError`.
-    """
-    from pyspark.sql import functions as F
-
-    rows = (
-        raw.filter(_framed())
-        .groupBy(_schema_id().alias("schema_id"), "partition")
-        .agg(F.min("offset").alias("offset"))
-        .collect()
-    )
-    in_partition: dict[int, dict[int, int]] = {}
-    for r in rows:
-        in_partition.setdefault(int(r["schema_id"]), {})[int(r["partition"])] = int(r["offset"])
-    first = {schema_id: min(by.items()) for schema_id, by in in_partition.items()}
-    schemas, unusable, unknown = {}, {}, []
-    for schema_id in sorted(first):
-        partition, offset = first[schema_id]
-        try:
-            schemas[schema_id] = writer_schema(schema_id)
-        except UnknownSchemaIdError as e:
-            log.warning(
-                "the records of schema id %s (the first: partition %s offset %s) are bad records: %s",
-                schema_id,
-                partition,
-                offset,
-                e,
-            )
-            unknown.append(e)
-        except SchemaError as e:
-            log.warning(
-                "the records of schema id %s (the first: partition %s offset %s) are bad records: %s",
-                schema_id,
-                partition,
-                offset,
-                e,
-            )
-            unusable[schema_id] = str(e)
-    if unknown and not schemas and not unusable:
-        # not one id of the batch known: the registry is the wrong one or lost its schemas (an
-        # in-memory registry restarted), a fault of the set-up, not of the records: nothing is
-        # quarantined, and the run fails for its retry (or the operator) to find the registry
-        raise SchemaRegistryUnavailableError(
-            f"none of the batch's {len(unknown)} schema id(s) is in the registry (first: {unknown[0]}; its first "
-            f"record at partition {first[unknown[0].schema_id][0]} offset {first[unknown[0].schema_id][1]}): "
-            "is the connection the registry the connector writes to, and does the registry keep its schemas?"
-        )
-    return WriterSchemas(schemas, unusable, first, in_partition)
 
 
 def takes_encoding(writer: str, table: str) -> bool:
@@ -186,23 +99,30 @@ def parse_avro_records(
     encoding the table's column cannot take (:func:`takes_encoding`; only records with a value in
     it), a writer schema that is no Connect schema. ``unknown_column``: the first field of the
     writer's row (source names) that is not one of ``columns``, for records with that image.
+    One more column, ``schema_id``: the record's schema id (null for a value not framed, a
+    tombstone).
+
+    A decimal column of an Iceberg decimal type keeps its raw unscaled bytes
+    (:func:`avro_read_types`), which :func:`~cdclake.spark.decode.decimal_of_bytes_sql` reads; a
+    wider decimal goes the way of JSON's base64 text.
     """
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro
 
-    readings = [_Reading(schema_id, schema, columns) for schema_id, schema in sorted(schemas.items())]
+    read_types = avro_read_types(columns)
+    readings = [_Reading(schema_id, schema, columns, read_types) for schema_id, schema in sorted(schemas.items())]
     sid = F.col("_schema_id")
     datum = F.expr(f"substring(value, {HEADER_BYTES + 1})")
     decoded = raw.select(
         *KAFKA_RECORD_COLUMNS,
-        F.when(_framed(), _schema_id()).alias("_schema_id"),
+        F.when(framed(), schema_id_of_value()).alias("_schema_id"),
         *[
             F.when(sid == r.schema_id, from_avro(datum, r.avro_json, _PERMISSIVE)).alias(f"_avro{k}")
             for k, r in enumerate(readings)
             if r.avro_json is not None
         ],
     )
-    parsed_type = f"struct<env:{envelope_type(columns)},format_error:string,unknown_column:string>"
+    parsed_type = f"struct<env:{envelope_type(columns, read_types)},format_error:string,unknown_column:string>"
     parsed = F.lit(None).cast(parsed_type)
     for k, r in reversed(list(enumerate(readings))):
         parsed = F.when(sid == r.schema_id, r.parsed(F.col(f"_avro{k}")).cast(parsed_type)).otherwise(parsed)
@@ -211,7 +131,7 @@ def parse_avro_records(
         known = sid.isin(*[r.schema_id for r in readings])
     format_error = (
         F.when(
-            ~_framed(),
+            ~framed(),
             F.format_string(
                 "value is not in the Confluent wire format (magic byte 0, a 4-byte schema id, the Avro datum): "
                 "%s bytes long, first byte 0x%s",
@@ -227,8 +147,11 @@ def parse_avro_records(
         F.col("_parsed.env").alias("env"),
         format_error.alias("format_error"),
         F.col("_parsed.unknown_column").alias("unknown_column"),
+        sid.alias("schema_id"),
     )
-    return records_from_envelopes(envelopes, columns, primary_key, ordering)
+    return records_from_envelopes(
+        envelopes, columns, primary_key, ordering, read_types=read_types, carry=("schema_id",)
+    )
 
 
 def _unknown_id_error(sid: Column, unusable: Mapping[int, str]) -> Column:
@@ -239,35 +162,6 @@ def _unknown_id_error(sid: Column, unusable: Mapping[int, str]) -> Column:
     for schema_id, reason in unusable.items():
         error = F.when(sid == schema_id, F.lit(f"schema id {schema_id}: {reason}")).otherwise(error)
     return error
-
-
-def _framed() -> Column:
-    """The value is long enough for the Confluent header and starts with the magic byte."""
-    from pyspark.sql import functions as F
-
-    return (F.length("value") >= HEADER_BYTES) & (F.hex(F.substring("value", 1, 1)) == f"{MAGIC_BYTE:02X}")
-
-
-def _schema_id() -> Column:
-    """The schema id of a framed value: bytes 1-4, a big-endian signed int32 (as
-    :func:`~cdclake.model.avro.split_wire` reads it)."""
-    from pyspark.sql import functions as F
-
-    unsigned = F.conv(F.hex(F.substring("value", 2, 4)), 16, 10).cast("bigint")
-    return F.when(unsigned >= 2**31, unsigned - 2**32).otherwise(unsigned)
-
-
-def _envelope_fields(schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {f["field"]: f for f in schema.get("fields", ()) if "field" in f}
-
-
-def _row_schema(envelope: Mapping[str, dict[str, Any]]) -> dict[str, Any] | None:
-    """The Connect struct schema of the envelope's row image (``after``, else ``before``)."""
-    for image in ("after", "before"):
-        row = envelope.get(image)
-        if row is not None and row.get("type") == "struct":
-            return row
-    return None
 
 
 def _base64(value: Column) -> Column:
@@ -295,6 +189,8 @@ def _json_value(value: Column, writer: dict[str, Any], read_type: str) -> Column
     ``read_type`` (:func:`~cdclake.spark.decode.json_read_type`)."""
     from pyspark.sql import functions as F
 
+    if read_type == "binary":  # a decimal's unscaled bytes, as the reader asked (avro_read_types)
+        return value
     if read_type == "variant":  # a decimal: JSON's base64 string of the unscaled bytes
         return _base64(value).cast("variant")
     if not read_type.startswith("struct<"):
@@ -318,18 +214,19 @@ def _json_value(value: Column, writer: dict[str, Any], read_type: str) -> Column
 class _Reading:
     """How the records of one schema id are read into the table's envelope (:func:`parsed`)."""
 
-    def __init__(self, schema_id: int, schema: Any, columns: list[ColumnSpec]) -> None:
+    def __init__(self, schema_id: int, schema: Any, columns: list[ColumnSpec], read_types: Mapping[str, str]) -> None:
         self.schema_id = schema_id
         self.columns = columns
         self.avro_json: str | None = None
         self.schema_error: str | None = None
+        self.read_types = read_types
         try:
-            self.envelope = _envelope_fields(connect_schema(schema))
+            self.envelope = envelope_fields(connect_schema(schema))
             self.avro_json = json.dumps(without_logical_types(schema))
         except SchemaError as e:
             self.envelope = {}
             self.schema_error = f"schema id {schema_id}: the writer schema is not a Connect schema: {e}"
-        row = _row_schema(self.envelope)
+        row = row_schema(self.envelope)
         row_fields = {f["field"]: f for f in (row or {}).get("fields", ()) if "field" in f}
         names = source_names(row_fields, [c.name for c in columns])
         known = {c.name for c in columns}
@@ -428,7 +325,7 @@ class _Reading:
             return F.lit(None)
         values = []
         for c in self.columns:
-            read_type = json_read_type(c.encoding)
+            read_type = self.read_types.get(c.name) or json_read_type(c.encoding)
             if c.name in self.fields and c.name not in self.misfits:
                 writer_name, writer_field = self.fields[c.name]
                 value = _json_value(d[image][writer_name], writer_field, read_type)
@@ -436,3 +333,16 @@ class _Reading:
                 value = F.lit(None).cast(read_type)
             values.append(value.alias(c.name))
         return F.when(d[image].isNotNull(), F.struct(*values))
+
+
+def avro_read_types(columns: list[ColumnSpec]) -> dict[str, str]:
+    """Column -> the type an Avro value is read as where it is not its JSON read type: ``binary``
+    for a Connect decimal of an Iceberg decimal type (38 digits at most), its unscaled bytes as the
+    writer wrote them (:func:`~cdclake.spark.decode.decimal_of_bytes_sql`), where JSON holds their
+    base64 text. A column the table can take from a writer column holds the same encoding
+    (:func:`takes_encoding`: a decimal only from a decimal), so every writer schema gives bytes."""
+    return {
+        c.name: "binary"
+        for c in columns
+        if parse_decimal_encoding(c.encoding) is not None and iceberg_type_of_encoding(c.encoding) != "string"
+    }
