@@ -41,6 +41,11 @@ versions are checked against the workload (:func:`check_change_feed`, :func:`che
 Both ``--stages transactions`` and ``side_tables`` run each apply in a process of its own, whatever
 ``--one-process``.
 
+With ``--stages avro`` only issue 27's figures are measured (:func:`measure_avro`): the main
+workload in JSON and in Avro, read+parse and apply of each through ``spark-submit``, and the Avro
+apply on the shared engine (a Spark Connect server the run starts, warmed by one apply first), as
+the table DAG's ``apply`` task runs it by default.
+
 Stages 1-3 also run on the same events in Avro (``avro_read_parse``, ``avro_append``,
 ``avro_apply``): a second topic, same keys and partitions, each value the Confluent wire format of
 the Avro writer schema a Kafka Connect Avro converter makes of the events' Connect schema,
@@ -66,6 +71,7 @@ import statistics
 import subprocess
 import sys
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +80,7 @@ from cdclake.settings import Settings
 from harness import (
     BENCH_DIR,
     BROKER,
+    ENGINE,
     REGISTRY,
     BenchRun,
     add_run_options,
@@ -236,9 +243,9 @@ def run(args: argparse.Namespace) -> int:
         ctx = Context(bench, settings, load_catalog(settings), f"bench_{bench.tag}", p, decimal, child_env(settings))
         ctx.catalog.create_namespace_if_not_exists(ctx.ns)
         if args.stages != "all":
-            measure_run, target, summary = OPTION_STAGES[args.stages]
+            measure_run, stage_ratios, summary = OPTION_STAGES[args.stages]
             stages, checks, info["setup"] = measure_run(ctx)
-            result = {**info, "stages": stages, "ratios": cost_ratios(stages, target), "checks": checks}
+            result = {**info, "stages": stages, "ratios": stage_ratios(stages), "checks": checks}
         else:
             main_load, avro_load, growth, info["setup"] = load(ctx)
             stages, checks = measure_stages(ctx, main_load, avro_load, growth)
@@ -519,13 +526,15 @@ def load_with_base(ctx: Context, transaction_events: int = 0) -> tuple[Loaded, d
     return loaded, setup
 
 
-def apply_stage(ctx: Context, label: str, table: str, range_json: str, options: list[str]) -> Measured:
-    """``bench/spark_stage.py``'s ``apply`` of the range ``range_json`` into ``table`` with
-    ``options`` (its further arguments) in a process of its own, measured: its result is the
+def apply_stage(
+    ctx: Context, label: str, table: str, range_json: str, options: list[str], stage: str = "apply"
+) -> Measured:
+    """``bench/spark_stage.py``'s ``stage`` (``apply``) of the range ``range_json`` into ``table``
+    with ``options`` (its further arguments) in a process of its own, measured: its result is the
     stage's (``job_s``, the apply's result) and ``slowest_queries`` (:func:`harness.spark_profile`)."""
     event_log = ctx.bench.logs / "spark-events"
     event_log.mkdir(exist_ok=True)
-    args = ["apply", "--range", range_json, "--namespace", ctx.ns, "--table", table, *options]
+    args = [stage, "--range", range_json, "--namespace", ctx.ns, "--table", table, *options]
     m = ctx.measure(label, spark_submit(ctx.settings, BENCH_DIR / "spark_stage.py", args, f"bench-{label}", event_log))
     profile = spark_profile(event_log, ctx.bench.logs / f"{label}-plans.txt")
     return replace(m, result=(m.result.get("stages") or [{}])[0] | {"slowest_queries": profile})
@@ -792,12 +801,165 @@ def markdown_side_tables(result: dict[str, Any]) -> str:
     return markdown_options(result, "side tables", workload, names, (side,))
 
 
-OPTION_STAGES = {
-    "transactions": (measure_whole_transactions, WHOLE_TRANSACTIONS_TARGET, markdown_transactions),
-    "side_tables": (measure_side_tables, SIDE_TABLES_TARGET, markdown_side_tables),
+AVRO_KEYS = {
+    "read_parse": "1. read+parse, JSON (spark-submit)",
+    "apply": "3. apply, JSON (spark-submit)",
+    "avro_read_parse": "1. read+parse, Avro (spark-submit)",
+    "avro_apply": "3. apply, Avro (spark-submit)",
+    "avro_apply_engine": "3. apply, Avro, on the shared engine (warm)",
 }
-"""The runs of ``--stages`` other than ``all``: what measures them, the target of their
-``<stage>/apply`` ratios, the summary's writer."""
+"""The stages of ``--stages avro`` and their labels."""
+
+
+def measure_avro(ctx: Context) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The ``--stages avro`` run (issue 27's figures without the other stages): the main workload
+    in JSON and in Avro (:func:`load`'s, without the growth workload and its big table), read and
+    parsed, and applied, each through ``spark-submit`` (a process and JVM of its own), ``p.reps``
+    times; then the Avro apply on the shared engine, a Spark Connect server as the table DAG's
+    ``apply`` task uses it by default (``CDCLAKE_ENGINE=connect``): warmed by one apply of the
+    same range into another copy of the table (a long-running server has compiled the code of the
+    applies it runs), then ``p.reps`` applies, each a client process of its own
+    (``bench/engine_bench.py _apply``: the task's ``apply_plan`` in a Connect session), measured
+    from its start. Returns the stages, the checks of the first repetition's tables and the setup."""
+    from cdclake.model.config import TableConfig
+    from cdclake.model.offsets import OffsetRange
+    from cdclake.model.plan import RunPlan
+    from cdclake_dev.engine import engine_token, engine_url
+    from engine_bench import CONNECT_URL_ENV, connect_apply_cmd
+
+    p, tag = ctx.p, ctx.bench.tag
+    print("generating and loading the workload in JSON and in Avro ...", flush=True)
+    spec = wl.WorkloadSpec(events=p.events, keys=p.keys, existing_rows=p.base_rows, new_id_start=p.big_rows)
+    encoder = AvroEncoder(ctx.settings.schema_registry_url, f"bench.{tag}.orders_avro-value", ctx.decimal)
+    main, avro = load_workload_avro(
+        ctx.settings, f"bench.{tag}.orders", spec, ctx.decimal, f"bench.{tag}.orders_avro", encoder
+    )
+    setup: dict[str, Any] = {
+        "events": main.events,
+        "json_mean_event_bytes": round(main.bytes / main.events),
+        "avro_mean_event_bytes": round(avro.bytes / avro.events),
+        "load_s": round(main.load_s + avro.load_s, 1),
+        "base_table_s": round(create_base_table(ctx.catalog, f"{ctx.ns}.base", p.base_rows, ctx.decimal), 1),
+    }
+    runs: dict[str, list[Measured]] = {key: [] for key in AVRO_KEYS}
+    for rep in range(1, p.reps + 1):
+        print(f"repetition {rep}/{p.reps}", flush=True)
+        for key, fmt, loaded in (
+            ("read_parse", JSON, main),
+            ("apply", JSON, main),
+            ("avro_read_parse", "avro", avro),
+            ("avro_apply", "avro", avro),
+        ):
+            stage = key.removeprefix("avro_")
+            table = "base" if stage == "read_parse" else f"{key}_r{rep}"
+            if stage == "apply":
+                ctx.clone("base", table)
+            runs[key].append(apply_stage(ctx, f"{key}_r{rep}", table, loaded.range_json, ["--format", fmt], stage))
+
+    engine = ctx.settings.model_copy(update={"spark_connect_port": int(ENGINE.free_port_setting())})
+    env = child_env(engine)
+    setup["engine_start_s"] = start_parts(engine, (ENGINE,))
+    try:
+        env[CONNECT_URL_ENV] = f"{engine_url(engine)}/;token={engine_token(engine)}"
+
+        def engine_apply(table: str) -> Measured:
+            ctx.clone("base", table)
+            entry = {"name": table, "topic": avro.topic, "namespace": ctx.ns, "table": table}
+            cfg = TableConfig.model_validate({**entry, "primary_key": ["id"], "value_format": "avro"})
+            plan = RunPlan(table=cfg, run_id=f"bench-{table}", range=OffsetRange.from_json(avro.range_json))
+            return measure(table, connect_apply_cmd(plan.to_json()), env, ctx.bench.logs)
+
+        warmup = engine_apply("avro_engine_warmup")
+        setup["engine_warmup"] = {"wall_s": round(warmup.wall_s, 2), "job_s": warmup.result.get("job_s")}
+        for rep in range(1, p.reps + 1):
+            runs["avro_apply_engine"].append(engine_apply(f"avro_apply_engine_r{rep}"))
+    finally:
+        stop_parts(engine, (ENGINE,))
+    checks = {
+        "apply": ctx.check("apply_r1", main),
+        "avro_apply": ctx.check("avro_apply_r1", avro),
+        "avro_apply_engine": ctx.check("avro_apply_engine_r1", avro),
+    }
+    print("  checks: " + ", ".join(f"{k} {c['ok']}" for k, c in checks.items()), flush=True)
+    return {key: summarize(ms, p.events) for key, ms in runs.items()}, checks, setup
+
+
+def avro_ratios(stages: dict[str, Any]) -> dict[str, Any]:
+    """Issue 27's targets on ``--stages avro``'s stages (medians of wall seconds): apply over
+    read+parse in Avro (both ``spark-submit``), and seconds per 1,000,000 Avro events applied
+    through ``spark-submit`` and on the warm engine; JSON's apply over read+parse beside."""
+    out = {}
+    for name, (a, b) in {
+        "avro apply/read_parse": ("avro_apply", "avro_read_parse"),
+        "apply/read_parse": ("apply", "read_parse"),
+    }.items():
+        value = ratio(stages[a]["wall_s"], stages[b]["wall_s"])
+        target = TARGETS[name]
+        out[name] = {
+            "wall": value,
+            "job": ratio(stages[a].get("job_s"), stages[b].get("job_s")),
+            "target": target,
+            "met": value is not None and value <= target,
+        }
+    for name, key in (
+        ("avro apply s per 1M events", "avro_apply"),
+        ("avro apply s per 1M events, engine", "avro_apply_engine"),
+    ):
+        per_1m = stages[key]["wall_s"] * 1_000_000 / stages[key]["events"]
+        target = TARGETS["avro apply s per 1M events"]
+        out[name] = {"wall": round(per_1m, 3), "target": target, "met": per_1m <= target}
+    return out
+
+
+def markdown_avro(result: dict[str, Any]) -> str:
+    p, setup = result["params"], result["setup"]
+    warm = setup["engine_warmup"]
+    workload = (
+        f"Workload: {setup['events']:,} events over {p['keys']:,} keys into a table of {p['base_rows']:,} rows, "
+        f"in JSON ({setup['json_mean_event_bytes']:,} bytes an event) and in Avro ({setup['avro_mean_event_bytes']:,}); "
+        f"median of {p['reps']} run(s). The engine: started in {setup['engine_start_s']} s, warmed by one Avro apply "
+        f"of the same range into another copy ({warm['wall_s']} s wall, {warm['job_s']} s of apply)."
+    )
+    lines = [
+        *summary_head(f"cdclake benchmark: Avro beside JSON, size {result['size']}", result),
+        workload,
+        "",
+        "| stage | wall s (median) | job s (median) | events/s (wall) | peak RSS MiB (tree) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for key, label in AVRO_KEYS.items():
+        s = result["stages"][key]
+        lines.append(
+            f"| {label} | {s['wall_s']} | {s.get('job_s', '')} | {s.get('events_per_s', 0):,.0f} | "
+            f"{s['peak_rss_mib']:,.0f} |"
+        )
+    lines += ["", "| ratio | measured (wall) | job only | target | met |", "|---|---:|---:|---:|---|"]
+    for name, r in result["ratios"].items():
+        lines.append(
+            f"| {name} | {r['wall']} | {r.get('job') if r.get('job') is not None else ''} | <= {r['target']} | "
+            f"{'yes' if r['met'] else '**no**'} |"
+        )
+    lines += [
+        "",
+        "The engine's peak RSS is its client's (the server's memory is not sampled here: `make bench-engine`).",
+        "",
+        checks_line(result["checks"]),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+OPTION_STAGES = {
+    "transactions": (
+        measure_whole_transactions,
+        partial(cost_ratios, target=WHOLE_TRANSACTIONS_TARGET),
+        markdown_transactions,
+    ),
+    "side_tables": (measure_side_tables, partial(cost_ratios, target=SIDE_TABLES_TARGET), markdown_side_tables),
+    "avro": (measure_avro, avro_ratios, markdown_avro),
+}
+"""The runs of ``--stages`` other than ``all``: what measures them, their ratios against their
+targets, the summary's writer."""
 
 
 def ratios(stages: dict[str, Any]) -> dict[str, Any]:
@@ -911,10 +1073,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--stages",
-        choices=("all", "transactions", "side_tables"),
+        choices=("all", "transactions", "side_tables", "avro"),
         default="all",
         help="all: stages 1-6; transactions: only the whole-transactions stages (apply beside apply_whole); "
-        "side_tables: only the side tables' stages (apply beside apply_change_feed and apply_history)",
+        "side_tables: only the side tables' stages (apply beside apply_change_feed and apply_history); "
+        "avro: read+parse and apply in JSON and in Avro, and the Avro apply on the warm shared engine",
     )
     add_run_options(parser, external_broker=True)
     return parser
