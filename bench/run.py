@@ -735,6 +735,21 @@ def cost_ratios(stages: dict[str, Any], target: float) -> dict[str, Any]:
     return out
 
 
+def stage_table(result: dict[str, Any], names: dict[str, str], rate: str) -> list[str]:
+    """The Markdown table of the stages ``names`` (key -> label) of ``result``: medians of wall and
+    job seconds, events per second (of the ``rate``: ``job`` or ``wall`` seconds), peak RSS."""
+    lines = [
+        "",
+        f"| stage | wall s (median) | job s (median) | events/s ({rate}) | peak RSS MiB (tree) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for key, label in names.items():
+        s = result["stages"][key]
+        per_s = s.get("events_per_s_job" if rate == "job" else "events_per_s", 0)
+        lines.append(f"| {label} | {s['wall_s']} | {s.get('job_s', '')} | {per_s:,.0f} | {s['peak_rss_mib']:,.0f} |")
+    return lines
+
+
 def markdown_options(
     result: dict[str, Any], title: str, workload: str, names: dict[str, str], notes: tuple[str, ...] = ()
 ) -> str:
@@ -744,15 +759,8 @@ def markdown_options(
     lines = [
         *summary_head(f"cdclake benchmark: {title}, size {result['size']}", result),
         workload,
-        "",
-        "| stage | wall s (median) | job s (median) | events/s (job) | peak RSS MiB (tree) |",
-        "|---|---:|---:|---:|---:|",
+        *stage_table(result, names, "job"),
     ]
-    for key, label in names.items():
-        s = result["stages"][key]
-        lines.append(
-            f"| {label} | {s['wall_s']} | {s['job_s']} | {s.get('events_per_s_job', 0):,.0f} | {s['peak_rss_mib']:,.0f} |"
-        )
     for name, r in result["ratios"].items():
         lines += [
             "",
@@ -923,16 +931,8 @@ def markdown_avro(result: dict[str, Any]) -> str:
     lines = [
         *summary_head(f"cdclake benchmark: Avro beside JSON, size {result['size']}", result),
         workload,
-        "",
-        "| stage | wall s (median) | job s (median) | events/s (wall) | peak RSS MiB (tree) |",
-        "|---|---:|---:|---:|---:|",
+        *stage_table(result, AVRO_KEYS, "wall"),
     ]
-    for key, label in AVRO_KEYS.items():
-        s = result["stages"][key]
-        lines.append(
-            f"| {label} | {s['wall_s']} | {s.get('job_s', '')} | {s.get('events_per_s', 0):,.0f} | "
-            f"{s['peak_rss_mib']:,.0f} |"
-        )
     lines += ["", "| ratio | measured (wall) | job only | target | met |", "|---|---:|---:|---:|---|"]
     for name, r in result["ratios"].items():
         lines.append(

@@ -201,14 +201,16 @@ def test_registry_that_does_not_answer_is_unavailable_not_a_bad_record():
 
 
 class _Refusing(http.server.BaseHTTPRequestHandler):
-    """A registry stand-in answering every request with the status its path's last part names
-    (``.../schemas/ids/401`` -> 401; 404 with Confluent's "Schema not found", 40403): a refusal of
+    """A registry stand-in answering every request with the status its path's last number names
+    (``.../schemas/ids/401`` -> 401, ``/subjects/503/versions`` -> 503; 404 with Confluent's
+    "Schema not found", 40403, or for a subject "Subject not found", 40401): a refusal of
     credentials and a server error cannot be made with the tests' real registry, which has no
     authentication."""
 
     def do_GET(self) -> None:
-        status = int(self.path.rsplit("/", 1)[-1].split("?")[0])
-        code = 40403 if status == 404 else status * 100 + 1
+        path = self.path.split("?")[0]
+        status = int(next(part for part in reversed(path.split("/")) if part.isdigit()))
+        code = (40401 if "/subjects/" in path else 40403) if status == 404 else status * 100 + 1
         body = json.dumps({"error_code": code, "message": "refused"}).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -244,6 +246,15 @@ def test_registry_refusing_credentials_or_failing_is_unavailable(stand_in, statu
     with pytest.raises(SchemaRegistryUnavailableError, match=message) as refused:
         registry.writer_schema(status)
     assert "s3cret" not in str(refused.value)
+    # the apply's first request: the versions of the topic's subject
+    with pytest.raises(SchemaRegistryUnavailableError, match=message) as refused:
+        registry.subject_schemas(str(status), 3)
+    assert f"listing the versions of subject '{status}'" in str(refused.value) and "s3cret" not in str(refused.value)
+
+
+def test_a_subject_the_registry_does_not_have_is_none_not_an_error(stand_in):
+    registry = SchemaRegistry({"url": stand_in, "max.retries": 0})
+    assert registry.subject_schemas("404", 3) is None
 
 
 def test_an_unknown_schema_id_names_the_registry_once(stand_in):

@@ -99,7 +99,6 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
     from pyspark.sql import DataFrame, SparkSession
 
-
 log = logging.getLogger(__name__)
 
 
@@ -334,7 +333,7 @@ def _parse(
     into a cache without the raw values, the same cut to whole source transactions
     (:func:`~cdclake.spark.transactions.cut_batch`; the context's plan then holds the cut range)
     with the quarantine's hold-backs, its statistics, the cut and the batch's writer schemas
-    (``writers`` not :attr:`~cdclake.spark.parse_avro.WriterSchemas.complete`: the batch's own,
+    (``writers`` not :attr:`~cdclake.spark.writer_schemas.WriterSchemas.complete`: the batch's own,
     read from the cache, and the batch parsed again when it holds ids they lack; the caller
     unpersists the cache)."""
     from pyspark import StorageLevel

@@ -52,7 +52,8 @@ class WriterSchemas:
     newest versions in the registry (:func:`subject_writer_schemas`), the batch not read yet."""
 
     def covers(self, other: WriterSchemas) -> bool:
-        """Whether every id ``other`` has a schema or a reason for was decoded with these."""
+        """Whether these hold every schema and every reason ``other`` holds: a batch whose ids are
+        ``other``'s, parsed with these, needs no second parse."""
         return set(other.schemas) <= set(self.schemas) and set(other.unusable) <= set(self.unusable)
 
     def row_schemas(self) -> list[tuple[int, tuple[int, int], dict[str, Any]]]:
