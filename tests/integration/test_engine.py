@@ -100,12 +100,13 @@ def _wait_for(predicate, timeout_s: float, what: str):
 @pytest.fixture
 def big_table(kafka, stack_settings, engine):
     """A table with a first commit (so that the next run commits through a run branch) and a
-    second batch large enough that the server's MERGE of it takes seconds."""
+    second batch large enough that the server's MERGE of it takes seconds (150,000 rows took less
+    than the server-kill test's half second once HotSpot compiled Spark's generated code)."""
     cfg = make_table(value_format="json", columns=COLUMNS)
     ensure_topic(kafka, cfg.topic, 1)
     _load(kafka, cfg, range(0, 10), 1000, "first")
     _apply(engine, stack_settings, plan_offsets(stack_settings, cfg, "scheduled__first"))
-    _load(kafka, cfg, range(10, 150_010), 1_000_000, "second")
+    _load(kafka, cfg, range(10, 400_010), 1_000_000, "second")
     return cfg
 
 
@@ -242,8 +243,8 @@ def test_a_task_killed_mid_merge_leaves_main_alone_and_its_retry_converges(kafka
     assert retry.range == plan.range
     _apply(engine, stack_settings, retry)
     rows = _rows(stack_settings, cfg)
-    assert len(rows) == 150_010 and rows[150_009] == "second150009"
-    assert committed_offsets(load_catalog(stack_settings).load_table(cfg.identifier), cfg.topic) == {0: 150_010}
+    assert len(rows) == 400_010 and rows[400_009] == "second400009"
+    assert committed_offsets(load_catalog(stack_settings).load_table(cfg.identifier), cfg.topic) == {0: 400_010}
     removed = remove_stale_run_branches(load_catalog(stack_settings), cfg.identifier, older_than_ms=0)
     assert name in removed
 
@@ -284,8 +285,7 @@ def test_the_server_killed_mid_merge_then_restarted_converges(kafka, stack_setti
     worker = threading.Thread(target=run)
     worker.start()
     _wait_for(lambda: _run_branches(stack_settings, cfg), 300, "the run branch (the MERGE is next)")
-    # at once: the MERGE of the 150,000 rows and the fast-forward take about a second (code the
-    # JIT compiles, one catalog commit), so a pause here would let the run finish first
+    time.sleep(0.5)
     local_engine.stop_engine(stack_settings, hard=True)
     worker.join(600)
     try:
@@ -297,8 +297,8 @@ def test_the_server_killed_mid_merge_then_restarted_converges(kafka, stack_setti
     retry = plan_offsets(stack_settings, cfg, "scheduled__server-killed")
     assert retry.range == plan.range
     _apply(engine, stack_settings, retry)
-    assert len(_rows(stack_settings, cfg)) == 150_010
-    assert committed_offsets(load_catalog(stack_settings).load_table(cfg.identifier), cfg.topic) == {0: 150_010}
+    assert len(_rows(stack_settings, cfg)) == 400_010
+    assert committed_offsets(load_catalog(stack_settings).load_table(cfg.identifier), cfg.topic) == {0: 400_010}
 
 
 _ZONE_CLIENT = """
