@@ -2,14 +2,14 @@
 into the rows :func:`cdclake.spark.parse.parse_records` gives for JSON (Spark).
 
 Each record's value is the magic byte, its writer schema's id and the Avro datum
-(:mod:`cdclake.model.avro`). The batch's schema ids are collected first (:func:`read_writer_schemas`,
-one small Spark job) and their writer schemas fetched from the registry; the parse then decodes
+(:mod:`cdclake.model.avro`). The writer schemas come from the registry
+(:mod:`cdclake.spark.writer_schemas`); the parse decodes
 each record with ``from_avro`` (spark-avro) and the writer schema of its id, its logical types
 removed (:func:`~cdclake.model.avro.without_logical_types`), and brings the row image to the
 table's columns by name (Debezium's ``avro`` name adjustment undone,
 :func:`~cdclake.model.avro.source_names`), each value turned into what ``from_json`` reads from
 ``JsonConverter``'s JSON of the same Connect value (bytes as base64 text, a decimal's as a variant
-string). The decoding that follows (:func:`~cdclake.spark.decode.decode`) is the JSON path's,
+string; a decimal of an Iceberg decimal type keeps its raw bytes, :func:`avro_read_types`). The decoding that follows (:func:`~cdclake.spark.decode.decode`) is the JSON path's,
 unchanged: both formats give the same Iceberg values.
 
 All ids are decoded in one pass over the records (a ``CASE`` on the id): a union of one filtered
