@@ -30,6 +30,7 @@ from cdclake.pipeline.planner import plan_next
 from cdclake.spark.apply import apply_range
 from cdclake.spark.parse import parse_records
 from cdclake.spark.parse_avro import parse_avro_records
+from cdclake.spark.writer_schemas import WriterSchemas, batch_writer_schemas, batch_writers_of, id_aggregates
 from tests.avro_events import avro_datum, avro_event, avro_name, avro_schema, confluent_value
 from tests.conftest import make_table
 from tests.full_types import wkb_linestring, wkb_point
@@ -542,7 +543,7 @@ def test_an_avro_batch_is_parsed_with_its_own_writer_schemas_whatever_the_subjec
     clients = KafkaClients.from_bootstrap(stack_settings.kafka_bootstrap, SchemaRegistry({"url": schema_registry}))
     for cfg in (avro_cfg, json_cfg):
         plan = plan_next(load_catalog(stack_settings), clients, cfg, "r")
-        with caplog.at_level(logging.INFO, logger="cdclake.spark.apply"):
+        with caplog.at_level(logging.INFO, logger="cdclake.spark.batch"):
             result = apply_range(spark, stack_settings, plan, kafka=clients)
         assert (result.ops, result.quarantined) == ({"r": 1, "c": 3}, 0)
     again = [r.getMessage() for r in caplog.records if "parsed again" in r.getMessage()]
@@ -551,6 +552,38 @@ def test_an_avro_batch_is_parsed_with_its_own_writer_schemas_whatever_the_subjec
     from_json = [{avro_name(k): v for k, v in row.items()} for row in _table_rows(stack_settings, json_cfg)]
     assert _table_rows(stack_settings, avro_cfg) == from_json
     assert not set(later) & set(load_catalog(stack_settings).load_table(avro_cfg.identifier).schema().column_names)
+
+
+def test_the_statistics_pass_finds_a_batchs_ids_as_a_job_of_their_own_does(spark):
+    """The writer schemas of a batch of several ids over three partitions, from the aggregates the
+    statistics pass adds (``id_aggregates``), equal those a job of their own reads
+    (``batch_writer_schemas``): ids, first record of each, first offset in each partition. An id
+    the subject's versions lack gives none: the apply reads it by that job."""
+
+    def no_lookup(schema_id: int) -> Any:
+        raise AssertionError(f"schema id {schema_id} was looked up")
+
+    rows = [(1, 0, 5), (1, 0, 3), (2, 0, 7), (2, 1, 2), (None, 1, 0), (1, 2, 9), (None, 2, 1)]
+    batch = spark.createDataFrame(rows, "schema_id int, partition int, offset bigint")
+    candidates = WriterSchemas({1: {"name": "one"}, 2: {"name": "two"}, 3: {"name": "three"}}, complete=False)
+    partitions = [0, 1, 2]
+
+    def from_aggregates(df: Any) -> WriterSchemas | None:
+        aggregates = id_aggregates(candidates, partitions)
+        assert aggregates is not None
+        row = df.agg(*[column.alias(name) for name, column in aggregates.items()]).collect()[0]
+        return batch_writers_of({name: row[name] for name in aggregates}, candidates, partitions, no_lookup)
+
+    found = from_aggregates(batch)
+    assert found == batch_writer_schemas(batch, candidates, no_lookup)
+    assert found is not None
+    assert (dict(found.first), {i: dict(by) for i, by in found.first_in_partition.items()}) == (
+        {1: (0, 3), 2: (0, 7)},
+        {1: {0: 3, 2: 9}, 2: {0: 7, 1: 2}},
+    )
+    assert set(found.schemas) == {1, 2} and found.complete
+    assert from_aggregates(batch.union(spark.createDataFrame([(4, 1, 1)], batch.schema))) is None
+    assert id_aggregates(candidates, list(range(100))) is None  # 300 aggregates: a job of their own
 
 
 def test_avro_without_schema_change_topic_evolves_from_each_writer_schema(

@@ -104,6 +104,12 @@ def split_wire(value: bytes) -> tuple[int, bytes]:
     return int.from_bytes(value[1:HEADER_BYTES], "big", signed=True), bytes(value[HEADER_BYTES:])
 
 
+def wire_header(schema_id: int) -> bytes:
+    """The 5-byte Confluent wire header of a value of ``schema_id``: :data:`MAGIC_BYTE` and the id
+    as a big-endian signed int32 (what :func:`split_wire` reads)."""
+    return bytes([MAGIC_BYTE]) + schema_id.to_bytes(HEADER_BYTES - 1, "big", signed=True)
+
+
 def is_framed(value: bytes | str | None) -> TypeGuard[bytes]:
     """Whether ``value`` starts with :data:`MAGIC_BYTE`: a Confluent-framed value, never a JSON
     document (whose first byte is ``{``, ``[``, a quote, a digit, a letter or white space)."""

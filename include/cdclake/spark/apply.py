@@ -51,7 +51,6 @@ from cdclake.io.catalog import (
     run_commit,
 )
 from cdclake.io.kafka import KafkaClients, offsets_for_time, topic_watermarks
-from cdclake.model.connector_check import mode_contradictions
 from cdclake.model.convergence import IdentitySpan, SourceIdentity
 from cdclake.model.decision import (
     RunDecision,
@@ -62,7 +61,6 @@ from cdclake.model.decision import (
     nothing_applied_error,
     starting_state,
 )
-from cdclake.model.envelope import KafkaCoordinates
 from cdclake.model.layout import (
     COLUMN_DEFAULTS_PROPERTY,
     METADATA_COLUMNS,
@@ -73,24 +71,25 @@ from cdclake.model.layout import (
 from cdclake.model.offsets import Offsets, decode_offsets
 from cdclake.model.plan import RunPlan
 from cdclake.model.position import SOURCE_ORDERINGS, BinlogPosition
-from cdclake.model.run_state import BatchStats, ColumnDefault, CommittedState
+from cdclake.model.run_state import ColumnDefault, CommittedState
 from cdclake.model.transactions import Cut, TransactionWait
 from cdclake.settings import Settings
+from cdclake.spark.batch import parse_batch
 from cdclake.spark.changes import event_columns, write_changes
 from cdclake.spark.commit import commit, demote_rows, merge
 from cdclake.spark.context import ApplyContext, resolve_table, source_columns
 from cdclake.spark.evolve import MAX_EVOLUTIONS, IncompatibleCut, evolve_table, from_events
 from cdclake.spark.history import write_history
 from cdclake.spark.names import quote_identifier
-from cdclake.spark.parse import parse_records, unknown_columns_floor
-from cdclake.spark.parse_avro import parse_avro_records
 from cdclake.spark.positions import position_column, position_literal, position_literal_sql, position_sql
-from cdclake.spark.quarantine import QUARANTINED, bad_batch, first_quarantined, split_bad_and_held, write_quarantine
+from cdclake.spark.quarantine import QUARANTINED, bad_batch, first_quarantined, write_quarantine
 from cdclake.spark.read import read_range
 from cdclake.spark.reduce import reduce_batch
-from cdclake.spark.stats import GOOD, batch_stats, first_offsets_outside, identity_spans, snapshot_groups
-from cdclake.spark.transactions import TransactionCut, cut_batch, record_wait, transaction_summary
-from cdclake.spark.writer_schemas import WriterSchemas, batch_writer_schemas, writer_schemas_for
+from cdclake.spark.stats import GOOD, first_offsets_outside, identity_spans, snapshot_groups
+from cdclake.spark.transactions import record_wait, transaction_summary
+from cdclake.spark.writer_schemas import (
+    writer_schemas_for,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -220,7 +219,7 @@ def apply_range(
     # schema ids (one Spark job) and theirs; a registry that does not answer fails the run here,
     # before anything is written
     writers = writer_schemas_for(cfg, kafka, raw)
-    ctx, base, parsed, stats, whole, writers = _parse(ctx, raw, writers)
+    ctx, base, parsed, stats, whole, writers = parse_batch(ctx, raw, writers)
     try:
         for n in range(MAX_EVOLUTIONS):
             evolved = evolve_table(ctx, stats, parsed, first=n == 0, writers=writers, cut=cut_incompatible and n == 0)
@@ -231,7 +230,7 @@ def apply_range(
                 return _before_incompatible(spark, settings, planned, kafka, evolved)
             # the table took the events' schema (or the config's columns): the batch is parsed again by it
             base.unpersist()
-            ctx, base, parsed, stats, whole, writers = _parse(evolved, raw, writers)
+            ctx, base, parsed, stats, whole, writers = parse_batch(evolved, raw, writers)
         table, plan = ctx.table, ctx.plan  # the plan's range cut before a transaction that is not whole
         if plan.range.is_empty and whole is not None and whole.cut is not None:
             base.unpersist()
@@ -326,53 +325,6 @@ def _before_incompatible(
     return apply_range(spark, settings, before, kafka=kafka, cut_incompatible=False)
 
 
-def _parse(
-    ctx: ApplyContext, raw: DataFrame, writers: WriterSchemas | None
-) -> tuple[ApplyContext, DataFrame, DataFrame, BatchStats, TransactionCut | None, WriterSchemas | None]:
-    """The batch parsed by the table's columns (``writers``: Avro values, by these writer schemas)
-    into a cache without the raw values, the same cut to whole source transactions
-    (:func:`~cdclake.spark.transactions.cut_batch`; the context's plan then holds the cut range)
-    with the quarantine's hold-backs, its statistics, the cut and the batch's writer schemas
-    (``writers`` not :attr:`~cdclake.spark.writer_schemas.WriterSchemas.complete`: the batch's own,
-    read from the cache, and the batch parsed again when it holds ids they lack; the caller
-    unpersists the cache)."""
-    from pyspark import StorageLevel
-
-    cfg, columns = ctx.cfg, list(ctx.columns)
-
-    def parse(writers: WriterSchemas | None) -> DataFrame:
-        if writers is not None:
-            records = parse_avro_records(
-                raw, writers.schemas, columns, cfg.primary_key, cfg.ordering, unusable=writers.unusable
-            )
-        else:
-            records = parse_records(raw, cfg.value_format, columns, cfg.primary_key, cfg.ordering)
-        return records.drop("value").persist(StorageLevel.MEMORY_AND_DISK)
-
-    base = parse(writers)
-    try:
-        if writers is not None and not writers.complete:
-            registry = ctx.kafka.schema_registry
-            assert registry is not None  # an avro batch's writers come from it
-            batch = batch_writer_schemas(base, writers, registry.writer_schema)
-            if not writers.covers(batch):
-                log.info(
-                    "table %s: the batch holds schema ids %s: parsed again with them",
-                    cfg.identifier,
-                    sorted(batch.first),
-                )
-                base.unpersist()
-                base = parse(batch)
-            writers = batch
-        ctx, whole_batch, whole = cut_batch(ctx, base)
-        parsed = split_bad_and_held(ctx, whole_batch)
-        stats = batch_stats(parsed, cfg, unknown_columns_floor(ctx.table))
-        return ctx, base, parsed, _check_connector_modes(ctx, stats, writers), whole, writers
-    except BaseException:
-        base.unpersist()
-        raise
-
-
 def _start_check(table: Table, plan: RunPlan) -> tuple[CommittedState, ApplyResult | None]:
     """The start check (:func:`~cdclake.model.decision.check_start`) on ``table`` as it is now.
 
@@ -396,32 +348,6 @@ def _start_check(table: Table, plan: RunPlan) -> tuple[CommittedState, ApplyResu
         f"by this run, snapshot {own[0]}" if own is not None else "by another run",
     )
     return state, ApplyResult.of_commit("already_applied", *own) if own is not None else ApplyResult("already_applied")
-
-
-def _check_connector_modes(ctx: ApplyContext, stats: BatchStats, writers: WriterSchemas | None) -> BatchStats:
-    """``stats`` with the connector modes the events contradict (:mod:`cdclake.model.connector_check`),
-    checked on the Connect schemas of the batch's first and last record (two Kafka reads; events
-    without a schema are not checked) or, Avro, of every writer schema of the batch (``writers``,
-    each named by its first record; no read), and said once in the run's log."""
-    if ctx.cfg.value_format == "json":
-        return stats
-    schemas = []
-    if writers is not None:
-        schemas = [(KafkaCoordinates(ctx.cfg.topic, p, o), row) for _, (p, o), row in writers.row_schemas()]
-    for partition, offset in stats.schema_samples if writers is None else ():
-        row_schema = ctx.row_schema(partition, offset)
-        if row_schema is not None:
-            schemas.append((KafkaCoordinates(ctx.cfg.topic, partition, offset), row_schema))
-    found = tuple(c.describe() for c in mode_contradictions(ctx.columns, schemas, ctx.cfg.connector))
-    if found:
-        log.warning(
-            "table %s: THE EVENTS CONTRADICT THE CONNECTOR MODES the table was made for; they are applied as "
-            "the table's columns read them (docs/operations.md, \"Events that contradict the connector "
-            'modes"): %s',
-            ctx.cfg.identifier,
-            "; ".join(found),
-        )
-    return replace(stats, connector_contradictions=found)
 
 
 class _Lookups:

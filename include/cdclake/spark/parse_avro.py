@@ -115,7 +115,7 @@ def parse_avro_records(
     datum = F.expr(f"substring(value, {HEADER_BYTES + 1})")
     decoded = raw.select(
         *KAFKA_RECORD_COLUMNS,
-        F.when(framed(), schema_id_of_value()).alias("_schema_id"),
+        schema_id_of_value(r.schema_id for r in readings).alias("_schema_id"),
         *[
             F.when(sid == r.schema_id, from_avro(datum, r.avro_json, _PERMISSIVE)).alias(f"_avro{k}")
             for k, r in enumerate(readings)

@@ -9,6 +9,7 @@ batch).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from cdclake.model.config import TableConfig
@@ -33,15 +34,26 @@ GOOD = "not is_tombstone and error is null and held_back_behind is null"
 """The records a run applies: not a Kafka tombstone, not bad, not held back."""
 
 
-def batch_stats(parsed: DataFrame, cfg: TableConfig, unknown_floor: BinlogPosition | None) -> BatchStats:
+def batch_stats(
+    parsed: DataFrame,
+    cfg: TableConfig,
+    unknown_floor: BinlogPosition | None,
+    more: Mapping[str, Column] | None = None,
+) -> tuple[BatchStats, Mapping[str, Any]]:
     """One pass over the parsed batch (:func:`cdclake.spark.parse.parse_records`, with the
-    quarantine's ``held_back_behind``), one Spark job whatever the batch's size.
+    quarantine's ``held_back_behind``), one Spark job whatever the batch's size: the first job
+    over the parse's cache, which it fills.
 
     Args:
         parsed: the parsed batch.
         cfg: the table config (its ``ordering`` decides which identities are collected).
         unknown_floor: an event's unknown column counts only at or above this position
             (:func:`cdclake.spark.parse.unknown_columns_floor`); ``None``: everywhere.
+        more: more aggregates of the same pass, by name (the batch's schema ids,
+            :func:`cdclake.spark.writer_schemas.id_aggregates`).
+
+    Returns:
+        The statistics, and the value of each of ``more`` by its name.
     """
     from pyspark.sql import functions as F
 
@@ -83,6 +95,7 @@ def batch_stats(parsed: DataFrame, cfg: TableConfig, unknown_floor: BinlogPositi
         ]
     elif cfg.ordering in SOURCE_ORDERINGS:
         aggs.append(F.collect_set(F.when(good, F.struct(*_identity_columns()))).alias("identities"))
+    aggs += [column.alias(name) for name, column in (more or {}).items()]
     row = parsed.agg(*aggs).collect()[0]
     if row["other_ops"]:  # never seen: an op outside APPLIED_OPS is counted by its name
         ops = {r["op"]: r["count"] for r in parsed.filter(GOOD).groupBy("op").count().collect()}
@@ -99,7 +112,7 @@ def batch_stats(parsed: DataFrame, cfg: TableConfig, unknown_floor: BinlogPositi
         dict.fromkeys((int(r["partition"]), int(r["offset"])) for r in (row["first_value"], row["last_value"]) if r)
     )
     high = row["high"]
-    return BatchStats(
+    stats = BatchStats(
         events=int(row["events"]),
         tombstones=int(row["tombstones"] or 0),
         bad=int(row["bad"] or 0),
@@ -125,6 +138,7 @@ def batch_stats(parsed: DataFrame, cfg: TableConfig, unknown_floor: BinlogPositi
         else None,
         schema_samples=samples,
     )
+    return stats, {name: row[name] for name in more or {}}
 
 
 def _position(row: Any) -> BinlogPosition | None:

@@ -12,12 +12,12 @@ registry has no subject of the topic's name. :func:`writer_schemas_for` picks.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cdclake.errors import SchemaError, SchemaRegistryUnavailableError, UnknownSchemaIdError
-from cdclake.model.avro import HEADER_BYTES, MAGIC_BYTE, connect_schema
+from cdclake.model.avro import HEADER_BYTES, MAGIC_BYTE, connect_schema, wire_header
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -124,6 +124,55 @@ def batch_writer_schemas(
     return _resolve(_first_offsets(ids), writer_schema, decoded_with.schemas)
 
 
+MAX_ID_AGGREGATES = 256
+"""The most first-offset aggregates (candidate ids x partitions) :func:`id_aggregates` adds to the
+statistics pass; a topic of more partitions has its batch's ids read by a job of their own
+(:func:`batch_writer_schemas`)."""
+
+_IDS = "_cdc_schema_ids"
+
+
+def id_aggregates(candidates: WriterSchemas, partitions: Sequence[int]) -> dict[str, Column] | None:
+    """Aggregates over a batch parsed by :func:`parse_avro_records` that give its schema ids and,
+    for each id of ``candidates`` (:func:`subject_writer_schemas`), its first offset in each of
+    ``partitions`` (the range's): added to the statistics pass
+    (:func:`cdclake.spark.stats.batch_stats`), they give the batch's writer schemas without a
+    Spark job of their own (:func:`batch_writers_of`). ``None`` beyond :data:`MAX_ID_AGGREGATES`.
+    """
+    from pyspark.sql import functions as F
+
+    ids = sorted(candidates.schemas)
+    if len(ids) * len(partitions) > MAX_ID_AGGREGATES:
+        return None
+    sid, partition = F.col("schema_id"), F.col("partition")
+    out = {_IDS: F.collect_set(sid)}
+    for k, schema_id in enumerate(ids):
+        for p in partitions:
+            out[f"_cdc_first_{k}_{p}"] = F.min(F.when((sid == schema_id) & (partition == p), F.col("offset")))
+    return out
+
+
+def batch_writers_of(
+    values: Mapping[str, Any],
+    candidates: WriterSchemas,
+    partitions: Sequence[int],
+    writer_schema: Callable[[int], Any],
+) -> WriterSchemas | None:
+    """The batch's :class:`WriterSchemas` from the values of :func:`id_aggregates`, as
+    :func:`batch_writer_schemas` gives them; ``None`` when the batch holds an id ``candidates``
+    lack (whose first offsets the aggregates do not give: :func:`batch_writer_schemas` reads them)."""
+    ids = sorted(candidates.schemas)
+    if not {int(i) for i in values[_IDS]} <= set(ids):
+        return None
+    in_partition: dict[int, dict[int, int]] = {}
+    for k, schema_id in enumerate(ids):
+        for p in partitions:
+            offset = values[f"_cdc_first_{k}_{p}"]
+            if offset is not None:
+                in_partition.setdefault(schema_id, {})[p] = int(offset)
+    return _resolve(in_partition, writer_schema, candidates.schemas)
+
+
 def _first_offsets(ids: DataFrame) -> dict[int, dict[int, int]]:
     """schema id -> partition -> the first offset of ``ids``' rows (``schema_id``, ``partition``, ``offset``)."""
     from pyspark.sql import functions as F
@@ -196,16 +245,22 @@ def framed() -> Column:
     """The value is long enough for the Confluent header and starts with the magic byte."""
     from pyspark.sql import functions as F
 
-    return (F.length("value") >= HEADER_BYTES) & (F.hex(F.substring("value", 1, 1)) == f"{MAGIC_BYTE:02X}")
+    return (F.length("value") >= HEADER_BYTES) & (F.substring("value", 1, 1) == F.lit(bytearray([MAGIC_BYTE])))
 
 
-def schema_id_of_value() -> Column:
-    """The schema id of a framed value: bytes 1-4, a big-endian signed int32 (as
-    :func:`~cdclake.model.avro.split_wire` reads it)."""
+def schema_id_of_value(known: Iterable[int] = ()) -> Column:
+    """The schema id of a value, null when it is not framed (:func:`framed`): bytes 1-4, a
+    big-endian signed int32 (as :func:`~cdclake.model.avro.split_wire` reads it). The header of
+    each id of ``known`` is compared as bytes first: reading the id as a number goes through its
+    hexadecimal text, three conversions a record."""
     from pyspark.sql import functions as F
 
     unsigned = F.conv(F.hex(F.substring("value", 2, 4)), 16, 10).cast("bigint")
-    return F.when(unsigned >= 2**31, unsigned - 2**32).otherwise(unsigned)
+    schema_id = F.when(framed(), F.when(unsigned >= 2**31, unsigned - 2**32).otherwise(unsigned))
+    header = F.substring("value", 1, HEADER_BYTES)
+    for known_id in sorted(known, reverse=True):
+        schema_id = F.when(header == F.lit(bytearray(wire_header(known_id))), F.lit(known_id)).otherwise(schema_id)
+    return schema_id.cast("bigint")
 
 
 def envelope_fields(schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
