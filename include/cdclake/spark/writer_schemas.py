@@ -4,9 +4,10 @@ the schema ids of its records (Spark).
 A batch is parsed (:func:`cdclake.spark.parse_avro.parse_avro_records`) with a writer schema for
 each schema id it holds. Two ways to know them: the schemas of the newest versions of the topic's
 value subject in the registry (:func:`subject_writer_schemas`; no Spark job), checked against the
-ids the parse found (:func:`batch_writer_schemas`, from its cache), or the ids read from the
-records' headers first (:func:`read_writer_schemas`, one more read of the batch), when the
-registry has no subject of the topic's name. :func:`writer_schemas_for` picks.
+ids the parse found by the statistics pass (:func:`id_aggregates`, :func:`batch_writers_of`) or, for
+a batch holding other ids, by a job over the parse's cache (:func:`batch_writer_schemas`); or the
+ids read from the records' headers first (:func:`read_writer_schemas`, one more read of the
+batch), when the registry has no subject of the topic's name. :func:`writer_schemas_for` picks.
 """
 
 from __future__ import annotations
@@ -129,15 +130,16 @@ MAX_ID_AGGREGATES = 256
 statistics pass; a topic of more partitions has its batch's ids read by a job of their own
 (:func:`batch_writer_schemas`)."""
 
-_IDS = "_cdc_schema_ids"
+_OTHER_IDS = "_cdc_other_schema_ids"
 
 
 def id_aggregates(candidates: WriterSchemas, partitions: Sequence[int]) -> dict[str, Column] | None:
-    """Aggregates over a batch parsed by :func:`parse_avro_records` that give its schema ids and,
-    for each id of ``candidates`` (:func:`subject_writer_schemas`), its first offset in each of
-    ``partitions`` (the range's): added to the statistics pass
+    """Aggregates over a batch parsed by :func:`parse_avro_records` that give, for each id of
+    ``candidates`` (:func:`subject_writer_schemas`), its first offset in each of ``partitions``
+    (the range's), and how many records are of another id: added to the statistics pass
     (:func:`cdclake.spark.stats.batch_stats`), they give the batch's writer schemas without a
     Spark job of their own (:func:`batch_writers_of`). ``None`` beyond :data:`MAX_ID_AGGREGATES`.
+    Declarative aggregates only (no set collected), which Spark runs in generated code.
     """
     from pyspark.sql import functions as F
 
@@ -145,7 +147,7 @@ def id_aggregates(candidates: WriterSchemas, partitions: Sequence[int]) -> dict[
     if len(ids) * len(partitions) > MAX_ID_AGGREGATES:
         return None
     sid, partition = F.col("schema_id"), F.col("partition")
-    out = {_IDS: F.collect_set(sid)}
+    out = {_OTHER_IDS: F.count_if(sid.isNotNull() & ~sid.isin(*ids))}
     for k, schema_id in enumerate(ids):
         for p in partitions:
             out[f"_cdc_first_{k}_{p}"] = F.min(F.when((sid == schema_id) & (partition == p), F.col("offset")))
@@ -161,9 +163,9 @@ def batch_writers_of(
     """The batch's :class:`WriterSchemas` from the values of :func:`id_aggregates`, as
     :func:`batch_writer_schemas` gives them; ``None`` when the batch holds an id ``candidates``
     lack (whose first offsets the aggregates do not give: :func:`batch_writer_schemas` reads them)."""
-    ids = sorted(candidates.schemas)
-    if not {int(i) for i in values[_IDS]} <= set(ids):
+    if values[_OTHER_IDS]:
         return None
+    ids = sorted(candidates.schemas)
     in_partition: dict[int, dict[int, int]] = {}
     for k, schema_id in enumerate(ids):
         for p in partitions:
