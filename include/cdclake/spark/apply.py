@@ -87,9 +87,7 @@ from cdclake.spark.read import read_range
 from cdclake.spark.reduce import reduce_batch
 from cdclake.spark.stats import GOOD, first_offsets_outside, identity_spans, snapshot_groups
 from cdclake.spark.transactions import record_wait, transaction_summary
-from cdclake.spark.writer_schemas import (
-    writer_schemas_for,
-)
+from cdclake.spark.writer_schemas import writer_schemas_for
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

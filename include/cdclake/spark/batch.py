@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 from cdclake.model.connector_check import mode_contradictions
 from cdclake.model.envelope import KafkaCoordinates
-from cdclake.model.layout import QUARANTINE_SUFFIX
 from cdclake.model.run_state import BatchStats
 from cdclake.spark.context import ApplyContext
 from cdclake.spark.parse import parse_records, unknown_columns_floor
@@ -98,19 +97,16 @@ def _split_and_count(
     ctx: ApplyContext, batch: DataFrame, more: Mapping[str, Column] | None
 ) -> tuple[DataFrame, BatchStats, Mapping[str, Any]]:
     """``batch`` with the quarantine's hold-backs (:func:`~cdclake.spark.quarantine.split_bad_and_held`)
-    and its statistics with ``more`` (:func:`~cdclake.spark.stats.batch_stats`). A table without
-    a quarantine table has no open entry to hold a key back: unless the statistics find bad
-    records, nothing is held back, and no job looks for the bad records' keys."""
-    from pyspark.sql import functions as F
-
+    and its statistics with ``more`` (:func:`~cdclake.spark.stats.batch_stats`). The hold-backs are
+    first those of the quarantine's entries alone (for a table without a quarantine table, none:
+    no job looks for the bad records' keys); when the statistics find bad records in the batch,
+    their keys are held back too, and the statistics counted again."""
     floor = unknown_columns_floor(ctx.table)
-    if ctx.side_table(QUARANTINE_SUFFIX) is None:
-        parsed = batch.withColumn("held_back_behind", F.lit(None).cast("bigint"))
-        stats, values = batch_stats(parsed, ctx.cfg, floor, more)
-        if not stats.bad:
-            return parsed, stats, values
-    parsed = split_bad_and_held(ctx, batch)
+    parsed = split_bad_and_held(ctx, batch, batch_bad=False)
     stats, values = batch_stats(parsed, ctx.cfg, floor, more)
+    if stats.bad:
+        parsed = split_bad_and_held(ctx, batch)
+        stats, values = batch_stats(parsed, ctx.cfg, floor, more)
     return parsed, stats, values
 
 

@@ -33,14 +33,20 @@ MAX_REPORTED_BAD_RECORDS = 10
 """How many bad records a ``bad_records: fail`` error describes one by one."""
 
 
-def split_bad_and_held(ctx: ApplyContext, parsed: DataFrame) -> DataFrame:
+def split_bad_and_held(ctx: ApplyContext, parsed: DataFrame, *, batch_bad: bool = True) -> DataFrame:
     """Add ``held_back_behind``: for a good record of a key that has a bad record earlier in its
     partition (this batch) or an ``open`` quarantine entry (earlier runs), that bad record's
-    offset; else null. Records of a key must apply in order, so they wait behind it."""
+    offset; else null. Records of a key must apply in order, so they wait behind it.
+
+    ``batch_bad=False``: the batch holds no bad record (its statistics counted none), so only the
+    quarantine's entries are looked at; a table without a quarantine table then holds nothing
+    back, and no query joins the batch with anything."""
     from pyspark.sql import functions as F
 
-    bad = parsed.filter("error is not null and key is not null")
     entries = None if ctx.side_table(QUARANTINE_SUFFIX) is None else ctx.spark.table(ctx.spark_name(QUARANTINE_SUFFIX))
+    if entries is None and not batch_bad:
+        return parsed.withColumn("held_back_behind", F.lit(None).cast("bigint"))
+    bad = parsed.filter("error is not null and key is not null" if batch_bad else "false")
     if entries is not None:
         # a bad record the operator released no longer holds its key back (on a replay)
         released = entries.filter("status = 'released'").select("partition", "offset")
