@@ -94,7 +94,7 @@ if TYPE_CHECKING:
 
     from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -444,7 +444,10 @@ def _write(ctx: ApplyContext, good: DataFrame, decision: RunDecision) -> tuple[i
     if state.snapshot_floor is not None:
         rows = rows.filter(F.col("position") >= position_literal(state.snapshot_floor))
     feed = ctx.cfg.change_feed is not None
-    source, keys_changed = reduce_batch(ctx, rows, [*image, *meta_cols, *(event_columns() if feed else [])])
+    # read by the merge alone, or by the change feed, the history and the full snapshot's count too
+    again = feed or ctx.cfg.history is not None or decision.completed is not None
+    columns: list[Column | str] = [*image, *meta_cols, *(event_columns() if feed else [])]
+    source, keys_changed = reduce_batch(ctx, rows, columns, persist=again)
     try:
         properties[SummaryKeys.KEYS_CHANGED] = str(keys_changed)
         if feed:  # committed first: a try that fails before the table's commit is replaced by its retry
@@ -480,7 +483,8 @@ def _write(ctx: ApplyContext, good: DataFrame, decision: RunDecision) -> tuple[i
 
         snapshot_id = commit(ctx, properties, write)
     finally:
-        source.unpersist()
+        if again:
+            source.unpersist()
     return snapshot_id, keys_changed
 
 

@@ -113,24 +113,32 @@ def reduce_latest(events: DataFrame, primary_key: tuple[str, ...], ordering: str
     )
 
 
-def reduce_batch(ctx: ApplyContext, rows: DataFrame, columns: list[Column | str]) -> tuple[DataFrame, int]:
-    """The merge source of a batch: :func:`reduce_latest`, then :func:`apply_tombstones`; returns it
-    (``columns`` and :data:`TIED`, persisted: the caller unpersists it) with its row count, and
+def reduce_batch(
+    ctx: ApplyContext, rows: DataFrame, columns: list[Column | str], *, persist: bool = False
+) -> tuple[DataFrame, int]:
+    """The merge source of a batch: :func:`reduce_latest`, then the tombstones
+    (:func:`apply_tombstones`); returns it (``columns`` and :data:`TIED`) with its row count, and
     logs once when ties at one position were broken by Kafka offset. ``columns`` name the primary
     key's columns and the metadata columns (:data:`~cdclake.model.layout.METADATA_COLUMNS`) as
-    themselves: the batch's deletes are recorded from them (:func:`record_tombstones`).
+    themselves: the batch's deletes are recorded from them (:func:`record_tombstones`). With
+    ``persist`` (a caller that reads the source more than once), the source is persisted when
+    first computed, and the caller unpersists it.
 
     The reduction (a sort of the batch by key) runs once: its rows are checkpointed (kept on the
-    executors, their plan cut off) and counted, the tombstone ``MERGE`` reads them, and so does the
-    merge source, persisted after that ``MERGE``. A persisted plan that reads the tombstone table
-    would be computed again after it: Spark refreshes the cached data of every plan that reads a
-    table it writes. Checkpointed, not only persisted: over Spark Connect the ``MERGE`` carries its
+    executors, their plan cut off), and one job counts them, their ties, their deletes and the rows
+    the tombstones recorded before this run keep. The batch's deletes are then recorded, and the
+    merge source is the checkpoint joined with the tombstones again: the same rows whether the
+    tombstones are read before or after the batch's own, since every delete survives and the batch
+    records none for a key whose latest event is an upsert. Persisted only after the tombstone
+    ``MERGE``: Spark refreshes the cached data of every plan that reads a table it writes. Not
+    persisted, the ``MERGE`` reads the checkpoint (1,000,000 events: 0.3 s less than filling a
+    cache first). Checkpointed, not only persisted: over Spark Connect the ``MERGE`` carries its
     source's whole plan in one protobuf message, which the client refuses past 100 levels of
     nesting (an Avro batch of several writer schemas and many columns reached it).
 
-    A batch without deletes, of a table whose tombstone table holds none (:func:`has_tombstones`:
-    most tables of a fleet, and every new one), has nothing to supersede: its merge source is the
-    reduction as is, with no tombstone table read, created or joined.
+    A table whose tombstone table holds none (:func:`has_tombstones`: most tables of a fleet, and
+    every new one) has nothing to supersede the batch's events: its merge source is the reduction
+    as is, with no tombstone table read or joined (the batch's deletes are recorded all the same).
 
     Raises:
         PositionOrderError: a key's latest event has an event of other content at its position in
@@ -141,38 +149,28 @@ def reduce_batch(ctx: ApplyContext, rows: DataFrame, columns: list[Column | str]
     from pyspark.sql import functions as F
 
     cfg = ctx.cfg
-    reduced = None
-    source = None
     try:
         reduced = (
             reduce_latest(rows, cfg.primary_key, cfg.ordering)
             .select(*columns, TIED)
             .localCheckpoint(eager=True, storageLevel=StorageLevel.MEMORY_AND_DISK)
         )
-        counts = reduced.agg(
-            F.sum(F.col(TIED).cast("int")).alias("tied"), F.count_if(F.col("_cdc_op") == "d").alias("deletes")
-        ).collect()[0]
-        if counts["deletes"]:
-            record_tombstones(ctx, reduced)
-        if counts["deletes"] or has_tombstones(ctx):
-            # the same rows whether the tombstones are read before or after the batch's own: every
-            # delete survives, and the batch records none for a key whose latest event is an upsert
-            merge_source = apply_tombstones(ctx, reduced)
-        else:  # no tombstone to supersede anything (a table that never saw a delete)
-            # a plan of its own over the checkpoint, persisted and counted as the joined one is: the
-            # checkpoint is released below, the merge source by the caller
-            merge_source = reduced.select("*")
-        source = merge_source.persist(StorageLevel.MEMORY_AND_DISK)
-        keys_changed = source.count()
     except Exception as e:  # noqa: BLE001 - Spark wraps the raised error in several types
-        if source is not None:
-            source.unpersist()
         if _UNORDERED_MARKER not in str(e):
             raise
         raise _unordered_error(ctx, rows) from e
-    finally:
-        if reduced is not None:
-            reduced.unpersist()
+    superseding = has_tombstones(ctx)  # by the tombstones of earlier runs: read before this one records its own
+    kept = _kept(ctx, reduced) if superseding else reduced.withColumn(_KEPT, F.lit(True))
+    counts = kept.agg(
+        F.sum(F.col(TIED).cast("int")).alias("tied"),
+        F.count_if(F.col("_cdc_op") == "d").alias("deletes"),
+        F.count_if(_KEPT).alias("kept"),
+    ).collect()[0]
+    if counts["deletes"]:
+        record_tombstones(ctx, reduced)
+    source = apply_tombstones(ctx, reduced) if superseding else reduced
+    if persist:  # a plan of its own over the checkpoint, even without tombstones: the caller unpersists it
+        source = source.select("*").persist(StorageLevel.MEMORY_AND_DISK)
     if counts["tied"] and cfg.ordering in SOURCE_ORDERINGS:
         log.warning(
             "table %s: %d key(s) had events of other content at the position of their latest event; each "
@@ -182,7 +180,7 @@ def reduce_batch(ctx: ApplyContext, rows: DataFrame, columns: list[Column | str]
             cfg.identifier,
             counts["tied"],
         )
-    return source, keys_changed
+    return source, int(counts["kept"])
 
 
 def _unordered_error(ctx: ApplyContext, rows: DataFrame) -> PositionOrderError:
@@ -206,22 +204,35 @@ def _unordered_error(ctx: ApplyContext, rows: DataFrame) -> PositionOrderError:
     return PositionOrderError(unordered_message(cfg.topic, cfg.ordering, sorted(places)))
 
 
-def apply_tombstones(ctx: ApplyContext, reduced: DataFrame) -> DataFrame:
-    """Discard upserts their key's tombstone supersedes (:func:`~cdclake.model.position.supersedes`:
-    at or below it, ties by Kafka offset). ``reduced`` holds one event per key, its primary key's
-    columns and the metadata columns by name. Returns the surviving merge source: every delete
-    survives (:func:`record_tombstones` records them)."""
+_KEPT = "_cdc_kept"
+"""Column of :func:`_kept`'s rows: the tombstones do not supersede the row's event."""
+
+
+def _kept(ctx: ApplyContext, reduced: DataFrame) -> DataFrame:
+    """``reduced`` (one event per key: its primary key's columns and the metadata columns by name)
+    with :data:`_KEPT`: false for an upsert its key's tombstone supersedes
+    (:func:`~cdclake.model.position.supersedes`: at or below it, ties by Kafka offset); every
+    delete is kept (:func:`record_tombstones` records them)."""
     from pyspark.sql import functions as F
 
     cfg = ctx.cfg
     tomb = ctx.spark.table(_tombstone_table(ctx)).alias(_TOMB_ALIAS)
     cond = reduce(operator.and_, [F.col(qualified(_EVENT, c)) == F.col(qualified(_TOMB, c)) for c in cfg.primary_key])
     joined = reduced.alias(_EVENT_ALIAS).join(tomb, cond, "left")
-    return joined.filter(
+    kept = (
         F.col(qualified(_TOMB, cfg.primary_key[0])).isNull()
         | (F.col(qualified(_EVENT, "_cdc_op")) == "d")
         | supersedes_column(cfg.ordering, _EVENT, _TOMB, stored_change=True)
-    ).select(f"{_EVENT}.*")
+    )
+    return joined.select(f"{_EVENT}.*", kept.alias(_KEPT))
+
+
+def apply_tombstones(ctx: ApplyContext, reduced: DataFrame) -> DataFrame:
+    """The rows of ``reduced`` (as :func:`_kept`'s) that their key's tombstone does not supersede:
+    the surviving merge source."""
+    from pyspark.sql import functions as F
+
+    return _kept(ctx, reduced).filter(F.col(_KEPT)).drop(_KEPT)
 
 
 def has_tombstones(ctx: ApplyContext) -> bool:
