@@ -63,7 +63,7 @@ LIVE_HEAP_EVERY_S = 300.0
 """How often the watcher measures the Spark Connect server's live heap (:func:`jvm_live_heap`):
 each measure forces a full collection, so not at every sample."""
 
-_HEAP_USED = re.compile(r"\bheap\s+total \d+K, used (?P<used>\d+)K")
+_HEAP_USED = re.compile(r"^\s*\S.*?\s+total \d+K, used (?P<used>\d+)K", re.MULTILINE)
 
 
 def jcmd_executable() -> str | None:
@@ -78,10 +78,13 @@ def jcmd_executable() -> str | None:
 
 
 def heap_used(heap_info: str) -> int | None:
-    """The heap in use (bytes) from ``jcmd <pid> GC.heap_info``'s output (``garbage-first heap
-    total 57344K, used 5956K [...]``; any collector's ``<name> heap total ..K, used ..K``)."""
-    found = _HEAP_USED.search(heap_info)
-    return int(found["used"]) * 1024 if found else None
+    """The heap in use (bytes) from ``jcmd <pid> GC.heap_info``'s output: the sum of its
+    ``total ..K, used ..K`` lines, one for a collector of one heap (G1: ``garbage-first heap
+    total 57344K, used 5956K [...]``), one per generation for the others (the parallel collector,
+    which the driver runs, ``cdclake.spark.session.DRIVER_GC_OPTIONS``: ``PSYoungGen total ..K,
+    used ..K`` and ``ParOldGen total ..K, used ..K``). ``None``: no such line."""
+    found = [int(m["used"]) for m in _HEAP_USED.finditer(heap_info)]
+    return sum(found) * 1024 if found else None
 
 
 def _java_pid(pid: int | None) -> int | None:

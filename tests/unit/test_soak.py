@@ -177,6 +177,17 @@ def test_the_live_heap_of_a_real_jvm_is_measured_after_a_full_collection_and_dum
     assert soak_watch.jvm_heap_dump(proc.pid, tmp_path / "gone.hprof") is None
     assert soak_watch.heap_used(" garbage-first heap   total 57344K, used 5956K [0x0, 0x1)\n") == 5956 * 1024
     assert soak_watch.heap_used("no heap here") is None
+    # the parallel collector (the driver's) reports each generation
+    parallel = subprocess.Popen(
+        [java_executable(), "-Xmx256m", "-XX:+UseParallelGC", str(source)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert parallel.stdout is not None and parallel.stdout.readline().strip() == "ready"
+        live = soak_watch.jvm_live_heap(parallel.pid)
+        assert live is not None and 64 << 20 <= live[1] < 200 << 20, live
+    finally:
+        parallel.kill()
+        parallel.wait()
 
 
 def test_growth_over_the_last_half_says_whether_the_process_was_young():
