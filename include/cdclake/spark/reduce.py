@@ -159,8 +159,9 @@ def reduce_batch(
         if _UNORDERED_MARKER not in str(e):
             raise
         raise _unordered_error(ctx, rows) from e
-    superseding = has_tombstones(ctx)  # by the tombstones of earlier runs: read before this one records its own
-    kept = _kept(ctx, reduced) if superseding else reduced.withColumn(_KEPT, F.lit(True))
+    # the tombstones of earlier runs, looked up before this one records its own (the table is loaded once)
+    tombstones = _tombstone_table(ctx) if has_tombstones(ctx) else None
+    kept = _kept(ctx, reduced, tombstones) if tombstones else reduced.withColumn(_KEPT, F.lit(True))
     counts = kept.agg(
         F.sum(F.col(TIED).cast("int")).alias("tied"),
         F.count_if(F.col("_cdc_op") == "d").alias("deletes"),
@@ -168,7 +169,7 @@ def reduce_batch(
     ).collect()[0]
     if counts["deletes"]:
         record_tombstones(ctx, reduced)
-    source = apply_tombstones(ctx, reduced) if superseding else reduced
+    source = apply_tombstones(ctx, reduced, tombstones) if tombstones else reduced
     if persist:  # a plan of its own over the checkpoint, even without tombstones: the caller unpersists it
         source = source.select("*").persist(StorageLevel.MEMORY_AND_DISK)
     if counts["tied"] and cfg.ordering in SOURCE_ORDERINGS:
@@ -208,15 +209,15 @@ _KEPT = "_cdc_kept"
 """Column of :func:`_kept`'s rows: the tombstones do not supersede the row's event."""
 
 
-def _kept(ctx: ApplyContext, reduced: DataFrame) -> DataFrame:
+def _kept(ctx: ApplyContext, reduced: DataFrame, tombstones: str) -> DataFrame:
     """``reduced`` (one event per key: its primary key's columns and the metadata columns by name)
-    with :data:`_KEPT`: false for an upsert its key's tombstone supersedes
+    joined with the tombstone table ``tombstones`` (its Spark name), with :data:`_KEPT`: false for an upsert its key's tombstone supersedes
     (:func:`~cdclake.model.position.supersedes`: at or below it, ties by Kafka offset); every
     delete is kept (:func:`record_tombstones` records them)."""
     from pyspark.sql import functions as F
 
     cfg = ctx.cfg
-    tomb = ctx.spark.table(_tombstone_table(ctx)).alias(_TOMB_ALIAS)
+    tomb = ctx.spark.table(tombstones).alias(_TOMB_ALIAS)
     cond = reduce(operator.and_, [F.col(qualified(_EVENT, c)) == F.col(qualified(_TOMB, c)) for c in cfg.primary_key])
     joined = reduced.alias(_EVENT_ALIAS).join(tomb, cond, "left")
     kept = (
@@ -227,12 +228,12 @@ def _kept(ctx: ApplyContext, reduced: DataFrame) -> DataFrame:
     return joined.select(f"{_EVENT}.*", kept.alias(_KEPT))
 
 
-def apply_tombstones(ctx: ApplyContext, reduced: DataFrame) -> DataFrame:
+def apply_tombstones(ctx: ApplyContext, reduced: DataFrame, tombstones: str) -> DataFrame:
     """The rows of ``reduced`` (as :func:`_kept`'s) that their key's tombstone does not supersede:
     the surviving merge source."""
     from pyspark.sql import functions as F
 
-    return _kept(ctx, reduced).filter(F.col(_KEPT)).drop(_KEPT)
+    return _kept(ctx, reduced, tombstones).filter(F.col(_KEPT)).drop(_KEPT)
 
 
 def has_tombstones(ctx: ApplyContext) -> bool:
