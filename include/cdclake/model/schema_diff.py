@@ -64,11 +64,18 @@ from cdclake.errors import DdlParseError, SchemaChangeError, SchemaError
 from cdclake.model.config import ConnectorModes, SchemaChangePolicy, TableConfig
 from cdclake.model.ddl import ddl_effects
 from cdclake.model.envelope import KafkaCoordinates
+from cdclake.model.interchange import DAY_ENCODINGS, TEXT_ENCODINGS
 from cdclake.model.mysql_types import column_type
 from cdclake.model.offsets import OffsetRange
 from cdclake.model.position import BinlogPosition
 from cdclake.model.schema_changes import SchemaChange, split_table_id
-from cdclake.model.types import UNSIGNED_INT64, ColumnSpec, parse_decimal_encoding, parse_decimal_type
+from cdclake.model.types import (
+    SPATIAL_ENCODINGS,
+    UNSIGNED_INT64,
+    ColumnSpec,
+    parse_decimal_encoding,
+    parse_decimal_type,
+)
 
 
 @dataclass(frozen=True)
@@ -91,12 +98,20 @@ def is_promotion(old: str, new: str) -> bool:
     return a is not None and b is not None and a[1] == b[1] and b[0] >= a[0]
 
 
-_JSON_FAMILIES = ({"int8", "int16", "int32", "int64", UNSIGNED_INT64}, {"float", "double"})
+_JSON_FAMILIES = (
+    {"int8", "int16", "int32", "int64", UNSIGNED_INT64},
+    {"float", "double"},
+    TEXT_ENCODINGS,
+    DAY_ENCODINGS,
+    SPATIAL_ENCODINGS,
+)
 
 
 def same_json_values(old: str, new: str) -> bool:
     """Whether values written under encoding ``old`` decode the same under ``new`` (decimals:
-    the same scale, whatever the precision)."""
+    the same scale, whatever the precision; text of any text encoding, such as MariaDB's JSON
+    described as ``io.debezium.data.Json`` by the binlog and as ``string`` by a snapshot:
+    :mod:`cdclake.model.interchange`)."""
     a, b = parse_decimal_encoding(old), parse_decimal_encoding(new)
     if a is not None and b is not None:
         return a[1] == b[1]

@@ -64,6 +64,7 @@ CHAR, VARCHAR, TEXT           --                            ``string``          
 ENUM                          --                            ``io.debezium.data.Enum``                        ``string``         string
 SET                           --                            ``io.debezium.data.EnumSet``                     ``string``         comma-separated string
 JSON                          --                            ``io.debezium.data.Json``                        ``string``         JSON text
+(not MySQL)                   --                            ``io.debezium.data.Xml``                         ``string``         XML text
 BINARY, VARBINARY, BLOB       binary: ``bytes``             ``bytes``                                        ``binary``         base64 string, decoded
 BINARY, VARBINARY, BLOB       binary: ``base64``, ``hex``   ``string``                                       ``string``         the base64/hex text, as sent
 GEOMETRY and subtypes         --                            ``io.debezium.data.geometry.Geometry``           ``struct`` (1)     ``{wkb: base64, srid}`` -> ``{wkb: bytes,
@@ -189,6 +190,7 @@ _SEMANTIC: dict[str, tuple[frozenset[str], str]] = {
     "io.debezium.data.Enum": (frozenset({"string"}), "string"),
     "io.debezium.data.EnumSet": (frozenset({"string"}), "string"),
     "io.debezium.data.Json": (frozenset({"string"}), "string"),
+    "io.debezium.data.Xml": (frozenset({"string"}), "string"),
     "io.debezium.data.Bits": (frozenset({"bytes"}), "binary"),
     VARIABLE_SCALE_DECIMAL: (frozenset({"struct"}), "string"),
     **{name: (frozenset({"struct"}), SPATIAL_ICEBERG_TYPE) for name in SPATIAL_ENCODINGS},

@@ -51,6 +51,7 @@ _JSON_READ_TYPE = {
     "io.debezium.data.Enum": "string",
     "io.debezium.data.EnumSet": "string",
     "io.debezium.data.Json": "string",
+    "io.debezium.data.Xml": "string",
     "io.debezium.data.Bits": "string",
     VARIABLE_SCALE_DECIMAL: "struct<scale:int,value:string>",
     "io.debezium.data.geometry.Geometry": "struct<wkb:string,srid:int>",

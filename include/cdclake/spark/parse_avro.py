@@ -16,11 +16,12 @@ All ids are decoded in one pass over the records (a ``CASE`` on the id): a union
 read per id would read the Kafka range once per id.
 
 A writer column of another encoding than the table's column (:func:`~cdclake.model.types.column_from_connect`
-of the writer's Connect schema, :func:`~cdclake.model.avro.connect_schema`) is taken when the
-table's column can hold its values unchanged (:func:`takes_encoding`: int32 into int64, float
-into double, a decimal into one of the same scale and no fewer digits); otherwise each record of
-that id with a value in that column is a bad record naming the schema id, the column and both
-encodings.
+of the writer's Connect schema, :func:`~cdclake.model.avro.connect_schema`) is taken when its
+values mean the same in the table's encoding (:func:`~cdclake.model.interchange.conversion`: plain
+text and ``Json``/``Enum``/``EnumSet``, int32 into int64, float into double, a decimal into one of
+the same scale and no fewer digits, milliseconds into a microsecond column, times 1000);
+otherwise each record of that id with a value in that column is a bad record naming the schema
+id, the column and both encodings.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdclake.errors import SchemaError
 from cdclake.model.avro import HEADER_BYTES, connect_schema, source_names, without_logical_types
-from cdclake.model.schema_diff import is_promotion, same_json_values
+from cdclake.model.interchange import Conversion, conversion
 from cdclake.model.types import (
     ColumnSpec,
     column_from_connect,
@@ -55,23 +56,6 @@ _PERMISSIVE = {"mode": "PERMISSIVE"}
 """``from_avro`` options: bytes that do not decode give a struct of nulls, never an error."""
 
 _STRUCT_FIELD = re.compile(r"(\w+):(\w+)")
-
-
-def takes_encoding(writer: str, table: str) -> bool:
-    """Whether a table column of encoding ``table`` holds the values of a writer column of
-    encoding ``writer`` unchanged: the same encoding, a widening Iceberg promotes (int into
-    long, float into double) of the same JSON values (:func:`~cdclake.model.schema_diff.same_json_values`),
-    or a decimal of the same scale into one of no fewer digits (or exact text)."""
-    if writer == table:
-        return True
-    w, t = parse_decimal_encoding(writer), parse_decimal_encoding(table)
-    if w is not None and t is not None:
-        return w[1] == t[1] and (t[0] is None or (w[0] is not None and t[0] >= w[0]))
-    if w is not None or t is not None:
-        return False
-    return same_json_values(writer, table) and is_promotion(
-        iceberg_type_of_encoding(writer), iceberg_type_of_encoding(table)
-    )
 
 
 def parse_avro_records(
@@ -96,7 +80,7 @@ def parse_avro_records(
     Bad records (besides the envelope's and the row's defects): a value not in the Confluent
     wire format (shorter than the 5-byte header, or a first byte other than 0), a schema id not in
     ``schemas``, bytes that do not decode with their id's writer schema, a writer column whose
-    encoding the table's column cannot take (:func:`takes_encoding`; only records with a value in
+    encoding the table's column cannot take (:func:`~cdclake.model.interchange.conversion`; only records with a value in
     it), a writer schema that is no Connect schema. ``unknown_column``: the first field of the
     writer's row (source names) that is not one of ``columns``, for records with that image.
     One more column, ``schema_id``: the record's schema id (null for a value not framed, a
@@ -238,6 +222,8 @@ class _Reading:
                 self.fields[source_name] = (writer_name, row_fields[writer_name])
         self.misfits: dict[str, str] = {}
         """table column -> why the table cannot take the writer's column"""
+        self.conversions: dict[str, Conversion] = {}
+        """table column -> how the writer's values become the table encoding's"""
         for c in columns:
             if c.name not in self.fields:
                 continue
@@ -247,7 +233,10 @@ class _Reading:
             except SchemaError as e:
                 self.misfits[c.name] = f"schema id {schema_id}: {e}"
                 continue
-            if not takes_encoding(writer_encoding, c.encoding):
+            taken = conversion(writer_encoding, c.encoding)
+            if taken is not None:
+                self.conversions[c.name] = taken
+            else:
                 self.misfits[c.name] = (
                     f"schema id {schema_id}: column {c.name!r} is {writer_encoding} in the writer schema, which the "
                     f"table's column ({c.iceberg_type}, encoding {c.encoding}) cannot take"
@@ -329,6 +318,9 @@ class _Reading:
             if c.name in self.fields and c.name not in self.misfits:
                 writer_name, writer_field = self.fields[c.name]
                 value = _json_value(d[image][writer_name], writer_field, read_type)
+                factor = self.conversions[c.name].factor
+                if factor != 1:  # a coarser temporal unit (ms) into the table's finer one (us)
+                    value = (value.cast("bigint") * factor).cast(read_type)
             else:
                 value = F.lit(None).cast(read_type)
             values.append(value.alias(c.name))
@@ -340,7 +332,8 @@ def avro_read_types(columns: list[ColumnSpec]) -> dict[str, str]:
     for a Connect decimal of an Iceberg decimal type (38 digits at most), its unscaled bytes as the
     writer wrote them (:func:`~cdclake.spark.decode.decimal_of_bytes_sql`), where JSON holds their
     base64 text. A column the table can take from a writer column holds the same encoding
-    (:func:`takes_encoding`: a decimal only from a decimal), so every writer schema gives bytes."""
+    (:func:`~cdclake.model.interchange.conversion`: a decimal only from a decimal), so every writer
+    schema gives bytes."""
     return {
         c.name: "binary"
         for c in columns
