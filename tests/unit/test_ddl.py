@@ -3,6 +3,7 @@ test corpus (``fixtures/debezium/debezium-ddl``) and the statements schema sync 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -197,3 +198,58 @@ def test_table_name_matches_with_default_database():
 def test_split_statements_respects_strings_and_comments():
     sql = "INSERT INTO t VALUES ('a;b'); -- c; d\nALTER TABLE t ADD x INT;\n\n"
     assert split_statements(sql) == ["INSERT INTO t VALUES ('a;b')", "ALTER TABLE t ADD x INT"]
+
+
+_T = TableName(None, "t")
+
+VALID_BUT_UNPARSED = [
+    # (statement, effects): valid MariaDB 10.11/11 or MySQL 8.4/9 (their manuals' ALTER TABLE
+    # syntax) that sqlglot keeps as a command; read word by word (effects_from_tokens)
+    ("ALTER TABLE h_other ADD COLUMN c1 INT NULL INVISIBLE", DdlEffects()),
+    ("ALTER TABLE t ADD COLUMN (c INT, d INT)", DdlEffects()),
+    ("ALTER TABLE t ADD COLUMN p POINT SRID 4326", DdlEffects()),
+    ("ALTER TABLE t ADD COLUMN g GEOMETRY NOT NULL SRID 0", DdlEffects()),
+    ("ALTER TABLE t ADD COLUMN ip INET6", DdlEffects()),
+    ("ALTER TABLE t ADD COLUMN ip4 INET4", DdlEffects()),
+    ("ALTER TABLE t MODIFY c INT INVISIBLE", DdlEffects()),
+    (
+        "ALTER TABLE t ADD COLUMN c1 INT INVISIBLE, RENAME COLUMN a TO b",
+        DdlEffects(column_renames=(ColumnRename(_T, "a", "b"),)),
+    ),
+    (
+        "ALTER TABLE t ADD COLUMN ip INET6, CHANGE COLUMN `old` `new` INET6 NOT NULL",
+        DdlEffects(column_renames=(ColumnRename(_T, "old", "new"),)),
+    ),
+    (
+        "ALTER TABLE `db`.`t` ADD COLUMN x INT INVISIBLE, DROP COLUMN IF EXISTS y, DROP INDEX ix, DROP PRIMARY KEY",
+        DdlEffects(dropped_columns=((TableName("db", "t"), "y"),)),
+    ),
+    (
+        "ALTER TABLE t ADD COLUMN ip INET6, RENAME AS u",
+        DdlEffects(table_renames=(TableRename(_T, TableName(None, "u")),)),
+    ),
+]
+
+
+@pytest.mark.parametrize(("sql", "expected"), VALID_BUT_UNPARSED)
+def test_valid_statements_sqlglot_cannot_parse_are_read_word_by_word(sql, expected):
+    with pytest.raises(DdlParseError):
+        parse_statement(sql)  # the parser cannot: the words can
+    assert ddl_effects(sql) == expected
+
+
+def test_a_statement_nobody_can_read_stops_only_the_tables_it_names():
+    from cdclake.errors import SchemaChangeError
+    from cdclake.model.schema_changes import changes_from_record
+
+    def record(ddl: str) -> str:
+        source = {"file": "mysql-bin.000003", "pos": 900, "row": 0, "snapshot": "false", "server_id": 1}
+        return json.dumps({"source": source, "databaseName": "inventory", "ddl": ddl, "tableChanges": []})
+
+    unreadable = "ALTER TABLE h_other CHANGE a"  # tokenizes, but neither parses nor reads
+    assert changes_from_record(record(unreadable), '"inventory"."orders"', 0, 12) == []
+    with pytest.raises(SchemaChangeError, match=r"(?s)offset 12: .*may rename table \"inventory\".\"h_other\""):
+        changes_from_record(record(unreadable), '"inventory"."h_other"', 0, 12)
+    # valid DDL of an unconfigured table that sqlglot cannot parse: no table stops
+    for sql, _ in VALID_BUT_UNPARSED:
+        assert changes_from_record(record(sql), '"inventory"."orders"', 0, 12) == []

@@ -29,6 +29,8 @@ from sqlglot.tokens import TokenType
 
 from cdclake.errors import DdlParseError
 
+log = logging.getLogger(__name__)
+
 __all__ = [
     "ColumnRename",
     "DdlEffects",
@@ -36,6 +38,8 @@ __all__ = [
     "TableName",
     "TableRename",
     "ddl_effects",
+    "effects_from_tokens",
+    "named_tables",
     "parse_statement",
     "split_statements",
     "statement_kind",
@@ -376,7 +380,14 @@ def ddl_effects(sql: str) -> DdlEffects:
     """
     if statement_kind(sql) is None:
         return DdlEffects()
-    node = parse_statement(sql)
+    try:
+        node = parse_statement(sql)
+    except DdlParseError as e:
+        effects = effects_from_tokens(sql)
+        if effects is None:
+            raise
+        log.warning("%s; its renames and drops were read from its words instead: %s", e, effects)
+        return effects
     renames: list[ColumnRename] = []
     dropped_columns: list[tuple[TableName, str]] = []
     table_renames: list[TableRename] = []
@@ -400,3 +411,151 @@ def ddl_effects(sql: str) -> DdlEffects:
             elif isinstance(action, exp.AlterRename):
                 table_renames.append(TableRename(table, _table_name(action.this)))
     return DdlEffects(tuple(renames), tuple(dropped_columns), tuple(table_renames), tuple(dropped_tables))
+
+
+_Word = tuple[str, bool]
+"""A token's text and whether it was a quoted identifier (never a keyword)."""
+
+_NOT_A_COLUMN = frozenset({*_NON_COLUMN_DROPS, "PRIMARY KEY", "UNIQUE", "FULLTEXT", "SPATIAL", "DEFAULT"})
+
+
+def _words(sql: str) -> list[_Word] | None:
+    try:
+        tokens = _DIALECT.tokenize(sql)
+    except TokenError:
+        return None
+    return [(t.text, t.token_type == TokenType.IDENTIFIER) for t in tokens if t.token_type != TokenType.SEMICOLON]
+
+
+def _is(word: _Word | None, *keywords: str) -> bool:
+    return word is not None and not word[1] and word[0].upper() in keywords
+
+
+def _table_at(words: list[_Word], i: int) -> tuple[TableName, int] | None:
+    """The (possibly database-qualified) table name starting at ``words[i]`` and the index after it."""
+    if i >= len(words):
+        return None
+    if i + 2 < len(words) and words[i + 1] == (".", False):
+        return TableName(words[i][0], words[i + 2][0]), i + 3
+    return TableName(None, words[i][0]), i + 1
+
+
+def _split_top_level(words: list[_Word]) -> list[list[_Word]]:
+    """``words`` split at the commas outside parentheses."""
+    parts: list[list[_Word]] = [[]]
+    depth = 0
+    for w in words:
+        if not w[1] and w[0] == "(":
+            depth += 1
+        elif not w[1] and w[0] == ")":
+            depth -= 1
+        if depth == 0 and w == (",", False):
+            parts.append([])
+        else:
+            parts[-1].append(w)
+    return [p for p in parts if p]
+
+
+def _skip_if_exists(words: list[_Word], i: int) -> int:
+    if _is(words[i] if i < len(words) else None, "IF"):
+        return i + 2  # IF EXISTS / IF NOT EXISTS: EXISTS, or NOT EXISTS (NOT EXISTS is one more)
+    return i
+
+
+def effects_from_tokens(sql: str) -> DdlEffects | None:
+    """The renames and drops of a table statement read from its words, for a statement the
+    parser cannot read (a column type or attribute sqlglot does not know: ``INVISIBLE``,
+    ``INET6``, ``SRID 4326``, ``ADD COLUMN (c INT, d INT)``; MySQL 8.4 and MariaDB 11 manuals,
+    "ALTER TABLE Statement"). Each ``ALTER TABLE`` action (the statement split at its top-level
+    commas) is read by its first words only: ``CHANGE [COLUMN] [IF EXISTS] old new``, ``RENAME
+    COLUMN old TO new``, ``RENAME [TO|AS] table``, ``DROP [COLUMN] [IF EXISTS] c`` (not an index,
+    key, constraint, check, partition or period); every other action (``ADD``, ``MODIFY``, ``ALTER
+    COLUMN``, options) renames and drops nothing. ``RENAME TABLE a TO b, ...`` and ``DROP
+    [TEMPORARY] TABLE [IF EXISTS] a, ...`` likewise.
+
+    Returns:
+        The effects, or ``None`` when the statement cannot be tokenized or read so.
+    """
+    words = _words(sql)
+    if not words:
+        return None
+    i = 0
+    while i < len(words) and _is(words[i], "ALTER", "RENAME", "DROP", "ONLINE", "IGNORE", "TEMPORARY"):
+        i += 1
+    verb = words[0][0].upper()
+    if not _is(words[i] if i < len(words) else None, "TABLE"):
+        return None
+    i += 1
+    try:
+        if verb == "ALTER":
+            return _alter_from_words(words, i)
+        if verb == "RENAME":
+            renames = []
+            for part in _split_top_level(words[i:]):
+                old = _table_at(part, 0)
+                if old is None or not _is(part[old[1]] if old[1] < len(part) else None, "TO"):
+                    return None
+                new = _table_at(part, old[1] + 1)
+                if new is None:
+                    return None
+                renames.append(TableRename(old[0], new[0]))
+            return DdlEffects(table_renames=tuple(renames))
+        if verb == "DROP":
+            i = _skip_if_exists(words, i)
+            rest = [w for w in words[i:] if not _is(w, "RESTRICT", "CASCADE")]
+            dropped = [t[0] for part in _split_top_level(rest) if (t := _table_at(part, 0)) is not None]
+            return DdlEffects(dropped_tables=tuple(dropped))
+    except IndexError:
+        return None
+    return None
+
+
+def _alter_from_words(words: list[_Word], i: int) -> DdlEffects | None:
+    found = _table_at(words, i)
+    if found is None:
+        return None
+    table, i = found
+    # MariaDB: WAIT n / NOWAIT before the actions
+    if _is(words[i] if i < len(words) else None, "WAIT"):
+        i += 2
+    elif _is(words[i] if i < len(words) else None, "NOWAIT"):
+        i += 1
+    renames: list[ColumnRename] = []
+    dropped: list[tuple[TableName, str]] = []
+    table_renames: list[TableRename] = []
+    for action in _split_top_level(words[i:]):
+        first = action[0]
+        if _is(first, "CHANGE"):
+            j = _skip_if_exists(action, 1 + _is(action[1], "COLUMN"))
+            old, new = action[j][0], action[j + 1][0]
+            if old != new:
+                renames.append(ColumnRename(table, old, new))
+        elif _is(first, "RENAME"):
+            if _is(action[1], "COLUMN"):
+                if not _is(action[3], "TO"):
+                    return None
+                renames.append(ColumnRename(table, action[2][0], action[4][0]))
+            elif _is(action[1], "INDEX", "KEY"):
+                continue
+            else:
+                j = 2 if _is(action[1], "TO", "AS") else 1
+                new_table = _table_at(action, j)
+                if new_table is None:
+                    return None
+                table_renames.append(TableRename(table, new_table[0]))
+        elif _is(first, "DROP"):
+            if _is(action[1], *_NOT_A_COLUMN):
+                continue
+            j = _skip_if_exists(action, 1 + _is(action[1], "COLUMN"))
+            dropped.append((table, action[j][0]))
+    return DdlEffects(tuple(renames), tuple(dropped), tuple(table_renames))
+
+
+def named_tables(sql: str) -> tuple[str, ...] | None:
+    """The table names (without database, as written) that a table statement's words hold
+    anywhere (every identifier, so a superset of the tables it changes), for deciding whether a
+    statement nobody can read may concern a table; ``None`` when it cannot be tokenized."""
+    words = _words(sql)
+    if words is None:
+        return None
+    return tuple(w for w, quoted in words if quoted or w[:1].isalpha() or w[:1] == "_")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdclake.errors import DdlParseError, SchemaChangeError
-from cdclake.model.ddl import DdlEffects, ddl_effects
+from cdclake.model.ddl import ddl_effects, named_tables
 from cdclake.model.position import BinlogPosition
 
 
@@ -113,17 +113,28 @@ def split_table_id(table_id: str) -> tuple[str, str]:
     return db.strip('"'), table.strip('"')
 
 
-def _effects(ddl: str, where: str) -> DdlEffects:
-    try:
-        return ddl_effects(ddl)
-    except DdlParseError as e:
-        raise SchemaChangeError(f"{where}: {e}") from e
-
-
 def _renames_of(ddl: str, database: str | None, table_id: str, where: str) -> bool:
-    """Whether ``ddl`` renames the table away or onto it."""
+    """Whether ``ddl`` renames the table away or onto it. A statement that cannot be read at all
+    (:func:`~cdclake.model.ddl.ddl_effects` and its word reading both fail) and whose words never
+    name the table cannot rename it: it stops no table it does not name.
+
+    Raises:
+        SchemaChangeError: the statement cannot be read and names the table (the statement, the
+            table and the remedy).
+    """
     db, name = split_table_id(table_id)
-    for rename in _effects(ddl, where).table_renames:
+    try:
+        effects = ddl_effects(ddl)
+    except DdlParseError as e:
+        named = named_tables(ddl)
+        if named is not None and name.lower() not in {n.lower() for n in named}:
+            return False
+        raise SchemaChangeError(
+            f"{where}: {e}, and the statement may rename table {table_id}. Nothing was applied and the "
+            "table's offsets did not move. If it does not rename the table, set the table property "
+            'cdc.schema-change-position to the record\'s position (docs/operations.md, "SchemaChangeError").'
+        ) from e
+    for rename in effects.table_renames:
         if rename.old.matches(db, name, default_db=database) or rename.new.matches(db, name, default_db=database):
             return True
     return False
