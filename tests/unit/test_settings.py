@@ -176,9 +176,24 @@ def test_spark_conf_has_the_extensions_and_redaction_but_no_catalog():
         "spark.sql.catalog.lake.token",
         "spark.sql.catalog.lake.credential",
         "kafka.sasl.jaas.config",
+        "spark.sql.catalog.lake.adls.connection-string.myaccount",
+        "spark.sql.catalog.lake.adls.sas-token.myaccount",
+        "spark.sql.catalog.lake.header.Authorization",
+        "spark.sql.catalog.lake.header.X-Api-Key",
+        "spark.sql.catalog.lake.s3.session-token",
+        "spark.sql.catalog.lake.gcs.oauth2.token",
+        "kafka.ssl.keystore.key",  # PEM private key material, no 'password' in the name
     ):
         assert redact.search(key), key
-    assert not redact.search("spark.sql.catalog.lake.uri")
+    for key in (
+        "spark.sql.catalog.lake.uri",
+        "spark.sql.catalog.lake.warehouse",
+        "spark.sql.catalog.lake.s3.endpoint",
+        "spark.sql.catalog.lake.io-impl",
+        "spark.sql.catalog.lake.jdbc.user",
+        "spark.sql.shuffle.partitions",
+    ):
+        assert not redact.search(key), key
 
 
 # --- the catalog of an Airflow connection (Settings.with_catalog) -------------------------------

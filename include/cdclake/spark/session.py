@@ -112,10 +112,17 @@ pauses cost it nothing. Measured on 1,000,000 Avro events, the warm apply of one
 large) keep their JVM's default."""
 
 
-REDACTION_REGEX = "(?i)secret|password|token|access[.-]?key|credential|jaas"
+REDACTION_REGEX = (
+    "(?i)secret|password|passwd|token|access[.-]?key|credential|jaas|connection[.-]?string|sas[.-]|"
+    r"\.header\.|authorization|private[.-]?key|keystore[.-]key|key[.-]?material|signature"
+)
 """``spark.redaction.regex``: Spark's default (``secret|password|token|access[.]key``) plus the
-Iceberg and Kafka names of credentials (``s3.secret-access-key``, ``s3.access-key-id``,
-``credential``, ``sasl.jaas.config``): settings whose name matches are shown as ``*********``."""
+Iceberg and Kafka names of credentials: ``s3.secret-access-key``, ``s3.access-key-id``,
+``s3.session-token``, ``credential``, ``sasl.jaas.config``, Azure's ``adls.connection-string.<account>``
+and ``adls.sas-token.<account>``, the REST catalog's ``header.<name>`` (``header.Authorization``,
+``header.X-Api-Key``), GCS's ``gcs.oauth2.token``, private keys (Iceberg catalog properties:
+Iceberg docs, "Configuration", "FileIO"; Kafka: "Security"). Settings whose name or value matches
+are shown as ``*********``."""
 
 
 def _set_session_conf(spark: SparkSession) -> None:
