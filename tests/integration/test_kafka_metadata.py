@@ -47,3 +47,31 @@ def test_a_call_that_fails_drops_the_kept_consumer(kafka):
             assert second.list_topics(timeout=10).brokers  # a working consumer
     finally:
         clients.close()
+
+
+def test_a_read_whose_start_retention_deleted_fails_instead_of_reading_nothing(kafka):
+    """The small-range reader never jumps to the partition's end: records deleted from the log
+    (``DeleteRecords``, what retention does) between the planner's watermark check and the read
+    fail the read naming the offset, instead of a range committed as applied with fewer records."""
+    from confluent_kafka import TopicPartition
+
+    from cdclake.errors import OffsetsOutOfRangeError
+    from cdclake.io.kafka import read_partition
+
+    clients = KafkaClients.from_bootstrap(kafka.bootstrap)
+    topic = f"deleted{uuid.uuid4().hex[:8]}"
+    ensure_topic(clients, topic, 1)
+    try:
+        produce(clients, topic, iter([(b"k", str(i).encode(), None) for i in range(10)]))
+        assert [m.value() for m in read_partition(clients, topic, 0, 0, 3)] == [b"0", b"1", b"2"]
+        admin = clients.admin()  # kept: the futures complete on its thread
+        for future in admin.delete_records([TopicPartition(topic, 0, 5)]).values():
+            future.result(30)
+        assert topic_watermarks(clients, topic).low == {0: 5}
+        with pytest.raises(
+            OffsetsOutOfRangeError, match=f"topic '{topic}' partition 0: offset 0 is no longer in Kafka"
+        ):
+            list(read_partition(clients, topic, 0, 0, 10, timeout_s=10))
+        assert [m.value() for m in read_partition(clients, topic, 0, 5, 10)] == [str(i).encode() for i in range(5, 10)]
+    finally:
+        clients.close()

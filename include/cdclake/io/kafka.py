@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cdclake.errors import CdcLakeError, ConfigError, TopicNotFoundError
+from cdclake.errors import CdcLakeError, ConfigError, OffsetsOutOfRangeError, TopicNotFoundError
 from cdclake.io.kafka_auth import AUTH_CHECK_S, TIMEOUT_S, AuthWatch
 from cdclake.io.kafka_logging import librdkafka_logger
 
@@ -410,9 +410,15 @@ def read_partition(
     read ends at a record at or beyond ``high`` or at the partition's end (its last stable offset)
     at or beyond ``high``.
 
+    ``low`` must still be in the log: the consumer never jumps elsewhere (``auto.offset.reset``
+    ``error``). Without it librdkafka's default (``largest``) would move a read whose start
+    retention had just deleted to the partition's end, and the range would look read, empty.
+
     Raises:
         TimeoutError: no record arrived within ``timeout_s`` seconds while offsets below ``high``
             were still unread; names the topic, partition and offset.
+        OffsetsOutOfRangeError: ``low`` is no longer in the log (retention deleted it, or the topic
+            was recreated); names the topic, partition and offset.
         confluent_kafka.KafkaException: the broker reported an error for the partition, or
             refused the credentials (code ``_AUTHENTICATION``, within about a second).
     """
@@ -423,7 +429,7 @@ def read_partition(
     watch = kafka.auth_watch()
     # the end-of-partition event tells where the partition ends when the last offsets below
     # ``high`` hold no record to read (a transaction's commit marker, typically)
-    consumer = kafka.consumer(group_id, error_cb=watch, **{"enable.partition.eof": True})
+    consumer = kafka.consumer(group_id, error_cb=watch, **{"enable.partition.eof": True, "auto.offset.reset": "error"})
     try:
         consumer.assign([TopicPartition(topic, partition, low)])
         next_offset = low
@@ -436,6 +442,13 @@ def read_partition(
                 )
             error, offset = msg.error(), msg.offset() or 0
             if error is not None:
+                if error.code() == KafkaError._AUTO_OFFSET_RESET:
+                    raise OffsetsOutOfRangeError(
+                        f"topic {topic!r} partition {partition}: offset {next_offset} is no longer in Kafka "
+                        f"(read from offset {low}; {error.str()}): events were deleted by retention, or the topic "
+                        "was recreated, before they were applied. Re-snapshot the table with the snapshot-bootstrap "
+                        "DAG, then replay from the snapshot's start."
+                    )
                 if error.code() != KafkaError._PARTITION_EOF:
                     raise KafkaException(error)
                 next_offset = max(next_offset, offset)  # the end: nothing to read below it
