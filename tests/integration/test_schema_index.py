@@ -328,3 +328,45 @@ def test_a_schema_change_topic_grown_to_more_partitions_is_indexed_from_their_lo
         "ALTER TABLE orders ADD COLUMN a INT",
         "ALTER TABLE orders ADD COLUMN b INT",
     ]
+
+
+def test_schema_changes_lost_to_retention_stop_the_existing_tables_until_accepted(kafka, stack_settings, caplog):
+    """Records retention deletes before the index read them are not skipped in silence: the index
+    marks the gap, and every existing table of the topic stops naming it until an operator accepts
+    it; a table not created yet is not stopped (no schema of it can be stale)."""
+    from confluent_kafka import TopicPartition
+
+    from cdclake.model.layout import SCHEMA_GAPS_ACCEPTED_PROPERTY
+    from tests.conftest import make_table
+
+    topic = new_topic()
+    values = recorded_values()
+    send(kafka, topic, values[:4])
+    catalog = load_catalog(stack_settings)
+    assert catch_up(catalog, kafka, topic) is not None
+    send(kafka, topic, [alter("ALTER TABLE orders ADD COLUMN lost INT", BASE), *values[4:6]])
+    admin = kafka.admin()  # kept: the futures complete on its thread
+    for future in admin.delete_records([TopicPartition(topic, 0, 6)]).values():
+        future.result(30)  # offsets 4 and 5 deleted before any catch-up read them
+    with caplog.at_level(logging.WARNING, logger="cdclake.pipeline.schema_index"):
+        assert catch_up(catalog, kafka, topic) is not None
+    assert any("offsets 4 to 5 were deleted by retention" in r.getMessage() for r in caplog.records)
+
+    cfg = make_table()
+    catalog.create_namespace_if_not_exists(cfg.namespace)
+    table = catalog.create_table(cfg.identifier, schema=_one_column_schema())
+    with pytest.raises(SchemaChangeError, match=r"partition 0 offsets 4 to 5 were deleted by retention") as raised:
+        read_schema_changes(catalog, kafka, topic, ORDERS, table=table)
+    assert f"'{SCHEMA_GAPS_ACCEPTED_PROPERTY}'='{topic}:0:4-6'" in str(raised.value)
+    # a table not created yet reads the changes the topic still holds
+    assert read_schema_changes(catalog, kafka, topic, ORDERS) == full_scan(kafka, topic, ORDERS)
+    with table.transaction() as txn:
+        txn.set_properties({SCHEMA_GAPS_ACCEPTED_PROPERTY: f"{topic}:0:4-6"})
+    assert read_schema_changes(catalog, kafka, topic, ORDERS, table=table) == full_scan(kafka, topic, ORDERS)
+
+
+def _one_column_schema():
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import IntegerType, NestedField
+
+    return Schema(NestedField(1, "id", IntegerType(), required=False))

@@ -133,6 +133,11 @@ SCHEMA_CHANGE_POSITION_PROPERTY = "cdc.schema-change-position"
 """Table property: position ``<file seq>:<pos>:<row>:<rank>`` of the last source schema change
 applied by schema sync (:mod:`cdclake.pipeline.schema_sync`), committed with the schema update."""
 
+SCHEMA_GAPS_ACCEPTED_PROPERTY = "cdc.schema-change-gaps-accepted"
+"""Table property: the schema-change topic's retention gaps (:func:`cdclake.model.schema_changes.gap_name`,
+``<topic>:<partition>:<from>-<to>``, comma-separated) an operator checked for this table and accepted:
+schema sync no longer stops the table for them."""
+
 SCHEMA_FROM_EVENTS_PROPERTY = "cdc.schema-from-events"
 """Table property: ``true`` once schema sync has said (a warning, once) that the table's
 schema-change topic does not exist and the table evolves from its events' own schemas

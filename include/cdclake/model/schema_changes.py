@@ -68,6 +68,8 @@ def changes_from_record(
         SchemaChangeError: the value is not a schema-change event (names partition and offset).
     """
     where = f"schema-change topic partition {partition} offset {offset}"
+    if isinstance(value, (bytes, str)) and retention_gap(value) is not None:
+        return []  # the index's marker of records retention deleted: see read_schema_changes
     doc = json.loads(value) if isinstance(value, (bytes, str)) else value
     if isinstance(doc, dict) and "payload" in doc and "ddl" not in doc:
         doc = doc["payload"]
@@ -105,6 +107,35 @@ def changes_from_record(
         if renamed:
             out.append(SchemaChange("RENAME", position, snapshot, ddl, database, (), (), partition, offset))
     return out
+
+
+RETENTION_GAP_KEY = "cdclake.retention_gap"
+"""The one key of the value the schema-change index stores where retention deleted records before
+they were indexed (:func:`gap_value`): ``{"cdclake.retention_gap": {"from": a, "to": b}}``."""
+
+
+def gap_value(first: int, end: int) -> str:
+    """The index value marking the offsets ``[first, end)`` of a partition of the schema-change
+    topic as deleted before they were read."""
+    return json.dumps({RETENTION_GAP_KEY: {"from": first, "to": end}})
+
+
+def retention_gap(value: bytes | str) -> tuple[int, int] | None:
+    """``(from, to)`` of a retention-gap marker (:func:`gap_value`); ``None`` for any other value."""
+    text = value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
+    if RETENTION_GAP_KEY not in text:
+        return None
+    try:
+        gap = json.loads(text)[RETENTION_GAP_KEY]
+        return int(gap["from"]), int(gap["to"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def gap_name(topic: str, partition: int, gap: tuple[int, int]) -> str:
+    """``<topic>:<partition>:<from>-<to>``: how a retention gap is named in errors and in
+    :data:`~cdclake.model.layout.SCHEMA_GAPS_ACCEPTED_PROPERTY`."""
+    return f"{topic}:{partition}:{gap[0]}-{gap[1]}"
 
 
 def split_table_id(table_id: str) -> tuple[str, str]:

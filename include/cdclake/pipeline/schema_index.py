@@ -41,7 +41,7 @@ from cdclake.model.config import NO_SCHEMA_REGISTRY
 from cdclake.model.ddl import ddl_effects
 from cdclake.model.layout import SCHEMA_INDEX_OFFSETS_KEY, SIDE_TABLE_PROPERTIES
 from cdclake.model.position import ORDERINGS, BinlogPosition
-from cdclake.model.schema_changes import split_table_id
+from cdclake.model.schema_changes import gap_value, split_table_id
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -244,9 +244,21 @@ def _catch_up_once(table: Table, kafka: KafkaClients, topic: str) -> CatchUpResu
             _offsets_text(marks.low),
         )
         start = dict(marks.low)
+        gaps: dict[int, tuple[int, int]] = {}
     else:
         start = {p: max(indexed.get(p, marks.low[p]), marks.low[p]) for p in marks.high}
-    if not recreated and all(start[p] >= marks.high[p] for p in marks.high):
+        gaps = {p: (indexed[p], marks.low[p]) for p in marks.high if p in indexed and indexed[p] < marks.low[p]}
+    for partition, gap in sorted(gaps.items()):
+        log.warning(
+            "schema-change topic %r partition %d: offsets %d to %d were deleted by retention before they were "
+            "indexed; every table of this topic stops until its schema is checked (docs/operations.md, "
+            '"Schema changes lost to retention")',
+            topic,
+            partition,
+            gap[0],
+            gap[1] - 1,
+        )
+    if not recreated and not gaps and all(start[p] >= marks.high[p] for p in marks.high):
         log.info(
             "schema-change index: topic %r: read 0 records (indexed up to %s, the high watermarks)",
             topic,
@@ -254,7 +266,10 @@ def _catch_up_once(table: Table, kafka: KafkaClients, topic: str) -> CatchUpResu
         )
         return CatchUpResult(topic, 0, 0, dict(marks.high))
     read = 0
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = [
+        {"topic": topic, "partition": p, "offset": gap[0], "table_name": None, "value": gap_value(*gap)}
+        for p, gap in sorted(gaps.items())
+    ]
     for partition, offset, value in _records(kafka, topic, start, marks.high):
         read += 1
         if value is None:  # a Kafka tombstone: skipped by schema sync, concerns no table

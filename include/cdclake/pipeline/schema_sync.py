@@ -32,11 +32,16 @@ from cdclake.model.config import TableConfig, ValueFormat
 from cdclake.model.convergence import SNAPSHOT_SETTLE_MS, unsettled_partitions
 from cdclake.model.defaults import added_column_default
 from cdclake.model.envelope import KafkaCoordinates, parse_value
-from cdclake.model.layout import COLUMN_DEFAULTS_PROPERTY, SCHEMA_CHANGE_POSITION_PROPERTY, SCHEMA_FROM_EVENTS_PROPERTY
+from cdclake.model.layout import (
+    COLUMN_DEFAULTS_PROPERTY,
+    SCHEMA_CHANGE_POSITION_PROPERTY,
+    SCHEMA_FROM_EVENTS_PROPERTY,
+    SCHEMA_GAPS_ACCEPTED_PROPERTY,
+)
 from cdclake.model.mysql_types import column_type
 from cdclake.model.offsets import OffsetRange, Offsets, plan_range
 from cdclake.model.position import SOURCE_ORDERINGS, BinlogPosition
-from cdclake.model.schema_changes import SchemaChange, changes_from_record
+from cdclake.model.schema_changes import SchemaChange, changes_from_record, gap_name, retention_gap
 from cdclake.model.schema_diff import ChangePlan, check_primary_key, cut_at, cut_before, plan_change
 from cdclake.model.types import ColumnSpec
 from cdclake.pipeline.schema_index import catch_up, indexed_records
@@ -49,7 +54,13 @@ log = logging.getLogger(__name__)
 
 
 def read_schema_changes(
-    catalog: Catalog, kafka: KafkaClients, topic: str, table_id: str, ordering: str = "binlog"
+    catalog: Catalog,
+    kafka: KafkaClients,
+    topic: str,
+    table_id: str,
+    ordering: str = "binlog",
+    *,
+    table: Table | None = None,
 ) -> list[SchemaChange] | None:
     """Every change of ``table_id`` in the schema-change ``topic``, in the table's ``ordering``
     (:mod:`cdclake.model.position`; equal positions in topic order).
@@ -64,14 +75,35 @@ def read_schema_changes(
         ``include.schema.changes=false``, or has emitted nothing yet) or the ordering reads no
         position (``kafka``: nothing places a change among the data events).
 
+    Records retention deleted before the index read them (a gap the index marks) may have held
+    changes of any table: an existing ``table`` stops until an operator checked its schema and
+    accepted the gap (:data:`~cdclake.model.layout.SCHEMA_GAPS_ACCEPTED_PROPERTY`). A table not
+    created yet has no schema a lost change could leave stale.
+
     Raises:
         SchemaChangeError: a record that concerns this table (or that every table must read, such
-            as a DDL that cannot be parsed) is not a schema-change event it can read.
+            as a DDL that cannot be parsed) is not a schema-change event it can read; a retention
+            gap ``table`` has not accepted (names the gap and the remedies).
     """
     if ordering not in SOURCE_ORDERINGS or catch_up(catalog, kafka, topic) is None:
         return None
+    accepted = set()
+    if table is not None:
+        accepted = {g.strip() for g in table.properties.get(SCHEMA_GAPS_ACCEPTED_PROPERTY, "").split(",")}
     changes: list[SchemaChange] = []
     for partition, offset, value in indexed_records(catalog, topic, table_id):
+        gap = retention_gap(value)
+        if gap is not None and table is not None and gap_name(topic, partition, gap) not in accepted:
+            name = gap_name(topic, partition, gap)
+            raise SchemaChangeError(
+                f"table {table_id}: schema-change topic {topic!r} partition {partition} offsets {gap[0]} to "
+                f"{gap[1] - 1} were deleted by retention before cdclake read them, and may have held changes of "
+                "this table; nothing was applied and the table's offsets did not move. Compare the source "
+                "table's schema (SHOW CREATE TABLE) with the Iceberg table's; if they agree, accept the gap: "
+                f"ALTER TABLE <catalog>.<namespace>.<table> SET TBLPROPERTIES ('{SCHEMA_GAPS_ACCEPTED_PROPERTY}'="
+                f"'{name}'); if not, rebuild the table with the snapshot-bootstrap DAG. Keep the schema-change "
+                'topic\'s retention unlimited (docs/operations.md, "Schema changes lost to retention").'
+            )
         changes.extend(changes_from_record(value, table_id, partition, offset, ordering))
     return sorted(changes, key=lambda c: (c.position, c.partition, c.offset))
 
@@ -451,11 +483,13 @@ def sync_for_range(catalog: Catalog, kafka: KafkaClients, cfg: TableConfig, offs
     """
     if _from_events(cfg):
         return SyncResult(offset_range)
-    changes = read_schema_changes(catalog, kafka, cfg.schema_change_topic, cfg.source_table_id, cfg.ordering)
+    table = load_table_or_none(catalog, cfg.identifier)
+    changes = read_schema_changes(
+        catalog, kafka, cfg.schema_change_topic, cfg.source_table_id, cfg.ordering, table=table
+    )
     if changes is None:
         _no_schema_topic(catalog, cfg)
         return SyncResult(offset_range)
-    table = load_table_or_none(catalog, cfg.identifier)
     positions = None
     if pending_changes(changes, table):
         positions = read_data_positions(kafka, offset_range, cfg.value_format, cfg.ordering)
@@ -479,11 +513,13 @@ def sync_table_schema(catalog: Catalog, kafka: KafkaClients, cfg: TableConfig) -
     """
     if _from_events(cfg):
         return SyncResult(OffsetRange(topic=cfg.topic, start={}, end={}))
-    changes = read_schema_changes(catalog, kafka, cfg.schema_change_topic, cfg.source_table_id, cfg.ordering)
+    table = load_table_or_none(catalog, cfg.identifier)
+    changes = read_schema_changes(
+        catalog, kafka, cfg.schema_change_topic, cfg.source_table_id, cfg.ordering, table=table
+    )
     if changes is None:
         _no_schema_topic(catalog, cfg)
         return SyncResult(OffsetRange(topic=cfg.topic, start={}, end={}))
-    table = load_table_or_none(catalog, cfg.identifier)
     marks = topic_watermarks(kafka, cfg.topic)
     offset_range = plan_range(cfg.topic, committed_offsets(table, cfg.topic), marks.low, marks.high, 2**62)
     pending = pending_changes(changes, table)
