@@ -83,10 +83,27 @@ class QuarantinedBatchError(CdcLakeError):
     how to list and release the quarantine."""
 
 
+class QuarantineToleranceError(CdcLakeError):
+    """A run newly quarantined more bad records than its table's ``bad_records_tolerance``
+    (default 0: any). The run committed its good records, the quarantine and its offsets, so
+    nothing is lost and nothing is applied twice; it fails after its commit so that Airflow's
+    failure alerting fires, and is not retried. A later try of the same run (a cleared task) finds
+    the run committed and succeeds. The message names the table, the offset ranges, the counts
+    and, once per cause (schema id, column, the error without its variable parts), how many
+    records it hit and the remedy (:mod:`cdclake.model.bad_records`)."""
+
+
 class OffsetsOutOfRangeError(CdcLakeError):
     """The committed offsets are outside the topic's watermarks: below the low watermark, events
     were deleted by retention before they were applied (remedy: a re-snapshot through the
     bootstrap DAG); above the high watermark, the topic was recreated."""
+
+
+class CommittedStateLostError(CdcLakeError):
+    """The table holds rows but no snapshot of its ancestry records committed offsets (snapshots
+    expired by another engine or a managed catalog, ``CREATE OR REPLACE TABLE``): planning from the
+    low watermarks would drop every floor, identity and high position in silence. Names the table
+    and the remedies."""
 
 
 class TopicNotFoundError(CdcLakeError, LookupError):

@@ -133,6 +133,25 @@ def committed_state_of(
     return CommittedState(current_snapshot_id)
 
 
+def lost_commits(ancestry: Iterable[Mapping[str, str] | None]) -> bool:
+    """Whether a table's ``ancestry`` (summaries, newest first, as :func:`committed_state_of`)
+    shows rows but no CDC commit of any topic: its current snapshot holds records
+    (``total-records`` above 0, Iceberg's snapshot summary) and not one snapshot records
+    committed offsets. Every CDC commit records them, and cdclake's expiry keeps the newest
+    (:mod:`cdclake.model.maintenance`): such a table lost its commits (snapshots expired by
+    another engine or a managed catalog, ``CREATE OR REPLACE TABLE``), or was loaded outside
+    cdclake."""
+    first = True
+    holds_rows = False
+    for summary in ancestry:
+        if first:
+            holds_rows = summary is not None and summary.get("total-records", "0") not in ("0", "")
+            first = False
+        if summary is not None and SummaryKeys.END_OFFSETS in summary:
+            return False
+    return holds_rows
+
+
 def _position(summary: Mapping[str, str], key: str) -> BinlogPosition | None:
     text = summary.get(key)
     return BinlogPosition.from_text(text) if text else None

@@ -6,17 +6,19 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from cdclake.errors import TopicNotFoundError
-from cdclake.io.catalog import committed_offsets, load_table_or_none
+from cdclake.errors import CommittedStateLostError, TopicNotFoundError
+from cdclake.io.catalog import ancestry, committed_offsets, load_table_or_none
 from cdclake.io.kafka import KafkaClients, Watermarks, offsets_for_time, oldest_timestamps, topic_watermarks
 from cdclake.model.config import TableConfig
 from cdclake.model.offsets import OffsetRange, Offsets, plan_range
 from cdclake.model.plan import RunPlan, TransactionRange
 from cdclake.model.replay import ReplayStart, check_exclusive, check_offsets, check_retained
+from cdclake.model.run_state import lost_commits
 from cdclake.model.transactions import cuts_whole
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,8 @@ def plan_next(
     Raises:
         TopicNotFoundError: the topic does not exist.
         OffsetsOutOfRangeError: the start offsets are outside the topic's watermarks.
+        CommittedStateLostError: not a replay, and the table holds rows but no snapshot of its
+            ancestry records offsets (:func:`check_commits_kept`).
         ConfigError: the table cannot be applied as configured (no primary key, not changelog;
             ``value_format: avro`` and the Kafka clients have no schema registry).
         TriggerParamError: both replay starts given; ``accept_source_change`` without replay start
@@ -52,7 +56,11 @@ def plan_next(
     cfg.check_runnable(has_schema_registry=kafka.schema_registry is not None)
     check_exclusive(ReplayStart(replay_from_offsets, replay_from_timestamp_ms, accept_source_change))
     watermarks = topic_watermarks(kafka, cfg.topic)
-    committed = committed_offsets(load_table_or_none(catalog, cfg.identifier), cfg.topic)
+    table = load_table_or_none(catalog, cfg.identifier)
+    committed = committed_offsets(table, cfg.topic)
+    replaying = replay_from_offsets is not None or replay_from_timestamp_ms is not None
+    if committed is None and table is not None and not replaying:
+        check_commits_kept(table, cfg)
     start = committed
     if replay_from_offsets is not None:
         check_offsets(cfg.topic, replay_from_offsets, watermarks.low, watermarks.high)
@@ -64,7 +72,7 @@ def plan_next(
         check_retained(cfg.topic, replay_from_timestamp_ms, watermarks.low, oldest)
         start = offsets_for_time(kafka, cfg.topic, replay_from_timestamp_ms)
     offset_range = plan_range(cfg.topic, start, watermarks.low, watermarks.high, cfg.max_events_per_run)
-    replay = replay_from_offsets is not None or replay_from_timestamp_ms is not None
+    replay = replaying
     log.info(
         "table %s: %stopic %r: committed %s, low watermarks %s, high watermarks %s; planned %d event(s) %s",
         cfg.identifier,
@@ -85,6 +93,26 @@ def plan_next(
         accept_source_change=accept_source_change,
         transactions=plan_transactions(kafka, cfg, offset_range, watermarks),
     )
+
+
+def check_commits_kept(table: Table, cfg: TableConfig) -> None:
+    """Refuse to plan from the low watermarks a table that holds rows but whose ancestry records no
+    committed offsets (:func:`~cdclake.model.run_state.lost_commits`).
+
+    Raises:
+        CommittedStateLostError: names the table and the remedies.
+    """
+    if lost_commits(summary for _, _, summary in ancestry(table)):
+        raise CommittedStateLostError(
+            f"table {cfg.identifier} holds rows but no snapshot of its history records the Kafka offsets, "
+            "truncate and snapshot floors, source identity and positions cdclake committed (its CDC commits "
+            "were expired by another engine or the catalog, or the table was replaced or loaded outside "
+            "cdclake); planning from the low watermarks would apply old events over newer rows without the "
+            "floors. Nothing was applied. Rebuild the table with the snapshot-bootstrap DAG (drop it first), "
+            "or, if its rows are right as of known offsets, trigger the DAG once with replay_from_offsets "
+            "(or replay_from_timestamp) to start there. Keep snapshot expiry to cdclake's maintenance, which "
+            "keeps the newest commit of each topic."
+        )
 
 
 TRANSACTION_MARGIN_MS = 60_000
