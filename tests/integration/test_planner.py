@@ -6,7 +6,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from cdclake.errors import CommittedStateLostError
+from cdclake.errors import CommittedStateLostError, OffsetsOutOfRangeError
 from cdclake.io.catalog import load_catalog
 from cdclake.io.kafka import ensure_topic, produce
 from cdclake.model.layout import SummaryKeys
@@ -43,3 +43,51 @@ def test_a_table_whose_offset_commits_are_gone_is_not_planned_from_the_low_water
     )
     table.append(pa.table({"id": pa.array([4], pa.int32()), "v": ["d"]}, schema=schema))  # e.g. maintenance
     assert plan_offsets(stack_settings, cfg).range.start == {0: 0, 1: 2}
+
+
+def test_offsets_of_a_topic_deleted_and_created_again_are_refused_by_its_id(kafka, stack_settings):
+    """A topic recreated under its name gets another Kafka topic id: offsets committed against the
+    old one are refused even where the new topic's end is above them (KIP-516)."""
+    import time
+
+    from cdclake.io.kafka import topic_exists, topic_id
+
+    cfg = make_table(value_format="json", columns={"id": "int", "v": "string"})
+    ensure_topic(kafka, cfg.topic, 1)
+    produce(kafka, cfg.topic, iter([(b'{"id": 1}', b"{}", None)] * 2))
+    first_id = topic_id(kafka, cfg.topic)
+    assert first_id
+    plan = plan_offsets(stack_settings, cfg)
+    assert plan.topic_id == first_id
+    catalog = load_catalog(stack_settings)
+    catalog.create_namespace_if_not_exists(cfg.namespace)
+    schema = pa.schema([pa.field("id", pa.int32(), nullable=False), ("v", pa.string())])
+    table = catalog.create_table(cfg.identifier, schema=schema)
+    table.append(
+        pa.table({"id": pa.array([1], pa.int32()), "v": ["a"]}, schema=schema),
+        snapshot_properties={
+            SummaryKeys.TOPIC: cfg.topic,
+            SummaryKeys.TOPIC_ID: first_id,
+            SummaryKeys.END_OFFSETS: '{"0": 2}',
+        },
+    )
+    assert plan_offsets(stack_settings, cfg).range.start == {0: 2}
+
+    admin = kafka.admin()
+    admin.delete_topics([cfg.topic])[cfg.topic].result(30)
+    deadline = time.monotonic() + 60
+    while topic_exists(kafka, cfg.topic):
+        assert time.monotonic() < deadline, "the topic was not deleted"
+        time.sleep(0.5)
+    while True:
+        try:
+            ensure_topic(kafka, cfg.topic, 1)
+            produce(kafka, cfg.topic, iter([(b'{"id": 1}', b"{}", None)] * 5))  # its end (5) above 2
+            break
+        except Exception:  # the broker may still be finishing the deletion
+            assert time.monotonic() < deadline, "the topic could not be created again"
+            time.sleep(0.5)
+    assert topic_id(kafka, cfg.topic) not in (None, first_id)
+    with pytest.raises(OffsetsOutOfRangeError, match=rf"topic '{cfg.topic}' was deleted and created again"):
+        plan_offsets(stack_settings, cfg)
+    assert plan_offsets(stack_settings, cfg, replay_from_offsets={0: 0}).range.start == {0: 0}

@@ -343,6 +343,29 @@ def topics_watermarks(
         consumer.close()
 
 
+def topic_id(kafka: KafkaClients, topic: str) -> str | None:
+    """Kafka's id of ``topic`` (KIP-516: a topic deleted and created again under the same name gets
+    a new one), as its text; ``None`` when the broker gives none (brokers before Kafka 2.8).
+
+    Raises:
+        TopicNotFoundError: the topic does not exist.
+        confluent_kafka.KafkaException: the broker did not answer within :data:`TIMEOUT_S`.
+    """
+    from confluent_kafka import KafkaError, KafkaException, TopicCollection
+
+    admin = kafka.admin()
+    try:
+        description = admin.describe_topics(TopicCollection([topic]), request_timeout=TIMEOUT_S)[topic].result(
+            TIMEOUT_S
+        )
+    except KafkaException as e:
+        if e.args and getattr(e.args[0], "code", lambda: None)() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            raise TopicNotFoundError(f"Kafka topic {topic!r} does not exist") from e
+        raise
+    found = str(description.topic_id) if description.topic_id is not None else ""
+    return found if found and found != "AAAAAAAAAAAAAAAAAAAAAA" else None  # the zero id: none given
+
+
 def topic_exists(kafka: KafkaClients, topic: str) -> bool:
     """Whether ``topic`` exists (with at least one partition)."""
     try:

@@ -353,6 +353,7 @@ def _run_summary(plan: RunPlan, stats: BatchStats) -> dict[str, str]:
     ops = dict(stats.ops)
     out = {
         SummaryKeys.TOPIC: plan.table.topic,
+        **({SummaryKeys.TOPIC_ID: plan.topic_id} if plan.topic_id else {}),
         SummaryKeys.START_OFFSETS: encode_offsets(plan.range.start),
         SummaryKeys.RUN_ID: plan.run_id,
         SummaryKeys.EVENTS: str(stats.events),

@@ -27,6 +27,9 @@ class SummaryKeys:
     """JSON ``{"<partition>": <offset>}``: where the run started (previous end offsets)."""
     END_OFFSETS = "cdc.kafka.end-offsets"
     """JSON ``{"<partition>": <offset>}``: next offset to read per partition after this commit."""
+    TOPIC_ID = "cdc.kafka.topic-id"
+    """Kafka's id of the topic the offsets are of (KIP-516), when the broker gives one: a topic
+    deleted and created again under its name has another."""
     RUN_ID = "cdc.run-id"
     """Airflow run id (or ``manual__...``) of the run that committed."""
     EVENTS = "cdc.events"

@@ -60,6 +60,8 @@ class RunPlan(BaseModel):
             (``docs/operations.md``, "A new binlog history").
         transactions: where the apply reads the transactions' ``END`` records to commit whole
             source transactions only; ``None``: the range is applied as planned.
+        topic_id: Kafka's id of the topic when the run was planned (recorded with the offsets);
+            ``None`` when the broker gives none.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -74,6 +76,7 @@ class RunPlan(BaseModel):
     capped_before: str | None = None
     accept_source_change: bool = False
     transactions: TransactionRange | None = None
+    topic_id: str | None = None
 
     def to_json(self) -> str:
         return self.model_dump_json()

@@ -6,10 +6,18 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from cdclake.errors import CommittedStateLostError, TopicNotFoundError
+from cdclake.errors import CommittedStateLostError, OffsetsOutOfRangeError, TopicNotFoundError
 from cdclake.io.catalog import ancestry, committed_offsets, load_table_or_none
-from cdclake.io.kafka import KafkaClients, Watermarks, offsets_for_time, oldest_timestamps, topic_watermarks
+from cdclake.io.kafka import (
+    KafkaClients,
+    Watermarks,
+    offsets_for_time,
+    oldest_timestamps,
+    topic_id,
+    topic_watermarks,
+)
 from cdclake.model.config import TableConfig
+from cdclake.model.layout import SummaryKeys
 from cdclake.model.offsets import OffsetRange, Offsets, plan_range
 from cdclake.model.plan import RunPlan, TransactionRange
 from cdclake.model.replay import ReplayStart, check_exclusive, check_offsets, check_retained
@@ -61,6 +69,9 @@ def plan_next(
     replaying = replay_from_offsets is not None or replay_from_timestamp_ms is not None
     if committed is None and table is not None and not replaying:
         check_commits_kept(table, cfg)
+    current_id = topic_id(kafka, cfg.topic)
+    if committed is not None and table is not None and not replaying:
+        check_same_topic(table, cfg, current_id)
     start = committed
     if replay_from_offsets is not None:
         check_offsets(cfg.topic, replay_from_offsets, watermarks.low, watermarks.high)
@@ -92,6 +103,7 @@ def plan_next(
         committed=committed,
         accept_source_change=accept_source_change,
         transactions=plan_transactions(kafka, cfg, offset_range, watermarks),
+        topic_id=current_id,
     )
 
 
@@ -113,6 +125,32 @@ def check_commits_kept(table: Table, cfg: TableConfig) -> None:
             "(or replay_from_timestamp) to start there. Keep snapshot expiry to cdclake's maintenance, which "
             "keeps the newest commit of each topic."
         )
+
+
+def check_same_topic(table: Table, cfg: TableConfig, current_id: str | None) -> None:
+    """Refuse offsets committed against another topic of the same name: the newest CDC commit of
+    the topic recorded Kafka's topic id (:attr:`~cdclake.model.layout.SummaryKeys.TOPIC_ID`) and
+    the topic has another one now (deleted and created again, KIP-516). Its offsets name other
+    records, whether or not its new end is still above them. Commits without an id (before this
+    check, or a broker without ids) are not compared.
+
+    Raises:
+        OffsetsOutOfRangeError: names both ids and the remedies.
+    """
+    if current_id is None:
+        return
+    for _, _, summary in ancestry(table):
+        if summary is None or summary.get(SummaryKeys.TOPIC) != cfg.topic or SummaryKeys.END_OFFSETS not in summary:
+            continue
+        committed_id = summary.get(SummaryKeys.TOPIC_ID)
+        if committed_id is not None and committed_id != current_id:
+            raise OffsetsOutOfRangeError(
+                f"topic {cfg.topic!r} was deleted and created again: its id is {current_id}, and the offsets table "
+                f"{cfg.identifier} committed are of topic id {committed_id}, records that are gone. Nothing was "
+                "applied. Re-snapshot the table with the snapshot-bootstrap DAG (blocking), then trigger the table "
+                "DAG with replay_from_offsets at the new topic's start; or rebuild the table."
+            )
+        return
 
 
 TRANSACTION_MARGIN_MS = 60_000
