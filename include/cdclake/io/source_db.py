@@ -30,6 +30,12 @@ from cdclake.model.reconcile import (
     row_hash_sql,
 )
 from cdclake.model.snapshot import Signal
+from cdclake.model.source_flavour import (
+    ServerVersion,
+    binary_log_status_statement,
+    position_from_binary_log_status,
+    snapshot_position_from_status,
+)
 
 log = logging.getLogger(__name__)
 
@@ -101,9 +107,10 @@ class SourceRead:
     """What one consistent read of the source saw.
 
     Attributes:
-        binlog_file_seq, binlog_pos: the read's binlog coordinates (``Binlog_snapshot_file`` and
-            ``Binlog_snapshot_position``: the position of its consistent snapshot).
-        gtid_pos: ``BINLOG_GTID_POS`` of those coordinates (MariaDB), ``""`` when unknown.
+        binlog_file_seq, binlog_pos: the read's binlog coordinates: the position of its consistent
+            snapshot (:func:`consistent_read`).
+        gtid_pos: ``BINLOG_GTID_POS`` of those coordinates (MariaDB); Oracle MySQL's executed GTID
+            set; ``""`` when unknown.
     """
 
     binlog_file_seq: int
@@ -132,24 +139,63 @@ def source_columns(db: SourceDatabase, database: str, table: str) -> list[Source
 @contextmanager
 def consistent_read(db: SourceDatabase) -> Iterator[tuple[Any, SourceRead]]:
     """A cursor inside ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` (session time zone UTC), with
-    the snapshot's binlog position; the transaction ends on exit."""
+    the snapshot's binlog position, read as the server's flavour allows
+    (:mod:`cdclake.model.source_flavour`: MariaDB and Percona from ``Binlog_snapshot_*``, Oracle MySQL
+    under a brief ``FLUSH TABLES WITH READ LOCK``); the transaction ends on exit.
+
+    Raises:
+        ValueError: an Oracle MySQL server whose binary log is off.
+        pymysql.err.OperationalError: an Oracle MySQL user without the ``RELOAD`` privilege the lock
+            needs.
+    """
     from cdclake.model.position import split_binlog_file
 
     with db.connect() as connection, connection.cursor() as cur:
         cur.execute("SET SESSION time_zone = '+00:00'")
-        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+        cur.execute("SELECT VERSION(), @@version_comment")
+        version, comment = cur.fetchone() or ("", "")
+        server = ServerVersion.parse(str(version), str(comment or ""))
+        if server.flavour == "mysql":
+            file, pos, gtid_pos = _mysql_consistent_snapshot(cur, server)
+        else:
+            cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+            try:
+                cur.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
+                file, pos = snapshot_position_from_status(cur.fetchall()) or ("", 0)
+                gtid_pos = ""
+                if file and server.flavour == "mariadb":
+                    cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (file, pos))
+                    gtid_pos = str((cur.fetchone() or ("",))[0] or "")
+            except BaseException:
+                cur.execute("COMMIT")
+                raise
         try:
-            cur.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
-            status = {str(k).lower(): str(v) for k, v in cur.fetchall()}
-            file, pos = status.get("binlog_snapshot_file", ""), int(status.get("binlog_snapshot_position", "0") or 0)
-            gtid_pos = ""
-            if file:
-                cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (file, pos))
-                gtid_pos = str((cur.fetchone() or ("",))[0] or "")
             _, seq = split_binlog_file(file) if file else ("", 0)
             yield cur, SourceRead(seq, pos, gtid_pos)
         finally:
             cur.execute("COMMIT")
+
+
+def _mysql_consistent_snapshot(cur: Any, server: ServerVersion) -> tuple[str, int, str]:
+    """Start the consistent snapshot of an Oracle MySQL server at a known binary log position:
+    under ``FLUSH TABLES WITH READ LOCK``, as ``mysqldump --single-transaction --source-data`` does
+    (:mod:`cdclake.model.source_flavour`). Returns ``(file, position, executed GTID set)``; the
+    transaction is open."""
+    cur.execute("FLUSH TABLES WITH READ LOCK")
+    try:
+        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+        cur.execute(binary_log_status_statement(server))
+        columns = [d[0] for d in cur.description or ()]
+        row = cur.fetchone()
+    except BaseException:
+        cur.execute("UNLOCK TABLES")
+        raise
+    cur.execute("UNLOCK TABLES")  # the transaction keeps its snapshot
+    try:
+        return position_from_binary_log_status(columns, row)
+    except ValueError:
+        cur.execute("COMMIT")
+        raise
 
 
 @dataclass(frozen=True)
