@@ -479,15 +479,72 @@ def test_a_user_input_error_fails_the_task_at_once_and_other_errors_retry():
     and a quarantined batch fail the task at once; an engine that does not answer is retried."""
     from airflow.sdk import RetryAction
 
-    from cdclake.errors import EngineUnavailableError, QuarantinedBatchError, TriggerParamError
+    from cdclake.errors import (
+        EngineUnavailableError,
+        QuarantinedBatchError,
+        QuarantineToleranceError,
+        TriggerParamError,
+    )
     from cdclake_airflow.table_dag import build_table_dag
     from tests.conftest import make_table
 
     dag = build_table_dag(Settings.from_env(), make_table(retries=3))
     policy = dag.get_task("apply").retry_policy
-    for error in (TriggerParamError("replay_from_offsets: ..."), QuarantinedBatchError("...")):
+    for error in (
+        TriggerParamError("replay_from_offsets: ..."),
+        QuarantinedBatchError("..."),
+        QuarantineToleranceError("..."),  # its retry would succeed, and the alert be lost
+    ):
         assert policy.evaluate(error, try_number=1, max_tries=3).action is RetryAction.FAIL
     assert policy.evaluate(EngineUnavailableError("..."), try_number=1, max_tries=3).action is RetryAction.DEFAULT
+
+
+@pytest.mark.parametrize("alert", [None, "table t: this run quarantined 3 bad record(s) ..."])
+def test_the_submit_engines_apply_task_fails_with_the_jobs_tolerance_alert(monkeypatch, alert):
+    """The submit engine's apply job writes a QuarantineToleranceError's message to ``--alert-file``
+    and exits 0 (a failed job would be retried, its retry find the run committed, and the alert be
+    lost): the task raises it; without the file it succeeds."""
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    from cdclake.errors import QuarantineToleranceError
+    from cdclake_airflow import hooks
+    from cdclake_airflow.spark_submit import ALERT_ARG, CONNECTIONS_ARG, CdcSparkSubmitOperator
+
+    class Connections:
+        def catalog_properties(self):
+            return {"uri": "sqlite://"}
+
+        def kafka_config(self):
+            return {"bootstrap.servers": "127.0.0.1:9"}
+
+        def schema_registry_config(self):
+            return None
+
+    seen = []
+
+    def job(self, context):
+        args = list(self.application_args)
+        seen.append(args)
+        assert args[args.index(CONNECTIONS_ARG) + 1].endswith("connections.json")
+        if alert is not None and ALERT_ARG in args:
+            with open(args[args.index(ALERT_ARG) + 1], "w") as out:
+                out.write(alert)
+
+    monkeypatch.setattr(hooks, "CdcLakeHook", Connections)
+    monkeypatch.setattr(SparkSubmitOperator, "execute", job)
+    task = CdcSparkSubmitOperator(
+        task_id="apply", application="apply_cdc.py", application_args=["--plan", "{}"], alert_file=True
+    )
+    if alert is None:
+        task.execute({})
+    else:
+        with pytest.raises(QuarantineToleranceError, match="quarantined 3 bad record"):
+            task.execute({})
+    assert seen[0][:2] == ["--plan", "{}"] and ALERT_ARG in seen[0]
+    assert task.application_args == ["--plan", "{}"]
+    # the maintenance job takes no alert file
+    CdcSparkSubmitOperator(task_id="maintain", application="maintain_table.py").execute({})
+    assert ALERT_ARG not in seen[1]
 
 
 def test_dag_file_builds_a_dag_per_discovered_table_of_a_1000_table_registry(tmp_path):

@@ -21,11 +21,25 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 CONNECTIONS_ARG = "--connections-file"
+ALERT_ARG = "--alert-file"
 
 
 class CdcSparkSubmitOperator(SparkSubmitOperator):
     """``SparkSubmitOperator`` handing the job the task's connections in a private file
-    (``--connections-file``; see the module docstring). Arguments as ``SparkSubmitOperator``'s."""
+    (``--connections-file``; see the module docstring). Arguments as ``SparkSubmitOperator``'s, and:
+
+    Args:
+        alert_file: pass the job ``--alert-file <path>`` (in the same private folder): the apply job
+            writes there the message of a run that committed and quarantined more bad records than
+            its table tolerates, and exits 0; the task then fails with
+            :class:`~cdclake.errors.QuarantineToleranceError` (not retried). So the try that
+            committed fails, once: a failed job would be retried like any, and its retry would find
+            the run committed and succeed, the alert lost.
+    """
+
+    def __init__(self, *, alert_file: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.alert_file = alert_file
 
     def execute(self, context: Any) -> None:
         from cdclake_airflow.hooks import CdcLakeHook
@@ -42,10 +56,17 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
         with os.fdopen(fd, "w") as out:
             json.dump(doc, out)
         base_args = list(self.application_args or [])
+        alert = folder / "alert.txt"
         self.application_args = [*base_args, CONNECTIONS_ARG, str(path)]
+        if self.alert_file:
+            self.application_args += [ALERT_ARG, str(alert)]
         self._hook = None  # built from the arguments above
         try:
             super().execute(context)
+            if self.alert_file and alert.exists():
+                from cdclake.errors import QuarantineToleranceError
+
+                raise QuarantineToleranceError(alert.read_text())
         finally:
             self.application_args = base_args
             shutil.rmtree(folder, ignore_errors=True)

@@ -33,7 +33,8 @@ The phases, whichever the shape:
 Table upkeep (compaction, snapshot expiry, tombstone expiry) is the ``cdc_maintenance`` DAG's.
 A retry of any task is safe: a run that already committed finds its offsets in the table.
 Errors a retry cannot change (:data:`NOT_RETRIED`: a run whose every record was quarantined, a
-trigger-form Param that does not fit the table) are not retried. Each failed try is counted in the
+run that quarantined more bad records than ``bad_records_tolerance``, a trigger-form Param that
+does not fit the table) are not retried. Each failed try is counted in the
 table's record of failed tries (:func:`record_failure`), which ``cdclake status``, the CDC monitor
 and ``cdc_freshness`` show; the next run that succeeds removes it.
 
@@ -56,7 +57,7 @@ from datetime import datetime, timedelta, timezone
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
-from cdclake.errors import QuarantinedBatchError, TriggerParamError
+from cdclake.errors import QuarantinedBatchError, QuarantineToleranceError, TriggerParamError
 from cdclake.settings import APPLY_POOL, APPLY_PRIORITY_WEIGHT, PROJECT_ROOT, ConnectionIds, Settings, jars_dir
 
 if TYPE_CHECKING:
@@ -220,7 +221,7 @@ def apply(table_json: str, asset: Any, **context: Any) -> dict[str, Any]:
         AirflowFailException: a replay whose range holds no whole source transaction.
         EngineUnavailableError, ConcurrentRunError, OffsetsOutOfRangeError, ConfigError,
             SchemaChangeError, SchemaError, BadBatchError, PositionOrderError,
-            QuarantinedBatchError, TriggerParamError: see :func:`run_table`.
+            QuarantinedBatchError, QuarantineToleranceError, TriggerParamError: see :func:`run_table`.
     """
     from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
@@ -295,6 +296,10 @@ def run_table(
             :func:`cdclake.runner.run_once` (the task's ordinary retry runs again).
         QuarantinedBatchError: every record of the range was quarantined, none applied; the
             quarantine and the offsets were committed (and published), and the task is not retried.
+        QuarantineToleranceError: the run newly quarantined more bad records than the table's
+            ``bad_records_tolerance``; its commit (good records, quarantine, offsets) was made, its
+            lineage and metrics sent, and the task is not retried. Raised by the try that
+            committed only: a later try of the run (a cleared task) finds the commit and succeeds.
     """
     from cdclake.runner import PhaseClock, run_once, summary_line
     from cdclake_airflow.metrics import emit_run
@@ -309,7 +314,7 @@ def run_table(
             open_session=open_session,
             **(params or {}),
         )
-    except QuarantinedBatchError:
+    except (QuarantinedBatchError, QuarantineToleranceError):
         # the run committed its quarantine and offsets: its lineage and metrics are sent, then it fails
         table, extra, own = _publish(hook.catalog, cfg, context)
         emit(extra)
@@ -444,10 +449,12 @@ def record_failure(identifier: str, state: Literal["failing", "retrying"], conte
     log.info("table %s: failed try recorded (%s)", identifier, state)
 
 
-NOT_RETRIED = (QuarantinedBatchError, TriggerParamError)
+NOT_RETRIED = (QuarantinedBatchError, QuarantineToleranceError, TriggerParamError)
 """The errors a table DAG's tasks do not retry, since a retry could change nothing (the retry
-policy of :func:`build_table_dag`): a run whose every record was quarantined, and a trigger-form
-Param that does not fit the table (a user-input error, not a transient one)."""
+policy of :func:`build_table_dag`): a run whose every record was quarantined, a run that
+quarantined more bad records than its table tolerates (a retry would find it committed and
+succeed, and the task's failure, its alert, would be lost), and a trigger-form Param that does
+not fit the table (a user-input error, not a transient one)."""
 
 
 def _submit_task(settings: Settings, cfg: TableConfig) -> Any:
@@ -469,6 +476,7 @@ def _submit_task(settings: Settings, cfg: TableConfig) -> Any:
         conf=spark_conf(settings),
         driver_memory="2g",
         application_args=["--plan", "{{ ti.xcom_pull(task_ids='schema_sync') }}"],
+        alert_file=True,  # the try that committed too many bad records fails, not retried
         # spark-submit of the pip package finds its Spark home through the python3 on PATH
         env_vars={
             "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",

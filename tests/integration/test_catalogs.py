@@ -339,7 +339,7 @@ def test_deletes_leave_tombstones_that_discard_a_replayed_older_event(spark, kaf
 
 
 def test_a_bad_record_is_quarantined_and_the_run_commits(spark, kafka, stack_settings, lake):
-    cfg = new_table(kafka)
+    cfg = new_table(kafka, bad_records_tolerance="all")  # the quarantine on each catalog, not its alert
     bad = b'{"op": "c", "after": {"id": 3, "v": "lost"}'  # truncated JSON
     produce_raw(
         kafka,

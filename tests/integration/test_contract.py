@@ -14,6 +14,7 @@ from cdclake.errors import (
     ConfigError,
     PositionOrderError,
     QuarantinedBatchError,
+    QuarantineToleranceError,
     TriggerParamError,
 )
 from cdclake.io.catalog import committed_offsets, load_catalog, load_table_or_none
@@ -189,6 +190,7 @@ def test_changelog_mode_appends_every_event_and_upsert_without_key_is_refused(sp
 
 
 def test_bad_record_is_quarantined_and_its_key_held_back_until_released(spark, kafka, stack_settings, table):
+    table = table.model_copy(update={"bad_records_tolerance": "all"})  # the quarantine, not its alert
     send(
         kafka,
         table,
@@ -256,6 +258,149 @@ def test_a_run_whose_every_record_is_quarantined_fails_and_the_next_run_proceeds
     _, result = run_once(spark, stack_settings, table)
     assert (result.status, result.quarantined) == ("committed", 0)
     assert rows(stack_settings, table) == {3: "c"}
+
+
+def test_a_run_that_quarantines_more_bad_records_than_tolerated_commits_then_fails_once_naming_the_causes(
+    spark, kafka, stack_settings
+):
+    """``bad_records_tolerance`` (default 0): the run commits its good rows, the quarantine and the
+    offsets, then fails with the causes grouped (one line each, not one per record); a retry of the
+    run (same run id: Airflow's retry, a cleared task) applies nothing and succeeds; a replay does
+    not count what an earlier run quarantined; with the tolerance raised the same batch succeeds."""
+    from cdclake.runner import run_once as run_table
+    from tests.integration.test_runner import LentSessions
+
+    not_an_int = [
+        json.dumps(json.loads(ev("c", 8, "x", 150)) | {"after": {"id": v, "v": "x"}}).encode() for v in ("8x", "9x")
+    ]
+    batch = [
+        (key(1), ev("c", 1, "a", 100)),  # offset 0: applied
+        (key(3), b"not json"),  # offset 1: bad
+        (key(3), b"not json either"),  # offset 2: bad
+        (key(3), ev("c", 3, "c", 120)),  # offset 3: held back behind offset 1
+        (key(4), b"{not json"),  # offset 4: bad
+        (key(8), not_an_int[0]),  # offset 5: bad, column id
+        (key(9), not_an_int[1]),  # offset 6: bad, column id
+        (key(2), ev("c", 2, "b", 200)),  # offset 7: applied
+    ]
+    cfg = make_table(value_format="json", columns=COLUMNS)
+    ensure_topic(kafka, cfg.topic, 1)
+    send(kafka, cfg, batch)
+    sessions = LentSessions(spark)
+
+    def run(run_id, config=cfg, **replay):
+        catalog = load_catalog(stack_settings)
+        return run_table(
+            config, run_id, settings=stack_settings, catalog=catalog, kafka=kafka, open_session=sessions, **replay
+        )
+
+    with pytest.raises(QuarantineToleranceError) as failed:
+        run("scheduled__1")
+    message = str(failed.value)
+    assert message.startswith(
+        f"table {cfg.identifier}: this run quarantined 5 bad record(s) of topic {cfg.topic!r} (partition 0 offsets "
+        "[0, 8)), more than bad_records_tolerance 0, and held back 1 record(s) of their keys; by cause:\n"
+        "  3 bad record(s): value is not JSON (first: partition 0 offset 1)\n"
+        "    remedy: the topic holds values that are not value_format 'json'"
+    )
+    assert (
+        "  2 bad record(s) (column 'id'): column 'id' (after image): value ... (JSON string in the event) does not fit "
+        "the table's int (encoding int32) (first: partition 0 offset 5)\n    remedy: the values of column 'id' do not "
+        "fit the table's type"
+    ) in message
+    assert "  1 held back record(s): held back behind the quarantined record at offset ... of the same key" in message
+    assert message.count("\n  ") - message.count("\n    ") == 3  # one line per cause, not one per record
+    assert "cdclake quarantine list" in message and "bad_records_tolerance" in message
+    # committed before it failed: the good rows, the quarantine, the offsets
+    assert rows(stack_settings, cfg) == {1: "a", 2: "b"}
+    table = load_catalog(stack_settings).load_table(cfg.identifier)
+    assert committed_offsets(table, cfg.topic) == {0: 8}
+    snapshots = len(table.snapshots())
+    quarantine = load_catalog(stack_settings).load_table(side_table(cfg.identifier, QUARANTINE_SUFFIX))
+    entries = quarantine.scan().to_arrow().to_pylist()
+    assert sorted((r["offset"], r["held_back_behind"], r["run_id"]) for r in entries) == [
+        (1, None, "scheduled__1"),
+        (2, None, "scheduled__1"),
+        (3, 1, "scheduled__1"),
+        (4, None, "scheduled__1"),
+        (5, None, "scheduled__1"),
+        (6, None, "scheduled__1"),
+    ]
+
+    # the retry of that run finds its commit: nothing applied again, no second failure
+    retry = run("scheduled__1")
+    assert (retry.result.status, retry.result.quarantined, retry.result.applied_end) == ("already_applied", 6, {0: 8})
+    # the next run finds nothing new
+    assert run("scheduled__2").result is None
+    table = table.refresh()
+    assert (len(table.snapshots()), committed_offsets(table, cfg.topic)) == (snapshots, {0: 8})
+    # a replay over the range quarantines nothing new (the records are in the quarantine already)
+    replayed = run("manual__replay", replay_from_offsets={0: 0})
+    assert (replayed.result.status, replayed.result.quarantined) == ("committed", 6)
+    assert rows(stack_settings, cfg) == {1: "a", 2: "b"}
+    assert (
+        len(load_catalog(stack_settings).load_table(side_table(cfg.identifier, QUARANTINE_SUFFIX)).scan().to_arrow())
+        == 6
+    )
+
+    # tolerated: the same batch, on a table that tolerates 5 bad records a run, succeeds
+    tolerant = make_table(value_format="json", columns=COLUMNS, bad_records_tolerance=5)
+    ensure_topic(kafka, tolerant.topic, 1)
+    send(kafka, tolerant, batch)
+    done = run("scheduled__1", tolerant)
+    assert (done.result.status, done.result.quarantined) == ("committed", 6)
+    assert rows(stack_settings, tolerant) == {1: "a", 2: "b"}
+    assert sessions.opened == sessions.closed
+
+
+def test_a_runs_new_quarantine_entries_are_grouped_by_schema_id_column_and_cause_in_one_aggregate(spark):
+    """:func:`~cdclake.spark.quarantine.new_quarantine` over quarantine entries: this run's only, by
+    schema id (the Avro value's header), column and error without its values; bad ones first."""
+    from types import SimpleNamespace
+
+    from cdclake.model.bad_records import HELD_BACK
+    from cdclake.spark.quarantine import new_quarantine
+
+    def avro(schema_id: int) -> bytes:
+        return b"\x00" + schema_id.to_bytes(4, "big") + b"\x02datum"
+
+    misfit = "schema id {}: column 'qty' is string in the writer schema, which the table's column (int, encoding int32) cannot take"
+    entries = [
+        (0, 3, avro(7), misfit.format(7), None, "run-2"),
+        (0, 4, avro(7), misfit.format(7), None, "run-2"),
+        (1, 2, avro(7), misfit.format(7), None, "run-2"),
+        (1, 5, avro(8), misfit.format(8), None, "run-2"),
+        (
+            0,
+            6,
+            avro(9),
+            "value does not decode with the writer schema of schema id 9 (corrupt Avro bytes)",
+            None,
+            "run-2",
+        ),
+        (0, 7, avro(7), "held back behind the quarantined record at offset 3 of the same key", 3, "run-2"),
+        (0, 1, avro(7), misfit.format(7), None, "run-1"),  # an earlier run's: not counted
+    ]
+    view = "quarantine_entries_" + make_table().name
+    spark.createDataFrame(
+        entries, "partition int, offset long, value binary, error string, held_back_behind long, run_id string"
+    ).createOrReplaceTempView(view)
+    ctx = SimpleNamespace(
+        spark=spark,
+        cfg=SimpleNamespace(value_format="avro"),
+        plan=SimpleNamespace(run_id="run-2"),
+        side_table=lambda suffix: object(),
+        spark_name=lambda suffix: view,
+    )
+    found = new_quarantine(ctx)
+    assert (found.bad, found.held) == (5, 1)
+    assert [(c.records, c.schema_id, c.column, c.held_back, c.partition, c.offset) for c in found.causes] == [
+        (3, 7, "qty", False, 0, 3),
+        (1, 9, None, False, 0, 6),  # of equal counts, the first record's first
+        (1, 8, "qty", False, 1, 5),
+        (1, 7, None, True, 0, 7),
+    ]
+    assert found.causes[0].cause == misfit.format(7) and found.causes[3].cause == HELD_BACK
 
 
 def test_strict_mode_fails_without_quarantining(spark, kafka, stack_settings):

@@ -434,7 +434,7 @@ def test_an_incompatible_type_set_aside_is_applied_by_a_run_that_starts_at_it_so
     table = catalog.load_table(cfg.identifier)
     assert source_fields(table)["qty"][1] == "string" and source_fields(table)["qty__0_2"][1] == "int"
 
-    retry = cfg.model_copy(update={"bad_records": "quarantine"})
+    retry = cfg.model_copy(update={"bad_records": "quarantine", "bad_records_tolerance": "all"})
     result = apply_offsets(spark, stack_settings, retry, rest, "run-2")
     assert (result.status, result.events, result.quarantined) == ("committed", 3, 1)
     table = catalog.load_table(cfg.identifier)

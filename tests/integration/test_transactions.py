@@ -247,3 +247,103 @@ def test_a_group_is_published_where_both_tables_show_the_source_at_one_transacti
     assert publish_group(catalog, "g", [accounts, ledger], 4000, None).reason == "no position beyond 7 yet"
     assert publish_group(catalog, "g", [accounts, ledger], 4000, kafka).position == 9
     assert (tagged(accounts), tagged(ledger)) == ({1: 50, 2: 130, 3: 20}, {1: 60})
+
+
+def test_capped_runs_of_a_groups_members_meet_at_its_target_so_main_moves_every_round(spark, kafka, stack_settings):
+    """Issue 51, item 7: money moved between the two tables of a group in transactions of 2 to 6
+    events, caught up by runs capped at 5 and 7 events (``max_events_per_run``) over two partitions,
+    so that the members' runs would end at different transactions. Each publish sets the group's
+    next target (the greatest transaction-topic position every member's next run reaches); each
+    member's run stops there (or reads on to reach it), so after every round of runs (each member
+    once, then the publish) the group's ``main`` moves, to a state that keeps the money of both
+    tables, and ends equal to the source (docs/architecture.md, "Table groups")."""
+    import random
+
+    from cdclake.model.groups import GroupTarget
+    from cdclake.model.layout import GROUP_TARGET_PROPERTY
+    from cdclake.pipeline.groups import publish_group
+
+    kafka = KafkaClients.from_bootstrap(stack_settings.kafka_bootstrap)
+    source = Source(kafka, f"gt{uuid.uuid4().hex[:8]}")
+    ensure_topic(kafka, f"{source.prefix}.d.ledger", 2)
+    columns = {"id": "int", "balance": "long"}
+    caps = {"accounts": 5, "ledger": 7}
+    cfgs = {
+        name: make_table(
+            topic=f"{source.prefix}.d.{name}",
+            value_format="json",
+            columns=columns,
+            group="g",
+            max_events_per_run=cap,
+        )
+        for name, cap in caps.items()
+    }
+    members = list(cfgs.values())
+    catalog = load_catalog(stack_settings)
+    rng = random.Random(51)
+    books = {name: dict.fromkeys(range(1, 5), 100) for name in caps}
+    total = sum(sum(b.values()) for b in books.values())
+    source.over_tables({name: list(b.items()) for name, b in books.items()})  # opening balances
+    for _ in range(8):
+        changes: dict[str, list[tuple[int, int]]] = {}
+        if rng.random() < 0.7:  # 1 to 3 legs from accounts of one table to accounts of the other
+            src, dst = rng.sample(list(caps), 2)
+            for _ in range(rng.randint(1, 3)):
+                amount, a, b = rng.randint(1, 9), rng.randint(1, 4), rng.randint(1, 4)
+                books[src][a] -= amount
+                books[dst][b] += amount
+                changes.setdefault(src, []).append((a, books[src][a]))
+                changes.setdefault(dst, []).append((b, books[dst][b]))
+        else:  # within one table
+            table = rng.choice(list(caps))
+            a, b = rng.sample(range(1, 5), 2)
+            amount = rng.randint(1, 9)
+            books[table][a] -= amount
+            books[table][b] += amount
+            changes[table] = [(a, books[table][a]), (b, books[table][b])]
+        source.over_tables(changes)
+    assert sum(sum(b.values()) for b in books.values()) == total
+
+    def main_of(cfg) -> dict[int, int]:
+        table = load_catalog(stack_settings).load_table(cfg.identifier)
+        tag = table.refs().get("cdc_group_g")
+        current = table.current_snapshot()
+        assert (None if current is None else current.snapshot_id) == (None if tag is None else tag.snapshot_id)
+        return {r["id"]: r["balance"] for r in table.scan().to_arrow().to_pylist()} if current else {}
+
+    worked, moved, positions, behind = [], [], [], []
+    for n in range(30):
+        committed = 0
+        for name, cfg in cfgs.items():
+            plan = plan_offsets(stack_settings, cfg, f"{name}-{n}")
+            if not plan.range.is_empty:
+                committed += apply_range(spark, stack_settings, plan).status == "committed"
+        done = publish_group(catalog, "g", members, 1000 + n, kafka)
+        shown = [main_of(cfg) for cfg in members]
+        if any(shown):  # never a transfer half applied: the money of both tables is whole
+            assert sum(sum(s.values()) for s in shown) == total, (n, done, shown)
+        if done.moved:
+            moved.append(n)
+            positions.append(done.position)
+        heads = [head_snapshot(load_catalog(stack_settings).load_table(c.identifier)) for c in members]
+        stage = [h.summary.additional_properties.get(SummaryKeys.TRANSACTION_INTERVAL) if h else None for h in heads]
+        print(f"round {n}: {committed} commit(s), stage {stage}, published {done.position}, target {done.target}")
+        if not committed:
+            break
+        worked.append(n)
+        # where the slowest member's stage branch is (its newest commit's position) is published
+        starts = [json.loads(s)["from"] for s in stage if s]
+        if len(starts) < len(members) or done.position is None or min(starts) > done.position:
+            behind.append(n)
+    else:
+        raise AssertionError("not caught up in 30 rounds")
+    # every round of runs from the second on moved main (the first runs had no target yet), to
+    # the slowest member's newest commit at least
+    assert len(worked) >= 4, worked
+    assert [n for n in worked[1:] if n not in moved] == [], (worked, moved, positions)
+    assert [n for n in worked[1:] if n in behind] == [], (worked, positions, behind)
+    assert positions == sorted(positions)
+    assert [main_of(cfg) for cfg in members] == [books[name] for name in cfgs]
+    properties = load_catalog(stack_settings).load_table(members[0].identifier).properties
+    target = GroupTarget.from_text(properties.get(GROUP_TARGET_PROPERTY))
+    assert target is not None and target.group == "g"

@@ -392,3 +392,61 @@ def test_bad_maintenance_key_raises_naming_it(tmp_path, entry, key):
 def test_bad_maintenance_default_raises(tmp_path):
     msg = config_error(tmp_path, "defaults:\n  maintenance: {orphan_file_age_hours: 1}\ntables:\n" + TABLE_A)
     assert "orphan_file_age_hours" in msg
+
+
+# --- bad records: quarantine and its tolerance ---------------------------------------------------
+
+
+def test_bad_records_default_to_quarantine_with_no_tolerance(tmp_path):
+    """By default a run that quarantines any bad record fails after its commit (the alert)."""
+    t = load_text(tmp_path, "tables:\n" + TABLE_A).tables[0]
+    assert (t.bad_records, t.bad_records_tolerance) == ("quarantine", 0)
+    assert t.tolerates_bad_records(0) and not t.tolerates_bad_records(1)
+
+
+@pytest.mark.parametrize(
+    ("entry", "tolerance", "tolerated", "not_tolerated"),
+    [
+        ("    bad_records_tolerance: none\n", 0, 0, 1),
+        ("    bad_records_tolerance: 0\n", 0, 0, 1),
+        ("    bad_records_tolerance: 25\n", 25, 25, 26),
+        ("    bad_records_tolerance: '25'\n", 25, 25, 26),
+        ("    bad_records_tolerance: all\n", "all", 10**9, None),
+    ],
+)
+def test_bad_records_tolerance_is_none_a_count_or_all(tmp_path, entry, tolerance, tolerated, not_tolerated):
+    t = load_text(tmp_path, "tables:\n" + TABLE_A + "    bad_records: quarantine\n" + entry).tables[0]
+    assert t.bad_records_tolerance == tolerance
+    assert t.tolerates_bad_records(tolerated)
+    assert not_tolerated is None or not t.tolerates_bad_records(not_tolerated)
+    # it survives the JSON a DAG hands its tasks
+    assert TableConfig.model_validate_json(t.model_dump_json()).bad_records_tolerance == tolerance
+
+
+def test_bad_records_tolerance_from_defaults_and_table(tmp_path):
+    cfg = load_text(
+        tmp_path,
+        "defaults:\n  bad_records_tolerance: all\ntables:\n" + TABLE_A + "    bad_records_tolerance: 3\n" + TABLE_B,
+    )
+    products, customers = cfg.tables
+    assert (products.bad_records_tolerance, customers.bad_records_tolerance) == (3, "all")
+
+
+def test_bad_records_fail_is_accepted_as_before(tmp_path):
+    t = load_text(tmp_path, "tables:\n" + TABLE_A + "    bad_records: fail\n").tables[0]
+    assert t.bad_records == "fail"
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "    bad_records_tolerance: -1\n",
+        "    bad_records_tolerance: some\n",
+        "    bad_records_tolerance: 1.5\n",
+        "    bad_records_tolerance: true\n",
+        "    bad_records: skip\n",
+        "    bad_records_tolerence: 3\n",
+    ],
+)
+def test_bad_records_tolerance_that_is_not_none_all_or_a_count_raises(tmp_path, entry):
+    assert entry.split(":")[0].strip() in config_error(tmp_path, "tables:\n" + TABLE_A + entry)

@@ -13,7 +13,14 @@ from typing import Any
 import pytest
 
 from cdclake.model.config import ConnectorModes
-from cdclake.model.defaults import ColumnDefault, added_column_default, spark_string_literal, spark_type
+from cdclake.model.defaults import (
+    ColumnDefault,
+    added_column_default,
+    connect_default,
+    connect_defaults,
+    spark_string_literal,
+    spark_type,
+)
 from cdclake.model.mysql_types import column_type
 from cdclake.model.types import ColumnSpec
 
@@ -521,3 +528,130 @@ def test_defaults_of_alters_recorded_on_the_real_chain():
         default = added_column_default(column, ColumnSpec(column["name"], iceberg_type, False, encoding))
         got[column["name"]] = default.sql if default.exact else None
     assert got == expected
+
+
+# --- defaults from the events' own schemas (connect_default) --------------------------------------
+
+DEC = "org.apache.kafka.connect.data.Decimal"
+
+CONNECT_DEFAULTS = [
+    # (id, encoding, Iceberg type, the field's Connect default, the expected sql; None: not exact)
+    ("string", "string", "string", "abc", "CAST('abc' AS STRING)"),
+    ("quote", "string", "string", "it's", "CAST('it\\'s' AS STRING)"),
+    ("enum", "io.debezium.data.Enum", "string", "x", "CAST('x' AS STRING)"),
+    ("set", "io.debezium.data.EnumSet", "string", "a,b", "CAST('a,b' AS STRING)"),
+    ("int16", "int16", "int", 7, "CAST('7' AS INT)"),
+    ("int32-promoted", "int32", "long", 7, "CAST('7' AS BIGINT)"),
+    ("int64", "int64", "long", -(2**63), f"CAST('{-(2**63)}' AS BIGINT)"),
+    ("unsigned", "int64(unsigned)", "long", 5, "CAST('5' AS BIGINT)"),
+    ("unsigned-wrapped", "int64(unsigned)", "long", -1, None),
+    ("year", "io.debezium.time.Year", "int", 2024, "CAST('2024' AS INT)"),
+    ("float", "float", "float", 2.5, "CAST('2.5' AS FLOAT)"),
+    ("double", "double", "double", 0.1, "CAST('0.1' AS DOUBLE)"),
+    ("double-int", "double", "double", 2, "CAST('2.0' AS DOUBLE)"),
+    ("bit1", "boolean", "boolean", True, "TRUE"),
+    ("bit1-false", "boolean", "boolean", False, "FALSE"),
+    ("decimal", f"{DEC}(5,2)", "decimal(5,2)", "AJY=", "CAST('1.50' AS DECIMAL(5,2))"),
+    ("decimal-negative", f"{DEC}(5,2)", "decimal(5,2)", "/w==", "CAST('-0.01' AS DECIMAL(5,2))"),
+    ("decimal-numeric", f"{DEC}(5,2)", "decimal(5,2)", 1.5, "CAST('1.50' AS DECIMAL(5,2))"),
+    ("decimal-beyond-scale", f"{DEC}(5,2)", "decimal(5,2)", 1.505, None),
+    ("decimal-wide", f"{DEC}(65,1)", "string", "AQ==", "CAST('0.1' AS STRING)"),
+    ("decimal-not-base64", f"{DEC}(5,2)", "decimal(5,2)", "%%", None),
+    (
+        "variable-scale",
+        "io.debezium.data.VariableScaleDecimal",
+        "string",
+        {"scale": 3, "value": "BNI="},
+        "CAST('1.234' AS STRING)",
+    ),
+    ("date", "io.debezium.time.Date", "date", 18263, "CAST('2020-01-02' AS DATE)"),
+    ("date-before-epoch", "io.debezium.time.Date", "date", -1, "CAST('1969-12-31' AS DATE)"),
+    ("date-epoch", "io.debezium.time.Date", "date", 0, None),  # a zero date, or an expression
+    (
+        "datetime-ms",
+        "io.debezium.time.Timestamp",
+        "timestamp",
+        1577934245123,
+        "CAST('2020-01-02 03:04:05.123000' AS TIMESTAMP_NTZ)",
+    ),
+    (
+        "datetime-us",
+        "io.debezium.time.MicroTimestamp",
+        "timestamp",
+        1577934245123456,
+        "CAST('2020-01-02 03:04:05.123456' AS TIMESTAMP_NTZ)",
+    ),
+    ("datetime-epoch", "io.debezium.time.Timestamp", "timestamp", 0, None),  # DEFAULT CURRENT_TIMESTAMP
+    ("datetime-ns-sub-us", "io.debezium.time.NanoTimestamp", "timestamp", 1001, None),
+    (
+        "timestamp",
+        "io.debezium.time.ZonedTimestamp",
+        "timestamptz",
+        "2020-01-02T03:04:05.5Z",
+        "CAST('2020-01-02T03:04:05.5Z' AS TIMESTAMP)",
+    ),
+    ("timestamp-epoch", "io.debezium.time.ZonedTimestamp", "timestamptz", "1970-01-01T00:00:00Z", None),
+    ("timestamp-no-offset", "io.debezium.time.ZonedTimestamp", "timestamptz", "2020-01-02 03:04:05", None),
+    ("time-us", "io.debezium.time.MicroTime", "long", -1500000, "CAST('-1500000' AS BIGINT)"),
+    ("time-ms", "io.debezium.time.Time", "long", 1500, "CAST('1500000' AS BIGINT)"),
+    ("bytes", "bytes", "binary", "AAEC", "X'000102'"),
+    ("bits", "io.debezium.data.Bits", "binary", "AQI=", "X'0201'"),  # Debezium's little-endian order
+    ("json", "io.debezium.data.Json", "string", '{"a": 1}', "CAST('{\"a\": 1}' AS STRING)"),
+    ("text-for-int", "int32", "int", "7", None),
+    (
+        "spatial",
+        "io.debezium.data.geometry.Point",
+        "struct<wkb:binary,srid:int>",
+        {"x": 1.0, "y": 2.0, "wkb": "AA==", "srid": None},
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("encoding", "iceberg", "value", "sql"), [c[1:] for c in CONNECT_DEFAULTS], ids=[c[0] for c in CONNECT_DEFAULTS]
+)
+def test_connect_defaults_decode_as_the_columns_values(
+    encoding: str, iceberg: str, value: Any, sql: str | None
+) -> None:
+    got = connect_default(value, ColumnSpec("c", iceberg, False, encoding), shown_by="the event at p0 o1")
+    assert (got.sql, got.exact) == (sql, sql is not None), got.reason
+    assert got.reason.startswith(f"DEFAULT {json.dumps(value)}"[:40]) and "the event at p0 o1" in got.reason
+
+
+def test_connect_defaults_of_a_row_schema() -> None:
+    row = {
+        "type": "struct",
+        "fields": [
+            {"field": "id", "type": "int32", "optional": False},
+            {"field": "tag", "type": "string", "optional": False, "default": "abc"},
+            {"field": "none", "type": "string", "optional": True, "default": None},
+            {"field": "zero", "type": "int32", "optional": False, "default": 0},
+        ],
+    }
+    assert connect_defaults(row) == {"tag": "abc", "zero": 0}
+
+
+@pytest.mark.integration
+def test_connect_defaults_are_the_values_the_apply_decodes(spark) -> None:
+    """Each exact default above, as Spark SQL, equals what :func:`cdclake.spark.decode.decode` makes
+    of the same Connect-encoded value in an event (read by ``from_json`` as its column's JSON read
+    type): the rows filled with the default hold what an event would have written."""
+    from pyspark.sql import functions as F
+
+    from cdclake.spark.decode import decode, json_read_type
+
+    cases = [c for c in CONNECT_DEFAULTS if c[4] is not None]
+    ddl = ", ".join(f"v{i}: {json_read_type(c[1])}" for i, c in enumerate(cases))
+    doc = json.dumps({f"v{i}": c[3] for i, c in enumerate(cases)})
+    frame = spark.createDataFrame([(doc,)], "j string").select(F.from_json("j", f"struct<{ddl}>").alias("r"))
+    checks = [
+        F.struct(decode(f"r.v{i}", c[1]).alias("decoded"), F.expr(c[4]).alias("default")) for i, c in enumerate(cases)
+    ]
+    row = frame.select(*[check.alias(f"c{i}") for i, check in enumerate(checks)]).collect()[0]
+    problems = [
+        f"{c[0]}: decode gives {row[f'c{i}']['decoded']!r}, the default {row[f'c{i}']['default']!r}"
+        for i, c in enumerate(cases)
+        if row[f"c{i}"]["decoded"] is None or row[f"c{i}"]["decoded"] != row[f"c{i}"]["default"]
+    ]
+    assert not problems, "\n".join(problems)

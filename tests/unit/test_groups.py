@@ -245,3 +245,120 @@ def test_the_group_commit_setting_takes_the_two_ways_and_no_other():
     assert Settings.from_env({"CDCLAKE_GROUP_COMMIT": "pointer"}).group_commit == "pointer"
     with pytest.raises(pydantic.ValidationError, match="group_commit"):
         Settings.from_env({"CDCLAKE_GROUP_COMMIT": "two_phase"})
+
+
+def test_a_members_next_run_reaches_before_the_transaction_that_would_pass_its_cap():
+    """:func:`cdclake.model.groups.member_reach`: the table's events of the transactions after its
+    newest commit, up to ``max_events_per_run``; the first one always counts."""
+    from cdclake.model.groups import member_reach
+
+    newest = SourceInterval(TX, 3, 4)
+    ends = [
+        TransactionEnd("t3", {"bank.accounts": 2}, 3),  # at or below the interval: applied
+        TransactionEnd("t5", {"bank.accounts": 3}, 6),
+        TransactionEnd("t6", {"bank.ledger": 9}, 8),  # another table's: no cost
+        TransactionEnd("t7", {"bank.accounts": 2, "bank.ledger": 1}, 10),
+        TransactionEnd("t5", {"bank.accounts": 3}, 11),  # a restarted connector's copy
+        TransactionEnd("t8", {"bank.accounts": 4}, 13),
+    ]
+    assert member_reach(newest, ends, "bank.accounts", 5) == 12  # t5 and t7: 5 events; t8 would pass
+    assert member_reach(newest, ends, "bank.accounts", 4) == 9  # t5 alone
+    assert member_reach(newest, ends, "bank.accounts", 1) == 9  # t5 is applied whole, over the cap
+    assert member_reach(newest, ends, "bank.accounts", 100) == 13  # every END read
+    assert member_reach(newest, ends, "bank.other", 1) == 13
+    assert member_reach(newest, [], "bank.accounts", 5) == 4
+
+
+def test_the_target_is_the_greatest_position_every_members_next_run_reaches():
+    """:func:`cdclake.model.groups.choose_target` and :func:`~cdclake.model.groups.target_holds`."""
+    from cdclake.model.groups import choose_target, target_holds
+
+    a = [MemberSnapshot(2, SourceInterval(TX, 8, 9), newest=True), MemberSnapshot(1, SourceInterval(TX, 3, 5))]
+    b = [MemberSnapshot(20, SourceInterval(TX, 11, 12), newest=True), MemberSnapshot(10, SourceInterval(TX, 4, 6))]
+    members = {"a": a, "b": b}
+    # a can stop anywhere in 8..30, b in 11..25: both meet at 25
+    assert choose_target(members, {"a": 30, "b": 25}, after=5) == 25
+    # a cannot reach b's newest commit: b's older commits hold no later position than 6, so a aims
+    # at b's newest (11), which takes it more than a run
+    assert choose_target(members, {"a": 10, "b": 25}, after=5) == 11
+    # a member's commit at the position does as well as a run that reaches it
+    b_ahead = [
+        MemberSnapshot(30, SourceInterval(TX, 16, 17), newest=True),
+        MemberSnapshot(20, SourceInterval(TX, 9, 12)),
+    ]
+    assert choose_target({"a": a, "b": b_ahead}, {"a": 14, "b": 40}, after=5) == 12
+    # nothing beyond the group's position for a member, or a member at no known position: no target
+    assert choose_target(members, {"a": 5, "b": 25}, after=5) is None
+    assert choose_target({"a": a, "b": b[1:]}, {"a": 30, "b": 25}, after=None) is None
+    assert choose_target({"a": a, "b": []}, {"a": 30, "b": 25}, after=None) is None
+    # a target holds while every member covers it or has not passed it
+    assert target_holds(members, 11, after=6)
+    assert target_holds(members, 5, after=None)  # a covers it, b's older commit too
+    assert not target_holds(members, 10, after=6)  # b is past it and no commit of b covers it
+    assert not target_holds(members, 11, after=11)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    txns=st.lists(
+        st.dictionaries(st.sampled_from("ab"), st.integers(1, 4), min_size=1),
+        min_size=1,
+        max_size=30,
+    ),
+    caps=st.tuples(st.integers(1, 8), st.integers(1, 8)),
+)
+def test_with_a_target_every_round_of_capped_runs_moves_the_group(txns, caps):
+    """The group's rounds on random transactions over two tables whose runs are capped: each
+    member's run applies its transactions up to the group's target when it has one left below it
+    (the Spark side reads on to reach it), else as many as its cap allows; then the publish. From
+    the second round on (the first runs had no target yet), every round in which a member
+    committed moves the group, and the group ends at the last transaction."""
+    from cdclake.model.groups import choose_target, member_reach, target_holds
+
+    txns = [{"a": 1, "b": 1}, *txns]  # both tables have a first commit
+    ends = [TransactionEnd(f"t{i}", {f"db.{t}": n for t, n in txn.items()}, 2 * i + 1) for i, txn in enumerate(txns)]
+    cap = dict(zip("ab", caps, strict=True))
+    applied = {"a": -1, "b": -1}  # the END offset of the last transaction applied
+    commits: dict[str, list[MemberSnapshot]] = {"a": [], "b": []}
+    position: int | None = None
+    target: int | None = None
+
+    def run(table: str) -> bool:
+        mine = [e for e in ends if f"db.{table}" in e.event_counts and e.offset > applied[table]]
+        if not mine:
+            return False
+        if target is not None and mine[0].offset <= target:
+            upto = [e for e in mine if e.offset <= target]
+        else:
+            upto, spent = [], 0
+            for e in mine:
+                n = e.event_counts[f"db.{table}"]
+                if upto and spent + n > cap[table]:
+                    break
+                upto.append(e)
+                spent += n
+        applied[table] = upto[-1].offset
+        interval = valid_interval(TX, ends, f"db.{table}", upto[-1].id)
+        assert interval is not None
+        commits[table] = [MemberSnapshot(len(ends) + applied[table], interval, newest=True)] + [
+            MemberSnapshot(s.snapshot_id, s.interval) for s in commits[table]
+        ]
+        return True
+
+    for n in range(len(ends) + 2):
+        committed = [run(t) for t in "ab"]
+        candidates = {t: list(c) for t, c in commits.items()}
+        point = choose_position(candidates)
+        moved = point is not None and (position is None or point.position > position)
+        if moved:
+            assert point is not None
+            position = point.position
+        elif n > 0 and any(committed):
+            raise AssertionError(f"round {n}: no move with target {target}: {candidates}")
+        reach = {t: member_reach(c[0].interval, ends, f"db.{t}", cap[t]) for t, c in candidates.items()}
+        if target is None or not target_holds(candidates, target, position):
+            chosen = choose_target(candidates, reach, position)
+            target = target if chosen is None else chosen
+        if not any(committed):
+            break
+    assert position == ends[-1].offset

@@ -360,6 +360,31 @@ def test_rename_is_a_rename_and_a_barrier(catalog):
     assert "quantity" in json.loads(table.properties[COLUMN_ENCODINGS_PROPERTY])
 
 
+@pytest.mark.parametrize(
+    "ddl",
+    [
+        "ALTER TABLE orders RENAME COLUMN QTY TO quantity",  # MySQL column names ignore case
+        "ALTER TABLE orders CHANGE COLUMN Qty quantity INT NOT NULL",
+        "ALTER TABLE orders CHANGE COLUMN qty QUANTITY INT NOT NULL",
+    ],
+)
+def test_a_rename_written_in_another_letter_case_is_a_rename(catalog, ddl):
+    t = cfg()
+    ids = {n: i for i, n, _, _ in fields(create_orders(catalog, t))}
+    rename = event(ddl, 3000, columns_with(rename={"qty": "quantity"}))
+    after = OffsetRange(topic=RANGE.topic, start={0: 0}, end={0: 10})
+    sync_changes(
+        catalog,
+        t,
+        parse(CREATE, rename),
+        data_positions=[(0, 0, BinlogPosition(1, 3100, 0, 1))],
+        offset_range=after,
+        facts=SETTLED,
+    )
+    by_name = {n: i for i, n, _, _ in fields(catalog.load_table(t.identifier))}
+    assert by_name["quantity"] == ids["qty"] and "qty" not in by_name  # the same field: its values kept
+
+
 def test_a_rename_waits_until_every_partition_has_settled_past_it(catalog):
     """Partition 1 was read to its end, but Debezium sent it nothing after the rename yet: an event
     from before the rename may still be on its way there, and would be read by the new name."""

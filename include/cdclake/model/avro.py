@@ -191,8 +191,9 @@ def connect_schema(schema: Any) -> dict[str, Any]:
     ``after`` reuses the ``before`` record ``Value``) is resolved by its full name; Connect's
     attributes (``connect.name``, ``connect.parameters``, ``connect.type``, ``connect.version``,
     ``connect.default``) become the Connect schema's ``name``, ``parameters``, ``type``,
-    ``version``, ``default``; a ``decimal`` logical type without ``connect.name`` is a Connect
-    decimal of its ``precision`` and ``scale``.
+    ``version``, ``default`` (a field without ``connect.default``: its Avro ``default``); a
+    ``decimal`` logical type without ``connect.name`` is a Connect decimal of its ``precision`` and
+    ``scale``.
 
     Raises:
         SchemaError: a union of two non-null types, or a reference to an undefined name.
@@ -229,9 +230,7 @@ def _connect(schema: Any, names: dict[str, dict[str, Any]], namespace: str | Non
         record_ns = full.rsplit(".", 1)[0] if "." in full else None
         out = {"type": "struct", "optional": optional, "fields": []}
         names[full] = out  # before the fields: a field may refer to its own record
-        out["fields"] = [
-            {**_connect(f["type"], names, record_ns, optional=False), "field": f["name"]} for f in schema["fields"]
-        ]
+        out["fields"] = [_connect_field(f, names, record_ns) for f in schema["fields"]]
     elif avro_type == "array":
         out = {
             "type": "array",
@@ -269,6 +268,23 @@ def _connect(schema: Any, names: dict[str, dict[str, Any]], namespace: str | Non
         out["name"] = _LOGICAL_TO_CONNECT[logical]
     if out["type"] == "struct" and "name" not in out and avro_type == "record":
         out["name"] = _full_name(schema["name"], schema.get("namespace", namespace))
+    return out
+
+
+def _connect_field(field: dict[str, Any], names: dict[str, dict[str, Any]], namespace: str | None) -> dict[str, Any]:
+    """One field of a record as a Connect struct field. Its default is the type's
+    ``connect.default`` (Connect's value, as ``JsonConverter`` writes it), else the Avro field's
+    non-null ``default`` (a converter without Connect metadata), whose bytes (an Avro JSON string of
+    code points 0-255, Avro spec "Schema Declaration") become their base64 text, as Connect's are."""
+    out = {**_connect(field["type"], names, namespace, optional=False), "field": field["name"]}
+    default = field.get("default")
+    if "default" not in out and default is not None:
+        if out.get("type") == "bytes" and isinstance(default, str):
+            try:
+                default = base64.b64encode(default.encode("latin-1")).decode("ascii")
+            except UnicodeEncodeError:
+                return out  # not an Avro bytes default: left out
+        out["default"] = default
     return out
 
 

@@ -46,6 +46,10 @@ log = logging.getLogger(__name__)
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAME = re.compile(r"^[a-z0-9_]+$")
 
+BadRecordsTolerance = Annotated[int, Field(ge=0)] | Literal["all"]
+"""How many bad records a run may quarantine and succeed (``bad_records_tolerance``): a count, or
+``all``; ``none`` reads as 0."""
+
 ValueFormat = Literal["json", "json_with_schema", "avro"]
 """How the Kafka record value is serialized by the connector's value converter:
 
@@ -203,6 +207,15 @@ class TableDefaults(BaseModel):
     bad_records: Literal["quarantine", "fail"] = "quarantine"
     """What a run does with a record it cannot apply: ``quarantine`` writes it to the table's
     quarantine table and goes on; ``fail`` (strict mode) stops the run naming the record."""
+    bad_records_tolerance: BadRecordsTolerance = 0
+    """With ``bad_records: quarantine``, how many bad records one run may newly quarantine and
+    still succeed (in the spirit of Kafka Connect's ``errors.tolerance``): a run that quarantines
+    more commits its good rows, the quarantine and its offsets as any run, then fails with
+    :class:`~cdclake.errors.QuarantineToleranceError` naming the causes, so that Airflow's failure
+    alerting fires (:mod:`cdclake.model.bad_records`). ``0`` (or ``none``, the default): any bad
+    record fails the run; a count ``N``: more than ``N``; ``all``: never (the run succeeds and
+    counts them). Records held back behind a bad record of their key, and records an earlier run
+    quarantined already (a replay), do not count. No effect with ``bad_records: fail``."""
     tombstone_retention_hours: Annotated[int, Field(gt=0)] = 24 * 8
     """How long delete tombstones are kept (hours); at least the topic's retention (Kafka's
     default is 7 days), so that no re-emitted or replayed event can outlive its tombstone."""
@@ -264,6 +277,18 @@ class TableDefaults(BaseModel):
     """With ``shared_dag``: how many tables one task of the shared DAG applies, one after the other
     (the tables in name order, cut into tasks ``apply_0``, ``apply_1``, ...); the tasks run at once
     as the pool ``cdc_apply`` allows."""
+
+    @field_validator("bad_records_tolerance", mode="before")
+    @classmethod
+    def _tolerance(cls, v: Any) -> Any:
+        if isinstance(v, bool):  # YAML's yes/no/true/false are not counts
+            raise ValueError(f"bad_records_tolerance is none, all or a count of records, not {v!r}")
+        return 0 if v == "none" else v
+
+    def tolerates_bad_records(self, bad: int) -> bool:
+        """Whether a run that newly quarantined ``bad`` bad records succeeds
+        (:attr:`bad_records_tolerance`)."""
+        return self.bad_records_tolerance == "all" or bad <= self.bad_records_tolerance
 
 
 class TableConfig(TableDefaults):

@@ -9,7 +9,9 @@ just before the ``END`` of the first transaction touching it that it did not app
 (:func:`valid_interval`, recorded as :attr:`~cdclake.model.layout.SummaryKeys.TRANSACTION_INTERVAL`).
 The group's position is the greatest one that a commit of every member covers
 (:func:`choose_position`); the group's tag (:func:`~cdclake.model.layout.group_tag`) points each
-member at that commit.
+member at that commit. So that the members' commits meet at one, each publish also sets the
+group's target (:func:`choose_target`), the greatest position every member's next run reaches,
+where those runs stop.
 """
 
 from __future__ import annotations
@@ -279,6 +281,119 @@ def choose_position(members: Mapping[str, Sequence[MemberSnapshot]]) -> GroupPoi
         else:
             return GroupPoint(position, chosen)
     return None
+
+
+def member_reach(interval: SourceInterval, ends: Sequence[End], data_collection: str, max_events: int) -> int:
+    """The greatest position a member's next run reaches from its newest commit (``interval``):
+    just before the ``END`` of the first transaction touching the table (``data_collection``)
+    whose events would take the run past ``max_events``; the first one always counts (a run applies
+    a larger transaction whole). The last ``END`` read when the run reaches all of them.
+
+    Args:
+        interval: the newest commit's interval (extended: :func:`extend_interval`).
+        ends: the ``END`` records after it (an ``END`` of a transaction seen before in them is a
+            restarted connector's copy and counts at its first offset).
+        data_collection: the table, ``<database>.<table>``.
+        max_events: the table's ``max_events_per_run``.
+    """
+    seen: set[str] = set()
+    spent, reach = 0, interval.end
+    for e in sorted(ends, key=lambda e: e.offset):
+        if e.id in seen:
+            continue
+        seen.add(e.id)
+        if e.offset <= interval.end:
+            continue
+        n = e.event_counts.get(data_collection)
+        if n is not None and spent and spent + n > max_events:
+            return e.offset - 1
+        spent += n or 0
+        reach = e.offset
+    return reach
+
+
+def choose_target(
+    members: Mapping[str, Sequence[MemberSnapshot]], reach: Mapping[str, int], after: int | None
+) -> int | None:
+    """The position the members' next runs stop at: the greatest one above ``after`` (the group's
+    position) that every member covers with a commit or can stop at in its next run (from its
+    newest commit's start, before which it holds every transaction, to its ``reach``:
+    :func:`member_reach`). When a member ran so far ahead that no next run of another reaches a
+    position it covers, the smallest one above ``after`` that every member covers or can reach in
+    later runs (from its newest commit's start on).
+
+    Args:
+        members: per member, its candidate commits newest first, the newest extended
+            (:func:`member_snapshots`, :func:`extend_interval`).
+        reach: per member, the greatest position its next run reaches.
+        after: the group's position (``None``: not published yet).
+
+    Returns:
+        The target; ``None`` when a member's newest commit is at no known position (its runs
+        place nothing yet), or some member's runs have nothing beyond ``after`` to reach.
+    """
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for name, snaps in members.items():
+        if not snaps or not snaps[0].newest or reach[name] <= (after if after is not None else -1):
+            return None
+        spans[name] = [(s.interval.start, s.interval.end) for s in snaps]
+    if not spans:
+        return None
+    floor = after if after is not None else -1
+    now = {name: [*spans[name], (members[name][0].interval.start, reach[name])] for name in spans}
+    ends = sorted({hi for intervals in now.values() for _, hi in intervals}, reverse=True)
+    best = next((p for p in ends if _covered(now, p)), None)
+    if best is not None and best > floor:
+        return best
+    later = {name: [*spans[name], (members[name][0].interval.start, _NO_END)] for name in spans}
+    starts = sorted({floor + 1, *(lo for intervals in later.values() for lo, _ in intervals if lo > floor)})
+    return next((p for p in starts if _covered(later, p)), None)
+
+
+def target_holds(members: Mapping[str, Sequence[MemberSnapshot]], target: int, after: int | None) -> bool:
+    """Whether a target set before still serves: it is above ``after`` (the group's position) and
+    every member covers it with a commit or has not passed it (its newest commit starts at or
+    below it). A target is kept while it holds, so that the commits members made there stay of
+    use however far the others' runs get."""
+    if after is not None and target <= after:
+        return False
+    return all(
+        snaps
+        and snaps[0].newest
+        and (snaps[0].interval.start <= target or any(s.interval.covers(target) for s in snaps))
+        for snaps in members.values()
+    )
+
+
+_NO_END = 2**63 - 1
+"""The end of an interval without one (a member that can reach any later position)."""
+
+
+def _covered(intervals: Mapping[str, Sequence[tuple[int, int]]], position: int) -> bool:
+    return all(any(lo <= position <= hi for lo, hi in spans) for spans in intervals.values())
+
+
+class GroupTarget(BaseModel):
+    """The group's target (:data:`~cdclake.model.layout.GROUP_TARGET_PROPERTY`), set by its publish
+    on every member (:func:`choose_target`).
+
+    Attributes:
+        group: the group.
+        position: the transaction-topic position the members' next runs stop at.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    group: str
+    position: int
+
+    @classmethod
+    def from_text(cls, text: str | None) -> GroupTarget | None:
+        """The record of a table property; ``None`` when absent or unreadable (the runs go as far
+        as their cap; the next publish sets it again)."""
+        with contextlib.suppress(ValueError):
+            return cls.model_validate_json(text or "")
+        return None
 
 
 class GroupPosition(BaseModel):

@@ -178,6 +178,12 @@ GROUP_POSITION_PROPERTY = "cdc.group-position"
 transaction-topic position, snapshot, publish time ms) written with the move of the group's tag
 (:func:`group_tag`) in the same catalog commit (:mod:`cdclake.pipeline.groups`)."""
 
+GROUP_TARGET_PROPERTY = "cdc.group-target"
+"""Table property of a table in a group: JSON :class:`~cdclake.model.groups.GroupTarget` (group,
+transaction-topic position), the position the group's publish chose for the members' next runs
+(:func:`cdclake.model.groups.choose_target`): a member's run below it stops there, or reads on past
+``max_events_per_run`` to reach it (:func:`cdclake.spark.transactions.cut_batch`)."""
+
 GROUP_TAG_PREFIX = "cdc_group_"
 
 STAGE_BRANCH = "cdc_stage"

@@ -33,7 +33,8 @@ DROP / RENAME of the table         :class:`~cdclake.errors.SchemaChangeError` (s
 schemas the events carry (:func:`plan_from_events`): new columns added, types promoted, a type the
 table's column holds (an event from before a promotion) left as it is, a column absent from the
 events kept (a row schema cannot tell a drop from a rename), other type changes to
-``incompatible``. The table config's ``columns`` are applied the same way.
+``incompatible``. The table config's ``columns`` are applied the same way. A new column whose field
+carries a default gives it to the rows from before the column (:attr:`ChangePlan.defaults`).
 
 **Table rename and drop stop the table.** The data topic is named after the source table: after
 a rename its events go to another topic, and a dropped table (maybe re-created with other
@@ -58,11 +59,15 @@ meanwhile.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from cdclake.errors import DdlParseError, SchemaChangeError, SchemaError
 from cdclake.model.config import ConnectorModes, SchemaChangePolicy, TableConfig
 from cdclake.model.ddl import ddl_effects
+from cdclake.model.defaults import ColumnDefault, connect_default
 from cdclake.model.envelope import KafkaCoordinates
 from cdclake.model.interchange import DAY_ENCODINGS, TEXT_ENCODINGS
 from cdclake.model.mysql_types import column_type
@@ -107,6 +112,18 @@ _JSON_FAMILIES = (
 )
 
 
+def same_column(name: str, names: Iterable[str]) -> str | None:
+    """The one of ``names`` that is column ``name`` in MySQL, whose column names are
+    case-insensitive (MySQL 8.4 manual, "Identifier Case Sensitivity"): ``name`` itself if
+    present, else the only name equal to it ignoring case; ``None`` when there is none (or several
+    that differ only in case, which MySQL cannot have)."""
+    names = list(names)
+    if name in names:
+        return name
+    found = [n for n in names if n.casefold() == name.casefold()]
+    return found[0] if len(found) == 1 else None
+
+
 def same_json_values(old: str, new: str) -> bool:
     """Whether values written under encoding ``old`` decode the same under ``new`` (decimals:
     the same scale, whatever the precision; text of any text encoding, such as MariaDB's JSON
@@ -139,6 +156,9 @@ class ChangePlan:
     barrier_reasons: list[str] = field(default_factory=list)
     after: SourceSchema | None = None
     encodings: dict[str, str] = field(default_factory=dict)
+    defaults: dict[str, ColumnDefault] = field(default_factory=dict)
+    """A plan from the events (:func:`plan_from_events`): of the columns it adds, those whose field
+    carries a default, with what the rows written before the column existed read in it."""
 
     @property
     def is_barrier(self) -> bool:
@@ -198,10 +218,18 @@ def plan_change(
                 "appeared, and without the DDL a rename cannot be told from a drop and an add"
             ) from e
         renames = ()
+    shown = [c["name"] for c in change.columns]
     for r in renames:
-        if r.table.matches(db, name, default_db=change.database) and r.old in columns and r.new not in columns:
-            rename(r.old, r.new)
-            plan.barrier_reasons.append(f"column {r.old!r} renamed to {r.new!r}")
+        if not r.table.matches(db, name, default_db=change.database):
+            continue
+        # MySQL column names are case-insensitive (MySQL 8.4 manual, "Identifier Case
+        # Sensitivity"): RENAME COLUMN EMAIL TO x renames the column email
+        old_name = same_column(r.old, columns)
+        new_name = same_column(r.new, shown) or r.new
+        taken = same_column(new_name, columns)
+        if old_name is not None and (taken is None or taken == old_name) and new_name != old_name:
+            rename(old_name, new_name)
+            plan.barrier_reasons.append(f"column {old_name!r} renamed to {new_name!r}")
 
     wanted = [c["name"] for c in change.columns]
     mapped = {c["name"]: (*column_type(c, modes), bool(c.get("optional", True))) for c in change.columns}
@@ -285,11 +313,15 @@ class ObservedSchema:
         columns: the columns, in source order.
         where: the event that shows them; ``None`` for the table config's ``columns``.
         schema_id: the Avro writer schema's id in the schema registry, for events in Avro.
+        defaults: column -> the default its field carries (names as in ``columns``).
     """
 
     columns: tuple[ColumnSpec, ...]
     where: KafkaCoordinates | None = None
     schema_id: int | None = None
+    defaults: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    """The Connect-encoded ``default`` of each column whose field carries a non-null one
+    (:func:`cdclake.model.defaults.connect_defaults`)."""
 
     def describe(self) -> str:
         if self.where is None:
@@ -348,6 +380,11 @@ def plan_from_events(
     type) and adds the column with its new type. The table config's ``columns`` are only ever
     added or promoted.
 
+    An added column whose field carries a default in the events' schemas gets it in
+    ``plan.defaults`` (:func:`_added_defaults`): at the source, the rows that existed before the
+    ``ADD COLUMN`` read it, and no event says so (:mod:`cdclake.model.defaults`). The apply fills it
+    into the rows written by events from before the column (:mod:`cdclake.spark.evolve`).
+
     Args:
         current: the table's source columns and identifier fields.
         observed: the schemas, in the order they were met (the first event showing a change
@@ -362,6 +399,8 @@ def plan_from_events(
     """
     plan = ChangePlan(None)
     added: set[str] = set()
+    from_config: set[str] = set()
+    met: dict[str, list[tuple[Any, str, ObservedSchema]]] = {}  # added column -> (default, encoding, schema)
     columns = {c.name: c for c in current.columns}
     order = [c.name for c in current.columns]
     for obs in observed:
@@ -391,6 +430,8 @@ def plan_from_events(
                 spec = replace(shown, required=False)
                 plan.adds.append((spec, previous))
                 added.add(spec.name)
+                if obs.where is None:
+                    from_config.add(spec.name)
                 columns[spec.name] = spec
                 order.insert(order.index(previous) + 1 if previous else 0, spec.name)
             elif not _holds(existing, shown):
@@ -403,6 +444,8 @@ def plan_from_events(
                     plan.promotions = [p for p in plan.promotions if p[0] != shown.name]
                     plan.promotions.append((shown.name, shown.iceberg_type))
                 columns[shown.name] = promoted
+            if shown.name in added and obs.where is not None:
+                met.setdefault(shown.name, []).append((obs.defaults.get(shown.name), shown.encoding, obs))
             previous = shown.name
         if obs.where is None:
             continue
@@ -413,7 +456,40 @@ def plan_from_events(
                 columns[name] = replace(columns[name], required=False)
     plan.after = SourceSchema(tuple(columns[n] for n in order), current.identifier)
     plan.encodings = {n: columns[n].encoding for n in order}
+    plan.defaults = _added_defaults(plan, met, skip=from_config | {old for old, _ in plan.renames})
     return plan
+
+
+def _added_defaults(
+    plan: ChangePlan, met: Mapping[str, list[tuple[Any, str, ObservedSchema]]], *, skip: set[str]
+) -> dict[str, ColumnDefault]:
+    """Of the columns ``plan`` adds, what the rows written before each existed read in it: the
+    default its field carries in the schemas of the events that show it
+    (:func:`cdclake.model.defaults.connect_default`), ``met`` in the order they were met.
+
+    None for a column without a default (or a null one: NULL, as the source reads it), added by
+    the table config's ``columns``, or set aside by an incompatible type (``skip``: the source
+    converted its values, it filled no default). Schemas that disagree on the default (an
+    ``ALTER ... SET DEFAULT`` after the ``ADD COLUMN``) leave it unknown: which came first is not
+    in the schemas."""
+    out: dict[str, ColumnDefault] = {}
+    for spec, _ in plan.adds:
+        seen = met.get(spec.name)
+        if not seen or spec.name in skip:
+            continue
+        shown = sorted({json.dumps(value, sort_keys=True) for value, _, _ in seen})
+        value, encoding, first = seen[0]
+        if len(shown) > 1:
+            out[spec.name] = ColumnDefault(
+                spec.name,
+                None,
+                False,
+                f"the events' schemas show different defaults for it ({', '.join(shown)}; null: none), first "
+                f"{first.describe()}: the one of its ADD COLUMN is not known",
+            )
+        elif value is not None:
+            out[spec.name] = connect_default(value, spec, encoding=encoding, shown_by=first.describe())
+    return out
 
 
 def cut_at(

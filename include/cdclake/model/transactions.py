@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -107,17 +107,33 @@ class Cut:
 
     Attributes:
         position: every partition is cut before its first event at or after it.
-        transaction: the transaction that is not whole (its id).
+        transaction: the transaction that is not whole (its id), or, for a cut of a group member's
+            batch, the first one after the cut.
         have: its distinct events in the batch for the table.
         want: the events ``END`` counts for the table; ``None``: its ``END`` is not read yet.
+        reason: ``whole`` (the transaction is not whole in the batch), or for a group member
+            (:func:`cdclake.spark.transactions.cut_batch`) ``prefix`` (a partition was read less
+            far: the batch ends where every partition was read) or ``target`` (the transaction
+            ends after the group's target, :data:`~cdclake.model.layout.GROUP_TARGET_PROPERTY`).
     """
 
     position: BinlogPosition
     transaction: str
     have: int
     want: int | None
+    reason: Literal["whole", "prefix", "target"] = "whole"
 
     def describe(self) -> str:
+        if self.reason == "prefix":
+            return (
+                f"a partition was read only to before {self.position.to_event_text()}: the batch ends before "
+                f"transaction {self.transaction!r}, so that it holds every event of the table up to its end"
+            )
+        if self.reason == "target":
+            return (
+                f"transaction {self.transaction!r} ends after the group's target: the batch ends before "
+                f"{self.position.to_event_text()}"
+            )
         missing = (
             "its END is not in the transaction topic: not written yet, or deleted by the topic's retention "
             "(then set transactions: ignore for the table's runs to go on)"

@@ -12,6 +12,11 @@ to its commit there (``docs/architecture.md``, "Table groups"), in one of two wa
   (:func:`group_read_tags`): a reader who needs the group whole reads each member at that tag.
   While a publish moves the members one by one (or after it failed half-way, until the next one),
   ``main`` of two members may be one publish apart.
+
+Either way the publish also sets the group's target on every member
+(:data:`~cdclake.model.layout.GROUP_TARGET_PROPERTY`, :func:`~cdclake.model.groups.choose_target`):
+the greatest position every member's next run reaches, where those runs stop, so that the next
+publish finds a position all of them cover.
 """
 
 from __future__ import annotations
@@ -22,21 +27,31 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from cdclake.errors import MultiTableCommitError, TopicNotFoundError
-from cdclake.io.catalog import MAIN_BRANCH, ancestry, load_table_or_none, write_ref
+from cdclake.io.catalog import MAIN_BRANCH, ancestry, load_table_or_none, update_table_property, write_ref
 from cdclake.io.kafka import topic_watermarks
 from cdclake.io.multi_commit import RefMove, RefUpdate, commit_refs, move_refs
 from cdclake.io.transaction_topic import read_transaction_ends
 from cdclake.model.groups import (
     GroupPosition,
     GroupStatus,
+    GroupTarget,
     MemberSnapshot,
     SourceInterval,
     choose_position,
+    choose_target,
     extend_interval,
     group_members,
+    member_reach,
     member_snapshots,
+    target_holds,
 )
-from cdclake.model.layout import GROUP_POSITION_PROPERTY, group_tag, position_of_tag, position_tag
+from cdclake.model.layout import (
+    GROUP_POSITION_PROPERTY,
+    GROUP_TARGET_PROPERTY,
+    group_tag,
+    position_of_tag,
+    position_tag,
+)
 from cdclake.model.plan import TransactionRange
 
 if TYPE_CHECKING:
@@ -45,6 +60,7 @@ if TYPE_CHECKING:
 
     from cdclake.io.kafka import KafkaClients
     from cdclake.model.config import TableConfig
+    from cdclake.model.transactions import TransactionEnd
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +80,8 @@ class GroupPublish:
         moved: whether this call moved the tag.
         snapshots: per member (table name), the snapshot the tag points at.
         reason: why the tag did not move (empty when it moved).
+        target: the position the members' next runs stop at
+            (:data:`~cdclake.model.layout.GROUP_TARGET_PROPERTY`); ``None``: none set.
     """
 
     group: str
@@ -71,6 +89,7 @@ class GroupPublish:
     moved: bool
     snapshots: Mapping[str, int] = field(default_factory=dict)
     reason: str = ""
+    target: int | None = None
 
 
 GroupCommit = Literal["multi_table", "pointer"]
@@ -89,7 +108,10 @@ def publish_group(
     all of them cover (:func:`~cdclake.model.groups.choose_position`), and ``main`` with it for
     every member whose runs commit to the stage branch (:func:`~cdclake.io.catalog.write_ref`), with
     the table property :data:`~cdclake.model.layout.GROUP_POSITION_PROPERTY`, in one catalog commit;
-    never backwards.
+    never backwards. Sets the group's target for the members' next runs
+    (:data:`~cdclake.model.layout.GROUP_TARGET_PROPERTY`: :func:`~cdclake.model.groups.choose_target`;
+    kept while it holds, :func:`~cdclake.model.groups.target_holds`), in the same commit when the
+    group moves, else by a metadata commit of each member when it changes.
 
     Args:
         catalog: the members' catalog (REST or SQL: :func:`~cdclake.io.multi_commit.move_refs`).
@@ -130,6 +152,7 @@ def _publish_once(
     # members whose runs commit to the stage branch: main moves with the tag, from where it is
     mains: dict[str, int | None] = {}
     published: list[int | None] = []
+    targets: list[GroupTarget | None] = []
     for cfg in members:
         table = load_table_or_none(catalog, cfg.identifier)
         if table is None:
@@ -142,23 +165,37 @@ def _publish_once(
             mains[cfg.name] = main.snapshot_id if main is not None else None
         mark = GroupPosition.from_text(table.properties.get(GROUP_POSITION_PROPERTY))
         published.append(mark.position if mark is not None and mark.group == group else None)
+        targets.append(GroupTarget.from_text(table.properties.get(GROUP_TARGET_PROPERTY)))
     # a member added to the group since the last publish has no mark: the group starts again
     known = [p for p in published if p is not None]
     before = min(known) if known and len(known) == len(published) else None
-    if kafka is not None:
-        _extend_newest(kafka, transaction_topic, members, candidates, tagged, before)
+    ends = None if kafka is None else _extend_newest(kafka, transaction_topic, members, candidates, tagged, before)
     current = {n: s for n, s in tagged.items() if s is not None}
     point = choose_position(candidates)
-    if point is None:
-        missing = [n for n, c in candidates.items() if not c]
-        reason = (
-            f"no commit of {', '.join(missing)} is at a known source position yet"
-            if missing
-            else "the members' commits share no source position yet"
-        )
-        return GroupPublish(group, before, False, current, reason)
-    if before is not None and point.position <= before:
-        return GroupPublish(group, before, False, current, f"no position beyond {before} yet")
+    moving = point is not None and (before is None or point.position > before)
+    after = point.position if point is not None and moving else before
+    target = _next_target(group, members, candidates, ends, targets, after)
+    wanted = GroupTarget(group=group, position=target) if target is not None else None
+    if point is None or not moving:
+        if point is None:
+            missing = [n for n, c in candidates.items() if not c]
+            reason = (
+                f"no commit of {', '.join(missing)} is at a known source position yet"
+                if missing
+                else "the members' commits share no source position yet"
+            )
+        else:
+            reason = f"no position beyond {before} yet"
+        if wanted is not None:
+            text = wanted.model_dump_json()
+            for cfg, held in zip(members, targets, strict=True):
+                if held != wanted:
+                    update_table_property(catalog, cfg.identifier, GROUP_TARGET_PROPERTY, lambda _: text)
+            log.info(
+                "group %s: %s; the members' next runs stop at %s offset %d", group, reason, transaction_topic, target
+            )
+        return GroupPublish(group, before, False, current, reason, target)
+    assert point is not None  # moving
     moves = [
         RefMove(
             cfg.identifier,
@@ -173,7 +210,8 @@ def _publish_once(
             {
                 GROUP_POSITION_PROPERTY: GroupPosition(
                     group=group, position=point.position, snapshot_id=point.snapshots[cfg.name], published_ms=now_ms
-                ).model_dump_json()
+                ).model_dump_json(),
+                **({GROUP_TARGET_PROPERTY: wanted.model_dump_json()} if wanted is not None else {}),
             },
         )
         for cfg in members
@@ -183,14 +221,42 @@ def _publish_once(
     else:
         move_refs(catalog, moves)
     log.info(
-        "group %s: published at %s offset %d (was %s): %s",
+        "group %s: published at %s offset %d (was %s): %s; the members' next runs stop at %s",
         group,
         transaction_topic,
         point.position,
         before,
         ", ".join(f"{n} snapshot {s}" for n, s in point.snapshots.items()),
+        target,
     )
-    return GroupPublish(group, point.position, True, dict(point.snapshots))
+    return GroupPublish(group, point.position, True, dict(point.snapshots), target=target)
+
+
+def _next_target(
+    group: str,
+    members: Sequence[TableConfig],
+    candidates: Mapping[str, Sequence[MemberSnapshot]],
+    ends: Sequence[TransactionEnd] | None,
+    recorded: Sequence[GroupTarget | None],
+    after: int | None,
+) -> int | None:
+    """The group's target after a publish at ``after``: the one the members record while it holds
+    (:func:`~cdclake.model.groups.target_holds`: the commits members made there stay of use), else
+    a new one (:func:`~cdclake.model.groups.choose_target`) from each member's reach in the ``END``
+    records read (:func:`~cdclake.model.groups.member_reach`); ``None``: none can be set (or no
+    ``END`` records were read)."""
+    held = {t.position if t is not None and t.group == group else None for t in recorded}
+    if len(held) == 1 and (position := held.pop()) is not None and target_holds(candidates, position, after):
+        return position
+    if ends is None:
+        return None
+    reach = {
+        cfg.name: member_reach(candidates[cfg.name][0].interval, ends, cfg.data_collection, cfg.max_events_per_run)
+        if candidates[cfg.name] and candidates[cfg.name][0].newest
+        else -1
+        for cfg in members
+    }
+    return choose_target(candidates, reach, after)
 
 
 def _publish_by_pointer(
@@ -288,15 +354,15 @@ def _extend_newest(
     candidates: dict[str, list[MemberSnapshot]],
     tagged: Mapping[str, int | None],
     before: int | None,
-) -> None:
+) -> list[TransactionEnd] | None:
     """Extend each member's newest commit, in ``candidates``, to the ``END`` records of
     ``transaction_topic`` written since (:func:`~cdclake.model.groups.extend_interval`), read once
-    for all members. A tagged newest commit was valid at the group's position ``before`` already:
-    the read starts there. Nothing is extended when the topic has several partitions or its
-    retention deleted ``END`` records after a member's interval."""
+    for all members, and return them (``None``: none read). A tagged newest commit was valid at the
+    group's position ``before`` already: the read starts there. Nothing is extended when the topic
+    has several partitions or its retention deleted ``END`` records after a member's interval."""
     newest = {m.name: candidates[m.name][0] for m in members if candidates[m.name] and candidates[m.name][0].newest}
     if not newest:
-        return
+        return None
     ends_known = {
         name: max(s.interval.end, before) if before is not None and tagged[name] == s.snapshot_id else s.interval.end
         for name, s in newest.items()
@@ -304,10 +370,10 @@ def _extend_newest(
     try:
         marks = topic_watermarks(kafka, transaction_topic)
     except TopicNotFoundError:
-        return
+        return None
     start = min(ends_known.values()) + 1
     if len(marks.high) != 1 or 0 not in marks.high or start < marks.low[0]:
-        return
+        return None
     ends = read_transaction_ends(kafka, TransactionRange(topic=transaction_topic, start={0: start}, end=marks.high))
     collections = {m.name: m.data_collection for m in members}
     for name, snap in newest.items():
@@ -315,3 +381,4 @@ def _extend_newest(
         candidates[name][0] = MemberSnapshot(
             snap.snapshot_id, extend_interval(interval, ends, collections[name]), newest=True
         )
+    return ends

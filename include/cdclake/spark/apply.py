@@ -15,7 +15,9 @@ This is the apply contract (``docs/architecture.md``, "The apply contract"), as
 4. **Statistics** (:mod:`cdclake.spark.stats`): one pass gives the typed
    :class:`~cdclake.model.run_state.BatchStats`.
 5. **Bad records** (:mod:`cdclake.spark.quarantine`): quarantined with the records of their key
-   held back behind them, or the run fails naming them (``bad_records: fail``).
+   held back behind them, or the run fails naming them (``bad_records: fail``). A run that newly
+   quarantined more bad records than ``bad_records_tolerance`` fails after its commit, naming
+   their causes (:mod:`cdclake.model.bad_records`).
 6. **Decide** (:func:`cdclake.model.decision.decide`, pure): events are ordered by binlog position
    ``(file sequence number, pos, row, change rank)`` (:mod:`cdclake.model.position`), so events of
    another binlog basename or server stop the table (:class:`~cdclake.errors.PositionOrderError`);
@@ -51,6 +53,7 @@ from cdclake.io.catalog import (
     run_commit,
 )
 from cdclake.io.kafka import KafkaClients, offsets_for_time, topic_watermarks
+from cdclake.model.bad_records import NewQuarantine, describe_causes, tolerance_error
 from cdclake.model.convergence import IdentitySpan, SourceIdentity
 from cdclake.model.decision import (
     RunDecision,
@@ -82,11 +85,11 @@ from cdclake.spark.evolve import MAX_EVOLUTIONS, IncompatibleCut, evolve_table, 
 from cdclake.spark.history import write_history
 from cdclake.spark.names import quote_identifier
 from cdclake.spark.positions import position_column, position_literal, position_literal_sql, position_sql
-from cdclake.spark.quarantine import QUARANTINED, bad_batch, first_quarantined, write_quarantine
+from cdclake.spark.quarantine import QUARANTINED, bad_batch, first_quarantined, new_quarantine, write_quarantine
 from cdclake.spark.read import read_range
 from cdclake.spark.reduce import reduce_batch
 from cdclake.spark.stats import GOOD, first_offsets_outside, identity_spans, snapshot_groups
-from cdclake.spark.transactions import record_wait, transaction_summary
+from cdclake.spark.transactions import extended_plan, record_wait, transaction_summary
 from cdclake.spark.writer_schemas import writer_schemas_for
 
 if TYPE_CHECKING:
@@ -184,6 +187,9 @@ def apply_range(
         BadBatchError: ``bad_records: fail`` and records that cannot be applied (nothing committed).
         QuarantinedBatchError: every record of the range was quarantined, none applied (raised
             after the quarantine was written and the offsets committed).
+        QuarantineToleranceError: ``bad_records: quarantine`` and the run newly quarantined more
+            bad records than ``bad_records_tolerance`` (raised after the commit; the range is then
+            applied: a retry finds nothing to do).
         PositionOrderError: the events change binlog basename or source server.
         SchemaError: the table cannot be created from, or does not fit, the events.
     """
@@ -220,7 +226,9 @@ def apply_range(
     ctx, base, parsed, stats, whole, writers = parse_batch(ctx, raw, writers)
     try:
         for n in range(MAX_EVOLUTIONS):
-            evolved = evolve_table(ctx, stats, parsed, first=n == 0, writers=writers, cut=cut_incompatible and n == 0)
+            evolved = evolve_table(
+                ctx, stats, parsed, first=n == 0, writers=writers, cut=cut_incompatible and n == 0, raw=raw
+            )
             if evolved is None:
                 break
             if isinstance(evolved, IncompatibleCut):
@@ -230,18 +238,36 @@ def apply_range(
             base.unpersist()
             ctx, base, parsed, stats, whole, writers = parse_batch(evolved, raw, writers)
         table, plan = ctx.table, ctx.plan  # the plan's range cut before a transaction that is not whole
+        # a group member's batch short of its group's target, or empty once cut where every partition
+        # was read: read on (docs/architecture.md, "Table groups")
+        further = extended_plan(kafka, planned, whole.read_further) if whole and whole.read_further else None
+        if further is not None:
+            base.unpersist()
+            return apply_range(spark, settings, further, kafka=kafka)
         if plan.range.is_empty and whole is not None and whole.cut is not None:
             base.unpersist()
             return _without_whole_transaction(spark, settings, catalog, planned, kafka, whole.cut)
         check_columns(stats, cfg, from_events=stats.unknown_column is not None and from_events(ctx))
         if stats.bad and cfg.bad_records == "fail":
             raise bad_batch(ctx, parsed, stats.bad)
+        found = NewQuarantine()
         if stats.quarantined:
             write_quarantine(ctx, raw, parsed.filter(QUARANTINED))
+            found = new_quarantine(ctx)
+            if found.bad or found.held:
+                log.warning(
+                    "table %s: this run quarantined %d bad record(s) (bad_records_tolerance %s) and held back %d; "
+                    "by cause:\n%s",
+                    cfg.identifier,
+                    found.bad,
+                    cfg.bad_records_tolerance,
+                    found.held,
+                    describe_causes(found, cfg),
+                )
         if plan.accept_source_change:
             _forget_old_history(ctx)
         defaults = column_defaults(table.properties, (c.name for c in ctx.columns), plan)
-        good = _fill_defaults(parsed.filter(GOOD), defaults)
+        good = _fill_defaults(parsed.filter(GOOD), defaults, [c.name for c in ctx.columns])
         start = starting_state(ctx.state, plan)
         full_snapshots = cfg.write_mode == "upsert" and cfg.ordering in SOURCE_ORDERINGS and stats.full_snapshot_reads
         decision = decide(
@@ -272,6 +298,8 @@ def apply_range(
         log.info("table %s: committed snapshot %s: %s", cfg.identifier, snapshot_id, result.to_json())
         if stats.nothing_applied:
             raise nothing_applied_error(plan, stats, first_quarantined(parsed))
+        if not cfg.tolerates_bad_records(found.bad):
+            raise tolerance_error(plan, found, snapshot_id)
         return result
     finally:
         base.unpersist()
@@ -403,18 +431,26 @@ def _forget_old_history(ctx: ApplyContext) -> None:
             txn.remove_properties(COLUMN_DEFAULTS_PROPERTY)
 
 
-def _fill_defaults(good: DataFrame, defaults: Mapping[str, ColumnDefault]) -> DataFrame:
+def _fill_defaults(good: DataFrame, defaults: Mapping[str, ColumnDefault], names: Sequence[str]) -> DataFrame:
     """Events below the ALTER that added a column with a default were written before the column
-    existed: their rows read the default at the source, not NULL."""
+    existed: their rows read the default at the source, not NULL. Only a null value is filled: an
+    event below the position that carries a value was written with the column (a default placed by
+    the first event showing the column, :func:`cdclake.spark.evolve.evolve_table`, is an upper
+    bound of the ALTER's position; an event from before the column has none). ``names``: the
+    image's fields, in order; the image is built again from them in one struct (a ``withField``
+    per column would nest the plan once per column: :mod:`cdclake.spark.flat`)."""
     from pyspark.sql import functions as F
 
+    if not defaults:
+        return good
     image = F.col("image")
-    for column, (position, sql) in defaults.items():
-        image = image.withField(
-            column,
-            F.when(F.col("position") < position_literal(position), F.expr(sql)).otherwise(image[column]),
-        )
-    return good.withColumn("image", image) if defaults else good
+
+    def filled(column: str) -> Column:
+        position, sql = defaults[column]
+        below = (F.col("position") < position_literal(position)) & image[column].isNull()
+        return F.when(below, F.expr(sql)).otherwise(image[column])
+
+    return good.withColumn("image", F.struct(*[(filled(n) if n in defaults else image[n]).alias(n) for n in names]))
 
 
 def _write(ctx: ApplyContext, good: DataFrame, decision: RunDecision) -> tuple[int, int]:

@@ -20,12 +20,19 @@ The schema update is planned (:func:`cdclake.model.schema_diff.plan_from_events`
 one Iceberg transaction; the apply then parses the batch again under the new columns. A batch whose
 events fit the table costs nothing more: no Spark job, no Kafka read.
 
+A column added with a default (its field's ``default`` in the events' schema) gives it to the rows
+written before the column, as ``ADD COLUMN ... DEFAULT`` does at the source: the same transaction
+records it in ``cdc.column-defaults`` at the position of the batch's first event showing the
+column, and the apply fills it like a default from the schema-change topic (:func:`_defaults_property`;
+one more Spark job in the run that adds such a column).
+
 The table config's ``columns`` evolve the table the same way (added and promoted, never set aside),
 so that a ``columns:`` edited after the table exists is applied, not ignored.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -35,8 +42,10 @@ from cdclake.io.catalog import evolve_schema, source_schema
 from cdclake.io.kafka import topic_exists
 from cdclake.model.avro import source_names
 from cdclake.model.connector_check import contradicts_modes
+from cdclake.model.defaults import connect_defaults
 from cdclake.model.envelope import KafkaCoordinates
-from cdclake.model.position import SOURCE_ORDERINGS
+from cdclake.model.layout import COLUMN_DEFAULTS_PROPERTY
+from cdclake.model.position import SOURCE_ORDERINGS, BinlogPosition
 from cdclake.model.run_state import BatchStats
 from cdclake.model.schema_diff import (
     ChangePlan,
@@ -49,6 +58,7 @@ from cdclake.model.schema_diff import (
 from cdclake.model.types import ColumnSpec, columns_from_config, columns_from_connect
 from cdclake.spark.context import ApplyContext, source_columns
 from cdclake.spark.parse import TYPE_MISMATCH
+from cdclake.spark.positions import position_of
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -88,6 +98,7 @@ def evolve_table(
     first: bool,
     writers: WriterSchemas | None = None,
     cut: bool = False,
+    raw: DataFrame | None = None,
 ) -> ApplyContext | IncompatibleCut | None:
     """Evolve the table to the table config's ``columns`` and, for a table without a schema-change
     topic, to the row schemas of the batch's events that it does not take (see the module
@@ -111,6 +122,8 @@ def evolve_table(
             In each partition the cut is at its first record read that shows the change (Avro:
             the first record of each writer schema with the new type; JSON: the first record whose
             value does not fit the old type, or the batch's last record).
+        raw: the batch's Kafka records (:func:`~cdclake.spark.read.read_range`): ``json_with_schema``
+            events of a column added with a default are found in them (see :func:`_first_showing`).
 
     Returns:
         The context with the evolved table and its columns, ``None`` when nothing changed, or an
@@ -140,7 +153,8 @@ def evolve_table(
         if end is not None:
             shown = next(o for o in observed if o.where is not None and incompatible_columns(current, o))
             return IncompatibleCut(end, f"{_describe(plan)}, shown by {shown.describe()}")
-    table = evolve_schema(ctx.table, [plan], {})
+    properties = _defaults_property(ctx, plan, observed, parsed, writers, raw) if plan.defaults else {}
+    table = evolve_schema(ctx.table, [plan], properties)
     log.info(
         "table %s: schema evolved from %s: %s",
         cfg.identifier,
@@ -148,6 +162,121 @@ def evolve_table(
         _describe(plan),
     )
     return replace(ctx, table=table, columns=source_columns(table))
+
+
+def _defaults_property(
+    ctx: ApplyContext,
+    plan: ChangePlan,
+    observed: Sequence[ObservedSchema],
+    parsed: DataFrame,
+    writers: WriterSchemas | None,
+    raw: DataFrame | None,
+) -> dict[str, str]:
+    """The table's ``cdc.column-defaults`` (:data:`~cdclake.model.layout.COLUMN_DEFAULTS_PROPERTY`)
+    with the defaults of the columns ``plan`` adds (:attr:`~cdclake.model.schema_diff.ChangePlan.defaults`),
+    committed with the schema update that adds them.
+
+    The rule: an event whose own schema lacks the column was produced before the ``ADD COLUMN``
+    (Debezium gives each event the schema of its binlog position), so the row it wrote reads the
+    default at the source now; an event whose schema shows it carries the column's own value. Each
+    column's entry is placed at the position of the batch's first event (lowest position) that
+    shows it (:func:`_first_showing`): every event below it is from before the column, every event
+    the table holds so far too (the table would have the column otherwise). The apply then fills
+    the default, as for a default read from the schema-change topic
+    (:mod:`cdclake.model.defaults`): into the rows stored below that position, once, in the run's
+    commit (:func:`cdclake.model.decision.decide`, ``backfill``), and into every event below it
+    whose value is null, in this run and later ones (events from before the ``ADD COLUMN`` that
+    reach Kafka late, or again after a connector restart). A re-emitted older event changes no row
+    it does not supersede (the no-regression rule), and a deleted row stays deleted: the backfill
+    updates the rows the table holds, and a tombstone keeps an older event out.
+
+    Not filled (recorded with ``exact: false`` and logged): a default the lake cannot know
+    (:func:`cdclake.model.defaults.connect_default`), one no applied event of the batch shows, and
+    every default of a table ordered by Kafka offset alone (no position places the column among
+    the events of other partitions).
+    """
+    cfg = ctx.cfg
+    wanted = [c for c, d in plan.defaults.items() if d.exact and d.sql is not None]
+    firsts: dict[str, BinlogPosition] = {}
+    if wanted and cfg.ordering in SOURCE_ORDERINGS:
+        firsts = _first_showing(ctx, wanted, observed, parsed, writers, raw)
+    entries = json.loads(ctx.table.properties.get(COLUMN_DEFAULTS_PROPERTY, "{}"))
+    for column, default in plan.defaults.items():
+        position = firsts.get(column)
+        exact = default.exact and default.sql is not None and position is not None
+        reason = default.reason
+        if default.exact and default.sql is not None and position is None:
+            reason += (
+                f"; ordering {cfg.ordering} places no column among the events"
+                if cfg.ordering not in SOURCE_ORDERINGS
+                else "; no applied event of the batch shows the column"
+            )
+        entry: dict[str, object] = {"sql": default.sql if exact else None, "exact": exact, "reason": reason}
+        if position is not None:
+            entry["position"] = position.to_text()
+        entries[column] = entry
+        if exact:
+            log.info(
+                "table %s: column %r added from the events with %s: the rows from before it (below %s) read %s; "
+                "this run fills it in",
+                cfg.identifier,
+                column,
+                reason,
+                position.to_event_text() if position is not None else None,
+                default.sql,
+            )
+        else:
+            log.warning(
+                "table %s: column %r added from the events: the rows from before it read a value the lake does "
+                "not fill (%s); they read NULL in the lake until a re-snapshot or a reconcile repair",
+                cfg.identifier,
+                column,
+                reason,
+            )
+    return {COLUMN_DEFAULTS_PROPERTY: json.dumps(entries, sort_keys=True)}
+
+
+def _first_showing(
+    ctx: ApplyContext,
+    columns: Sequence[str],
+    observed: Sequence[ObservedSchema],
+    parsed: DataFrame,
+    writers: WriterSchemas | None,
+    raw: DataFrame | None,
+) -> dict[str, BinlogPosition]:
+    """The lowest position of the batch's applicable events (not bad, not Kafka tombstones) whose
+    own schema shows each of ``columns``, by one Spark job: for Avro, the records of the writer
+    schemas that have the column (the parse's ``schema_id``); for ``json_with_schema``, the records
+    whose row image has the field (its JSON names, read from ``raw``; ``JsonConverter`` writes
+    every field of the schema, null or not), among those the parse found a column the table lacks
+    in. A column no such event shows is left out."""
+    from pyspark.sql import functions as F
+
+    events = parsed.filter("error IS NULL AND NOT is_tombstone")
+    if writers is not None:
+        shown = {
+            c: sorted(
+                {o.schema_id for o in observed if o.schema_id is not None and any(s.name == c for s in o.columns)}
+            )
+            for c in columns
+        }
+        flags = {c: F.col("schema_id").isin(*ids) if ids else F.lit(False) for c, ids in shown.items()}
+    else:
+        if raw is None:
+            return {}
+        text = F.col("value").cast("string")
+        image = F.coalesce(F.get_json_object(text, "$.payload.after"), F.get_json_object(text, "$.payload.before"))
+        names = F.coalesce(F.json_object_keys(image), F.array().cast("array<string>"))
+        marks = raw.select(
+            "partition", "offset", *[F.array_contains(names, c).alias(f"_shows{i}") for i, c in enumerate(columns)]
+        )
+        events = events.filter(F.col("unknown_column").isNotNull()).select("partition", "offset", "position")
+        events = events.join(marks, ["partition", "offset"])
+        flags = {c: F.col(f"_shows{i}") for i, c in enumerate(columns)}
+    row = events.agg(
+        *[F.min(F.when(flag, F.col("position"))).alias(f"_first{i}") for i, flag in enumerate(flags.values())]
+    ).collect()[0]
+    return {c: position_of(row[f"_first{i}"]) for i, c in enumerate(flags) if row[f"_first{i}"] is not None}
 
 
 def _cut_before_incompatible(
@@ -245,13 +374,16 @@ def _not_taken(
     out = []
     for where, row_schema, schema_id in schemas:
         try:
-            columns = _as_the_table_reads(current, columns_from_connect(row_schema), avro=avro)
+            shown = columns_from_connect(row_schema)
+            columns = _as_the_table_reads(current, shown, avro=avro)
         except SchemaError as e:
             if not from_events(ctx):  # the schema-change topic says what the columns are
                 continue
             of_id = f" (writer schema id {schema_id})" if schema_id is not None else ""
             raise SchemaError(f"{where}{of_id}: the event's row schema cannot be mapped to Iceberg: {e}") from e
-        observed = ObservedSchema(tuple(columns), where, schema_id)
+        names = {s.name: c.name for s, c in zip(shown, columns, strict=True)}
+        defaults = {names.get(n, n): v for n, v in connect_defaults(row_schema).items()}
+        observed = ObservedSchema(tuple(columns), where, schema_id, defaults)
         if not fits_table(current, observed) and (first or not incompatible_columns(current, observed)):
             out.append(observed)
     return out

@@ -59,6 +59,7 @@ from cdclake.model.layout import METADATA_COLUMNS, TOMBSTONES_SUFFIX, SummaryKey
 from cdclake.model.position import BinlogPosition
 from cdclake.spark.commit import demote_rows
 from cdclake.spark.context import ApplyContext
+from cdclake.spark.flat import any_of
 from cdclake.spark.merge import SOURCE_ALIAS, source_column
 from cdclake.spark.names import qualified, quote_identifier, quote_string
 from cdclake.spark.positions import (
@@ -425,11 +426,7 @@ def _new_to_the_lake(ctx: ApplyContext, events: DataFrame, target: str) -> DataF
         known.append(stored.select(*keys, *_PLACE_COLUMNS))
     if ctx.side_table(TOMBSTONES_SUFFIX) is not None:
         partition, offset = F.col("_cdc_kafka_partition"), F.col("_cdc_kafka_offset")
-        this_run = reduce(
-            operator.or_,
-            [(partition == p) & (offset >= start) for p, start in ctx.plan.range.start.items()],
-            F.lit(False),
-        )
+        this_run = any_of([(partition == p) & (offset >= start) for p, start in ctx.plan.range.start.items()])
         tombstones = spark.table(ctx.spark_name(TOMBSTONES_SUFFIX)).filter(~F.coalesce(this_run, F.lit(False)))
         known.append(tombstones.withColumn("_cdc_snapshot", F.lit(False)).select(*keys, *_PLACE_COLUMNS))
     if not known:

@@ -3,11 +3,10 @@ source DataFrame under one alias, the target named by its table name, rows match
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Sequence
-from functools import reduce
 from typing import TYPE_CHECKING
 
+from cdclake.spark.flat import all_of
 from cdclake.spark.names import qualified, quote_identifier
 
 if TYPE_CHECKING:
@@ -42,5 +41,5 @@ def merge_into(source: DataFrame, target: str, keys: Sequence[str]) -> MergeInto
 
     if not keys:
         raise ValueError(f"a merge into {target} needs at least one key column")
-    on = reduce(operator.and_, [F.col(qualified(target, k)) == source_column(k) for k in keys])
+    on = all_of([F.col(qualified(target, k)) == source_column(k) for k in keys])
     return source.alias(SOURCE_ALIAS).mergeInto(target, on)

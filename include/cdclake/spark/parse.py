@@ -32,6 +32,7 @@ from cdclake.spark.decode import (
     json_read_type,
     misfit_reason,
 )
+from cdclake.spark.flat import first_of
 from cdclake.spark.names import quote_identifier
 from cdclake.spark.positions import gtid_sequence, position_column
 from cdclake.spark.read import KAFKA_RECORD_COLUMNS
@@ -198,19 +199,20 @@ def records_from_envelopes(
     file, src_pos = F.col(f"{src}.file"), F.col(f"{src}.pos")
     snapshot = (op == "r") | F.col(f"{src}.snapshot").isin(*SNAPSHOT_MARKERS)
     encodings = {c.name: c.encoding for c in columns}
-    row_error = F.lit(None).cast("string")
-    for c in reversed(columns):
-        if is_fallible(c.encoding):
-            row_error = F.when(
-                ~is_json_null(image_raw[c.name], c.encoding, read_type[c.name]) & image[c.name].isNull(),
-                misfit_reason(c, raw_sql[c.name], read_type[c.name]),
-            ).otherwise(row_error)
-    for col in reversed(primary_key):
-        row_error = F.when(
-            is_json_null(image_raw[col], encodings[col], read_type[col]),
-            F.lit(f"primary key column {col!r} is null"),
-        ).otherwise(row_error)
-    row_error = F.when(op.isin("c", "u", "r", "d"), row_error)
+    # the row's first defect: a null primary key column, then a value that does not fit, in column
+    # order (one CASE, not one nested per column: cdclake.spark.flat)
+    row_defects = [
+        (is_json_null(image_raw[col], encodings[col], read_type[col]), F.lit(f"primary key column {col!r} is null"))
+        for col in primary_key
+    ] + [
+        (
+            ~is_json_null(image_raw[c.name], c.encoding, read_type[c.name]) & image[c.name].isNull(),
+            misfit_reason(c, raw_sql[c.name], read_type[c.name]),
+        )
+        for c in columns
+        if is_fallible(c.encoding)
+    ]
+    row_error = F.when(op.isin("c", "u", "r", "d"), first_of(row_defects, F.lit(None).cast("string")))
     error = (
         F.when(F.col("value").isNull(), F.lit(None))
         .when(F.col("format_error").isNotNull(), F.col("format_error"))
@@ -337,10 +339,13 @@ def describe_mismatches(records: DataFrame, columns: list[ColumnSpec], value_for
     text = F.col("value").cast("string")
     mismatch = F.col("error") == TYPE_MISMATCH
     checks = [(c, image) for c in columns for image in ("after", "before")]
-    culprit = F.lit(None).cast("int")
-    for i, (c, image) in reversed(list(enumerate(checks))):
-        fits = ~_does_not_fit(text, value_format, image, c.name, json_read_type(c.encoding))
-        culprit = F.when(fits, culprit).otherwise(F.lit(i + 1))
+    culprit = first_of(
+        [
+            (_does_not_fit(text, value_format, image, c.name, json_read_type(c.encoding)), F.lit(i + 1))
+            for i, (c, image) in enumerate(checks)
+        ],
+        F.lit(None).cast("int"),
+    )
 
     def pick(items: list[str]) -> Column:
         return F.element_at(F.array(*[F.lit(x) for x in items]), F.col("_culprit"))

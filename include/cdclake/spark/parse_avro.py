@@ -42,6 +42,7 @@ from cdclake.model.types import (
     parse_decimal_encoding,
 )
 from cdclake.spark.decode import json_read_type
+from cdclake.spark.flat import any_of, first_of
 from cdclake.spark.parse import SOURCE_FIELDS, TRANSACTION_FIELDS, envelope_type, records_from_envelopes
 from cdclake.spark.read import KAFKA_RECORD_COLUMNS
 from cdclake.spark.writer_schemas import envelope_fields, framed, row_schema, schema_id_of_value
@@ -107,9 +108,10 @@ def parse_avro_records(
         ],
     )
     parsed_type = f"struct<env:{envelope_type(columns, read_types)},format_error:string,unknown_column:string>"
-    parsed = F.lit(None).cast(parsed_type)
-    for k, r in reversed(list(enumerate(readings))):
-        parsed = F.when(sid == r.schema_id, r.parsed(F.col(f"_avro{k}")).cast(parsed_type)).otherwise(parsed)
+    parsed = first_of(
+        [(sid == r.schema_id, r.parsed(F.col(f"_avro{k}")).cast(parsed_type)) for k, r in enumerate(readings)],
+        F.lit(None).cast(parsed_type),
+    )
     known = F.lit(False)
     if readings:
         known = sid.isin(*[r.schema_id for r in readings])
@@ -142,10 +144,10 @@ def _unknown_id_error(sid: Column, unusable: Mapping[int, str]) -> Column:
     """The error of a record whose schema id has no writer schema."""
     from pyspark.sql import functions as F
 
-    error = F.format_string("schema id %s is not in the schema registry", sid)
-    for schema_id, reason in unusable.items():
-        error = F.when(sid == schema_id, F.lit(f"schema id {schema_id}: {reason}")).otherwise(error)
-    return error
+    return first_of(
+        [(sid == schema_id, F.lit(f"schema id {schema_id}: {reason}")) for schema_id, reason in unusable.items()],
+        F.format_string("schema id %s is not in the schema registry", sid),
+    )
 
 
 def _base64(value: Column) -> Column:
@@ -250,17 +252,17 @@ class _Reading:
         if self.schema_error is not None:
             return F.struct(F.lit(None).alias("env"), F.lit(self.schema_error).alias("format_error"), F.lit(None))
         images = [i for i in ("before", "after") if self.envelope.get(i, {}).get("type") == "struct"]
-        error = F.lit(None).cast("string")
-        for name in reversed([c.name for c in self.columns if c.name in self.misfits]):
-            writer_name = self.fields[name][0]
-            present = F.lit(False)
-            for image in images:
-                present = present | d[image][writer_name].isNotNull()
-            error = F.when(present, F.lit(self.misfits[name])).otherwise(error)
-        error = F.when(
-            self._undecoded(d),
-            F.lit(f"value does not decode with the writer schema of schema id {self.schema_id} (corrupt Avro bytes)"),
-        ).otherwise(error)
+        # bytes that do not decode, then the first column whose writer encoding the table cannot
+        # take that has a value (one CASE, not one nested per column: cdclake.spark.flat)
+        undecoded = F.lit(
+            f"value does not decode with the writer schema of schema id {self.schema_id} (corrupt Avro bytes)"
+        )
+        misfits = [
+            (any_of([d[image][self.fields[c.name][0]].isNotNull() for image in images]), F.lit(self.misfits[c.name]))
+            for c in self.columns
+            if c.name in self.misfits
+        ]
+        error = first_of([(self._undecoded(d), undecoded), *misfits], F.lit(None).cast("string"))
         env = F.struct(
             self._image(d, "before").alias("before"),
             self._image(d, "after").alias("after"),

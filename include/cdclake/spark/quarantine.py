@@ -3,8 +3,10 @@
 A record that cannot be applied is *bad*; every later record of the same Kafka key is *held back*
 behind it (its key's order would break otherwise), as is every record of a key with an ``open``
 quarantine entry from an earlier run. With ``bad_records: quarantine`` both go to the quarantine
-table and the run goes on; with ``bad_records: fail`` the run stops naming the bad records. Either
-way no offset passes a record that was neither applied nor quarantined. Columns:
+table and the run goes on (and, past ``bad_records_tolerance``, fails after its commit naming the
+causes: :func:`new_quarantine`, :mod:`cdclake.model.bad_records`); with ``bad_records: fail`` the
+run stops naming the bad records. Either way no offset passes a record that was neither applied nor
+quarantined. Columns:
 :data:`cdclake.model.layout.QUARANTINE_COLUMNS`; release: :func:`cdclake.io.maintenance.release_quarantined`.
 """
 
@@ -14,6 +16,15 @@ from typing import TYPE_CHECKING
 
 from cdclake.errors import BadBatchError, BadRecordError
 from cdclake.model.avro import SchemaLookup
+from cdclake.model.bad_records import (
+    COLUMN_IN_ERROR,
+    ELIDED,
+    MAX_CAUSES,
+    MAX_PATTERN_CHARS,
+    VARIABLE_PARTS,
+    NewQuarantine,
+    QuarantineCause,
+)
 from cdclake.model.config import TableConfig
 from cdclake.model.envelope import KafkaCoordinates, parse_value
 from cdclake.model.layout import QUARANTINE_COLUMNS, QUARANTINE_SUFFIX
@@ -22,6 +33,7 @@ from cdclake.spark.context import ApplyContext
 from cdclake.spark.merge import merge_into
 from cdclake.spark.parse import TYPE_MISMATCH, describe_mismatches
 from cdclake.spark.read import KAFKA_RECORD_COLUMNS
+from cdclake.spark.writer_schemas import schema_id_of_value
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -96,6 +108,57 @@ def write_quarantine(ctx: ApplyContext, raw: DataFrame, records: DataFrame) -> N
     )
     target = ctx.spark_name(QUARANTINE_SUFFIX)
     merge_into(rows, target, ("topic", "partition", "offset")).whenNotMatched().insertAll().merge()
+
+
+def new_quarantine(ctx: ApplyContext) -> NewQuarantine:
+    """The quarantine entries this run wrote (its run id: entries an earlier run wrote, found again
+    by a replay, are not), counted and grouped by cause (:mod:`cdclake.model.bad_records`): held
+    back or bad, schema id (Avro), column, and the error without its variable parts; bad ones
+    first, then the largest. One small Spark job over the run's new entries: a filter on the run
+    id, which the quarantine's file statistics answer without reading older runs' files."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    if ctx.side_table(QUARANTINE_SUFFIX) is None:
+        return NewQuarantine()
+    entries = ctx.spark.table(ctx.spark_name(QUARANTINE_SUFFIX)).filter(F.col("run_id") == F.lit(ctx.plan.run_id))
+    cause = F.col("error")
+    for pattern in VARIABLE_PARTS:
+        cause = F.regexp_replace(cause, pattern, ELIDED)
+    column = F.regexp_extract("error", COLUMN_IN_ERROR, 1)
+    schema_id = schema_id_of_value() if ctx.cfg.value_format == "avro" else F.lit(None).cast("bigint")
+    rows = (
+        entries.select(
+            F.col("held_back_behind").isNotNull().alias("held_back"),
+            schema_id.alias("schema_id"),
+            F.when(column != "", column).alias("column"),
+            F.substring(cause, 1, MAX_PATTERN_CHARS).alias("cause"),
+            F.struct("partition", "offset").alias("first"),
+        )
+        .groupBy("held_back", "schema_id", "column", "cause")
+        .agg(F.count(F.lit(1)).alias("records"), F.min("first").alias("first"))
+        .withColumn("of_kind", F.sum("records").over(Window.partitionBy("held_back")))
+        .orderBy("held_back", F.desc("records"), "first")
+        .limit(MAX_CAUSES + 1)
+        .collect()
+    )
+    causes = tuple(
+        QuarantineCause(
+            cause=r["cause"],
+            records=int(r["records"]),
+            column=r["column"],
+            schema_id=None if r["schema_id"] is None else int(r["schema_id"]),
+            held_back=bool(r["held_back"]),
+            partition=int(r["first"]["partition"]),
+            offset=int(r["first"]["offset"]),
+        )
+        for r in rows
+    )
+    totals = {bool(r["held_back"]): int(r["of_kind"]) for r in rows}
+    held = totals.get(True, 0)
+    if True not in totals and len(rows) > MAX_CAUSES:  # the held-back cause, if any, was cut
+        held = entries.filter("held_back_behind is not null").count()
+    return NewQuarantine(bad=totals.get(False, 0), held=held, causes=causes)
 
 
 def _reason() -> Column:

@@ -11,14 +11,13 @@ once per run), or, in another partition, have no order (:class:`~cdclake.errors.
 from __future__ import annotations
 
 import logging
-import operator
-from functools import reduce
 from typing import TYPE_CHECKING
 
 from cdclake.errors import PositionOrderError
 from cdclake.model.layout import TOMBSTONE_COLUMNS, TOMBSTONES_SUFFIX
 from cdclake.model.position import SOURCE_ORDERINGS, EventPlace, unordered_message
 from cdclake.spark.context import ApplyContext
+from cdclake.spark.flat import all_of
 from cdclake.spark.merge import SOURCE, merge_into
 from cdclake.spark.names import qualified, quote_identifier
 from cdclake.spark.positions import place_columns, position_of, supersedes_column
@@ -218,7 +217,7 @@ def _kept(ctx: ApplyContext, reduced: DataFrame, tombstones: str) -> DataFrame:
 
     cfg = ctx.cfg
     tomb = ctx.spark.table(tombstones).alias(_TOMB_ALIAS)
-    cond = reduce(operator.and_, [F.col(qualified(_EVENT, c)) == F.col(qualified(_TOMB, c)) for c in cfg.primary_key])
+    cond = all_of([F.col(qualified(_EVENT, c)) == F.col(qualified(_TOMB, c)) for c in cfg.primary_key])
     joined = reduced.alias(_EVENT_ALIAS).join(tomb, cond, "left")
     kept = (
         F.col(qualified(_TOMB, cfg.primary_key[0])).isNull()

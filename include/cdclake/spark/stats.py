@@ -25,6 +25,7 @@ from cdclake.model.convergence import (
 from cdclake.model.offsets import Offsets
 from cdclake.model.position import SOURCE_ORDERINGS, BinlogPosition
 from cdclake.model.run_state import APPLIED_OPS, BatchStats, GtidMissing, UnknownColumn
+from cdclake.spark.flat import first_of
 from cdclake.spark.positions import gtid_domain, gtid_source, position_literal, position_of
 
 if TYPE_CHECKING:
@@ -167,9 +168,11 @@ def snapshot_groups(good: DataFrame, max_offsets: Offsets | None) -> list[BatchS
     ``max_offsets`` (the greatest offsets the table ever committed)."""
     from pyspark.sql import functions as F
 
-    unseen = F.lit(True)
-    for p, o in (max_offsets or {}).items():
-        unseen = F.when(F.col("partition") == p, F.col("offset") >= o).otherwise(unseen)
+    # one CASE, not one nested per partition (cdclake.spark.flat)
+    unseen = first_of(
+        [(F.col("partition") == p, F.col("offset") >= o) for p, o in reversed(list((max_offsets or {}).items()))],
+        F.lit(True),
+    )
     marker = F.col("snapshot_marker")
     full = good.filter((F.col("op") == "r") & marker.isin(*FULL_SNAPSHOT_MARKERS))
     per_partition = full.groupBy("position", "partition").agg(

@@ -4,19 +4,24 @@ the batch cut before the earliest of them.
 
 Only the few transactions the ``END`` records do not show whole are collected to the driver (the
 batch's tail, as a rule); the rule itself is :func:`cdclake.model.transactions.cut_position`.
+
+A group member's batch is also cut where every partition was read (so that its commit is at a
+source position) and before the first transaction after the group's target
+(:data:`~cdclake.model.layout.GROUP_TARGET_PROPERTY`); a batch that ends short of the target is
+read further (:attr:`TransactionCut.read_further`, :func:`extended_plan`).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Literal
 
-from cdclake.io.catalog import update_table_property
+from cdclake.io.catalog import ancestry, update_table_property
 from cdclake.io.kafka import topic_watermarks
 from cdclake.io.transaction_topic import read_transaction_ends
-from cdclake.model.groups import SourceInterval, batch_is_prefix, valid_interval
-from cdclake.model.layout import TRANSACTION_WAIT_PROPERTY, SummaryKeys
+from cdclake.model.groups import GroupTarget, SourceInterval, batch_is_prefix, valid_interval
+from cdclake.model.layout import GROUP_TARGET_PROPERTY, TRANSACTION_WAIT_PROPERTY, SummaryKeys
 from cdclake.model.offsets import OffsetRange
 from cdclake.model.plan import RunPlan, TransactionRange
 from cdclake.model.position import BinlogPosition
@@ -38,11 +43,18 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
     from pyspark.sql import Column, DataFrame
 
+    from cdclake.io.kafka import KafkaClients
     from cdclake.model.config import TableConfig
 
 log = logging.getLogger(__name__)
+
+EXTEND_LIMIT = 3
+"""How far a group member's run reads on to reach its group's target: up to this many times its
+``max_events_per_run`` (the target is chosen within the cap by the tables' event counts; the
+cap's even split over partitions can stop a partition short of it)."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +69,9 @@ class TransactionCut:
             batch without a ``transaction`` block: no cut can keep their transactions whole.
         interval: a group member's positions at which the commit equals its source table
             (``None``: not in a group, or at none).
+        read_further: per partition, the records a group member's run reads on, past its
+            planned range (:func:`extended_plan`): its batch ends short of the group's target, or
+            holds no transaction below where every partition was read; empty: none.
     """
 
     cut: Cut | None
@@ -64,6 +79,7 @@ class TransactionCut:
     ends: int
     without_metadata: int = 0
     interval: SourceInterval | None = None
+    read_further: Mapping[int, int] = field(default_factory=dict)
 
 
 def cut_batch(ctx: ApplyContext, base: DataFrame) -> tuple[ApplyContext, DataFrame, TransactionCut | None]:
@@ -88,7 +104,8 @@ def cut_batch(ctx: ApplyContext, base: DataFrame) -> tuple[ApplyContext, DataFra
     ends_read = read_transaction_ends(ctx.kafka, source)
     ends = {e.id: e.event_counts[cfg.data_collection] for e in ends_read if cfg.data_collection in e.event_counts}
     # a batch parsed again (the table evolved) is cut again from the range cut already
-    base = base.filter(_inside(ctx.plan.range))
+    planned = ctx.plan.range
+    base = base.filter(_inside(planned))
     # bad records count too: a transaction is whole by its events, applicable or quarantined
     events = base.filter("position is not null and not is_tombstone")
     wanted = F.broadcast(
@@ -123,11 +140,17 @@ def cut_batch(ctx: ApplyContext, base: DataFrame) -> tuple[ApplyContext, DataFra
             partition_last[r["partition"]] = position_of(r["last"])
     # read to its end when planned, and still: an END read now was sent after its events, but a
     # partition's record can land after another partition's; the watermark read again after the ENDs
+    # (a range extended past the plan, to the high watermark then, counts as planned to its end)
     high = topic_watermarks(ctx.kafka, ctx.plan.range.topic).high
-    read_to_end = [p for p in source.read_to_end if high.get(p) == ctx.plan.range.end.get(p)]
+    read_to_end = [p for p, o in ctx.plan.range.end.items() if high.get(p) == o]
     # a replay or a new binlog history applies events below the table's high position again
     through = None if ctx.plan.replay or ctx.plan.accept_source_change else ctx.state.high_position
     cut = cut_position(candidates, ends, partition_last, read_to_end, through)
+    member = None
+    if cfg.group is not None and not (ctx.plan.replay or ctx.plan.accept_source_change) and len(source.end) == 1:
+        member = _member_cuts(ctx, events, ends_read, ends, partition_last, read_to_end, through)
+        cut = _earliest(cut, member.prefix, member.target_cut)
+    empty = False
     # the events of transactions whose END was read: those below the cut are of whole ones
     whole = events.join(wanted.select("transaction_id"), "transaction_id", "left_semi")
     if cut is not None:
@@ -140,6 +163,7 @@ def cut_batch(ctx: ApplyContext, base: DataFrame) -> tuple[ApplyContext, DataFra
         cut_range = OffsetRange(topic=ctx.plan.range.topic, start=ctx.plan.range.start, end=end)
         ctx = replace(ctx, plan=ctx.plan.model_copy(update={"range": cut_range}))
         base = base.filter(_inside(cut_range))
+        empty = cut_range.is_empty
         whole = whole.filter(below)
         log.info(
             "table %s: %s; the batch is cut to %s, the rest waits for the next run",
@@ -154,7 +178,179 @@ def cut_batch(ctx: ApplyContext, base: DataFrame) -> tuple[ApplyContext, DataFra
     if cfg.group is not None and last is not None and not (ctx.plan.replay or ctx.plan.accept_source_change):
         read = {p: partition_last.get(p) for p in ctx.plan.range.end}
         interval = _group_interval(cfg, source, ends_read, last, read, read_to_end, ctx.state.high_position)
-    return ctx, base, TransactionCut(cut, last, len(ends), without, interval)
+    further = {} if member is None else _read_further(cfg, planned, member, cut, interval, empty)
+    return ctx, base, TransactionCut(cut, last, len(ends), without, interval, further)
+
+
+@dataclass(frozen=True)
+class _MemberCuts:
+    """The cuts of a group member's batch (:func:`_member_cuts`).
+
+    Attributes:
+        bounds: per partition not read to its end, the position it was read to (at least the
+            table's high position: everything below it was applied); ``None``: unknown.
+        prefix: the cut before the transaction of the batch's first event above the least of
+            ``bounds`` (``None``: none, or a bound unknown).
+        target: the group's target, when the table has a transaction up to it left to apply.
+        needed: the table's events in those transactions.
+        target_cut: the cut before the batch's first transaction after ``target``.
+    """
+
+    bounds: Mapping[int, BinlogPosition | None]
+    prefix: Cut | None = None
+    target: int | None = None
+    needed: int = 0
+    target_cut: Cut | None = None
+
+
+def _member_cuts(
+    ctx: ApplyContext,
+    events: DataFrame,
+    ends_read: list[TransactionEnd],
+    ends: Mapping[str, int],
+    partition_last: Mapping[int, BinlogPosition | None],
+    read_to_end: list[int],
+    through: BinlogPosition | None,
+) -> _MemberCuts:
+    """A group member's batch holds every event of its table up to where its least-read partition
+    was read (the one-table cut keeps transactions whole, but with ``max_events_per_run`` split
+    evenly over partitions one may be read far beyond another, and such a commit is at no source
+    position), and no transaction after the group's target when it has one up to it to apply."""
+    from pyspark.sql import functions as F
+
+    cfg = ctx.cfg
+    done = set(read_to_end)
+    bounds = {p: _bound(last, through) for p, last in partition_last.items() if p not in done}
+    prefix = None
+    least = _least(bounds)
+    if least is not None:
+        prefix = _first_transaction(events, events.filter(F.col("position") > position_literal(least)), ends, "prefix")
+    target = GroupTarget.from_text(ctx.table.properties.get(GROUP_TARGET_PROPERTY))
+    source = ctx.plan.transactions
+    if target is None or target.group != cfg.group or source is None or target.position >= source.end.get(0, 0):
+        return _MemberCuts(bounds, prefix)
+    newest = _newest_interval(ctx.table, cfg.topic, source.topic)
+    if newest is None:  # at no known position: the run goes as far as its cap
+        return _MemberCuts(bounds, prefix)
+    first: dict[str, int] = {}
+    for e in sorted(ends_read, key=lambda e: e.offset):
+        first.setdefault(e.id, e.offset)
+    needed = sum(
+        e.event_counts[cfg.data_collection]
+        for e in ends_read
+        if cfg.data_collection in e.event_counts
+        and first[e.id] == e.offset
+        and newest.start < e.offset <= target.position
+    )
+    if not needed:  # at the target or past it: the run goes as far as its cap
+        return _MemberCuts(bounds, prefix)
+    upto = ctx.spark.createDataFrame(
+        [(i,) for i, o in first.items() if o <= target.position] or [("",)], "transaction_id string"
+    )
+    later = events.filter(F.col("transaction_id").isNotNull())
+    if through is not None:  # re-emitted copies of transactions applied are no later ones
+        later = later.filter(F.col("position") > position_literal(through))
+    later = later.join(F.broadcast(upto), "transaction_id", "left_anti")
+    return _MemberCuts(bounds, prefix, target.position, needed, _first_transaction(events, later, ends, "target"))
+
+
+def _first_transaction(
+    events: DataFrame, among: DataFrame, ends: Mapping[str, int], reason: Literal["prefix", "target"]
+) -> Cut | None:
+    """The cut before the transaction of the first event (by position) of ``among`` (a subset of
+    ``events``): at that transaction's first event in ``events`` (a transaction's events are
+    contiguous in the binlog); ``None`` when ``among`` is empty."""
+    from pyspark.sql import functions as F
+
+    row = among.orderBy("position").select("transaction_id", "position").limit(1).collect()
+    if not row:
+        return None
+    txn, position = row[0]["transaction_id"], position_of(row[0]["position"])
+    if txn is not None:
+        own = events.filter(F.col("transaction_id") == txn).orderBy("position").select("position").limit(1).collect()
+        position = position_of(own[0]["position"])
+    return Cut(position, txn or "", 0, ends.get(txn) if txn is not None else None, reason)
+
+
+def _bound(last: BinlogPosition | None, through: BinlogPosition | None) -> BinlogPosition | None:
+    """How far a partition was read: its last event read, or the table's high position when
+    greater (everything up to it was applied)."""
+    if last is None or through is None:
+        return through if last is None else last
+    return max(last, through)
+
+
+def _least(bounds: Mapping[int, BinlogPosition | None]) -> BinlogPosition | None:
+    """The least of ``bounds``; ``None`` when there are none, or one is unknown."""
+    known = [b for b in bounds.values() if b is not None]
+    return min(known) if known and len(known) == len(bounds) else None
+
+
+def _earliest(*cuts: Cut | None) -> Cut | None:
+    """The cut at the lowest position (the first of equals)."""
+    found = [c for c in cuts if c is not None]
+    return min(found, key=lambda c: c.position) if found else None
+
+
+def _newest_interval(table: Table, topic: str, transaction_topic: str) -> SourceInterval | None:
+    """The interval the table's newest CDC commit of ``topic`` recorded (``None``: none)."""
+    for _, _, summary in ancestry(table):
+        if summary is None or summary.get(SummaryKeys.TOPIC) != topic or SummaryKeys.END_OFFSETS not in summary:
+            continue
+        interval = SourceInterval.from_json(summary.get(SummaryKeys.TRANSACTION_INTERVAL) or "")
+        return interval if interval is not None and interval.topic == transaction_topic else None
+    return None
+
+
+def _read_further(
+    cfg: TableConfig,
+    planned: OffsetRange,
+    member: _MemberCuts,
+    cut: Cut | None,
+    interval: SourceInterval | None,
+    empty: bool,
+) -> dict[int, int]:
+    """Per partition, the records a group member's run reads on: when its commit would not be at
+    the group's target (the partitions read to before the first transaction after it, each by the
+    table's events up to the target, while the range holds fewer than :data:`EXTEND_LIMIT` times
+    ``max_events_per_run``), or when the cut where every partition was read leaves nothing (the
+    least-read partitions, their range doubled). ``planned``: the range before the cut."""
+    if member.target is not None and (interval is None or not interval.covers(member.target)):
+        edge = member.target_cut.position if member.target_cut is not None else None
+        short = sorted(p for p, b in member.bounds.items() if b is None or edge is None or b < edge)
+        if short and planned.event_count < EXTEND_LIMIT * cfg.max_events_per_run:
+            log.info(
+                "table %s: group %s: the batch ends short of the group's target (transaction topic offset %d): "
+                "partition(s) %s are read further, past max_events_per_run (%d)",
+                cfg.identifier,
+                cfg.group,
+                member.target,
+                short,
+                cfg.max_events_per_run,
+            )
+            return dict.fromkeys(short, max(member.needed, 1))
+        log.info(
+            "table %s: group %s: the commit stops short of the group's target (transaction topic offset %d); "
+            "the next run goes on to it",
+            cfg.identifier,
+            cfg.group,
+            member.target,
+        )
+    if empty and cut is not None and cut is member.prefix:
+        least = _least(member.bounds)
+        return {p: max(planned.end[p] - planned.start[p], 1) for p, b in member.bounds.items() if b == least}
+    return {}
+
+
+def extended_plan(kafka: KafkaClients, plan: RunPlan, more: Mapping[int, int]) -> RunPlan | None:
+    """``plan`` with its range read ``more`` records further in the partitions named, up to the
+    high watermarks (:attr:`TransactionCut.read_further`); ``None`` when it cannot grow."""
+    high = topic_watermarks(kafka, plan.range.topic).high
+    end = {p: min(high.get(p, o), o + more.get(p, 0)) for p, o in plan.range.end.items()}
+    if end == dict(plan.range.end):
+        return None
+    log.info("table %s: the range is extended to %s", plan.table.identifier, end)
+    return plan.model_copy(update={"range": plan.range.model_copy(update={"end": end})})
 
 
 def _group_interval(

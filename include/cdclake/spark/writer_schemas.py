@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdclake.errors import SchemaError, SchemaRegistryUnavailableError, UnknownSchemaIdError
 from cdclake.model.avro import HEADER_BYTES, MAGIC_BYTE, connect_schema, wire_header
+from cdclake.spark.flat import first_of
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -258,10 +259,11 @@ def schema_id_of_value(known: Iterable[int] = ()) -> Column:
     from pyspark.sql import functions as F
 
     unsigned = F.conv(F.hex(F.substring("value", 2, 4)), 16, 10).cast("bigint")
-    schema_id = F.when(framed(), F.when(unsigned >= 2**31, unsigned - 2**32).otherwise(unsigned))
+    read = F.when(framed(), F.when(unsigned >= 2**31, unsigned - 2**32).otherwise(unsigned))
     header = F.substring("value", 1, HEADER_BYTES)
-    for known_id in sorted(known, reverse=True):
-        schema_id = F.when(header == F.lit(bytearray(wire_header(known_id))), F.lit(known_id)).otherwise(schema_id)
+    schema_id = first_of(
+        [(header == F.lit(bytearray(wire_header(known_id))), F.lit(known_id)) for known_id in sorted(known)], read
+    )
     return schema_id.cast("bigint")
 
 
