@@ -22,7 +22,14 @@ from cdclake.io.kafka import ensure_topic
 from cdclake.io.maintenance import expire_tombstones, release_quarantined
 from cdclake.model.changes import CHANGES_SUFFIX
 from cdclake.model.history import HISTORY_SUFFIX
-from cdclake.model.layout import QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX, SummaryKeys, side_table
+from cdclake.model.layout import (
+    COLUMN_DEFAULTS_PROPERTY,
+    QUARANTINE_SUFFIX,
+    SCHEMA_CHANGE_POSITION_PROPERTY,
+    TOMBSTONES_SUFFIX,
+    SummaryKeys,
+    side_table,
+)
 from cdclake.model.offsets import encode_offsets
 from tests.conftest import apply_offsets, make_table, plan_offsets
 from tests.integration.test_apply import produce_raw, run_once
@@ -438,6 +445,10 @@ def test_a_new_server_in_a_later_run_stops_the_table_until_the_operator_accepts_
     assert conf == {"accept_source_change": True, "replay_from_offsets": {"0": 2, "1": 0}}
 
     offsets = {int(p): o for p, o in conf["replay_from_offsets"].items()}
+    # a default the old history recorded (an ALTER at its position 905) and its schema-change position
+    old_default = '{"v": {"position": "7:905:0:1", "sql": "CAST(\'x\' AS STRING)", "exact": true, "reason": "DEFAULT"}}'
+    with load_catalog(stack_settings).load_table(table.identifier).transaction() as txn:
+        txn.set_properties({COLUMN_DEFAULTS_PROPERTY: old_default, SCHEMA_CHANGE_POSITION_PROPERTY: "7:905:0:1"})
     planned = plan_offsets(stack_settings, table, replay_from_offsets=offsets, accept_source_change=True)
     assert planned.accept_source_change
     apply_offsets(spark, stack_settings, table, planned.range, "accept", replay=True, accept_source_change=True)
@@ -453,6 +464,10 @@ def test_a_new_server_in_a_later_run_stops_the_table_until_the_operator_accepts_
     assert SummaryKeys.SOURCE_CHANGE_ACCEPTED in summary.additional_properties
     demoted = {r["id"]: r["_cdc_binlog_file_seq"] for r in lake.scan().to_arrow().to_pylist()}
     assert demoted == {1: 7, 2: -1}
+    # the old history's defaults are gone (their positions would fill the new history's NULLs); the
+    # schema-change position is kept (docs/architecture.md, "Accepting a new history ...")
+    assert COLUMN_DEFAULTS_PROPERTY not in lake.properties
+    assert lake.properties[SCHEMA_CHANGE_POSITION_PROPERTY] == "7:905:0:1"
 
     # a full snapshot of the new server (key 2 is gone there) completes: key 2 is deleted. Its end
     # record was sent two minutes ago: partition 1, read to its end, cannot hold a record sent
