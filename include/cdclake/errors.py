@@ -106,6 +106,12 @@ class CommittedStateLostError(CdcLakeError):
     and the remedies."""
 
 
+class TransactionTooLargeError(CdcLakeError):
+    """A source transaction needs a run of more records than the table's ``max_transaction_events``
+    to be applied whole (``transactions: whole``). Nothing was applied; names the transaction and
+    what the operator can do."""
+
+
 class TopicNotFoundError(CdcLakeError, LookupError):
     """A Kafka topic the table needs does not exist (names the topic and the brokers)."""
 

@@ -33,8 +33,8 @@ The phases, whichever the shape:
 Table upkeep (compaction, snapshot expiry, tombstone expiry) is the ``cdc_maintenance`` DAG's.
 A retry of any task is safe: a run that already committed finds its offsets in the table.
 Errors a retry cannot change (:data:`NOT_RETRIED`: a run whose every record was quarantined, a
-run that quarantined more bad records than ``bad_records_tolerance``, a trigger-form Param that
-does not fit the table) are not retried. Each failed try is counted in the
+run that quarantined more bad records than ``bad_records_tolerance``, a source transaction larger
+than ``max_transaction_events``, a trigger-form Param that does not fit the table) are not retried. Each failed try is counted in the
 table's record of failed tries (:func:`record_failure`), which ``cdclake status``, the CDC monitor
 and ``cdc_freshness`` show; the next run that succeeds removes it.
 
@@ -57,7 +57,12 @@ from datetime import datetime, timedelta, timezone
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
-from cdclake.errors import QuarantinedBatchError, QuarantineToleranceError, TriggerParamError
+from cdclake.errors import (
+    QuarantinedBatchError,
+    QuarantineToleranceError,
+    TransactionTooLargeError,
+    TriggerParamError,
+)
 from cdclake.settings import APPLY_POOL, APPLY_PRIORITY_WEIGHT, PROJECT_ROOT, ConnectionIds, Settings, jars_dir
 
 if TYPE_CHECKING:
@@ -449,7 +454,7 @@ def record_failure(identifier: str, state: Literal["failing", "retrying"], conte
     log.info("table %s: failed try recorded (%s)", identifier, state)
 
 
-NOT_RETRIED = (QuarantinedBatchError, QuarantineToleranceError, TriggerParamError)
+NOT_RETRIED = (QuarantinedBatchError, QuarantineToleranceError, TransactionTooLargeError, TriggerParamError)
 """The errors a table DAG's tasks do not retry, since a retry could change nothing (the retry
 policy of :func:`build_table_dag`): a run whose every record was quarantined, a run that
 quarantined more bad records than its table tolerates (a retry would find it committed and

@@ -12,6 +12,7 @@ import uuid
 
 import pytest
 
+from cdclake.errors import TransactionTooLargeError
 from cdclake.io.catalog import committed_offsets, head_snapshot, load_catalog
 from cdclake.io.kafka import KafkaClients, ensure_topic
 from cdclake.model.layout import SummaryKeys
@@ -99,8 +100,9 @@ def test_a_commit_holds_whole_transactions_and_a_large_one_is_applied_whole(spar
 
     plans = {}
 
-    def run(run_id: str, cap: int = 100):
-        plans[run_id] = plan_offsets(stack_settings, cfg.model_copy(update={"max_events_per_run": cap}), run_id)
+    def run(run_id: str, cap: int = 100, limit: int = 2_000_000):
+        capped = cfg.model_copy(update={"max_events_per_run": cap, "max_transaction_events": limit})
+        plans[run_id] = plan_offsets(stack_settings, capped, run_id)
         assert plans[run_id].transactions is not None and plans[run_id].transactions.topic == source.transactions
         return apply_range(spark, stack_settings, plans[run_id])
 
@@ -157,6 +159,14 @@ def test_a_commit_holds_whole_transactions_and_a_large_one_is_applied_whole(spar
     assert json.loads(summary()[SummaryKeys.LAST_TRANSACTION])["id"] == big
     table = load_catalog(stack_settings).load_table(cfg.identifier)
     assert sum(committed_offsets(table, cfg.topic).values()) == 12
+
+    # one over max_transaction_events: the table stops naming it, nothing applied; raised, it applies
+    huge = source.transaction([(k, 100 * k) for k in (1, 2, 3, 4, 5, 6)])
+    with pytest.raises(TransactionTooLargeError, match=rf"transaction '{huge}' needs a run of more than 5 records"):
+        run("r4", cap=4, limit=5)
+    assert balances() == {k: 10 * k for k in range(1, 7)}
+    assert run("r5", cap=4, limit=12).status == "committed"
+    assert balances() == {k: 100 * k for k in range(1, 7)}
 
 
 @pytest.mark.parametrize("transaction_topic", [False, True], ids=["no-transaction-topic", "events-without-block"])

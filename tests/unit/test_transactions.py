@@ -207,3 +207,19 @@ def test_a_commits_summary_records_the_last_transaction_the_records_left_and_the
     assert "transactions: whole" in record.getMessage() and "provide.transaction.metadata" in record.getMessage()
     ignore = cfg.model_copy(update={"transactions": "ignore"})
     assert transaction_summary(ignore, planned, planned, None, {"u": 4}) == {}
+
+
+def test_a_range_extended_for_a_whole_transaction_is_capped_by_max_transaction_events():
+    from cdclake.errors import TransactionTooLargeError
+    from cdclake.model.position import BinlogPosition
+    from cdclake.model.transactions import Cut, extended_end
+
+    cut = Cut(BinlogPosition(1, 100, 0, 1), "file=mysql-bin.000001,pos=90", have=4, want=10)
+    start, end, high = {0: 0, 1: 0}, {0: 2, 1: 2}, {0: 50, 1: 50}
+    # at least doubled, and by the events missing: 6 more per partition
+    assert extended_end(cut, start, end, high, limit=100) == {0: 8, 1: 8}
+    assert extended_end(cut, start, end, {0: 5, 1: 50}, limit=100) == {0: 5, 1: 8}  # never past the end
+    with pytest.raises(
+        TransactionTooLargeError, match=r"transaction 'file=mysql-bin.000001,pos=90' needs a run of more than 15"
+    ):
+        extended_end(cut, start, end, high, limit=15)

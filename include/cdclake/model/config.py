@@ -196,6 +196,11 @@ class TableDefaults(BaseModel):
     """Cron expression or Airflow preset (``@hourly``); ``null`` for manual runs only."""
     max_events_per_run: Annotated[int, Field(gt=0)] = 500_000
     """Cap on the Kafka records (events, in all partitions together) one run consumes."""
+    max_transaction_events: Annotated[int, Field(gt=0)] = 2_000_000
+    """Hard cap on the Kafka records of a run extended past ``max_events_per_run`` to hold a source
+    transaction whole (``transactions: whole``): a transaction that needs more stops the table with
+    :class:`~cdclake.errors.TransactionTooLargeError` naming it, instead of a range that doubles
+    until the shared engine runs out of memory for every table."""
     value_format: ValueFormat = "json_with_schema"
     retries: Annotated[int, Field(ge=0)] = 3
     retry_delay_s: Annotated[int, Field(gt=0)] = 60

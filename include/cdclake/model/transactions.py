@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from cdclake.errors import TransactionTooLargeError
 from cdclake.model.layout import SummaryKeys
 from cdclake.model.offsets import Offsets
 from cdclake.model.position import SOURCE_ORDERINGS, BinlogPosition
@@ -336,3 +337,40 @@ def transaction_status(
     if waited is not None and all(waited.start.get(p) == o for p, o in (committed or {}).items()):
         fields.update(waiting_events=waited.events, waiting_for=waited.transaction)
     return TransactionStatus(**fields)
+
+
+def extended_end(
+    cut: Cut,
+    start: Mapping[int, int],
+    end: Mapping[int, int],
+    high: Mapping[int, int],
+    *,
+    limit: int,
+) -> dict[int, int]:
+    """The end offsets of a range extended past its cap so that it may hold transaction ``cut``
+    whole: each partition's range at least doubled (re-emitted copies take offsets but add no
+    event) and by at least the events it misses, up to the high watermarks.
+
+    Args:
+        cut: the transaction that is not whole (``want`` is not ``None``).
+        start, end: the range's offsets per partition.
+        high: the partitions' high watermarks.
+        limit: the most records the extended range may hold (``max_transaction_events``).
+
+    Raises:
+        TransactionTooLargeError: the extended range would hold more than ``limit`` records.
+    """
+    want = cut.want if cut.want is not None else cut.have
+    more = {p: max(want - cut.have, o - start[p]) for p, o in end.items()}
+    extended = {p: min(high.get(p, o), o + more[p]) for p, o in end.items()}
+    records = sum(extended[p] - start[p] for p in extended)
+    if records > limit:
+        raise TransactionTooLargeError(
+            f"transaction {cut.transaction!r} needs a run of more than {limit} records to be applied whole "
+            f"(max_transaction_events; {cut.have} of its {want} events for the table read so far, the range "
+            f"would grow to {records} records): the table stops here, nothing was applied. Raise "
+            "max_transaction_events for the table if the engine's memory allows a run that large, or set "
+            "transactions: ignore for the table so that runs may commit part of a source transaction "
+            '(docs/operations.md, "A source transaction too large to apply whole").'
+        )
+    return extended

@@ -75,7 +75,7 @@ from cdclake.model.offsets import Offsets, decode_offsets
 from cdclake.model.plan import RunPlan
 from cdclake.model.position import SOURCE_ORDERINGS, BinlogPosition
 from cdclake.model.run_state import ColumnDefault, CommittedState
-from cdclake.model.transactions import Cut, TransactionWait
+from cdclake.model.transactions import Cut, TransactionWait, extended_end
 from cdclake.settings import Settings
 from cdclake.spark.batch import parse_batch
 from cdclake.spark.changes import event_columns, write_changes
@@ -310,15 +310,19 @@ def _without_whole_transaction(
 ) -> ApplyResult:
     """The run when its range holds no whole transaction: a transaction with more events than the
     range holds (the cap, ``max_events_per_run``, split evenly over the partitions) is applied
-    whole by a range extended past the cap, up to the high watermarks; otherwise (its ``END`` is
-    not in Kafka yet, or its events are not all there yet) nothing is applied and the run waits."""
+    whole by a range extended past the cap, up to the high watermarks and at most
+    ``max_transaction_events`` records (:func:`~cdclake.model.transactions.extended_end`);
+    otherwise (its ``END`` is not in Kafka yet, or its events are not all there yet) nothing is
+    applied and the run waits.
+
+    Raises:
+        TransactionTooLargeError: the transaction needs more than ``max_transaction_events`` records.
+    """
     from cdclake.io.kafka import topic_watermarks
 
     high = topic_watermarks(kafka, plan.range.topic).high
     if cut.want is not None:
-        # at least double the range each time: re-emitted copies take offsets but add no event
-        more = {p: max(cut.want - cut.have, o - plan.range.start[p]) for p, o in plan.range.end.items()}
-        end = {p: min(high.get(p, o), o + more[p]) for p, o in plan.range.end.items()}
+        end = extended_end(cut, plan.range.start, plan.range.end, high, limit=plan.table.max_transaction_events)
         if end != dict(plan.range.end):
             log.warning(
                 "table %s: %s; it is applied whole: the range is extended past max_events_per_run (%d) to %s",
