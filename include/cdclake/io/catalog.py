@@ -218,7 +218,13 @@ def ensure_side_table(
     columns: list[tuple[str, str, bool]],
     docs: dict[str, str] | None = None,
 ) -> Table:
-    """Create ``identifier`` with ``(name, Iceberg type, required)`` columns unless it exists."""
+    """Create ``identifier`` with ``(name, Iceberg type, required)`` columns unless it exists.
+
+    An existing table follows ``columns``: a column it lacks is added (optional: its rows have
+    none), and a required column no longer among ``columns`` becomes optional. So a tombstone table
+    follows a primary key changed at the source (``DROP PRIMARY KEY, ADD PRIMARY KEY (id, tenant)``):
+    the new key's columns are added, the old key's stop being required, and the tombstones of the
+    old key, null in the new columns, match no row of the new one."""
     from pyiceberg.exceptions import TableAlreadyExistsError
     from pyiceberg.schema import Schema
     from pyiceberg.types import NestedField
@@ -226,7 +232,16 @@ def ensure_side_table(
     docs = docs or {}
     existing = load_table_or_none(catalog, identifier)
     if existing is not None:
-        return ensure_columns(existing, [(n, t, docs.get(n, "")) for n, t, req in columns if not req])
+        table = ensure_columns(existing, [(n, t, docs.get(n, "")) for n, t, _ in columns])
+        wanted = {n for n, _, _ in columns}
+        stale = [f.name for f in table.schema().fields if f.required and f.name not in wanted]
+        if not stale:
+            return table
+        with table.update_schema() as update:
+            for name in stale:
+                update.make_column_optional(name)
+        log.info("table %s: column(s) %s no longer required", identifier, stale)
+        return table.refresh()
     fields = [
         NestedField(i, name, iceberg_type(typ), required=req, doc=docs.get(name))
         for i, (name, typ, req) in enumerate(columns, start=1)
@@ -302,7 +317,7 @@ def ensure_image_table(
 
 
 def ensure_columns(table: Table, columns: Iterable[tuple[str, str, str]]) -> Table:
-    """Add the optional ``(name, Iceberg type, doc)`` columns ``table`` lacks (metadata columns
+    """Add the ``(name, Iceberg type, doc)`` columns ``table`` lacks, optional (metadata columns
     added by a later version, such as ``_cdc_gtid_seq``); their value in existing rows is null.
     Returns the table, refreshed when it changed."""
     names = {f.name for f in table.schema().fields}

@@ -261,6 +261,13 @@ def record_tombstones(ctx: ApplyContext, source: DataFrame) -> None:
         *[n for n, _, _ in TOMBSTONE_COLUMNS if n != "_cdc_recorded_at"],
         F.current_timestamp().alias("_cdc_recorded_at"),
     )
+    tombstones = ctx.side_table(TOMBSTONES_SUFFIX)
+    earlier_key = (
+        [] if tombstones is None else [f.name for f in tombstones.schema().fields if f.name not in deletes.columns]
+    )
+    if earlier_key:  # a primary key changed at the source: the old key's columns are null in new tombstones
+        types = {f.name: f.dataType for f in ctx.spark.table(name).schema.fields}
+        deletes = deletes.select(*deletes.columns, *[F.lit(None).cast(types[c]).alias(c) for c in earlier_key])
     newer = supersedes_column(cfg.ordering, SOURCE, name, event_change=True, stored_change=True)
     merge_into(deletes, name, cfg.primary_key).whenMatched(newer).updateAll().whenNotMatched().insertAll().merge()
 
