@@ -9,7 +9,7 @@ import pytest
 
 from cdclake.io.catalog import load_catalog
 from cdclake.io.kafka import ensure_topic
-from cdclake.model.layout import TOMBSTONES_SUFFIX, side_table
+from cdclake.model.layout import COMMITTED_PROPERTY, TOMBSTONES_SUFFIX, side_table
 from tests.conftest import make_table
 from tests.integration.test_apply import produce_raw, run_once
 
@@ -39,6 +39,7 @@ def test_a_primary_key_changed_at_the_source_keeps_deletes_working(spark, kafka,
     send([({"id": 1}, ev("c", a, 100)), ({"id": 2}, ev("c", b, 110)), ({"id": 2}, ev("d", b, 120))])
     assert run_once(spark, stack_settings, cfg)[1].status == "committed"  # the tombstone table: key (id)
     catalog = load_catalog(stack_settings)
+    assert catalog.load_table(cfg.identifier).properties[COMMITTED_PROPERTY] == "true"  # set by the first commit
     tombstones = side_table(cfg.identifier, TOMBSTONES_SUFFIX)
     assert [f.name for f in catalog.load_table(tombstones).schema().fields if f.required] == ["id"]
 

@@ -9,7 +9,7 @@ import pytest
 from cdclake.errors import CommittedStateLostError, OffsetsOutOfRangeError
 from cdclake.io.catalog import load_catalog
 from cdclake.io.kafka import ensure_topic, produce
-from cdclake.model.layout import SummaryKeys
+from cdclake.model.layout import COMMITTED_PROPERTY, SummaryKeys
 from tests.conftest import make_table, plan_offsets
 
 pytestmark = pytest.mark.integration
@@ -25,9 +25,13 @@ def test_a_table_whose_offset_commits_are_gone_is_not_planned_from_the_low_water
     table = catalog.create_table(cfg.identifier, schema=schema)
     assert plan_offsets(stack_settings, cfg).range.start == {0: 0, 1: 0}  # no snapshot yet: a new table
 
-    # what CREATE OR REPLACE TABLE ... AS SELECT, or an expiry that kept only later snapshots, leaves:
-    # rows, and no snapshot recording offsets
+    # rows loaded outside cdclake, never applied to: a new table
     table.append(pa.table({"id": pa.array([1, 2], pa.int32()), "v": ["a", "b"]}, schema=schema))
+    assert plan_offsets(stack_settings, cfg).range.start == {0: 0, 1: 0}
+    # what CREATE OR REPLACE TABLE ... AS SELECT, or an expiry that kept only later snapshots, leaves
+    # of a table cdclake committed to: rows, its cdc.committed property, no snapshot recording offsets
+    with table.transaction() as txn:
+        txn.set_properties({COMMITTED_PROPERTY: "true"})
     with pytest.raises(CommittedStateLostError, match=rf"table {cfg.identifier} holds rows but no snapshot"):
         plan_offsets(stack_settings, cfg)
     # the remedy the error names: a replay from chosen offsets plans

@@ -136,6 +136,12 @@ SCHEMA_CHANGE_POSITION_PROPERTY = "cdc.schema-change-position"
 """Table property: position ``<file seq>:<pos>:<row>:<rank>`` of the last source schema change
 applied by schema sync (:mod:`cdclake.pipeline.schema_sync`), committed with the schema update."""
 
+COMMITTED_PROPERTY = "cdc.committed"
+"""Table property: ``true`` once cdclake committed to the table (set after its first CDC commit).
+Properties outlive snapshot expiry and ``CREATE OR REPLACE TABLE``: a table that has it, holds rows
+and has no snapshot recording offsets lost its CDC commits (:func:`cdclake.model.run_state.lost_commits`);
+a table loaded outside cdclake and never applied to has not."""
+
 SCHEMA_GAPS_ACCEPTED_PROPERTY = "cdc.schema-change-gaps-accepted"
 """Table property: the schema-change topic's retention gaps (:func:`cdclake.model.schema_changes.gap_name`,
 ``<topic>:<partition>:<from>-<to>``, comma-separated) an operator checked for this table and accepted:

@@ -140,7 +140,7 @@ def lost_commits(ancestry: Iterable[Mapping[str, str] | None]) -> bool:
     committed offsets. Every CDC commit records them, and cdclake's expiry keeps the newest
     (:mod:`cdclake.model.maintenance`): such a table lost its commits (snapshots expired by
     another engine or a managed catalog, ``CREATE OR REPLACE TABLE``), or was loaded outside
-    cdclake."""
+    cdclake (the planner tells them apart by :data:`~cdclake.model.layout.COMMITTED_PROPERTY`)."""
     first = True
     holds_rows = False
     for summary in ancestry:

@@ -17,7 +17,7 @@ from cdclake.io.kafka import (
     topic_watermarks,
 )
 from cdclake.model.config import TableConfig
-from cdclake.model.layout import SummaryKeys
+from cdclake.model.layout import COMMITTED_PROPERTY, SummaryKeys
 from cdclake.model.offsets import OffsetRange, Offsets, plan_range
 from cdclake.model.plan import RunPlan, TransactionRange
 from cdclake.model.replay import ReplayStart, check_exclusive, check_offsets, check_retained
@@ -108,18 +108,21 @@ def plan_next(
 
 
 def check_commits_kept(table: Table, cfg: TableConfig) -> None:
-    """Refuse to plan from the low watermarks a table that holds rows but whose ancestry records no
-    committed offsets (:func:`~cdclake.model.run_state.lost_commits`).
+    """Refuse to plan from the low watermarks a table cdclake committed to
+    (:data:`~cdclake.model.layout.COMMITTED_PROPERTY`) that holds rows but whose ancestry records no
+    committed offsets (:func:`~cdclake.model.run_state.lost_commits`). A table loaded outside
+    cdclake and never applied to starts at the low watermarks, as a new one.
 
     Raises:
         CommittedStateLostError: names the table and the remedies.
     """
-    if lost_commits(summary for _, _, summary in ancestry(table)):
+    if table.properties.get(COMMITTED_PROPERTY) == "true" and lost_commits(
+        summary for _, _, summary in ancestry(table)
+    ):
         raise CommittedStateLostError(
             f"table {cfg.identifier} holds rows but no snapshot of its history records the Kafka offsets, "
             "truncate and snapshot floors, source identity and positions cdclake committed (its CDC commits "
-            "were expired by another engine or the catalog, or the table was replaced or loaded outside "
-            "cdclake); planning from the low watermarks would apply old events over newer rows without the "
+            "were expired by another engine or the catalog, or the table was replaced); planning from the low watermarks would apply old events over newer rows without the "
             "floors. Nothing was applied. Rebuild the table with the snapshot-bootstrap DAG (drop it first), "
             "or, if its rows are right as of known offsets, trigger the DAG once with replay_from_offsets "
             "(or replay_from_timestamp) to start there. Keep snapshot expiry to cdclake's maintenance, which "

@@ -51,6 +51,7 @@ from cdclake.io.catalog import (
     load_catalog,
     load_table_or_none,
     run_commit,
+    update_table_property,
 )
 from cdclake.io.kafka import KafkaClients, offsets_for_time, topic_watermarks
 from cdclake.model.bad_records import NewQuarantine, describe_causes, tolerance_error
@@ -66,6 +67,7 @@ from cdclake.model.decision import (
 )
 from cdclake.model.layout import (
     COLUMN_DEFAULTS_PROPERTY,
+    COMMITTED_PROPERTY,
     METADATA_COLUMNS,
     QUARANTINE_SUFFIX,
     TOMBSTONES_SUFFIX,
@@ -296,6 +298,8 @@ def apply_range(
             waiting_events=planned.range.event_count - plan.range.event_count if whole and whole.cut else 0,
         )
         log.info("table %s: committed snapshot %s: %s", cfg.identifier, snapshot_id, result.to_json())
+        if COMMITTED_PROPERTY not in table.properties:  # once per table: lost commits can be told (planner)
+            update_table_property(catalog, cfg.identifier, COMMITTED_PROPERTY, lambda _: "true")
         if stats.nothing_applied:
             raise nothing_applied_error(plan, stats, first_quarantined(parsed))
         if not cfg.tolerates_bad_records(found.bad):
