@@ -42,6 +42,10 @@ variable                         meaning                                        
 ``CDCLAKE_SCHEMA_REGISTRY_URL``  the schema registry of ``value_format: avro``    unset
                                  topics (Confluent REST API base URL), when no
                                  Airflow connection ``schema_registry`` exists
+``CDCLAKE_CONNECT_URL``          Kafka Connect's REST API, whose Debezium          unset
+                                 connectors ``cdclake status`` and the freshness
+                                 check watch, when no Airflow connection
+                                 ``kafka_connect`` exists (unset: not watched)
 ===============================  ===============================================  =========================
 
 The Airflow connection ids the DAGs use are constants here (:class:`ConnectionIds`); their
@@ -88,6 +92,7 @@ _KNOWN = {
     "APPLY_PAUSE_AT",  # read by the apply job: cdclake.spark.commit.PAUSE_ENV (debugging)
     "SCHEMA_REGISTRY_URL",
     "DISCOVERY_REGISTRY",
+    "CONNECT_URL",
 }
 
 
@@ -123,6 +128,13 @@ class ConnectionIds:
     them (``ssl.ca.location``, ``timeout``, ``max.retries``; a bearer token:
     ``bearer.auth.credentials.source: STATIC_TOKEN``, ``bearer.auth.token``,
     ``bearer.auth.logical.cluster``). Without it the registry is ``CDCLAKE_SCHEMA_REGISTRY_URL``'s."""
+    KAFKA_CONNECT = "kafka_connect"
+    """type ``http``, optional: the REST API of the Kafka Connect cluster running the Debezium
+    connectors (:mod:`cdclake.io.connect`): ``host`` (a whole base URL, or a host name with
+    ``port`` and ``schema`` ``http``/``https``), ``login``/``password`` its basic auth; ``extra``:
+    ``verify`` (``false``, or a CA bundle path), ``cert``/``key`` (a client certificate and its key,
+    paths), ``timeout`` (seconds). Without it Connect is ``CDCLAKE_CONNECT_URL``'s; with neither,
+    no connector is watched."""
 
 
 APPLY_POOL_DESCRIPTION = "table DAGs' apply tasks: how many run at once on the engine"
@@ -196,6 +208,10 @@ class Settings(BaseModel):
     """The schema registry of ``value_format: avro`` topics when no Airflow connection
     :attr:`ConnectionIds.SCHEMA_REGISTRY` exists (the CLI, the local stack): a URL without
     credentials; empty: none."""
+    connect_url: str = ""
+    """Kafka Connect's REST API (``http://127.0.0.1:18083``) when no Airflow connection
+    :attr:`ConnectionIds.KAFKA_CONNECT` exists (the CLI, the local stack): a URL without
+    credentials; empty: the connectors are not watched."""
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
@@ -243,6 +259,7 @@ class Settings(BaseModel):
                 reconcile_tasks=int(env.get("CDCLAKE_RECONCILE_TASKS", "2")),
                 group_commit=env.get("CDCLAKE_GROUP_COMMIT", "multi_table"),
                 schema_registry_url=env.get("CDCLAKE_SCHEMA_REGISTRY_URL", ""),
+                connect_url=env.get("CDCLAKE_CONNECT_URL", ""),
             )
         )
 

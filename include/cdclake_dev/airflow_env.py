@@ -18,6 +18,8 @@ the two connections the table DAGs use:
 * ``schema_registry`` (type ``http``), when ``CDCLAKE_SCHEMA_REGISTRY_URL`` is set: the schema
   registry of ``value_format: avro`` topics (the local chain's Apicurio Registry,
   :mod:`cdclake_dev.parts.registry`), its Confluent-compatible API URL as the host.
+* ``kafka_connect`` (type ``http``), when ``CDCLAKE_CONNECT_URL`` is set: the local chain's Kafka
+  Connect, whose connectors the status and ``cdc_freshness`` watch, its URL as the host.
 
 The UI (``cdclake ui start``, ``make airflow-ui``; :func:`ui_processes`) runs Airflow's four
 processes (:class:`~cdclake_dev.parts.airflow.AirflowProcesses`) with :func:`ui_env`: the
@@ -115,6 +117,15 @@ def airflow_env(settings: Settings, base: dict[str, str] | None = None) -> dict[
                     )
                 }
                 if settings.schema_registry_url
+                else {}
+            ),
+            **(
+                {
+                    f"AIRFLOW_CONN_{ConnectionIds.KAFKA_CONNECT.upper()}": json.dumps(
+                        {"conn_type": "http", "host": settings.connect_url}
+                    )
+                }
+                if settings.connect_url
                 else {}
             ),
             # the CDCLAKE_* settings the tasks read, pinned to what this process resolved

@@ -408,8 +408,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     from cdclake.model.listing import page_of
     from cdclake.model.selection import select_tables
     from cdclake.pipeline.groups import group_statuses
-    from cdclake.pipeline.status import status_of_tables
-    from cdclake_dev.views import format_page_summary
+    from cdclake.pipeline.status import status_report
+    from cdclake_dev.views import format_page_summary, format_sources
 
     settings = _settings()
     try:
@@ -419,7 +419,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 2
     kafka = KafkaClients.from_settings(settings)
     catalog = load_catalog(settings)
-    statuses = status_of_tables(catalog, kafka, tables, freshness_minutes=args.freshness_minutes)
+    report = status_report(
+        catalog, kafka, tables, freshness_minutes=args.freshness_minutes, sources=_source_probe(settings)
+    )
+    statuses = report.tables
     cut = page_of(
         statuses,
         name_of=lambda s: s.name,
@@ -433,6 +436,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps([s.model_dump(mode="json") for s in cut.rows], indent=2))
     else:
         with_fresh = args.freshness_minutes is not None or any(t.freshness_minutes for t in tables)
+        sys.stdout.write(format_sources(report.sources))
         sys.stdout.write(format_page_summary(cut) + format_status_table(cut.rows, with_fresh=with_fresh))
         now_ms = int(time.time() * 1000)
         for group in group_statuses(catalog, tables):
@@ -441,6 +445,19 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"cdclake status: {BROKER_REMEDY}", file=sys.stderr)
         return 3
     return 0
+
+
+def _source_probe(settings: Settings) -> Any:
+    """The sources ``cdclake status`` asks about: Kafka Connect of ``CDCLAKE_CONNECT_URL`` and the
+    local chain's MariaDB (as ``cdclake reconcile``); ``None`` without ``CDCLAKE_CONNECT_URL``."""
+    from cdclake.io.connect import connect_from_settings
+    from cdclake.pipeline.sources import SourceProbe
+    from cdclake_dev.chain import local_source
+
+    connect = connect_from_settings(settings)
+    if connect is None:
+        return None
+    return SourceProbe(connect, local_source(settings), f"the local MariaDB on port {settings.mariadb_port}")
 
 
 def cmd_discover(args: argparse.Namespace) -> int:

@@ -123,6 +123,15 @@ def format_status_table(statuses: list[Any], *, with_fresh: bool = False) -> str
     return "\n".join(lines) + "\n"
 
 
+def format_sources(sources: list[Any]) -> str:
+    """:class:`~cdclake.model.source_health.SourceStatus` list (``cdclake status``, above the
+    tables) as text: per source, its connector's state and why it does not run, its binlog lag,
+    the remedy (:meth:`~cdclake.model.source_health.SourceStatus.lines`); ``""`` without sources."""
+    if not sources:
+        return ""
+    return "".join("\n".join(source.lines()) + "\n" for source in sources) + "\n"
+
+
 def format_findings(findings: list[Any]) -> str:
     """:class:`~cdclake.pipeline.discovery.Finding` list (``cdclake discover``) as a terminal
     table: topic, state, the Iceberg table, the DAG, the primary key (``changelog``: none) and why

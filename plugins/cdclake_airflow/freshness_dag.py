@@ -3,13 +3,18 @@ check per table with a freshness target (docs/operations.md, "Freshness and metr
 
 Every 15 minutes (pyiceberg and confluent-kafka; no Spark, no engine slot):
 
-1. **status** reads :func:`cdclake.pipeline.status.status_of_tables` for every configured table
-   (connection ``kafka_default``, resolved now), sets the gauges of
-   :data:`cdclake_airflow.metrics.STATUS_GAUGES` and returns the statuses (the XCom).
+1. **status** reads :func:`cdclake.pipeline.status.status_report` for every configured table
+   (connection ``kafka_default``, resolved now) and, when Kafka Connect is configured (connection
+   ``kafka_connect``, or ``CDCLAKE_CONNECT_URL``), their sources (each table's Debezium connector
+   and its binlog lag against the source database of ``cdc_source_db``); sets the gauges of
+   :data:`cdclake_airflow.metrics.STATUS_GAUGES` and :data:`~cdclake_airflow.metrics.SOURCE_GAUGES`
+   and returns the statuses (the XCom).
 2. **check_freshness**, one mapped task instance per table with ``freshness_minutes``: fails with
-   :class:`~cdclake.errors.FreshnessError` when the table is behind its target, so that Airflow's
-   alerting fires (``on_failure_callback``, email, chat providers) for that table. It lives apart
-   from the table's own DAG so that a paused, stuck or failing table DAG is caught as well.
+   :class:`~cdclake.errors.FreshnessError` when the table is behind its target, or its source's
+   connector does not run, or that connector is behind the source by more than the target, so
+   that Airflow's alerting fires (``on_failure_callback``, email, chat providers) for that table.
+   It lives apart from the table's own DAG so that a paused, stuck or failing table DAG is caught
+   as well.
 """
 
 from __future__ import annotations
@@ -35,14 +40,18 @@ def status(**context: Any) -> dict[str, dict[str, Any]]:
     table name) and ``dag_id``, the DAG that applies it on schedule (its own, or its shared DAG);
     its gauges emitted."""
     from cdclake.model.config import load_tables
-    from cdclake.pipeline.status import status_of_tables
+    from cdclake.pipeline.status import status_report
     from cdclake_airflow.hooks import CdcLakeHook
-    from cdclake_airflow.metrics import emit_status
+    from cdclake_airflow.metrics import emit_source, emit_status
 
     hook = CdcLakeHook()
     tables = list(load_tables(hook.settings.tables_config, hook.settings.discovery_registry).tables)
+    report = status_report(hook.catalog, hook.kafka, tables, sources=hook.source_probe())
+    for source in report.sources:
+        emit_source(source)
+        (log.info if source.connector.running else log.warning)("%s", "\n".join(source.lines()))
     out: dict[str, dict[str, Any]] = {}
-    for cfg, st in zip(tables, status_of_tables(hook.catalog, hook.kafka, tables), strict=True):
+    for cfg, st in zip(tables, report.tables, strict=True):
         figures = emit_status(st)
         log.info(
             "table %s: %s%s",
@@ -58,11 +67,13 @@ def check_freshness(name: str, statuses: dict[str, dict[str, Any]]) -> dict[str,
     """The ``check_freshness`` task of table ``name``.
 
     Returns:
-        ``{"table", "fresh", "lag_events", "lag_seconds", "freshness_minutes"}``.
+        ``{"table", "fresh", "lag_events", "lag_seconds", "end_to_end_lag_seconds",
+        "connector_state", "freshness_minutes"}``.
 
     Raises:
         FreshnessError: the table has events waiting and its newest applied event is older than
-            its ``freshness_minutes``; or the runs of its DAG are failing.
+            its ``freshness_minutes``; or the runs of its DAG are failing; or its source's
+            connector does not run, or is more than ``freshness_minutes`` behind the source.
     """
     from cdclake.errors import FreshnessError
     from cdclake.model.status import RunFailure
@@ -75,6 +86,8 @@ def check_freshness(name: str, statuses: dict[str, dict[str, Any]]) -> dict[str,
         "fresh": st.get("fresh"),
         "lag_events": st.get("lag_events"),
         "lag_seconds": lag_s,
+        "end_to_end_lag_seconds": None if st.get("end_to_end_lag_ms") is None else st["end_to_end_lag_ms"] / 1000,
+        "connector_state": (st.get("source") or {}).get("state"),
         "freshness_minutes": st.get("freshness_minutes"),
     }
     if st.get("run_failure"):
@@ -82,6 +95,23 @@ def check_freshness(name: str, statuses: dict[str, dict[str, Any]]) -> dict[str,
         raise FreshnessError(
             f"table {name} ({st['identifier']}) is not fresh: {failure.describe(st['checked_at_ms'])}. See "
             f'the log of that try of DAG {dag_id} and docs/operations.md, "A table whose runs fail".'
+        )
+    source = st.get("source") or {}
+    if st.get("fresh") is False and source and not source.get("running"):
+        raise FreshnessError(
+            f"table {name} ({st['identifier']}) is not fresh: its source {source['name']} is {source['state']}: "
+            f"{source.get('reason')}; remedy: {source.get('remedy')}. While its connector does not run, no change "
+            f"reaches topic {st['topic']!r}, whatever the table's own lag says; see docs/operations.md, "
+            '"Sources: the connector and the binlog".'
+        )
+    limit_ms = (st.get("freshness_minutes") or 0) * 60_000
+    if st.get("fresh") is False and source.get("lag_ms") is not None and source["lag_ms"] > limit_ms:
+        raise FreshnessError(
+            f"table {name} ({st['identifier']}) is behind its freshness target of {st['freshness_minutes']} "
+            f"minute(s) at its source: connector {source['name']} has not emitted {source.get('lag_transactions')} "
+            f"source transaction(s) ({source.get('lag_bytes')} bytes of binlog), and the newest event it emitted is "
+            f"{source['lag_ms'] / 60_000:.1f} minute(s) old. Check the connector's throughput and its task's log; "
+            'docs/operations.md, "Sources: the connector and the binlog".'
         )
     if st.get("fresh") is False:
         last = st.get("last_commit") or {}

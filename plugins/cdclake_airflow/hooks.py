@@ -3,13 +3,15 @@ runs (never at DAG-parse time), and the clients built from them; the one place t
 
 :class:`CdcLakeHook` owns the Kafka connection (``kafka_default``), the Iceberg catalog
 (``iceberg_catalog`` merged into ``CDCLAKE_*``), the Spark Connect engine
-(``spark_connect_default``), the source database (``cdc_source_db``) and the schema registry of
-Avro topics (``schema_registry``, optional), the ids of
+(``spark_connect_default``), the source database (``cdc_source_db``), the schema registry of
+Avro topics (``schema_registry``, optional) and Kafka Connect's REST API (``kafka_connect``,
+optional), the ids of
 :class:`cdclake.settings.ConnectionIds`; each client is built on first use, once per hook.
 
 Every credential a task uses comes from here: the Kafka client config (SASL/SSL included), the
 Iceberg catalog's properties (JDBC password, S3 keys, REST token), the source database's login,
-the Spark Connect token, the schema registry's basic auth or bearer token. Airflow masks the connections' passwords and sensitive extra keys in task
+the Spark Connect token, the schema registry's basic auth or bearer token, Kafka Connect's basic
+auth and client certificate. Airflow masks the connections' passwords and sensitive extra keys in task
 logs; this project never logs them nor passes them on a command line: the Spark Connect URL (its
 token) goes only to the session, and an error names the server without it
 (:func:`cdclake.spark.session.connect_session`); a ``spark-submit`` job gets the catalog, Kafka and
@@ -31,9 +33,11 @@ if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyspark.sql import SparkSession
 
+    from cdclake.io.connect import KafkaConnect
     from cdclake.io.kafka import KafkaClients
     from cdclake.io.registry import SchemaRegistry
     from cdclake.io.source_db import SourceDatabase
+    from cdclake.pipeline.sources import SourceProbe
 
 
 class CdcLakeHook(BaseHook):
@@ -50,6 +54,8 @@ class CdcLakeHook(BaseHook):
             schema).
         schema_registry_conn_id: the optional schema registry connection
             (:attr:`cdclake.settings.ConnectionIds.SCHEMA_REGISTRY`).
+        kafka_connect_conn_id: the optional Kafka Connect connection
+            (:attr:`cdclake.settings.ConnectionIds.KAFKA_CONNECT`).
     """
 
     def __init__(
@@ -60,6 +66,7 @@ class CdcLakeHook(BaseHook):
         spark_connect_conn_id: str = ConnectionIds.SPARK_CONNECT,
         source_db_conn_id: str = ConnectionIds.SOURCE_DB,
         schema_registry_conn_id: str = ConnectionIds.SCHEMA_REGISTRY,
+        kafka_connect_conn_id: str = ConnectionIds.KAFKA_CONNECT,
     ) -> None:
         super().__init__()
         self.kafka_conn_id = kafka_conn_id
@@ -67,6 +74,7 @@ class CdcLakeHook(BaseHook):
         self.spark_connect_conn_id = spark_connect_conn_id
         self.source_db_conn_id = source_db_conn_id
         self.schema_registry_conn_id = schema_registry_conn_id
+        self.kafka_connect_conn_id = kafka_connect_conn_id
 
     def kafka_config(self) -> dict[str, Any]:
         """The librdkafka client config of connection ``kafka_conn_id``: its whole ``extra``
@@ -110,15 +118,7 @@ class CdcLakeHook(BaseHook):
         except AirflowNotFoundException:
             url = self.settings.schema_registry_url
             return {"url": url} if url else None  # the local stack's: no credentials
-        url = conn.host or ""
-        if url and "://" not in url:
-            path = conn.schema or ""
-            scheme = "https" if conn.conn_type == "https" else "http"
-            if path in ("http", "https"):  # the HTTP connection form's "Schema" field
-                scheme, path = path, ""
-            url = (
-                f"{scheme}://{url}" + (f":{conn.port}" if conn.port else "") + (f"/{path.lstrip('/')}" if path else "")
-            )
+        url = _http_url(conn)
         config: dict[str, Any] = {"url": url, **conn.extra_dejson}
         if conn.login:
             config["basic.auth.user.info"] = f"{conn.login}:{conn.password or ''}"
@@ -130,6 +130,60 @@ class CdcLakeHook(BaseHook):
                 f"http to {host}: use an https URL (connection type https, or the whole URL as its host)"
             )
         return config
+
+    @cached_property
+    def kafka_connect(self) -> KafkaConnect | None:
+        """Kafka Connect's REST API of connection ``kafka_connect_conn_id``: its URL as
+        :meth:`schema_registry_config` builds one (a whole base URL as the host, or host, port and
+        ``http``/``https``), ``login``/``password`` its basic auth, ``extra`` ``verify``, ``cert``,
+        ``key``, ``timeout`` (:func:`cdclake.io.connect.connect_from_connection`). Without the
+        connection, ``CDCLAKE_CONNECT_URL``'s; ``None`` when neither is set (no connector is
+        watched).
+
+        Raises:
+            ConfigError: the connection has no host, an unknown or malformed ``extra`` key, or a
+                login over plain ``http`` to a host other than the loopback.
+        """
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        from cdclake.errors import ConfigError
+        from cdclake.io.connect import connect_from_connection, connect_from_settings
+
+        try:
+            conn = self.get_connection(self.kafka_connect_conn_id)
+        except AirflowNotFoundException:
+            return connect_from_settings(self.settings)
+        url = _http_url(conn)
+        where = f"Airflow connection {self.kafka_connect_conn_id!r}"
+        if not url:
+            raise ConfigError(f"{where} has no host: Kafka Connect's REST API URL, e.g. https://connect:8083")
+        host = url.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0]
+        if conn.login and url.startswith("http://") and host not in ("127.0.0.1", "localhost", "[::1]"):
+            raise ConfigError(
+                f"{where} sends Kafka Connect credentials over plain http to {host}: use an https URL "
+                "(schema https, or the whole URL as its host)"
+            )
+        try:
+            return connect_from_connection(url, conn.login, conn.password, conn.extra_dejson)
+        except ValueError as e:
+            raise ConfigError(f"{where}: {e}") from e
+
+    def source_probe(self) -> SourceProbe | None:
+        """What the status asks about the sources (:mod:`cdclake.pipeline.sources`): Kafka Connect
+        (:attr:`kafka_connect`) and the source database (connection ``source_db_conn_id``, when
+        defined); ``None`` when no Kafka Connect is configured (the sources are not asked)."""
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        from cdclake.pipeline.sources import SourceProbe
+
+        connect = self.kafka_connect
+        if connect is None:
+            return None
+        try:
+            db = self.source_database()
+        except AirflowNotFoundException:
+            db = None
+        return SourceProbe(connect, db, f"Airflow connection {self.source_db_conn_id}")
 
     @cached_property
     def schema_registry(self) -> SchemaRegistry | None:
@@ -214,3 +268,18 @@ class CdcLakeHook(BaseHook):
             yield spark
         finally:
             spark.stop()
+
+
+def _http_url(conn: Any) -> str:
+    """The base URL of an HTTP connection: its ``host`` when that is a whole URL; else a bare
+    host name with the scheme of the connection's type (``https``, else ``http``, as Airflow parses
+    ``https://user:pw@host/path`` URIs) or of its ``schema`` when that is ``http``/``https``, then
+    its ``port`` and its ``schema`` as the path; ``""`` without a host."""
+    url = conn.host or ""
+    if url and "://" not in url:
+        path = conn.schema or ""
+        scheme = "https" if conn.conn_type == "https" else "http"
+        if path in ("http", "https"):  # the HTTP connection form's "Schema" field
+            scheme, path = path, ""
+        url = f"{scheme}://{url}" + (f":{conn.port}" if conn.port else "") + (f"/{path.lstrip('/')}" if path else "")
+    return url

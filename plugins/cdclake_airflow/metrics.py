@@ -10,10 +10,12 @@ Airflow's ``statsd_prefix`` / ``otel_prefix`` (default ``airflow``).
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from cdclake.model.source_health import SourceStatus
     from cdclake.model.status import TableStatus
 
 log = logging.getLogger(__name__)
@@ -30,8 +32,19 @@ STATUS_GAUGES = {
     "last_commit_age_seconds": "last_commit.age_seconds",
     "open_quarantine": "quarantine.open",
     "events_24h": "events_24h",
+    "end_to_end_lag_seconds": "lag.end_to_end_seconds",
 }
 """``cdclake.<name>.<table>``: gauges set by the ``cdc_freshness`` DAG for every table."""
+
+SOURCE_GAUGES = {
+    "connector_running": "connector.running",
+    "connector_failed_tasks": "connector.failed_tasks",
+    "source_lag_seconds": "source.lag.seconds",
+    "source_lag_bytes": "source.lag.bytes",
+    "source_lag_transactions": "source.lag.transactions",
+}
+"""``cdclake.<name>.<source>``: gauges set by the ``cdc_freshness`` DAG for every source (its
+connector's name, characters other than ``[A-Za-z0-9_-]`` as ``_``; tag ``source``)."""
 
 
 def _stats() -> Any:
@@ -75,6 +88,7 @@ def status_figures(status: TableStatus) -> dict[str, float]:
         "last_commit_age_seconds": None if status.last_commit is None else status.last_commit.age_ms / 1000,
         "open_quarantine": status.open_quarantine,
         "events_24h": status.activity_24h.events,
+        "end_to_end_lag_seconds": None if status.end_to_end_lag_ms is None else status.end_to_end_lag_ms / 1000,
     }
     return {k: float(v) for k, v in figures.items() if v is not None}
 
@@ -85,4 +99,32 @@ def emit_status(status: TableStatus) -> dict[str, float]:
     figures = status_figures(status)
     for key, value in figures.items():
         stats.gauge(f"{PREFIX}.{STATUS_GAUGES[key]}.{status.name}", value, tags={"table": status.name})
+    return figures
+
+
+def source_figures(source: SourceStatus) -> dict[str, float]:
+    """The gauges of :data:`SOURCE_GAUGES` of one source (unknown figures left out):
+    ``connector_running`` 1 while its connector and every task run, else 0."""
+    lag = source.lag
+    figures: dict[str, float | None] = {
+        "connector_running": 1 if source.connector.running else 0,
+        "connector_failed_tasks": sum(1 for t in source.connector.tasks if t.state == "FAILED"),
+        "source_lag_seconds": None if lag is None or lag.lag_ms is None else lag.lag_ms / 1000,
+        "source_lag_bytes": None if lag is None else lag.bytes,
+        "source_lag_transactions": None if lag is None else lag.transactions,
+    }
+    return {k: float(v) for k, v in figures.items() if v is not None}
+
+
+def metric_name(name: str) -> str:
+    """A source's name as the last part of a metric name (``[A-Za-z0-9_-]``, others as ``_``)."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", name)
+
+
+def emit_source(source: SourceStatus) -> dict[str, float]:
+    """Set the gauges ``cdclake.<figure>.<source>`` of :data:`SOURCE_GAUGES`; returns them."""
+    stats = _stats()
+    figures = source_figures(source)
+    for key, value in figures.items():
+        stats.gauge(f"{PREFIX}.{SOURCE_GAUGES[key]}.{metric_name(source.name)}", value, tags={"source": source.name})
     return figures

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
     from cdclake.io.kafka import KafkaClients
     from cdclake.model.config import TableConfig
+    from cdclake.pipeline.sources import SourceProbe
     from cdclake_airflow.hooks import CdcLakeHook
 
 log = logging.getLogger(__name__)
@@ -146,8 +147,23 @@ def run_problem(status: Mapping[str, Any], run: Mapping[str, Any] | None) -> str
     return f"its DAG's newest run {run['run_id']!r} failed: see its log"
 
 
+def sources_for_request(hook: "CdcLakeHook") -> "tuple[SourceProbe | None, str]":
+    """``(what the status asks about the sources, where it came from)``: the hook's
+    :meth:`~cdclake_airflow.hooks.CdcLakeHook.source_probe` (Airflow connection ``kafka_connect``,
+    else ``CDCLAKE_CONNECT_URL``; ``None`` with neither); a connection that cannot be used is said,
+    and the sources are not asked."""
+    try:
+        probe = hook.source_probe()
+    except Exception as e:  # a malformed connection: the page still shows the tables
+        log.warning("Airflow connection %s unusable (%s): sources not watched", hook.kafka_connect_conn_id, e)
+        return None, f"not watched (connection {hook.kafka_connect_conn_id} unusable: {e})"
+    if probe is None:
+        return None, f"not watched (no connection {hook.kafka_connect_conn_id}, no CDCLAKE_CONNECT_URL)"
+    return probe, probe.connect.url
+
+
 def tables_payload(user: Any, session: "Session", freshness_minutes: int | None = None) -> dict[str, Any]:
-    """What both routes show: ``{"checked_at_ms", "kafka", "tables", "groups"}``.
+    """What both routes show: ``{"checked_at_ms", "kafka", "connect", "sources", "tables", "groups"}``.
 
     ``tables`` holds, for each configured table ``user`` may read (config order),
     :class:`~cdclake.model.status.TableStatus` as JSON (``model_dump(mode="json")``: its
@@ -158,13 +174,16 @@ def tables_payload(user: Any, session: "Session", freshness_minutes: int | None 
     the table is one more problem (:func:`run_problem`), and such a table is not fresh (a shared
     DAG's run fails when any of its tables does: each table's record says which). ``groups``: the :class:`~cdclake.model.groups.GroupStatus` of each
     table group of those tables, as a dict. ``kafka`` names where the Kafka client config came from
-    (:func:`kafka_for_request`). Freshness: ``freshness_minutes`` for every table when given,
+    (:func:`kafka_for_request`). ``sources``: the :class:`~cdclake.model.source_health.SourceStatus`
+    of each source of those tables (its connector's state, its binlog lag; empty when Kafka
+    Connect is not configured), ``connect`` where Kafka Connect is or why it is not watched
+    (:func:`sources_for_request`). Freshness: ``freshness_minutes`` for every table when given,
     else each table's ``freshness_minutes`` of the table config (unset: not judged).
     """
     from cdclake.model.config import load_tables
     from cdclake.model.status import iso_time
     from cdclake.pipeline.groups import group_statuses
-    from cdclake.pipeline.status import status_of_tables
+    from cdclake.pipeline.status import status_report
     from cdclake_airflow.hooks import CdcLakeHook
 
     hook = CdcLakeHook()
@@ -172,9 +191,13 @@ def tables_payload(user: Any, session: "Session", freshness_minutes: int | None 
         user, load_tables(hook.settings.tables_config, hook.settings.discovery_registry).tables, session
     )
     kafka, kafka_source = kafka_for_request(hook)
+    probe, connect_source = sources_for_request(hook)
     now_ms = int(time.time() * 1000)
     # None: each table's freshness_minutes of the table config
-    statuses = status_of_tables(hook.catalog, kafka, tables, now_ms=now_ms, freshness_minutes=freshness_minutes)
+    report = status_report(
+        hook.catalog, kafka, tables, now_ms=now_ms, freshness_minutes=freshness_minutes, sources=probe
+    )
+    statuses = report.tables
     runs = last_runs(session, sorted({t.scheduled_dag_id for t in tables}))
     rows = []
     for cfg, st in zip(tables, statuses, strict=True):
@@ -196,6 +219,8 @@ def tables_payload(user: Any, session: "Session", freshness_minutes: int | None 
         "checked_at_ms": now_ms,
         "checked_at_iso": iso_time(now_ms),
         "kafka": kafka_source,
+        "connect": connect_source,
+        "sources": [source.model_dump(mode="json") for source in report.sources],
         "tables": rows,
         "groups": groups,
     }
@@ -280,6 +305,12 @@ def _fresh(row: Mapping[str, Any]) -> str:
             f'<span class="badge bad run-failure" title="{tries} failed tr{"y" if tries == 1 else "ies"}: '
             f'{html_text(failure["error"])}">{html_text(failure["state"])}</span>'
         )
+    source = row.get("source")
+    if source and not source.get("running"):  # nothing reaches its topic: its own lag says nothing
+        return (
+            f'<span class="badge bad source-down" title="source {html_text(source["name"])}: '
+            f'{html_text(source.get("reason"))}">source {html_text(source["state"])}</span>'
+        )
     fresh, limit = row.get("fresh"), row.get("freshness_minutes")
     if fresh is True:
         return f'<span class="badge ok" title="target {html_text(limit)} min">fresh</span>'
@@ -305,10 +336,23 @@ def _last_run(row: Mapping[str, Any]) -> str:
 
 
 def _lag_time(row: Mapping[str, Any]) -> str:
+    source = row.get("source")
+    end_to_end = ""
+    if source and row.get("end_to_end_lag_ms") is not None:
+        end_to_end = (
+            f'<div class="sub end-to-end" title="source -> Kafka -> lake: the greater of this lag and how far its connector is '
+            f'behind the source">end to end {html_text(format_duration(row["end_to_end_lag_ms"]))}</div>'
+        )
     if row.get("caught_up"):  # nothing pending: the newest event's age is the source's quiet time
         age = format_duration(row.get("last_event_age_ms"))
-        return f'<span class="caught-up" title="every record of the topic applied; newest event {html_text(age)} old">caught up</span>'
-    return f'<span title="from {html_text(row.get("lag_basis") or "-")}">{html_text(format_duration(row.get("lag_ms")))}</span>'
+        return (
+            f'<span class="caught-up" title="every record of the topic applied; newest event {html_text(age)} old">caught up</span>'
+            + end_to_end
+        )
+    return (
+        f'<span title="from {html_text(row.get("lag_basis") or "-")}">{html_text(format_duration(row.get("lag_ms")))}</span>'
+        + end_to_end
+    )
 
 
 def _last_commit(row: Mapping[str, Any]) -> str:
@@ -458,6 +502,28 @@ def _groups(payload: Mapping[str, Any]) -> str:
     return f'<h2>Table groups</h2><ul id="cdc-groups">{items}</ul>'
 
 
+def _sources(payload: Mapping[str, Any]) -> str:
+    """One entry per source (``ul#cdc-sources``, ``li.source`` with ``data-source`` and
+    ``data-state``): its connector's state, why it does not run and the remedy, its binlog lag."""
+    from cdclake.model.source_health import SourceStatus
+
+    sources = payload.get("sources") or []
+    if not sources:
+        return ""
+    items = []
+    for raw in sources:
+        source = SourceStatus.model_validate(raw)
+        state = source.connector.state
+        badge = "ok" if source.connector.running else "bad"
+        head, *rest = source.lines()
+        detail = "".join(f'<div class="sub">{html_text(line.strip())}</div>' for line in rest)
+        items.append(
+            f'<li class="source" data-source="{html_text(source.name)}" data-state="{html_text(state)}">'
+            f'<span class="badge {badge}">{html_text(state)}</span> {html_text(head)}{detail}</li>'
+        )
+    return f'<h2>Sources</h2><ul id="cdc-sources">{"".join(items)}</ul>'
+
+
 def render_page(payload: Mapping[str, Any]) -> str:
     """The HTML page of :func:`tables_payload`'s result: one row per table (``tr.table-row``,
     ``data-table`` its name; a cell per figure, its class the figure), the table's problems and
@@ -475,7 +541,9 @@ def render_page(payload: Mapping[str, Any]) -> str:
         f"<style>{STYLE}</style></head><body>"
         "<h1>CDC tables</h1>"
         f'<div class="meta">checked {html_text(format_time(payload["checked_at_ms"]))}; Kafka: {html_text(payload["kafka"])}; '
+        f"Kafka Connect: {html_text(payload.get('connect') or '-')}; "
         f'reloads every {REFRESH_SECONDS} s; <a href="api/tables">JSON</a></div>'
+        f"{_sources(payload)}"
         f"{listing_html(payload)}"
         f'<div class="scroll"><table id="cdc-tables"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
         f"{_groups(payload)}"

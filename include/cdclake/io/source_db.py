@@ -36,6 +36,7 @@ from cdclake.model.source_flavour import (
     position_from_binary_log_status,
     snapshot_position_from_status,
 )
+from cdclake.model.source_health import EVENTS_READ, EmittedPoint, ServerBinlog, count_transactions
 
 log = logging.getLogger(__name__)
 
@@ -302,3 +303,85 @@ def send_marker(db: SourceDatabase, signal_table: str, marker_id: str) -> None:
     table: its change event on the signal table's topic shows that the connector has read the
     binlog past everything committed before it."""
     send_source_signal(db, signal_table, Signal(marker_id, "log", {"message": f"cdclake reconcile marker {marker_id}"}))
+
+
+# --- the source leg of the status (cdclake.model.source_health) -----------------------------------
+
+
+@dataclass(frozen=True)
+class BinlogRead:
+    """What :func:`read_binlog` found.
+
+    Attributes:
+        server: the server's binlog position and files.
+        transactions: per emitted point (the caller's keys): ``(transactions started after it,
+            whether more events followed than were read)``, or why they are unknown (a sentence).
+    """
+
+    server: ServerBinlog
+    transactions: dict[str, tuple[int, bool] | str]
+
+
+def read_binlog(db: SourceDatabase, points: dict[str, EmittedPoint], *, events: int = EVENTS_READ) -> BinlogRead:
+    """The server's binary log position (:func:`~cdclake.model.source_flavour.binary_log_status_statement`,
+    ``SHOW BINARY LOGS``, ``@@server_id``, MariaDB's ``@@gtid_binlog_pos``), and for each of
+    ``points`` the transactions that started after it (``SHOW BINLOG EVENTS IN <file> FROM <pos>
+    LIMIT <events>``, over the following files while none is found), in one connection. The user
+    needs ``BINLOG MONITOR`` (MariaDB) or ``REPLICATION CLIENT`` and ``REPLICATION SLAVE`` (MySQL).
+
+    Raises:
+        pymysql.err.MySQLError: the server does not answer, or refuses the status statements.
+        ValueError: its binary log is off.
+    """
+    import pymysql
+
+    with db.connect() as connection, connection.cursor() as cur:
+        cur.execute("SELECT VERSION(), @@version_comment, @@server_id")
+        version, comment, server_id = cur.fetchone() or ("", "", 0)
+        server = ServerVersion.parse(str(version), str(comment or ""))
+        cur.execute(binary_log_status_statement(server))
+        columns = [d[0] for d in cur.description or ()]
+        file, pos, gtids = position_from_binary_log_status(columns, cur.fetchone())
+        if server.flavour == "mariadb":
+            cur.execute("SELECT @@gtid_binlog_pos")
+            gtids = str((cur.fetchone() or ("",))[0] or "")
+        cur.execute("SHOW BINARY LOGS")
+        sizes = {str(r[0]): int(r[1]) for r in cur.fetchall()}
+        binlog = ServerBinlog(
+            server=server.describe(),
+            server_id=int(server_id or 0),
+            file=file,
+            pos=pos,
+            gtid_position=gtids,
+            sizes=sizes,
+        )
+        found: dict[str, tuple[int, bool] | str] = {}
+        for key, point in points.items():
+            try:
+                found[key] = _transactions_after(cur, binlog, point, events)
+            except pymysql.err.MySQLError as e:
+                found[key] = (
+                    f"SHOW BINLOG EVENTS failed ({e.args[-1] if e.args else e}): the transactions after the emitted position are unknown"
+                )
+        return BinlogRead(binlog, found)
+
+
+def _transactions_after(cur: Any, server: ServerBinlog, point: EmittedPoint, limit: int) -> tuple[int, bool]:
+    """``(transactions started after point, capped)``: the events of ``point``'s file from it,
+    then of each later file (``SHOW BINARY LOGS`` order) until a transaction is found or
+    ``limit`` events were read."""
+    first = point.file(server.width)
+    if first == server.file and point.pos >= server.pos:
+        return 0, False  # where the server writes next: nothing after it
+    files = [first, *sorted(f for f in server.sizes if f.startswith(server.basename + ".") and f > first)]
+    read = count = 0
+    for file in files:
+        start = point.pos if file == first else 4  # a binlog's first event is at 4
+        cur.execute("SHOW BINLOG EVENTS IN %s FROM %s LIMIT %s", (file, start, limit - read))
+        rows = cur.fetchall()
+        read += len(rows)
+        events = ((int(r[1]), str(r[2])) for r in rows)
+        count += count_transactions(events, start, including=file != first or not point.emitted_at_pos)
+        if count or read >= limit:
+            break
+    return count, read >= limit

@@ -112,14 +112,21 @@ class SchemaChangePolicy(BaseModel):
 
 
 class ConnectorModes(BaseModel):
-    """The Debezium connector's value handling modes (its properties of the same names, dots as
-    underscores); they decide how a source column type is encoded, hence its Iceberg type.
+    """The Debezium connector the table's topic comes from: its name in Kafka Connect, and its
+    value handling modes (its properties of the same names, dots as underscores), which decide how
+    a source column type is encoded, hence its Iceberg type.
     The defaults are those of the project's connector config
     (``include/stack/debezium/inventory-connector.json``); they must mirror the connector the
     table's topic comes from. ``bigint_unsigned_handling_mode`` defaults to ``precise`` there
     (Debezium's own default, ``long``, wraps values >= 2^63 to negative numbers)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: Annotated[str, Field(min_length=1)] | None = None
+    """The connector's name in Kafka Connect, whose state and binlog position the status and the
+    freshness check watch (:mod:`cdclake.model.source_health`); ``None``: the connector whose
+    ``topic.prefix`` (of its config, else of its source offsets) is the table topic's prefix, else
+    the one that wrote the table's topic (Kafka Connect's ``GET /connectors/<name>/topics``)."""
 
     decimal_handling_mode: Literal["precise", "double", "string"] = "precise"
     time_precision_mode: Literal["adaptive_time_microseconds", "adaptive", "connect"] = "adaptive_time_microseconds"

@@ -69,8 +69,11 @@ def snapshot_position_from_status(rows: Sequence[Sequence[object]]) -> tuple[str
 
 
 def binary_log_status_statement(server: ServerVersion) -> str:
-    """The statement that gives Oracle MySQL's binary log position: ``SHOW BINARY LOG STATUS``
-    from 8.2, ``SHOW MASTER STATUS`` before."""
+    """The statement that gives a server's binary log position: Oracle MySQL and Percona
+    ``SHOW BINARY LOG STATUS`` from 8.2, ``SHOW MASTER STATUS`` before; MariaDB ``SHOW BINLOG
+    STATUS`` from 10.5.2 (MariaDB KB, "SHOW BINLOG STATUS"), ``SHOW MASTER STATUS`` before."""
+    if server.flavour == "mariadb":
+        return "SHOW BINLOG STATUS" if server.version >= (10, 5, 2) else "SHOW MASTER STATUS"
     return "SHOW BINARY LOG STATUS" if server.version >= (8, 2, 0) else "SHOW MASTER STATUS"
 
 

@@ -280,6 +280,54 @@ class RunFailure(_Figures):
         )
 
 
+class TableSource(BaseModel):
+    """The source leg of one table's chain, as the table sees it: the Debezium connector feeding
+    its topic and how far that connector is behind the source's binary log (the whole figures of
+    the source: :class:`cdclake.model.source_health.SourceStatus`).
+
+    Attributes:
+        name: the source: its connector's name, or ``topic prefix <p>`` while the connector is
+            not known (Kafka Connect did not answer).
+        state: the connector's state: ``RUNNING`` when the connector and every task run;
+            ``FAILED``, ``PAUSED``, ``STOPPED``, ``UNASSIGNED``, ``RESTARTING`` as Kafka Connect
+            says (the worst of the connector and its tasks); ``missing`` (Kafka Connect has no
+            connector of that name); ``unreachable`` (Kafka Connect did not answer).
+        running: ``state == "RUNNING"``.
+        reason: why it is not running, one line (a failed task's first trace line and its root
+            cause, Kafka Connect's error); ``None`` while it runs.
+        remedy: what to do, one line (the ``curl`` of Kafka Connect's REST API); ``None`` while
+            it runs.
+        lag_ms: how far the connector is behind the source, ms: 0 when no source transaction
+            started after the newest position it is known to have emitted, else now minus that
+            position's source time (an upper bound, as :attr:`TableStatus.lag_ms`); ``None``:
+            not measured (no source database, another server) or unknown.
+        lag_bytes: binlog bytes from that position to the source's current position (the tail
+            of the transaction emitted last counts too); ``None``: unknown.
+        lag_transactions: source transactions started after that position (any table's, at
+            most :data:`cdclake.model.source_health.EVENTS_READ` events read); ``None``: unknown.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    state: str
+    running: bool
+    reason: str | None = None
+    remedy: str | None = None
+    lag_ms: int | None = None
+    lag_bytes: int | None = None
+    lag_transactions: int | None = None
+
+    def problem(self) -> str | None:
+        """One sentence for the table's problems while the connector does not run; ``None``
+        while it runs."""
+        if self.running:
+            return None
+        return f"its source {self.name} is {self.state}: {self.reason or 'not running'}" + (
+            f"; remedy: {self.remedy}" if self.remedy else ""
+        )
+
+
 class TableStatus(_Figures):
     """The status figures of one configured table (JSON: ``model_dump(mode="json")``: snapshot
     ids as strings, :data:`SnapshotId`; each epoch-ms time ``<x>_ms`` also as ``<x>_iso``, ISO
@@ -337,10 +385,18 @@ class TableStatus(_Figures):
             that is not whole yet; ``None`` for a table not configured ``transactions: whole``.
         freshness_minutes: the freshness limit it was judged by, minutes; ``None``: not judged.
         fresh: ``True`` when the table applied everything in its topic or its newest applied
-            event is at most ``freshness_minutes`` old, and its runs are not failing; ``None`` when
-            not judged or unknown.
+            event is at most ``freshness_minutes`` old, and its runs are not failing, and, when
+            its source is watched, its connector runs and is at most ``freshness_minutes``
+            behind the source (:func:`chain_verdict`); ``None`` when not judged or unknown.
+        source: the source leg of its chain (:class:`TableSource`): its connector's state and
+            how far that connector is behind the source; ``None`` when no connector is watched
+            (no Kafka Connect configured, or none found writing the table's topic).
+        end_to_end_lag_ms: how far the table is behind the source itself, ms: the greater of
+            ``lag_ms`` (Kafka -> lake) and the source leg's ``lag_ms`` (source -> Kafka); ``lag_ms``
+            alone when the source leg is not measured; ``None`` when ``lag_ms`` is unknown.
         problems: what is missing or wrong, one sentence each (no table, no topic, offsets
-            outside the topic, failing runs: :meth:`RunFailure.describe`).
+            outside the topic, failing runs: :meth:`RunFailure.describe`, a connector that does
+            not run: :meth:`TableSource.problem`).
         warnings: what the table applied but is likely wrong, one sentence each (events that
             contradict the connector modes: :meth:`LastCommit.connector_warning`; events applied
             without transaction metadata: :meth:`TransactionStatus.warning`); they do not make
@@ -378,6 +434,8 @@ class TableStatus(_Figures):
     transactions: TransactionStatus | None = None
     freshness_minutes: int | None = None
     fresh: bool | None = None
+    source: TableSource | None = None
+    end_to_end_lag_ms: int | None = None
     problems: list[str] = []
     warnings: list[str] = []
 
@@ -533,6 +591,30 @@ def freshness_verdict(
     if lag_ms is None:
         return None
     return lag_ms <= freshness_minutes * 60_000
+
+
+def chain_verdict(
+    fresh: bool | None, lag_ms: int | None, freshness_minutes: int | None, source: TableSource | None
+) -> tuple[bool | None, int | None]:
+    """``(fresh, end-to-end lag ms)`` of a table whose whole chain is judged: source -> Kafka
+    (its connector, ``source``) and Kafka -> lake (``fresh`` and ``lag_ms`` of
+    :func:`freshness_verdict` and :func:`lag_time`).
+
+    The end-to-end lag is the greater of both legs' lags (``lag_ms`` alone when the source leg is
+    not measured; ``None`` when ``lag_ms`` is unknown). Judged (``freshness_minutes`` set), the
+    table is not fresh while its connector does not run, or the source leg is more than
+    ``freshness_minutes`` behind; otherwise ``fresh`` stands. ``source`` ``None`` (not watched):
+    ``fresh`` as it is."""
+    end_to_end = lag_ms
+    if source is not None and source.lag_ms is not None and lag_ms is not None:
+        end_to_end = max(lag_ms, source.lag_ms)
+    if source is None or freshness_minutes is None:
+        return fresh, end_to_end
+    if not source.running:
+        return False, end_to_end
+    if source.lag_ms is not None and source.lag_ms > freshness_minutes * 60_000:
+        return False, end_to_end
+    return fresh, end_to_end
 
 
 def reconcile_summary(row: Mapping[str, Any], now_ms: int) -> ReconcileSummary:

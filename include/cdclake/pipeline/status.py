@@ -23,6 +23,11 @@ Per table:
 * **The table property** :data:`~cdclake.model.layout.RUN_FAILURE_PROPERTY`: the failed tries of
   the table's DAG since its last run that succeeded (also a problem, and the table is not fresh).
 
+With a :class:`~cdclake.pipeline.sources.SourceProbe` (Kafka Connect, the source database),
+also **the sources** (:mod:`cdclake.pipeline.sources`): each table's Debezium connector, its state
+and how far it is behind the source's binlog; a table is then fresh only when its whole chain is
+(:func:`~cdclake.model.status.chain_verdict`).
+
 A table or topic that does not exist is a status (``table_exists``, ``topic_exists``,
 ``problems``), never an exception.
 """
@@ -47,11 +52,14 @@ from cdclake.model.layout import (
     TRANSACTION_WAIT_PROPERTY,
     side_table,
 )
+from cdclake.model.run_state import CommittedState
+from cdclake.model.source_health import EmittedPoint, SourceStatus
 from cdclake.model.status import (
     ReconcileSummary,
     RunFailure,
     SnapshotInProgress,
     TableStatus,
+    chain_verdict,
     commit_activity,
     freshness_verdict,
     lag_time,
@@ -65,6 +73,8 @@ from cdclake.pipeline.reconcile import RECONCILE_TABLE
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
+
+    from cdclake.pipeline.sources import SourceProbe
 
 log = logging.getLogger(__name__)
 
@@ -207,25 +217,63 @@ def status_of_tables(
     *,
     now_ms: int | None = None,
     freshness_minutes: Mapping[str, int] | int | None = None,
+    sources: SourceProbe | None = None,
 ) -> list[TableStatus]:
-    """The status figures of each table, in the order given (see :func:`table_status`).
+    """The status figures of each table, in the order given (see :func:`table_status`;
+    :func:`status_report` with the sources' figures)."""
+    return status_report(
+        catalog, kafka, tables, now_ms=now_ms, freshness_minutes=freshness_minutes, sources=sources
+    ).tables
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    """:func:`status_report`'s answer: the tables' figures (the order given) and their sources'
+    (:class:`~cdclake.model.source_health.SourceStatus`, in the order of their first table; empty
+    when the sources were not asked)."""
+
+    tables: list[TableStatus]
+    sources: list[SourceStatus]
+
+
+def status_report(
+    catalog: Catalog,
+    kafka: KafkaClients | None,
+    tables: Iterable[TableConfig],
+    *,
+    now_ms: int | None = None,
+    freshness_minutes: Mapping[str, int] | int | None = None,
+    sources: SourceProbe | None = None,
+) -> StatusReport:
+    """The status figures of each table, in the order given (see :func:`table_status`), and of
+    their sources.
 
     One ``now`` for all. The Iceberg side is read first, then the watermarks of every topic
     through one Kafka consumer (so a commit landing in between makes a lag too large, never
-    negative), and the reconcile table once. A broker that does not answer costs one timeout
-    (:data:`~cdclake.io.kafka_auth.TIMEOUT_S`) and leaves every table's Kafka figures unknown.
+    negative), and the reconcile table once; then, with ``sources``, Kafka Connect and the source
+    database (:func:`cdclake.pipeline.sources.source_statuses`; read last, so that a write landing
+    in between makes the source leg's lag too large, never too small). A broker that does not
+    answer costs one timeout (:data:`~cdclake.io.kafka_auth.TIMEOUT_S`) and leaves every table's
+    Kafka figures unknown.
 
     Args:
         freshness_minutes: one limit for every table, or a limit per table name (tables not named
             are not judged); default: each table's ``freshness_minutes`` of the table config.
+        sources: Kafka Connect and the source database; ``None``: the sources are not asked, and
+            tables are judged by Kafka -> lake alone.
     """
     configs = list(tables)
     now = _now_ms() if now_ms is None else now_ms
     lakes = [_lake(catalog, cfg, now) for cfg in configs]
     marks, kafka_problem = read_watermarks(kafka, [c.topic for c in configs])
     reconciled = last_reconciles(catalog, now, [c.identifier for c in configs])
+    answer = None
+    if sources is not None:
+        from cdclake.pipeline.sources import source_statuses
+
+        answer = source_statuses(sources, configs, [lake.point for lake in lakes], now)
     out: list[TableStatus] = []
-    for cfg, lake in zip(configs, lakes, strict=True):
+    for i, (cfg, lake) in enumerate(zip(configs, lakes, strict=True)):
         if freshness_minutes is None:
             limit = cfg.freshness_minutes
         elif isinstance(freshness_minutes, Mapping):
@@ -257,6 +305,13 @@ def status_of_tables(
         failure = fields.get("run_failure")
         if failure is not None:
             problems.append(failure.describe(now))
+        source_status = None if answer is None else answer.of_table[i]
+        source = None if source_status is None else source_status.table_view()
+        unwatched = None if answer is None else answer.unwatched[i]
+        for problem in (None if source is None else source.problem(), unwatched):
+            if problem is not None:
+                problems.append(problem)
+        fresh, end_to_end = chain_verdict(freshness_verdict(lag_events, lag_ms, limit, failure), lag_ms, limit, source)
         for problem in problems:
             log.debug("table %s: %s", cfg.identifier, problem)
         out.append(
@@ -273,12 +328,14 @@ def status_of_tables(
                 lag_basis=basis,
                 last_reconcile=reconciled.get(cfg.identifier),
                 freshness_minutes=limit,
-                fresh=freshness_verdict(lag_events, lag_ms, limit, failure),
+                fresh=fresh,
+                source=source,
+                end_to_end_lag_ms=end_to_end,
                 problems=problems,
                 **fields,
             )
         )
-    return out
+    return StatusReport(out, [] if answer is None else answer.sources)
 
 
 @dataclass(frozen=True)
@@ -288,6 +345,9 @@ class _Lake:
     exists: bool
     fields: dict[str, Any]
     problems: list[str]
+    point: EmittedPoint | None = None
+    """The greatest binlog position the table applied, as a position its connector emitted
+    (tables ordered by binlog position only)."""
 
 
 def _lake(catalog: Catalog, cfg: TableConfig, now: int) -> _Lake:
@@ -334,4 +394,21 @@ def _lake(catalog: Catalog, cfg: TableConfig, now: int) -> _Lake:
         )
     if state.offsets is None:
         problems.append(f"Iceberg table {cfg.identifier} has no CDC commit of topic {cfg.topic!r} yet")
-    return _Lake(True, fields, problems)
+    return _Lake(True, fields, problems, _applied_point(cfg, state, fields["last_source_ts_ms"]))
+
+
+def _applied_point(cfg: TableConfig, state: CommittedState, source_ts_ms: int | None) -> EmittedPoint | None:
+    """The table's greatest applied binlog position as an :class:`EmittedPoint` (``None`` unless the
+    table is ordered by binlog position and its binlog basename is recorded)."""
+    high, identity = state.high_position, state.identity
+    if cfg.ordering != "binlog" or high is None or high.file_seq < 0 or identity is None or not identity.basename:
+        return None
+    server = identity.server_id if identity.server_id else None
+    return EmittedPoint(
+        basename=identity.basename,
+        file_seq=high.file_seq,
+        pos=high.pos,
+        ts_ms=source_ts_ms,
+        origin="lake",
+        server_id=server,
+    )
