@@ -241,8 +241,9 @@ def test_renames_are_found_by_both_names_and_unreadable_records_reach_every_tabl
     new_name = read_schema_changes(catalog, kafka, topic, '"inventory"."accounts_new"')
     assert [(c.kind, c.ddl) for c in new_name] == [("ALTER", "RENAME TABLE accounts TO accounts_new")]
 
-    # an ALTER whose DDL cannot be parsed: a NULL row, read by every table; it stops the tables it
-    # is not a change of (a rename cannot be ruled out), as a full read does
+    # an ALTER whose DDL cannot be parsed nor read word by word: a NULL row, read by every table,
+    # as a full read does; it stops only the tables whose names its words hold (a rename of them
+    # cannot be ruled out), here none but orders, whose change it is
     unreadable = alter("ALTER TABLE orders CHANGE a", BASE + 200)
     send(kafka, topic, [unreadable])
     result = catch_up(catalog, kafka, topic)
@@ -253,8 +254,7 @@ def test_renames_are_found_by_both_names_and_unreadable_records_reach_every_tabl
             full_scan, kafka, topic, table_id
         ), table_id
     assert read_schema_changes(catalog, kafka, topic, ORDERS)[-1].ddl == "ALTER TABLE orders CHANGE a"
-    with pytest.raises(SchemaChangeError, match=rf"offset {n + 2}: .*ALTER TABLE orders CHANGE a"):
-        read_schema_changes(catalog, kafka, topic, ACCOUNTS)
+    assert read_schema_changes(catalog, kafka, topic, ACCOUNTS)[-1].kind == "RENAME"  # not stopped by it
 
     # a record that is no schema-change event at all: every table's read fails on it, as before
     send(kafka, topic, [b"not json", json.dumps({"ddl": "ALTER TABLE orders ADD c INT"})])
