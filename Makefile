@@ -3,8 +3,9 @@ SHELL := /bin/bash
 CDCLAKE := .venv/bin/cdclake
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
+CONFORMANCE_ARGS ?=
 
-.PHONY: demo demo-avro demo-production test lint bench bench-reconcile bench-engine bench-maintenance soak setup stack-start stack-stop stack-status engine-start engine-stop engine-status status chain-start chain-stop airflow-ui airflow-stop lock clean help
+.PHONY: demo demo-avro demo-production test lint bench bench-reconcile bench-engine bench-maintenance soak conformance setup stack-start stack-stop stack-status engine-start engine-stop engine-status status chain-start chain-stop airflow-ui airflow-stop lock clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -42,6 +43,9 @@ bench-maintenance: setup  ## files, metadata, count(*) and lookup times after 20
 
 soak: setup  ## the production topology under load and seeded faults (not a test; SOAK_MINUTES=60 SOAK_TABLES=20 SOAK_SEED=1); fails when a row is lost, stale, duplicated or wrong; results in bench/results/
 	.venv/bin/python bench/soak.py $(BENCH_ARGS)
+
+conformance: setup  ## one seeded history on the real chain across option cells (JSON, Avro, schema source, whole transactions, group, history): prints the matrix phase x cell, results in bench/results/; fails unless every cell is equal; CONFORMANCE_ARGS="--seed 7 --cells json/topic,avro/topic"
+	$(CDCLAKE) conformance $(CONFORMANCE_ARGS)
 
 setup:  ## install the virtual environment, the jars and the Airflow DB (quick when done)
 	@bash include/scripts/setup.sh

@@ -21,10 +21,14 @@ the replicated events with the server id and GTID of the server that originated 
 Debezium connector reading it is added to the running Connect worker through its REST API
 (:func:`add_connector`).
 
-A connector writing **Avro** (Apicurio's ``AvroConverter``, Confluent wire format, schemas in a
-schema registry such as :class:`~cdclake_dev.parts.registry.SchemaRegistry`) can be added beside
-the JSON one on the same MariaDB and worker (:func:`add_avro_connector`): one source table then
-feeds a JSON topic and an Avro topic. The local chain's registry is :func:`local_registry`
+The worker runs the connector files of :data:`CONNECTOR_FILES` it is started with
+(:func:`start_connect` ``connectors``; ``cdclake chain start --avro``), passed to it on its command
+line, so every start registers them again (a kill -9 and a start keep them): ``json``,
+:data:`CONNECTOR_CONFIG`, and ``avro``, :data:`AVRO_CONNECTOR_CONFIG`, the same source tables as
+**Avro** (Apicurio's ``AvroConverter``, Confluent wire format, schemas in a schema registry such as
+:class:`~cdclake_dev.parts.registry.SchemaRegistry`) under ``<prefix>_avro``. A connector writing
+Avro can also be added to the running worker over its REST API (:func:`add_avro_connector`; a
+standalone worker forgets it when it stops). The local chain's registry is :func:`local_registry`
 (``cdclake chain start --registry``; ``make demo-avro``, :mod:`cdclake_dev.demo_avro`).
 """
 
@@ -52,6 +56,17 @@ if TYPE_CHECKING:
     from cdclake_dev.parts.registry import SchemaRegistry
 
 CONNECTOR_CONFIG = PROJECT_ROOT / "include" / "stack" / "debezium" / "inventory-connector.json"
+"""The JSON connector: every table of ``inventory``, ``JsonConverter`` with schemas, transaction
+metadata as ``${env:CDC_TRANSACTION_METADATA}`` says, topic prefix ``${env:CDC_TOPIC_PREFIX}``."""
+AVRO_CONNECTOR_CONFIG = CONNECTOR_CONFIG.with_name("inventory-connector-avro.json")
+"""The Avro connector: the tables of ``${env:CDC_AVRO_TABLES}`` (:func:`connector_env`: every table
+of ``inventory`` unless told), Apicurio's ``AvroConverter`` (:func:`avro_converter_config`'s
+settings) writing to ``${env:CDC_REGISTRY_URL}``, transaction metadata as the JSON connector,
+topic prefix ``${env:CDC_TOPIC_PREFIX}_avro``, binlog client id 184062."""
+CONNECTOR_FILES = {"json": CONNECTOR_CONFIG, "avro": AVRO_CONNECTOR_CONFIG}
+"""The connector variants :func:`start_connect` runs, by name."""
+AVRO_PREFIX_SUFFIX = "_avro"
+"""The Avro connector's topic prefix is the chain's followed by this."""
 DB_USER = "debezium"
 DB_PASSWORD = "dbz"
 SERVER_ID = 223344
@@ -259,10 +274,30 @@ def stop_mariadb(settings: Settings) -> str:
 
 
 def connector_env(
-    settings: Settings, *, schemas_enable: bool = True, snapshot_mode: str = "initial", db_password: str = DB_PASSWORD
+    settings: Settings,
+    *,
+    schemas_enable: bool = True,
+    snapshot_mode: str = "initial",
+    db_password: str = DB_PASSWORD,
+    registry_url: str | None = None,
+    avro_tables: Sequence[str] | None = None,
+    transaction_metadata: bool = False,
 ) -> dict[str, str]:
-    """Values of the ``${env:...}`` placeholders of the connector config, for the local chain
-    (``db_password``: the ``debezium`` user's, as :func:`start_mariadb` set it)."""
+    """Values of the ``${env:...}`` placeholders of the connector files (:data:`CONNECTOR_FILES`),
+    for the local chain (``db_password``: the ``debezium`` user's, as :func:`start_mariadb` set it).
+
+    Args:
+        registry_url: the Avro connector's schema registry, its Confluent-compatible API (Apicurio's
+            ``.../apis/ccompat/v7``); default ``settings.schema_registry_url``, else
+            :func:`local_registry`'s. The converter is given the same server's v2 API.
+        avro_tables: the Avro connector's ``table.include.list`` (``<database>.<table>``, regular
+            expressions); default every table of ``inventory``.
+        transaction_metadata: ``provide.transaction.metadata`` (``BEGIN``/``END`` records on
+            ``<prefix>.transaction``, a ``transaction`` block in each change event). Off by default:
+            Debezium (3.5, MariaDB) writes no ``END`` for a TRUNCATE's transaction, and a table
+            under ``transactions: whole`` waits for it for good (docs/local-stack.md).
+    """
+    registry = registry_url or settings.schema_registry_url or f"http://{LOOPBACK}:{REGISTRY_PORT}/apis/ccompat/v7"
     return {
         "CDC_CONNECTOR_CLASS": "io.debezium.connector.mariadb.MariaDbConnector",
         "CDC_DB_HOST": "127.0.0.1",
@@ -273,6 +308,9 @@ def connector_env(
         "CDC_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
         "CDC_SCHEMAS_ENABLE": "true" if schemas_enable else "false",
         "CDC_SNAPSHOT_MODE": snapshot_mode,
+        "CDC_REGISTRY_URL": registry.partition("/apis/ccompat/")[0] + "/apis/registry/v2",
+        "CDC_AVRO_TABLES": ",".join(avro_tables) if avro_tables else r"inventory\..*",
+        "CDC_TRANSACTION_METADATA": "true" if transaction_metadata else "false",
     }
 
 
@@ -299,19 +337,33 @@ def start_connect(
     timeout_s: float = 120.0,
     offset_flush_interval_ms: int = 60_000,
     db_password: str = DB_PASSWORD,
+    connectors: Sequence[str] = ("json",),
+    registry_url: str | None = None,
+    avro_tables: Sequence[str] | None = None,
+    transaction_metadata: bool = False,
 ) -> str:
-    """Start Kafka Connect standalone with the Debezium MariaDB connector unless it runs.
+    """Start Kafka Connect standalone with the Debezium MariaDB connectors ``connectors`` (names of
+    :data:`CONNECTOR_FILES`) unless it runs. Their files are on the worker's command line: every
+    start registers them again, and each resumes from its offsets in ``<state>/connect/offsets``
+    (none: a new initial snapshot of its tables).
 
     ``offset_flush_interval_ms`` is the worker's ``offset.flush.interval.ms`` (how often it saves
-    the connector's offsets to ``<state>/connect/offsets``); ``db_password`` reaches the connector
-    through the worker's environment (``${env:CDC_DB_PASSWORD}``), never a file or command line.
+    the connectors' offsets); ``db_password`` reaches the connectors through the worker's
+    environment (``${env:CDC_DB_PASSWORD}``), never a file or command line; ``registry_url``,
+    ``avro_tables`` and ``transaction_metadata`` fill the connectors' placeholders
+    (:func:`connector_env`).
 
     Raises:
+        ValueError: a connector name not in :data:`CONNECTOR_FILES`.
         FileNotFoundError: the connector plugin, or its ServiceLoader manifests, were not set up
             (``make setup``).
         RuntimeError: the worker exited or did not listen within ``timeout_s`` seconds (it is
             stopped; the message carries its output).
     """
+    unknown = sorted(set(connectors) - set(CONNECTOR_FILES))
+    if unknown or not connectors:
+        raise ValueError(f"connectors {list(connectors)}: choose from {sorted(CONNECTOR_FILES)}")
+    files = [CONNECTOR_FILES[name] for name in connectors]
     plugins = jars_dir("connect-plugins")
     if not (plugins / "debezium-connector-mariadb").is_dir():
         raise FileNotFoundError(f"no Debezium plugin in {plugins}: run `make setup` first")
@@ -347,7 +399,15 @@ def start_connect(
     )
     env = dict(os.environ)
     env.update(
-        connector_env(settings, schemas_enable=schemas_enable, snapshot_mode=snapshot_mode, db_password=db_password)
+        connector_env(
+            settings,
+            schemas_enable=schemas_enable,
+            snapshot_mode=snapshot_mode,
+            db_password=db_password,
+            registry_url=registry_url,
+            avro_tables=avro_tables,
+            transaction_metadata=transaction_metadata,
+        )
     )
     pid = worker_process.start(
         [
@@ -359,16 +419,16 @@ def start_connect(
             kafka_classpath(),
             "org.apache.kafka.connect.cli.ConnectStandalone",
             str(worker),
-            str(CONNECTOR_CONFIG),
+            *map(str, files),
         ],
         env=env,
-        ready=lambda: _connect_ready(settings),
+        ready=lambda: _connect_ready(settings, files),
         timeout_s=timeout_s,
         poll_s=0.3,
     )
     return (
         f"Kafka Connect started on 127.0.0.1:{settings.connect_port} (pid {pid}) with "
-        f"{CONNECTOR_CONFIG.name}, topic prefix {settings.topic_prefix!r}"
+        f"{', '.join(f.name for f in files)}, topic prefix {settings.topic_prefix!r}"
     )
 
 
@@ -388,10 +448,16 @@ def _connect_api(settings: Settings, path: str, method: str = "GET", body: dict 
     return json.loads(text) if text else None
 
 
-def _connect_ready(settings: Settings) -> bool:
-    """Whether the worker's REST API lists the connector of :data:`CONNECTOR_CONFIG`: the port
-    opens before the herder runs, and until then ``POST /connectors`` answers 404."""
+def connector_name(path: Path) -> str:
+    """The ``name`` of a connector file."""
     import json
+
+    return str(json.loads(path.read_text())["name"])
+
+
+def _connect_ready(settings: Settings, files: Sequence[Path] = (CONNECTOR_CONFIG,)) -> bool:
+    """Whether the worker's REST API lists the connectors of ``files``: the port opens before the
+    herder runs, and until then ``POST /connectors`` answers 404."""
     import urllib.error
 
     if not port_open(LOOPBACK, settings.connect_port):
@@ -400,15 +466,18 @@ def _connect_ready(settings: Settings) -> bool:
         listed = _connect_api(settings, "/connectors")  # a JSON list of names
     except (urllib.error.URLError, ConnectionError, TimeoutError):
         return False
-    return json.loads(CONNECTOR_CONFIG.read_text())["name"] in (listed or ())
+    return {connector_name(f) for f in files} <= set(listed or ())
+
+
+def connector_names(settings: Settings) -> list[str]:
+    """The connectors the running Connect worker runs (``GET /connectors``)."""
+    return sorted(_connect_api(settings, "/connectors") or [])
 
 
 def connector_status(settings: Settings, name: str | None = None) -> dict:
     """A connector's status from the Connect REST API (``GET /connectors/<name>/status``); by
     default the one of :data:`CONNECTOR_CONFIG`."""
-    import json
-
-    name = name or json.loads(CONNECTOR_CONFIG.read_text())["name"]
+    name = name or connector_name(CONNECTOR_CONFIG)
     return _connect_api(settings, f"/connectors/{name}/status") or {}
 
 

@@ -12,12 +12,15 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cdclake.settings import APPLY_POOL, APPLY_POOL_DESCRIPTION, PROJECT_ROOT, Settings
 from cdclake_dev import engine
 from cdclake_dev.airflow_env import UI_PORT
 from cdclake_dev.views import format_status_table, show_table
+
+if TYPE_CHECKING:
+    from cdclake_dev.conformance import Dags
 
 DEMO_FILES = {
     "inventory_products": Path("flink/debezium-data-schema-include.txt"),
@@ -101,21 +104,32 @@ def cmd_chain(args: argparse.Namespace) -> int:
     if args.action == "start":
         print(stack.start_broker(settings))
         print(source_chain.start_mariadb(settings))
-        print(
-            source_chain.start_connect(settings, schemas_enable=not args.no_schemas, snapshot_mode=args.snapshot_mode)
-        )
-        print(
-            f"MariaDB: mariadb -h 127.0.0.1 -P {settings.mariadb_port} -u root inventory; "
-            f"Debezium topics: {settings.topic_prefix}.inventory.<table>, schema changes: "
-            f"{settings.topic_prefix}, notifications: {settings.topic_prefix}.notifications"
-        )
-        if args.registry:
-            registry = source_chain.local_registry(settings)
+        registry = source_chain.local_registry(settings)
+        if args.registry or args.avro:  # before the Avro connector, whose converter writes to it
             registry.start()
             print(
                 f"Apicurio Registry on {registry.url} (storage {registry.dir / 'data'}); "
                 f"for value_format: avro tables: export CDCLAKE_SCHEMA_REGISTRY_URL={registry.ccompat_url}"
             )
+        print(
+            source_chain.start_connect(
+                settings,
+                schemas_enable=not args.no_schemas,
+                snapshot_mode=args.snapshot_mode,
+                connectors=("json", "avro") if args.avro else ("json",),
+                registry_url=registry.ccompat_url,
+                avro_tables=args.avro_tables.split(",") if args.avro_tables else None,
+                transaction_metadata=args.transaction_metadata,
+            )
+        )
+        prefix = settings.topic_prefix
+        print(
+            f"MariaDB: mariadb -h 127.0.0.1 -P {settings.mariadb_port} -u root inventory; "
+            f"Debezium topics: {prefix}.inventory.<table>, schema changes: {prefix}, "
+            f"notifications: {prefix}.notifications"
+            + (f", transactions: {prefix}.transaction" if args.transaction_metadata else "")
+            + (f"; Avro: the same under {prefix}{source_chain.AVRO_PREFIX_SUFFIX}" if args.avro else "")
+        )
     elif args.action == "stop":
         print(source_chain.stop_connect(settings))
         print(_stop_registry(settings))
@@ -125,11 +139,12 @@ def cmd_chain(args: argparse.Namespace) -> int:
         registry = source_chain.local_registry(settings)
         print(f"Apicurio Registry on {registry.url}: {'running' if registry.running() else 'not running'}")
         try:
-            status = source_chain.connector_status(settings)
-            print(
-                f"connector {status['name']}: {status['connector']['state']}, tasks "
-                f"{[t['state'] for t in status['tasks']]}"
-            )
+            for name in source_chain.connector_names(settings):
+                status = source_chain.connector_status(settings, name)
+                print(
+                    f"connector {status['name']}: {status['connector']['state']}, tasks "
+                    f"{[t['state'] for t in status['tasks']]}"
+                )
         except OSError as e:
             print(f"Kafka Connect not answering on port {settings.connect_port}: {e}")
             return 3
@@ -226,6 +241,15 @@ def run_shared_dag(name: str, settings: Settings | None = None) -> int:
     ensure_airflow_db(settings)
     engine.start_engine(settings)  # quick when it runs
     return _dags_test(f"{SHARED_DAG_PREFIX}{name}", None, settings)
+
+
+def run_group_dag(group: str, settings: Settings | None = None) -> int:
+    """Run the group DAG ``cdc_group_<group>`` once with ``airflow dags test`` (its ``publish``
+    moves the members' ``main`` to one source transaction boundary, or is skipped); returns 0 when
+    the run succeeded."""
+    settings = settings or _settings()
+    ensure_airflow_db(settings)
+    return _dags_test(f"cdc_group_{group}", None, settings)
 
 
 def failure_cause(output: str) -> str | None:
@@ -623,6 +647,24 @@ def _run_quiet(name: str, settings: Settings) -> int:
     return rc
 
 
+def conformance_dags() -> Dags:
+    """The DAG helpers of this module as :class:`cdclake_dev.conformance.Dags`."""
+    from cdclake_dev.conformance import Dags
+
+    return Dags(
+        run_table=lambda name, settings, conf: run_table_dag(name, settings, conf=conf),
+        run_group=run_group_dag,
+        ensure_db=ensure_airflow_db,
+        cause=failure_cause,
+    )
+
+
+def cmd_conformance(args: argparse.Namespace) -> int:
+    from cdclake_dev import conformance
+
+    return conformance.run_command(args, conformance_dags(), lambda line: print(line, flush=True))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cdclake",
@@ -646,7 +688,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--registry", action="store_true", help="start: also the schema registry (Apicurio, 127.0.0.1:18081)"
     )
+    p.add_argument(
+        "--avro",
+        action="store_true",
+        help="start: also the Avro connector (include/stack/debezium/inventory-connector-avro.json) writing "
+        "<prefix>_avro.* through the schema registry (started too); every start registers it again",
+    )
+    p.add_argument(
+        "--transaction-metadata",
+        action="store_true",
+        help="start: the connectors write transaction metadata (provide.transaction.metadata=true, "
+        "<prefix>.transaction) for tables under transactions: whole",
+    )
+    p.add_argument(
+        "--avro-tables",
+        metavar="LIST",
+        help=r"with --avro: the Avro connector's table.include.list, e.g. inventory.orders (default inventory\..*)",
+    )
     p.set_defaults(func=cmd_chain)
+
+    p = sub.add_parser(
+        "conformance",
+        help="one seeded history on the real chain across option cells (JSON, Avro, schema source, group, "
+        "history): the matrix phase x cell -> equal / differing rows / quarantined (make conformance)",
+    )
+    from cdclake_dev.conformance import build_parser as conformance_parser
+
+    conformance_parser(p)
+    p.set_defaults(func=cmd_conformance)
 
     p = sub.add_parser("load", help="produce a captured Debezium event file into a table's topic")
     p.add_argument("file", help="JSON lines (or concatenated JSON) of Debezium record values")
