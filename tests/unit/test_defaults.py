@@ -16,11 +16,10 @@ from cdclake.model.config import ConnectorModes
 from cdclake.model.defaults import (
     ColumnDefault,
     added_column_default,
-    connect_default,
-    connect_defaults,
     spark_string_literal,
     spark_type,
 )
+from cdclake.model.event_defaults import connect_default, connect_defaults
 from cdclake.model.mysql_types import column_type
 from cdclake.model.types import ColumnSpec
 

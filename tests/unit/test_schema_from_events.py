@@ -8,8 +8,9 @@ import pytest
 
 from cdclake.errors import SchemaChangeError
 from cdclake.model.config import SchemaChangePolicy
-from cdclake.model.defaults import ColumnDefault, connect_defaults
+from cdclake.model.defaults import ColumnDefault
 from cdclake.model.envelope import KafkaCoordinates
+from cdclake.model.event_defaults import connect_defaults
 from cdclake.model.schema_diff import ObservedSchema, SourceSchema, fits_table, plan_from_events
 from cdclake.model.types import ColumnSpec, columns_from_config, columns_from_connect
 

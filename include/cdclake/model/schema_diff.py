@@ -67,8 +67,9 @@ from typing import Any
 from cdclake.errors import DdlParseError, SchemaChangeError, SchemaError
 from cdclake.model.config import ConnectorModes, SchemaChangePolicy, TableConfig
 from cdclake.model.ddl import ddl_effects
-from cdclake.model.defaults import ColumnDefault, connect_default
+from cdclake.model.defaults import ColumnDefault
 from cdclake.model.envelope import KafkaCoordinates
+from cdclake.model.event_defaults import connect_default
 from cdclake.model.interchange import DAY_ENCODINGS, TEXT_ENCODINGS
 from cdclake.model.mysql_types import column_type
 from cdclake.model.offsets import OffsetRange

@@ -42,8 +42,8 @@ from cdclake.io.catalog import evolve_schema, source_schema
 from cdclake.io.kafka import topic_exists
 from cdclake.model.avro import source_names
 from cdclake.model.connector_check import contradicts_modes
-from cdclake.model.defaults import connect_defaults
 from cdclake.model.envelope import KafkaCoordinates
+from cdclake.model.event_defaults import connect_defaults
 from cdclake.model.layout import COLUMN_DEFAULTS_PROPERTY
 from cdclake.model.position import SOURCE_ORDERINGS, BinlogPosition
 from cdclake.model.run_state import BatchStats
