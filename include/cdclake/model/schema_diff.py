@@ -322,7 +322,7 @@ class ObservedSchema:
     schema_id: int | None = None
     defaults: Mapping[str, Any] = field(default_factory=dict, hash=False)
     """The Connect-encoded ``default`` of each column whose field carries a non-null one
-    (:func:`cdclake.model.defaults.connect_defaults`)."""
+    (:func:`cdclake.model.event_defaults.connect_defaults`)."""
 
     def describe(self) -> str:
         if self.where is None:
@@ -466,7 +466,7 @@ def _added_defaults(
 ) -> dict[str, ColumnDefault]:
     """Of the columns ``plan`` adds, what the rows written before each existed read in it: the
     default its field carries in the schemas of the events that show it
-    (:func:`cdclake.model.defaults.connect_default`), ``met`` in the order they were met.
+    (:func:`cdclake.model.event_defaults.connect_default`), ``met`` in the order they were met.
 
     None for a column without a default (or a null one: NULL, as the source reads it), added by
     the table config's ``columns``, or set aside by an incompatible type (``skip``: the source

@@ -191,7 +191,7 @@ def _defaults_property(
     updates the rows the table holds, and a tombstone keeps an older event out.
 
     Not filled (recorded with ``exact: false`` and logged): a default the lake cannot know
-    (:func:`cdclake.model.defaults.connect_default`), one no applied event of the batch shows, and
+    (:func:`cdclake.model.event_defaults.connect_default`), one no applied event of the batch shows, and
     every default of a table ordered by Kafka offset alone (no position places the column among
     the events of other partitions).
     """
