@@ -186,6 +186,7 @@ def sync_schema(catalog: Catalog, kafka: KafkaClients, plan: RunPlan) -> RunPlan
             "range": result.offset_range,
             "schema_changes_applied": result.applied,
             "capped_before": result.capped_before,
+            "barrier_position": None if result.barrier_position is None else result.barrier_position.to_text(),
         }
     )
 

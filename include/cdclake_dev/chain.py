@@ -281,7 +281,7 @@ def connector_env(
     db_password: str = DB_PASSWORD,
     registry_url: str | None = None,
     avro_tables: Sequence[str] | None = None,
-    transaction_metadata: bool = False,
+    transaction_metadata: bool = True,
 ) -> dict[str, str]:
     """Values of the ``${env:...}`` placeholders of the connector files (:data:`CONNECTOR_FILES`),
     for the local chain (``db_password``: the ``debezium`` user's, as :func:`start_mariadb` set it).
@@ -293,9 +293,8 @@ def connector_env(
         avro_tables: the Avro connector's ``table.include.list`` (``<database>.<table>``, regular
             expressions); default every table of ``inventory``.
         transaction_metadata: ``provide.transaction.metadata`` (``BEGIN``/``END`` records on
-            ``<prefix>.transaction``, a ``transaction`` block in each change event). Off by default:
-            Debezium (3.5, MariaDB) writes no ``END`` for a TRUNCATE's transaction, and a table
-            under ``transactions: whole`` waits for it for good (docs/local-stack.md).
+            ``<prefix>.transaction``, a ``transaction`` block in each change event), on by default
+            since ``transactions: whole`` is the tables' default.
     """
     registry = registry_url or settings.schema_registry_url or f"http://{LOOPBACK}:{REGISTRY_PORT}/apis/ccompat/v7"
     return {
@@ -340,7 +339,7 @@ def start_connect(
     connectors: Sequence[str] = ("json",),
     registry_url: str | None = None,
     avro_tables: Sequence[str] | None = None,
-    transaction_metadata: bool = False,
+    transaction_metadata: bool = True,
 ) -> str:
     """Start Kafka Connect standalone with the Debezium MariaDB connectors ``connectors`` (names of
     :data:`CONNECTOR_FILES`) unless it runs. Their files are on the worker's command line: every

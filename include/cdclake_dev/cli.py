@@ -119,7 +119,7 @@ def cmd_chain(args: argparse.Namespace) -> int:
                 connectors=("json", "avro") if args.avro else ("json",),
                 registry_url=registry.ccompat_url,
                 avro_tables=args.avro_tables.split(",") if args.avro_tables else None,
-                transaction_metadata=args.transaction_metadata,
+                transaction_metadata=not args.no_transaction_metadata,
             )
         )
         prefix = settings.topic_prefix
@@ -127,7 +127,7 @@ def cmd_chain(args: argparse.Namespace) -> int:
             f"MariaDB: mariadb -h 127.0.0.1 -P {settings.mariadb_port} -u root inventory; "
             f"Debezium topics: {prefix}.inventory.<table>, schema changes: {prefix}, "
             f"notifications: {prefix}.notifications"
-            + (f", transactions: {prefix}.transaction" if args.transaction_metadata else "")
+            + ("" if args.no_transaction_metadata else f", transactions: {prefix}.transaction")
             + (f"; Avro: the same under {prefix}{source_chain.AVRO_PREFIX_SUFFIX}" if args.avro else "")
         )
     elif args.action == "stop":
@@ -695,10 +695,10 @@ def build_parser() -> argparse.ArgumentParser:
         "<prefix>_avro.* through the schema registry (started too); every start registers it again",
     )
     p.add_argument(
-        "--transaction-metadata",
+        "--no-transaction-metadata",
         action="store_true",
-        help="start: the connectors write transaction metadata (provide.transaction.metadata=true, "
-        "<prefix>.transaction) for tables under transactions: whole",
+        help="start: the connectors write no transaction metadata (provide.transaction.metadata=false; "
+        "by default they write <prefix>.transaction, which tables under transactions: whole read)",
     )
     p.add_argument(
         "--avro-tables",

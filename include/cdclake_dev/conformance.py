@@ -1041,9 +1041,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     )
     parser.add_argument("--rows", type=int, default=40, help="rows each table starts with (40)")
     parser.add_argument("--ops", type=int, default=60, help="transactions of the DML phase (60; the others scale)")
-    parser.add_argument(
-        "--no-truncate", action="store_true", help="leave the TRUNCATE out of the history (to see past its defect)"
-    )
+    parser.add_argument("--no-truncate", action="store_true", help="leave the TRUNCATE out of the history")
     parser.add_argument("--out", default=str(RESULTS_DIR), help="folder of the result files (bench/results)")
     parser.add_argument("--state-dir", help="the work folder (default: a temporary one, deleted afterwards)")
     parser.add_argument("--keep-state", action="store_true", help="keep the temporary work folder")

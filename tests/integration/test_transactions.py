@@ -35,13 +35,23 @@ class Source:
             ensure_topic(kafka, self.transactions, 1)
         self.pos, self.txn = 1000, 0
 
-    def transaction(self, changes: list[tuple[int, int]], *, end: bool = True, metadata: bool = True) -> str:
+    def transaction(
+        self, changes: list[tuple[int, int]], *, end: bool = True, metadata: bool = True, extra: dict | None = None
+    ) -> str:
         """One source transaction setting ``balance`` of each ``(id, balance)``; its END unless
         ``end`` is false (written later with :meth:`end`); without ``metadata``, as a connector
-        without ``provide.transaction.metadata`` writes it: no BEGIN/END, no ``transaction`` block."""
-        return self.over_tables({"accounts": changes}, end=end, metadata=metadata)
+        without ``provide.transaction.metadata`` writes it: no BEGIN/END, no ``transaction`` block.
+        ``extra``: more columns of each row's after-image."""
+        return self.over_tables({"accounts": changes}, end=end, metadata=metadata, extra=extra)
 
-    def over_tables(self, changes: dict[str, list[tuple[int, int]]], *, end: bool = True, metadata: bool = True) -> str:
+    def over_tables(
+        self,
+        changes: dict[str, list[tuple[int, int]]],
+        *,
+        end: bool = True,
+        metadata: bool = True,
+        extra: dict | None = None,
+    ) -> str:
         """One source transaction over tables of ``d`` (topics ``<prefix>.d.<table>``, made
         beforehand), ``{table: [(id, balance)]}`` in that order; see :meth:`transaction`."""
         txn, producer = f"0-1-{self.txn}", self.kafka.producer()
@@ -49,17 +59,19 @@ class Source:
         if metadata:
             producer.produce(self.transactions, value=json.dumps({"status": "BEGIN", "id": txn}).encode(), partition=0)
         for table, rows in changes.items():
-            self._produce(producer, txn, table, rows, metadata)
+            self._produce(producer, txn, table, rows, metadata, extra or {})
         producer.flush(30)
         if end and metadata:
             self.end(txn, {t: len(rows) for t, rows in changes.items()})
         return txn
 
-    def _produce(self, producer, txn: str, table: str, changes: list[tuple[int, int]], metadata: bool) -> None:
+    def _produce(
+        self, producer, txn: str, table: str, changes: list[tuple[int, int]], metadata: bool, extra: dict
+    ) -> None:
         for order, (key, balance) in enumerate(changes, start=1):
             value = {
                 "before": None,
-                "after": {"id": key, "balance": balance},
+                "after": {"id": key, "balance": balance, **extra},
                 "op": "c",
                 "ts_ms": 1_700_000_000_000,
                 "source": {
@@ -79,6 +91,22 @@ class Source:
             key_bytes = json.dumps({"id": key}).encode()
             topic = f"{self.prefix}.d.{table}"
             producer.produce(topic, key=key_bytes, value=json.dumps(value).encode(), partition=key % 2)
+
+    def truncate(self) -> str:
+        """A ``TRUNCATE TABLE d.accounts`` as Debezium's MariaDB connector (3.5.0.Final) writes it
+        with transaction metadata: a ``BEGIN``, the ``t`` event (no key) carrying the transaction's
+        id, and no ``END``."""
+        txn, producer = f"0-1-{self.txn}", self.kafka.producer()
+        self.txn += 1
+        producer.produce(self.transactions, value=json.dumps({"status": "BEGIN", "id": txn}).encode(), partition=0)
+        source = {"connector": "mariadb", "server_id": 1, "file": "mysql-bin.000001", "pos": self.pos, "row": 0}
+        source |= {"snapshot": "false", "ts_ms": 1_700_000_000_000, "db": "d", "table": "accounts"}
+        value = {"before": None, "after": None, "op": "t", "ts_ms": 1_700_000_000_000, "source": source}
+        value["transaction"] = {"id": txn, "total_order": 1, "data_collection_order": 1}
+        self.pos += 100
+        producer.produce(self.topic, value=json.dumps(value).encode(), partition=0)
+        producer.flush(30)
+        return txn
 
     def end(self, txn: str, events: int | dict[str, int]) -> None:
         """The END of ``txn``: its events of ``d.accounts``, or per table."""
@@ -167,6 +195,51 @@ def test_a_commit_holds_whole_transactions_and_a_large_one_is_applied_whole(spar
     assert balances() == {k: 10 * k for k in range(1, 7)}
     assert run("r5", cap=4, limit=12).status == "committed"
     assert balances() == {k: 100 * k for k in range(1, 7)}
+
+
+def test_a_truncate_whose_transaction_never_ends_is_applied_with_what_follows(spark, kafka, stack_settings):
+    """Debezium (MariaDB, 3.5.0.Final) writes no ``END`` for a ``TRUNCATE``'s transaction; the
+    truncate commits alone in the source (an implicit commit), so the run applies it and the whole
+    transactions after it instead of waiting for good."""
+    source = Source(KafkaClients.from_bootstrap(stack_settings.kafka_bootstrap), f"tt{uuid.uuid4().hex[:8]}")
+    cfg = make_table(topic=source.topic, value_format="json", columns={"id": "int", "balance": "long"})
+    source.transaction([(1, 100), (2, 100)])
+    source.truncate()
+    after = source.transaction([(3, 30), (4, 40)])
+    result = apply_range(spark, stack_settings, plan_offsets(stack_settings, cfg, "r1"))
+    assert (result.status, result.waiting_events) == ("committed", 0)
+    table = load_catalog(stack_settings).load_table(cfg.identifier)
+    assert {r["id"]: r["balance"] for r in table.scan().to_arrow().to_pylist()} == {3: 30, 4: 40}
+    summary = dict(table.current_snapshot().summary.additional_properties)
+    assert json.loads(summary[SummaryKeys.LAST_TRANSACTION])["id"] == after
+    assert SummaryKeys.TRANSACTION_WAIT not in summary
+
+
+def test_a_transaction_applied_whole_past_the_cap_stops_before_the_barrier_change(spark, kafka, stack_settings):
+    """A run capped before a barrier change (a RENAME COLUMN: ``capped_before`` and its position in
+    the plan, as schema sync sets them) whose transaction is larger than the run's cap reads further
+    to apply it whole, but never past the change: the events after it carry the renamed column
+    (issue 51: a group member's run failed with ``SchemaError`` on the new name)."""
+    from cdclake.model.position import BinlogPosition
+
+    source = Source(KafkaClients.from_bootstrap(stack_settings.kafka_bootstrap), f"tb{uuid.uuid4().hex[:8]}")
+    cfg = make_table(
+        topic=source.topic, value_format="json", columns={"id": "int", "balance": "long"}, max_events_per_run=2
+    )
+    source.transaction([(1, 10), (2, 20), (3, 30), (4, 40)])
+    barrier = BinlogPosition(1, source.pos, 0, 1)
+    source.pos += 100
+    source.transaction([(6, 60), (7, 70)], extra={"label": "after the rename"})
+    plan = plan_offsets(stack_settings, cfg, "r1")
+    assert plan.range.event_count == 2  # the cap, one record per partition
+    capped = plan.model_copy(
+        update={"capped_before": "RENAME COLUMN note TO label", "barrier_position": barrier.to_text()}
+    )
+    result = apply_range(spark, stack_settings, capped)
+    assert result.status == "committed"
+    table = load_catalog(stack_settings).load_table(cfg.identifier)
+    assert {r["id"]: r["balance"] for r in table.scan().to_arrow().to_pylist()} == {1: 10, 2: 20, 3: 30, 4: 40}
+    assert committed_offsets(table, cfg.topic) == {0: 2, 1: 2}
 
 
 @pytest.mark.parametrize("transaction_topic", [False, True], ids=["no-transaction-topic", "events-without-block"])

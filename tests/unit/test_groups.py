@@ -362,3 +362,25 @@ def test_with_a_target_every_round_of_capped_runs_moves_the_group(txns, caps):
         if not any(committed):
             break
     assert position == ends[-1].offset
+
+
+def test_a_members_run_capped_before_a_barrier_change_reads_no_further():
+    """A group member's run reads on towards the group's target (``extended_plan``), but never past
+    where schema sync capped its range before a barrier change: the records after it are of the new
+    schema (a renamed column), which the next run applies first (issue 51's group + RENAME
+    defect: the extended run failed with ``SchemaError`` on the renamed column)."""
+    from cdclake.model.offsets import OffsetRange
+    from cdclake.model.plan import RunPlan
+    from cdclake.spark.transactions import extended_plan
+
+    cfg = TablesFile.model_validate(
+        {"tables": [{"name": "a", "topic": "p.d.a", "namespace": "n", "table": "a", "primary_key": ["id"]}]}
+    ).tables[0]
+    capped = RunPlan(
+        table=cfg,
+        run_id="r1",
+        range=OffsetRange(topic="p.d.a", start={0: 100}, end={0: 157}),
+        capped_before="RENAME COLUMN name TO label (schema-change topic offset 9)",
+    )
+    # no broker asked: a capped plan is refused before the watermarks are read
+    assert extended_plan(None, capped, {0: 20}) is None  # type: ignore[arg-type]

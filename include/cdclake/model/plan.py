@@ -54,6 +54,9 @@ class RunPlan(BaseModel):
         committed: the table's committed offsets when the run was planned (``None``: never).
         schema_changes_applied: descriptions of the schema changes schema sync applied.
         capped_before: the barrier schema change the range was capped before, if any.
+        barrier_position: that change's position (:meth:`BinlogPosition.to_text`): a range the
+            apply reads further (a source transaction applied whole) still stops each partition
+            before its first event at or after it, whose events may be of the new schema.
         accept_source_change: the operator accepts a new binlog history (another server, a
             ``RESET MASTER``) from the range's start: the run drops the table's source identity,
             positions, floors and tombstones and demotes its rows below the new history
@@ -74,6 +77,7 @@ class RunPlan(BaseModel):
     committed: Offsets | None = None
     schema_changes_applied: tuple[str, ...] = ()
     capped_before: str | None = None
+    barrier_position: str | None = None
     accept_source_change: bool = False
     transactions: TransactionRange | None = None
     topic_id: str | None = None

@@ -19,7 +19,7 @@ events cannot come after the batch: every partition has passed it (holds a later
 to its end, and its ``END`` was read (the connector sends ``END`` after the transaction's events).
 Those were read by an earlier run (a run from before the metadata, a replay that started inside a
 transaction). Events without a transaction (snapshot reads, a connector without the setting) are a
-whole unit each.
+whole unit each, and so is a truncate (:data:`UNIT_OPS`).
 """
 
 from __future__ import annotations
@@ -40,8 +40,14 @@ if TYPE_CHECKING:
     from cdclake.model.config import TableConfig
 
 CHANGE_OPS = ("c", "u", "d")
-"""The Debezium ops a source transaction writes (snapshot reads and truncates carry no
-``transaction`` block)."""
+"""The Debezium ops a source transaction writes (snapshot reads carry no ``transaction`` block)."""
+
+UNIT_OPS = ("t",)
+"""Ops whose event is a whole transaction by itself, whatever its ``transaction`` block says.
+``TRUNCATE TABLE`` commits implicitly before and after it (MySQL Reference Manual, "Statements
+That Cause an Implicit Commit"; MariaDB likewise), so its transaction holds its ``t`` event alone.
+Debezium's MariaDB connector (3.5.0.Final) gives the ``t`` event a transaction id and writes that
+transaction's ``BEGIN`` but never its ``END``: waiting for the ``END`` would stop the table."""
 
 
 def cuts_whole(cfg: TableConfig) -> bool:

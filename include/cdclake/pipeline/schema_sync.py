@@ -170,6 +170,7 @@ class SyncResult:
             barrier change (``capped_before`` says which).
         applied: the changes applied (descriptions), in order.
         capped_before: the barrier change the range was capped before, if any.
+        barrier_position: its position.
         created: the Iceberg table was created from a ``CREATE`` change.
     """
 
@@ -177,6 +178,7 @@ class SyncResult:
     applied: tuple[str, ...] = ()
     capped_before: str | None = None
     created: bool = False
+    barrier_position: BinlogPosition | None = None
 
 
 def pending_changes(changes: list[SchemaChange], table: Table | None) -> list[SchemaChange]:
@@ -387,7 +389,7 @@ def sync_changes(
     if capped is not None:
         change, cut = capped
         capped_range = OffsetRange(topic=offset_range.topic, start=offset_range.start, end=cut)
-        return SyncResult(capped_range, tuple(applied), change.describe(), created)
+        return SyncResult(capped_range, tuple(applied), change.describe(), created, change.position)
     return SyncResult(offset_range, tuple(applied), None, created)
 
 

@@ -27,6 +27,7 @@ from cdclake.model.plan import RunPlan, TransactionRange
 from cdclake.model.position import BinlogPosition
 from cdclake.model.transactions import (
     CHANGE_OPS,
+    UNIT_OPS,
     BatchTransaction,
     Cut,
     LastTransaction,
@@ -106,8 +107,12 @@ def cut_batch(ctx: ApplyContext, base: DataFrame) -> tuple[ApplyContext, DataFra
     # a batch parsed again (the table evolved) is cut again from the range cut already
     planned = ctx.plan.range
     base = base.filter(_inside(planned))
-    # bad records count too: a transaction is whole by its events, applicable or quarantined
-    events = base.filter("position is not null and not is_tombstone")
+    ctx, base = _before_barrier(ctx, base)
+    # bad records count too: a transaction is whole by its events, applicable or quarantined; a
+    # truncate is a unit of its own (see the model's UNIT_OPS)
+    events = base.filter("position is not null and not is_tombstone").withColumn(
+        "transaction_id", F.when(F.col("op").isin(*UNIT_OPS), F.lit(None)).otherwise(F.col("transaction_id"))
+    )
     wanted = F.broadcast(
         ctx.spark.createDataFrame(list(ends.items()) or [("", 0)], "transaction_id string, want bigint")
     )
@@ -180,6 +185,35 @@ def cut_batch(ctx: ApplyContext, base: DataFrame) -> tuple[ApplyContext, DataFra
         interval = _group_interval(cfg, source, ends_read, last, read, read_to_end, ctx.state.high_position)
     further = {} if member is None else _read_further(cfg, planned, member, cut, interval, empty)
     return ctx, base, TransactionCut(cut, last, len(ends), without, interval, further)
+
+
+def _before_barrier(ctx: ApplyContext, base: DataFrame) -> tuple[ApplyContext, DataFrame]:
+    """The batch cut before every partition's first event at or after the barrier change its plan
+    was capped before (:attr:`~cdclake.model.plan.RunPlan.barrier_position`): a range extended to
+    hold a transaction whole reads past schema sync's cap, and the events past the change may be of
+    its new schema; a transaction before the change ends before it (DDL commits implicitly)."""
+    from pyspark.sql import functions as F
+
+    if ctx.plan.barrier_position is None:
+        return ctx, base
+    barrier = BinlogPosition.from_text(ctx.plan.barrier_position)
+    planned = ctx.plan.range
+    at_or_after = base.filter(F.col("position").isNotNull() & (F.col("position") >= position_literal(barrier)))
+    firsts = {
+        r["partition"]: r["first"]
+        for r in at_or_after.groupBy("partition").agg(F.min("offset").alias("first")).collect()
+    }
+    end = partition_ends(planned.start, planned.end, firsts)
+    if end == dict(planned.end):
+        return ctx, base
+    cut_range = OffsetRange(topic=planned.topic, start=planned.start, end=end)
+    log.info(
+        "table %s: the range read further is cut to %s, before the barrier change %s",
+        ctx.cfg.identifier,
+        cut_range.to_json(),
+        ctx.plan.capped_before,
+    )
+    return replace(ctx, plan=ctx.plan.model_copy(update={"range": cut_range})), base.filter(_inside(cut_range))
 
 
 @dataclass(frozen=True)
@@ -344,7 +378,16 @@ def _read_further(
 
 def extended_plan(kafka: KafkaClients, plan: RunPlan, more: Mapping[int, int]) -> RunPlan | None:
     """``plan`` with its range read ``more`` records further in the partitions named, up to the
-    high watermarks (:attr:`TransactionCut.read_further`); ``None`` when it cannot grow."""
+    high watermarks (:attr:`TransactionCut.read_further`); ``None`` when it cannot grow, or when
+    schema sync capped it before a barrier change (:attr:`~cdclake.model.plan.RunPlan.capped_before`):
+    the records past the cap wait for the next run, which applies the change first."""
+    if plan.capped_before is not None:
+        log.info(
+            "table %s: the range is not read further: it was capped before the barrier change %s",
+            plan.table.identifier,
+            plan.capped_before,
+        )
+        return None
     high = topic_watermarks(kafka, plan.range.topic).high
     end = {p: min(high.get(p, o), o + more.get(p, 0)) for p, o in plan.range.end.items()}
     if end == dict(plan.range.end):
