@@ -243,6 +243,56 @@ def test_bad_record_is_quarantined_and_its_key_held_back_until_released(spark, k
     assert rows(stack_settings, table) == {1: "later", 2: "b"}
 
 
+def key_with_schema(k) -> bytes:
+    """``key(k)`` as JsonConverter writes it with ``schemas.enable=true`` (other bytes, so another
+    partition, for the same row)."""
+    schema = {"type": "struct", "name": "t.Key", "optional": False, "fields": [{"type": "int64", "field": "id"}]}
+    return json.dumps({"schema": schema, "payload": {"id": k}}).encode()
+
+
+def test_a_key_written_in_other_bytes_is_held_back_behind_its_bad_record_across_partitions(
+    spark, kafka, stack_settings, table
+):
+    """Held-back records are matched on the row's key, not the key's bytes (issue 52, 11): the same
+    key written with its schema lands in another partition, and its later change still waits behind
+    the bad record of the key; releasing the bad record releases it too."""
+    table = table.model_copy(update={"bad_records_tolerance": "all"})
+    send(kafka, table, [(key(1), ev("c", 1, "a", 100)), (key(1), b'{"op": "u"')])  # partition 0, offsets 0, 1
+    send(kafka, table, [(key(2), ev("c", 2, "b", 50)), (key_with_schema(1), ev("u", 1, "later", 300))], partition=1)
+    run_once(spark, stack_settings, table)
+    assert rows(stack_settings, table) == {1: "a", 2: "b"}
+    quarantine = load_catalog(stack_settings).load_table(side_table(table.identifier, QUARANTINE_SUFFIX))
+    entries = sorted(quarantine.scan().to_arrow().to_pylist(), key=lambda r: (r["partition"], r["offset"]))
+    assert [(r["partition"], r["offset"], r["held_back_behind"], r["held_back_partition"]) for r in entries] == [
+        (0, 1, None, None),
+        (1, 1, 1, 0),
+    ]
+    assert entries[1]["error"] == "held back behind the quarantined record at offset 1 of partition 0 of the same key"
+    # a later run: the open entry still holds the key back in either partition
+    send(kafka, table, [(key_with_schema(1), ev("u", 1, "latest", 400))], partition=1)
+    with pytest.raises(QuarantinedBatchError, match="0 bad, 1 held back"):
+        run_once(spark, stack_settings, table)
+    assert release_quarantined(load_catalog(stack_settings), table.identifier, 0, 1) == 3
+    planned = plan_offsets(stack_settings, table, replay_from_offsets={0: 1, 1: 1})
+    assert apply_offsets(spark, stack_settings, table, planned.range, "replay", replay=True).status == "committed"
+    assert rows(stack_settings, table) == {1: "latest", 2: "b"}
+
+
+def test_the_logical_key_is_the_rows_identity_whatever_the_key_bytes(spark):
+    from cdclake.spark.quarantine import logical_key
+
+    def keys(fmt, values):
+        df = spark.createDataFrame([(v,) for v in values], "key binary")
+        return [r[0] for r in df.select(logical_key(fmt)).collect()]
+
+    same = keys("json", [key(1), key_with_schema(1), b'{ "id" : 1 }', b'{"schema": null, "payload": {"id": 1}}'])
+    assert len(set(same)) == 1 and same[0] is not None
+    assert keys("json", [key(2)])[0] != same[0]
+    assert keys("json", [b"not json"]) == [b"not json".hex().upper()]
+    body = bytes([2])  # Avro's zigzag varint of 1, as int or long
+    assert len(set(keys("avro", [b"\x00\x00\x00\x00\x07" + body, b"\x00\x00\x00\x00\x09" + body]))) == 1
+
+
 def test_a_run_whose_every_record_is_quarantined_fails_and_the_next_run_proceeds(spark, kafka, stack_settings, table):
     send(kafka, table, [(key(1), b"not json"), (key(2), b'{"op": "c"}')])
     with pytest.raises(QuarantinedBatchError) as failed:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import reduce
 from typing import TYPE_CHECKING
 
 from cdclake.io.catalog import head_snapshot, load_table_or_none
@@ -46,7 +47,8 @@ def release_quarantined(catalog: Catalog, identifier: str, partition: int, offse
     the records held back behind it: their status becomes ``released``.
 
     A released bad record no longer holds its key back. Its held-back records are applied by the
-    next manual replay that starts at or before ``offset`` (the bad record itself is skipped).
+    next manual replay that starts at or before ``offset`` (the bad record itself is skipped), and
+    before the records held back behind it in other partitions (the key's bytes moved it there).
 
     Returns:
         The number of quarantine entries released.
@@ -60,19 +62,34 @@ def release_quarantined(catalog: Catalog, identifier: str, partition: int, offse
     table = load_table_or_none(catalog, side_table(identifier, QUARANTINE_SUFFIX))
     if table is None:
         raise LookupError(f"table {identifier} has no quarantine table")
-    match = e.And(
-        e.And(e.EqualTo("partition", partition), e.EqualTo("status", "open")),
-        e.Or(e.EqualTo("offset", offset), e.EqualTo("held_back_behind", offset)),
-    )
+    this = e.And(e.EqualTo("partition", partition), e.EqualTo("offset", offset))
+    behind = e.EqualTo("held_back_behind", offset)
+    if "held_back_partition" in {f.name for f in table.schema().fields}:
+        # an entry from before the column was added has none: it is held back in its own partition
+        of_partition = e.Or(
+            e.EqualTo("held_back_partition", partition),
+            e.And(e.IsNull("held_back_partition"), e.EqualTo("partition", partition)),
+        )
+        behind = e.And(behind, of_partition)
+    else:
+        behind = e.And(behind, e.EqualTo("partition", partition))
+    match = e.And(e.EqualTo("status", "open"), e.Or(this, behind))
     rows = table.scan(row_filter=match).to_arrow()
-    if not any(r["offset"] == offset and r["held_back_behind"] is None for r in rows.to_pylist()):
+    if not any(
+        (r["partition"], r["offset"]) == (partition, offset) and r["held_back_behind"] is None for r in rows.to_pylist()
+    ):
         raise LookupError(f"no open quarantine entry of {identifier} at partition {partition} offset {offset}")
     status = rows.schema.get_field_index("status")
     released = rows.set_column(
         status, rows.schema.field(status), pa.array(["released"] * rows.num_rows, rows.schema.field(status).type)
     )
     # the rewrite filter names the entries by their (non-null) coordinates
-    coordinates = e.And(e.EqualTo("partition", partition), e.In("offset", set(rows["offset"].to_pylist())))
+    by_partition: dict[int, set[int]] = {}
+    for p, o in zip(rows["partition"].to_pylist(), rows["offset"].to_pylist(), strict=True):
+        by_partition.setdefault(p, set()).add(o)
+    coordinates = reduce(
+        e.Or, [e.And(e.EqualTo("partition", p), e.In("offset", offsets)) for p, offsets in by_partition.items()]
+    )
     table.overwrite(
         released, overwrite_filter=coordinates, snapshot_properties={"cdc.maintenance": "release-quarantined"}
     )

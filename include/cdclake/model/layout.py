@@ -320,6 +320,11 @@ QUARANTINE_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("run_id", "string", "the run that quarantined it"),
     ("quarantined_at", "timestamptz", "when"),
     ("status", "string", "open (its key's later events are held back) or released"),
+    (
+        "held_back_partition",
+        "int",
+        "for a held-back record: partition of the bad record of its key (another one when the key's bytes changed)",
+    ),
 )
 """Columns of a table's quarantine (dead-letter) table: one row per Kafka record not applied."""
 

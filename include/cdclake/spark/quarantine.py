@@ -45,42 +45,100 @@ MAX_REPORTED_BAD_RECORDS = 10
 """How many bad records a ``bad_records: fail`` error describes one by one."""
 
 
-def split_bad_and_held(ctx: ApplyContext, parsed: DataFrame, *, batch_bad: bool = True) -> DataFrame:
-    """Add ``held_back_behind``: for a good record of a key that has a bad record earlier in its
-    partition (this batch) or an ``open`` quarantine entry (earlier runs), that bad record's
-    offset; else null. Records of a key must apply in order, so they wait behind it.
+def logical_key(value_format: str) -> Column:
+    """The Kafka key as the row's identity rather than its bytes, as a string column: one row may
+    be keyed by different bytes over time (an Avro key schema registered again under another id;
+    a JSON key with its schema, ``schemas.enable`` turned on or off, an ``int32`` field that
+    another producer wrote as ``int64``), and then land in another partition.
 
-    ``batch_bad=False``: the batch holds no bad record (its statistics counted none), so only the
-    quarantine's entries are looked at; a table without a quarantine table then holds nothing
-    back, and no query joins the batch with anything."""
+    * ``avro``: the key's Avro body, without the Confluent frame (magic byte and schema id); Avro
+      encodes ``int`` and ``long`` alike, so a key field widened keeps its bytes.
+    * JSON: the key's payload (``payload`` of a ``{"schema", "payload"}`` envelope, else the whole
+      object) as a map of field to value text, in JSON; the whole key's hex when it is not a JSON
+      object.
+    """
     from pyspark.sql import functions as F
 
+    key = F.col("key")
+    if value_format == "avro":
+        framed = (F.length(key) >= 5) & (F.substring(key, 1, 1) == F.lit(bytearray(b"\x00")))
+        return F.hex(F.when(framed, F.expr("substring(key, 6)")).otherwise(key))
+    text = key.cast("string")
+    fields = F.map_keys(F.from_json(text, "map<string,string>"))
+    enveloped = (F.size(fields) == 2) & F.array_contains(fields, "schema") & F.array_contains(fields, "payload")
+    body = F.when(enveloped, F.get_json_object(text, "$.payload")).otherwise(text)
+    return F.coalesce(F.to_json(F.from_json(body, "map<string,string>")), F.hex(key))
+
+
+def split_bad_and_held(ctx: ApplyContext, parsed: DataFrame, *, batch_bad: bool = True) -> DataFrame:
+    """Add ``held_back_behind`` and ``held_back_partition``: for a good record of a key
+    (:func:`logical_key`) that has a bad record before it (this batch) or an ``open`` quarantine
+    entry (earlier runs), that bad record's offset and partition; else null. Records of a key
+    must apply in order, so they wait behind it.
+
+    Before it means: in the bad record's partition, at a higher offset; in another partition (the
+    key's bytes changed, and with them its partition), at a higher source position, or at any
+    when either position is unknown (a bad record's, or an earlier run's entry: nothing is lost,
+    the record waits in the quarantine).
+
+    ``batch_bad=False``: the batch holds no bad record (its statistics counted none), so only the
+    quarantine's entries are looked at; a table without a quarantine table, or without an open
+    entry, then holds nothing back, and no query joins the batch with anything.
+    """
+    from pyspark.sql import functions as F
+
+    held_columns = {"held_back_behind": F.lit(None).cast("bigint"), "held_back_partition": F.lit(None).cast("int")}
     entries = None if ctx.side_table(QUARANTINE_SUFFIX) is None else ctx.spark.table(ctx.spark_name(QUARANTINE_SUFFIX))
     if entries is None and not batch_bad:
-        return parsed.withColumn("held_back_behind", F.lit(None).cast("bigint"))
+        return parsed.withColumns(held_columns)
+    position_type = parsed.schema["position"].dataType
     bad = parsed.filter("error is not null and key is not null" if batch_bad else "false")
     if entries is not None:
         # a bad record the operator released no longer holds its key back (on a replay)
         released = entries.filter("status = 'released'").select("partition", "offset")
         bad = bad.join(released, ["partition", "offset"], "left_anti")
-    blockers = bad.groupBy("partition", "key").agg(F.min("offset").alias("blocker_offset"))
+    found = bad.select("key", F.col("partition").cast("bigint"), "offset", "position")
     if entries is not None:
-        previous = (
-            entries.filter("status = 'open' and key is not null and held_back_behind is null")
-            .groupBy("partition", "key")
-            .agg(F.min("offset").alias("blocker_offset"))
+        # an earlier run's entry: its position is not recorded
+        previous = entries.filter("status = 'open' and key is not null and held_back_behind is null").select(
+            "key", F.col("partition").cast("bigint"), "offset", F.lit(None).cast(position_type).alias("position")
         )
-        blockers = (
-            blockers.unionByName(previous)
-            .groupBy("partition", "key")
-            .agg(F.min("blocker_offset").alias("blocker_offset"))
-        )
-    joined = parsed.join(F.broadcast(blockers), ["partition", "key"], "left")
-    held = F.when(
-        F.col("error").isNull() & ~F.col("is_tombstone") & (F.col("offset") > F.col("blocker_offset")),
-        F.col("blocker_offset"),
+        found = found.unionByName(previous)
+    if found.isEmpty():
+        return parsed.withColumns(held_columns)
+    blockers = (
+        found.withColumn("logical_key", logical_key(ctx.cfg.value_format))
+        .groupBy("logical_key")
+        .agg(F.collect_list(F.struct("partition", "offset", "position")).alias("blockers"))
     )
-    return joined.withColumn("held_back_behind", held).drop("blocker_offset")
+    joined = parsed.withColumn("logical_key", logical_key(ctx.cfg.value_format)).join(
+        F.broadcast(blockers), "logical_key", "left"
+    )
+
+    def before(b: Column) -> Column:
+        same = b["partition"] == F.col("partition")
+        unknown = b["position"].isNull() | F.col("position").isNull()
+        return (same & (F.col("offset") > b["offset"])) | (~same & (unknown | (F.col("position") > b["position"])))
+
+    applicable = F.col("error").isNull() & ~F.col("is_tombstone") & F.col("blockers").isNotNull()
+    # the earliest blocker: the least (partition, offset) of those before the record
+    first = F.array_min(
+        F.transform(
+            F.filter("blockers", before),
+            lambda b: F.struct(b["partition"].alias("partition"), b["offset"].alias("offset")),
+        )
+    )
+    held = F.when(applicable, first)
+    return (
+        joined.withColumn("_held", held)
+        .withColumns(
+            {
+                "held_back_behind": F.col("_held")["offset"],
+                "held_back_partition": F.col("_held")["partition"].cast("int"),
+            }
+        )
+        .drop("_held", "blockers", "logical_key")
+    )
 
 
 def write_quarantine(ctx: ApplyContext, raw: DataFrame, records: DataFrame) -> None:
@@ -90,7 +148,7 @@ def write_quarantine(ctx: ApplyContext, raw: DataFrame, records: DataFrame) -> N
     their key, value and timestamp as read."""
     from pyspark.sql import functions as F
 
-    records = records.select("partition", "offset", "error", "held_back_behind").join(
+    records = records.select("partition", "offset", "error", "held_back_behind", "held_back_partition").join(
         raw.select(*KAFKA_RECORD_COLUMNS), ["partition", "offset"]
     )
     records = describe_mismatches(records, list(ctx.columns), ctx.cfg.value_format)
@@ -105,6 +163,7 @@ def write_quarantine(ctx: ApplyContext, raw: DataFrame, records: DataFrame) -> N
         F.lit(ctx.plan.run_id).alias("run_id"),
         F.current_timestamp().alias("quarantined_at"),
         F.lit("open").alias("status"),
+        "held_back_partition",
     )
     target = ctx.spark_name(QUARANTINE_SUFFIX)
     merge_into(rows, target, ("topic", "partition", "offset")).whenNotMatched().insertAll().merge()
@@ -170,6 +229,10 @@ def _reason() -> Column:
         F.concat(
             F.lit("held back behind the quarantined record at offset "),
             F.col("held_back_behind").cast("string"),
+            F.when(
+                F.col("held_back_partition") != F.col("partition"),
+                F.concat(F.lit(" of partition "), F.col("held_back_partition").cast("string")),
+            ).otherwise(F.lit("")),
             F.lit(" of the same key"),
         ),
     )
