@@ -131,3 +131,56 @@ def test_job_killed_at_commit_then_retried_gives_the_uninterrupted_table(
     if point == "before_fast_forward":
         assert remove_stale_run_branches(catalog, cfg.identifier, older_than_ms=0, now_ms=10**13) == branches
         assert set(table.refresh().refs()) == {"main"}
+
+
+def test_a_killed_tries_history_written_after_its_retrys_is_discarded(
+    spark, kafka, stack_settings, fixtures_dir, tmp_path
+):
+    """History after a SIGKILL (issue 52, 12): a task killed in Airflow while its engine goes on
+    may write the table's history after the retry read it. The history's statements go to a branch
+    fast-forwarded to ``main`` only while ``main`` is where the try read it: here the first try is
+    held with its versions on its branch while the retry commits, then let go; its fast-forward is
+    refused and every version is in the history once."""
+    from cdclake.model.history import HISTORY_SUFFIX, VALID_FROM_POSITION_COLUMN
+    from cdclake.model.layout import side_table
+    from cdclake.spark.apply import apply_range
+
+    cfg = make_table(value_format="json", columns=CUSTOMER_COLUMNS, history={})
+    load_events(fixtures_dir / "risingwave/debezium_log_no_schema_field.1", cfg, kafka, partitions=1)
+    apply_offsets(spark, stack_settings, cfg, OffsetRange(topic=cfg.topic, start={0: 0}, end={0: 4}), "first")
+    planned = plan_offsets(stack_settings, cfg, "scheduled__history")
+    marker = tmp_path / "paused"
+    log = tmp_path / "attempt-1.log"
+    with open(log, "wb") as out:
+        job = subprocess.Popen(
+            submit_command(stack_settings, planned.to_json()),
+            env=job_env(stack_settings, **{PAUSE_ENV: f"history_before_fast_forward@{marker}"}),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 600
+        while not marker.exists():
+            assert job.poll() is None, log.read_text(errors="replace")[-4000:]
+            assert time.monotonic() < deadline, "the job never paused:\n" + log.read_text(errors="replace")[-4000:]
+            time.sleep(0.5)
+        catalog = load_catalog(stack_settings)
+        history = catalog.load_table(side_table(cfg.identifier, HISTORY_SUFFIX))
+        assert [b for b in history.refs() if b != "main"], "the first try's versions wait on its branch"
+        # the retry, while the first try still holds its versions: it commits the history and the table
+        assert apply_range(spark, stack_settings, planned).status == "committed"
+        marker.unlink()  # the first try goes on: its history's fast-forward is refused
+        job.wait(600)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    text = log.read_text(errors="replace")
+    assert job.returncode != 0 and "another try of this run wrote it" in text, text[-4000:]
+    rows = history.refresh().scan().to_arrow().to_pylist()
+    versions = [
+        (r["id"], r[VALID_FROM_POSITION_COLUMN]["pos"] if r[VALID_FROM_POSITION_COLUMN] else None) for r in rows
+    ]
+    assert len(versions) == len(set(versions)), "a version is in the history twice"
+    assert set(history.refresh().refs()) == {"main"}
+    assert table_rows(stack_settings, cfg, CUSTOMER_COLUMNS) == CUSTOMERS_FINAL

@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cdclake.errors import ConcurrentRunError, lost_commit_race
@@ -26,7 +27,8 @@ from cdclake.spark.names import quote_identifier
 from cdclake.spark.positions import position_column, position_literal, supersedes_column
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyiceberg.table import Table
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +42,10 @@ hour, so that the run branch can be inspected, another commit made, or the proce
 (the crash and maintenance tests do these). Points: ``before_fast_forward`` (the run branch holds
 the data, ``main`` does not yet) and ``after_commit`` (``main`` holds it). The job logs that it
 pauses and writes the marker file, if one is named, with the branch or snapshot id; deleting the
-marker file resumes the job. See ``docs/operations.md``, "Debugging"."""
+marker file resumes the job. See ``docs/operations.md``, "Debugging". ``history_before_fast_forward``:
+the history's statements are on its branch (:func:`side_branch`), its ``main`` does not hold them yet."""
 
-PAUSE_POINTS = ("before_fast_forward", "after_commit")
+PAUSE_POINTS = ("before_fast_forward", "after_commit", "history_before_fast_forward")
 
 
 def debug_pause(point: str, detail: object) -> None:
@@ -195,7 +198,13 @@ def commit(ctx: ApplyContext, properties: dict[str, str], write: Callable[[str],
 
 def _fast_forward(ctx: ApplyContext, branch: str, base_snapshot_id: int | None, head_id: int) -> None:
     """Move the table's write ref (:func:`~cdclake.io.catalog.write_ref`) from the run's base
-    snapshot to ``head_id``, the head of the run's ``branch``, and remove the branch: one catalog
+    snapshot to ``head_id``, the head of the run's ``branch``: :func:`fast_forward`."""
+    fast_forward(ctx.table, write_ref(ctx.table), branch, base_snapshot_id, head_id)
+
+
+def fast_forward(table: Table, ref: str, branch: str, base_snapshot_id: int | None, head_id: int) -> None:
+    """Move ``table``'s ``ref`` from ``base_snapshot_id`` to ``head_id``, the head of the run's
+    ``branch``, and remove the branch: one catalog
     commit (pyiceberg), which requires the ref still at the base (absent on a table that had no
     snapshot) and the branch at its head (Iceberg's ``assert-ref-snapshot-id``), so the catalog
     refuses it when another commit moved the ref meanwhile. The ref keeps its retention settings.
@@ -209,8 +218,7 @@ def _fast_forward(ctx: ApplyContext, branch: str, base_snapshot_id: int | None, 
     from pyiceberg.exceptions import CommitFailedException
     from pyiceberg.table.update.snapshot import ManageSnapshots
 
-    table = ctx.table  # as the write left it (refreshed); the commit checks its requirements on the latest
-    ref = write_ref(table)
+    # the table as the write left it (refreshed); the commit checks its requirements on the latest
     current = table.refs().get(ref)
     if (current.snapshot_id if current is not None else None) != base_snapshot_id:
         raise CommitFailedException(
@@ -228,23 +236,86 @@ def _fast_forward(ctx: ApplyContext, branch: str, base_snapshot_id: int | None, 
 
 
 def _start_branch(ctx: ApplyContext, branch: str) -> int:
-    """Create ``branch`` on a table that had no snapshot when the run started; returns its first
-    snapshot. Iceberg starts a branch created on a table without snapshots with an empty snapshot
-    of its own, without parent and without CDC summary properties; on a table that has a current
-    snapshot by then (another run's first commit), at that snapshot.
+    """:func:`start_branch` of the run's table."""
+    return start_branch(ctx.spark, ctx.table, ctx.spark_name(), branch, lambda t: head_snapshot(t) is not None)
+
+
+def start_branch(spark: SparkSession, table: Table, name: str, branch: str, has_head: Callable[[Table], bool]) -> int:
+    """Create ``branch`` on ``table`` (Spark name ``name``), which had no snapshot when the run
+    started; returns its first snapshot. Iceberg starts a branch created on a table without
+    snapshots with an empty snapshot of its own, without parent and without CDC summary
+    properties; on a table that has a current snapshot by then (another run's first commit), at
+    that snapshot.
 
     Raises:
-        ConcurrentRunError: the branch starts at another run's commit.
+        ConcurrentRunError: the branch starts at another run's commit (``has_head`` of the
+            refreshed table: its write ref has a snapshot now).
     """
-    ctx.spark.sql(f"ALTER TABLE {ctx.spark_name()} CREATE BRANCH {quote_identifier(branch)}")
-    table = ctx.table.refresh()
-    start, head = table.snapshot_by_name(branch), head_snapshot(table)
-    if start is None or start.parent_snapshot_id is not None or head is not None:
+    spark.sql(f"ALTER TABLE {name} CREATE BRANCH {quote_identifier(branch)}")
+    table = table.refresh()
+    start = table.snapshot_by_name(branch)
+    if start is None or start.parent_snapshot_id is not None or has_head(table):
         raise ConcurrentRunError(
-            f"table {ctx.cfg.identifier}: another run made the table's first commit while this run started "
+            f"table {table.name()}: another run made the table's first commit while this run started "
             "its own; nothing was committed. The next run plans from the table's offsets."
         )
     return start.snapshot_id
+
+
+@dataclass(frozen=True)
+class SideBranch:
+    """The branch :func:`side_branch` writes to.
+
+    Attributes:
+        name: the branch's name.
+        target: its quoted Spark SQL name (``<table>.`branch_<name>```), to write and read.
+    """
+
+    name: str
+    target: str
+
+
+@contextmanager
+def side_branch(
+    spark: SparkSession, table: Table, name: str, what: str, *, pause: str | None = None
+) -> Iterator[SideBranch]:
+    """Write a side table (``table``, Spark name ``name``: a history) as one change: the ``with``
+    body writes to the branch yielded, created at the head of ``main``; on leaving
+    it, ``main`` is fast-forwarded to the branch (:func:`fast_forward`), which the catalog refuses
+    when ``main`` moved since: another try of the run (a task killed while its engine went on)
+    wrote the side table meanwhile, and its writes and this try's would add the same rows twice.
+    On any failure the branch is dropped and ``main`` is unchanged. ``pause``: the prefix of the
+    :data:`PAUSE_ENV` point before the fast-forward (``<pause>_before_fast_forward``).
+
+    Raises:
+        ConcurrentRunError: ``main`` moved since the branch was created; nothing was changed.
+    """
+    main = table.refs().get("main")
+    base = main.snapshot_id if main is not None else None
+    branch = run_branch_name(int(time.time() * 1000), uuid.uuid4().hex[:12])
+    removed = False
+    try:
+        with _refused_as_concurrent(f"{what}: another commit changed it while this run created its branch"):
+            if base is None:
+                start_branch(spark, table, name, branch, lambda t: t.refs().get("main") is not None)
+            else:
+                spark.sql(f"ALTER TABLE {name} CREATE BRANCH {quote_identifier(branch)} AS OF VERSION {base}")
+        yield SideBranch(branch, f"{name}.{quote_identifier(f'branch_{branch}')}")
+        table = table.refresh()
+        head = table.snapshot_by_name(branch)
+        if head is None:  # created with the branch
+            raise RuntimeError(f"{what}: branch {branch} has no snapshot after its write")
+        if head.snapshot_id != base:
+            debug_pause(f"{pause}_before_fast_forward" if pause else "", branch)
+            with _refused_as_concurrent(
+                f"{what}: another try of this run wrote it since this try read it at snapshot {base}; this try's "
+                "writes were discarded (nothing changed). The next try finds the other's."
+            ):
+                fast_forward(table, "main", branch, base, head.snapshot_id)
+            removed = True  # by the fast-forward's commit
+    finally:
+        if not removed:
+            spark.sql(f"ALTER TABLE {name} DROP BRANCH IF EXISTS {quote_identifier(branch)}")
 
 
 def _write_branch(

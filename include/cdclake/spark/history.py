@@ -27,7 +27,11 @@ further (the planner read higher watermarks) adds the versions of the further ev
 seed is appended only to a history without a version: a retry finds it (or the try's versions)
 there and seeds nothing. The repairs take only versions not yet repaired (3: open, not deleted,
 below the position; 4: valid across the position, a value other than the default), which a retry
-finds none of.
+finds none of. The statements are written to a branch of the history created at its ``main``,
+then ``main`` is fast-forwarded to it (:func:`cdclake.spark.commit.side_branch`), which the
+catalog refuses when ``main`` moved since: a try killed in Airflow whose statements the shared
+engine still ran may write the history after its retry read it, and without the check both would
+add the same versions.
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ from cdclake.model.history import (
 )
 from cdclake.model.layout import METADATA_COLUMNS, TOMBSTONES_SUFFIX, SummaryKeys
 from cdclake.model.position import BinlogPosition
-from cdclake.spark.commit import demote_rows
+from cdclake.spark.commit import SideBranch, demote_rows, side_branch
 from cdclake.spark.context import ApplyContext
 from cdclake.spark.flat import any_of
 from cdclake.spark.merge import SOURCE_ALIAS, source_column
@@ -140,14 +144,36 @@ def write_history(ctx: ApplyContext, good: DataFrame, decision: RunDecision, sou
 
     Raises:
         ConcurrentRunError: the table moved since the run's base snapshot (another run
-            committed): nothing is written.
+            committed), or another try of the run wrote the history since this one read it (a
+            task killed while its engine went on): nothing is written.
     """
-    from pyspark.sql import functions as F
 
     ctx.check_at_base()
     history = ensure_history_table(ctx.catalog, ctx.cfg.identifier, ctx.table)
-    target = ctx.spark_name(HISTORY_SUFFIX)
-    seeded = _seed(ctx, history, target)  # before the versions: their guard and closing rows see it
+    what = f"the history of table {ctx.cfg.identifier}"
+    with side_branch(ctx.spark, history, ctx.spark_name(HISTORY_SUFFIX), what, pause="history") as branch:
+        counts = _write_versions(ctx, history, branch, good, decision, source)
+    head = history.refresh().current_snapshot()
+    log.info(
+        "table %s: %d version(s) seeded, %d added to its history, %d truncate(s), %d key(s) a full snapshot "
+        "did not read ended (snapshot %s)",
+        ctx.cfg.identifier,
+        *counts,
+        head.snapshot_id if head is not None else None,
+    )
+    # not the versions added: a retry adds none of those its earlier try added
+    return {} if head is None else {SummaryKeys.HISTORY_SNAPSHOT: str(head.snapshot_id)}
+
+
+def _write_versions(
+    ctx: ApplyContext, history: Table, branch: SideBranch, good: DataFrame, decision: RunDecision, source: DataFrame
+) -> tuple[int, int, int, int]:
+    """The statements of :func:`write_history` on the history's ``branch``; returns the versions
+    seeded and added, the truncates and the keys a full snapshot did not read."""
+    from pyspark.sql import functions as F
+
+    target = branch.target
+    seeded = _seed(ctx, history, branch)  # before the versions: their guard and closing rows see it
     if ctx.plan.accept_source_change:
         _demote_versions(ctx, target)
     events = good
@@ -170,19 +196,7 @@ def write_history(ctx: ApplyContext, good: DataFrame, decision: RunDecision, sou
     repaired = 0 if decision.completed is None else _end_unread(ctx, target, source, decision.completed)
     for column, (position, sql) in decision.backfill.items():
         _fill_default(ctx.spark, target, column, position, sql)
-    head = history.refresh().current_snapshot()
-    log.info(
-        "table %s: %d version(s) seeded, %d added to its history, %d truncate(s), %d key(s) a full snapshot "
-        "did not read ended (snapshot %s)",
-        ctx.cfg.identifier,
-        seeded,
-        added,
-        len(truncates),
-        repaired,
-        head.snapshot_id if head is not None else None,
-    )
-    # not the versions added: a retry adds none of those its earlier try added
-    return {} if head is None else {SummaryKeys.HISTORY_SNAPSHOT: str(head.snapshot_id)}
+    return seeded, added, len(truncates), repaired
 
 
 def _holds_versions(spark: SparkSession, history: Table, target: str) -> bool:
@@ -197,7 +211,7 @@ def _holds_versions(spark: SparkSession, history: Table, target: str) -> bool:
     return not spark.table(target).isEmpty()
 
 
-def _seed(ctx: ApplyContext, history: Table, target: str) -> int:
+def _seed(ctx: ApplyContext, history: Table, branch: SideBranch) -> int:
     """Seed a history that holds no version yet with the table's rows at the run's base snapshot:
     one open version per row, valid from the row's own source time and position
     (:mod:`cdclake.model.history`, "Seed"), in one append. Returns the rows seeded (0: the
@@ -205,6 +219,7 @@ def _seed(ctx: ApplyContext, history: Table, target: str) -> int:
     from pyspark.sql import functions as F
 
     base = ctx.state.snapshot_id
+    target = branch.target
     if base is None or _holds_versions(ctx.spark, history, target):
         return 0
     rows = ctx.spark.read.option("versionAsOf", str(base)).table(ctx.spark_name())
@@ -226,7 +241,7 @@ def _seed(ctx: ApplyContext, history: Table, target: str) -> int:
         F.lit(CHANGE_SEED).alias(CHANGE_COLUMN),
     )
     seed.writeTo(target).append()
-    head = history.refresh().current_snapshot()
+    head = history.refresh().snapshot_by_name(branch.name)
     added = head.summary.get("added-records") if head is not None and head.summary is not None else None
     seeded = int(added) if added is not None else seed.count()
     log.info(
@@ -505,7 +520,7 @@ def _close_and_append(ctx: ApplyContext, target: str, versions: DataFrame) -> No
     source is one closing row per key), then append ``versions`` (:func:`_versions`): two commits
     of the history, in this order, so that the closing rows meet only the versions open before the
     run (:func:`_merge_versions`, one commit, joins every version with the history: 16 s against
-    9.5 s for both at 1M events, docs/benchmarks.md).
+    9.5 s for both at 1M events, bench/HISTORY.md).
 
     A try that dies between the two leaves keys closed without their new versions; its retry's
     guard finds the same events new (a closed version keeps its ``valid_from``), and its closing

@@ -379,18 +379,29 @@ class _Maintenance:
     # --- the actions (one method per name of ACTIONS) -----------------------------------------
 
     def _remove_stale_run_branches(self, ident: str) -> _Outcome:
+        """The run branches of the table, and of its history (a killed try's history writes, on
+        their branch: :func:`cdclake.spark.commit.side_branch`), named ``<table>:<branch>`` for the
+        history's."""
         age_ms = run_branch_max_age_ms(self.cfg.task_timeout_minutes)
         age = f"created more than {age_ms / _HOUR_MS:g} h ago"
+        history = side_table(ident, HISTORY_SUFFIX) if self.cfg.history is not None else None
         if self.dry_run:
             # not _table(): a killed first run leaves a branch on a table whose main has no snapshot
             table = load_table_or_none(self.catalog, ident)
             if table is None:
                 return _Outcome("no table", skipped=True)
             stale = stale_run_branches(table, max_age_ms=age_ms, now_ms=self.now_ms)
+            history_table = None if history is None else load_table_or_none(self.catalog, history)
+            if history_table is not None:
+                found = stale_run_branches(history_table, max_age_ms=age_ms, now_ms=self.now_ms)
+                stale = [*stale, *(f"{history}:{b}" for b in found)]
             return _Outcome(
                 f"would remove {len(stale)} run branch(es) {age}", {"stale_branches": len(stale)}, branches=tuple(stale)
             )
         removed = remove_stale_run_branches(self.catalog, ident, older_than_ms=age_ms, now_ms=self.now_ms)
+        if history is not None and load_table_or_none(self.catalog, history) is not None:
+            found = remove_stale_run_branches(self.catalog, history, older_than_ms=age_ms, now_ms=self.now_ms)
+            removed = [*removed, *(f"{history}:{b}" for b in found)]
         return _Outcome(
             f"removed {len(removed)} run branch(es) {age}", {"removed_branches": len(removed)}, branches=tuple(removed)
         )
