@@ -3,6 +3,10 @@
 One subcommand per task, each built by :func:`build_parser` (``cdclake --help`` lists them all,
 once; ``cdclake COMMAND --help`` gives a command's options). ``cdclake ui start|stop|status``
 runs the Airflow UI on loopback (:mod:`cdclake_dev.airflow_env`).
+
+An error of the project's own (:class:`~cdclake.errors.CdcLakeError`: a table not in the config,
+an invalid config, a topic that does not exist, a port taken) is its message on stderr, after
+``cdclake COMMAND:``, and exit code 2 (:func:`main`); anything else is a crash, with its traceback.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cdclake.errors import CdcLakeError
 from cdclake.settings import APPLY_POOL, APPLY_POOL_DESCRIPTION, PROJECT_ROOT, Settings
 from cdclake_dev import engine
 from cdclake_dev.airflow_env import UI_PORT
@@ -47,9 +52,16 @@ def cmd_stack(args: argparse.Namespace) -> int:
     settings = _settings()
     with_engine = settings.engine == "connect"
     if args.action == "start":
+        stack.check_start_ports(settings, with_engine=with_engine)  # PortTakenError: nothing started
+        broker_was_running = stack.broker_status(settings).running
         print(stack.start_broker(settings))
         if with_engine:
-            print(engine.start_engine(settings))
+            try:
+                print(engine.start_engine(settings))
+            except BaseException:
+                if not broker_was_running:  # nothing left half-started
+                    print(stack.stop_broker(settings), file=sys.stderr)
+                raise
     elif args.action == "stop":
         print(_stop_ui(settings))
         if with_engine:
@@ -835,7 +847,11 @@ def main(argv: list[str] | None = None) -> int:
     librdkafka.addHandler(logging.NullHandler())
     librdkafka.propagate = False
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except CdcLakeError as e:  # says what is wrong and the remedy: its message, not a traceback
+        print(f"cdclake {args.command}: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

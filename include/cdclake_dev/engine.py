@@ -35,7 +35,7 @@ from pathlib import Path
 from cdclake.io.catalog import load_catalog
 from cdclake.settings import Settings, spark_jars
 from cdclake.spark.session import spark_conf
-from cdclake_dev.process import LOOPBACK, Daemon, port_open
+from cdclake_dev.process import LOOPBACK, Daemon, PortTakenError, port_holder, port_open, port_taken
 from cdclake_dev.system import write_private
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -163,6 +163,21 @@ def server_conf(
     return conf
 
 
+def engine_port_taken(settings: Settings) -> str | None:
+    """Why the server cannot listen on ``CDCLAKE_SPARK_CONNECT_PORT``: another process (not a server
+    this stack started: another stack's, whose catalog is not ours, or anything else) holds it;
+    the port, the holder when known (:func:`~cdclake_dev.process.port_holder`) and the remedy, in
+    one line. ``None``: the port is free, or this stack's server runs on it."""
+    port = settings.spark_connect_port
+    if _server(settings).pid is not None or not port_taken(port):
+        return None
+    holder = port_holder(port) or f"no pid in {_server(settings).pid_file}"
+    return (
+        f"the Spark Connect engine's port {port} is taken by a process this stack did not start ({holder}): "
+        "stop it, or set CDCLAKE_SPARK_CONNECT_PORT to a free port"
+    )
+
+
 def engine_status(settings: Settings) -> EngineStatus:
     """Whether the server at ``127.0.0.1:<spark_connect_port>`` accepts connections."""
     return EngineStatus(port_open(LOOPBACK, settings.spark_connect_port), _server(settings).pid, engine_url(settings))
@@ -183,17 +198,15 @@ def start_engine(
 
     Raises:
         RuntimeError: the server exited or did not accept connections within ``timeout_s``
-            seconds (it is stopped; the message carries the tail of its log), or its port is
-            taken by a process this stack did not start.
+            seconds (it is stopped; the message carries the tail of its log).
+        PortTakenError: its port is taken by a process this stack did not start
+            (:func:`engine_port_taken`); a ``RuntimeError`` too.
         FileNotFoundError: the jars were not fetched yet (run ``make setup``).
     """
+    taken = engine_port_taken(settings)
+    if taken is not None:  # another stack's server (not our catalog): never send this stack's applies there
+        raise PortTakenError(taken)
     status = engine_status(settings)
-    if status.running and status.pid is None:
-        # another stack's server (its catalog is not ours): never send this stack's applies there
-        raise RuntimeError(
-            f"port {settings.spark_connect_port} is taken by a process this stack did not start (no "
-            f"pid in {_server(settings).pid_file}): stop it, or give this stack another CDCLAKE_SPARK_CONNECT_PORT"
-        )
     if status.running:
         return f"Spark Connect server already running on {status.url} (pid {status.pid})"
     edir = settings.engine_dir

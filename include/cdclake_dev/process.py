@@ -23,6 +23,7 @@ started them and cannot adopt a process from a pid file, which a command line ne
 
 from __future__ import annotations
 
+import errno
 import http.client
 import logging
 import os
@@ -34,6 +35,8 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+
+from cdclake.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +116,48 @@ def check_port_free(port: int, what: str) -> None:
     """Raises RuntimeError when a process (one ``what`` did not start) listens on ``127.0.0.1:<port>``."""
     if port_open(LOOPBACK, port):
         raise RuntimeError(f"{what}: {LOOPBACK}:{port} is already in use by a process this launcher did not start")
+
+
+class PortTakenError(ConfigError, RuntimeError):
+    """A port a part of the local stack needs is held by a process the stack did not start; nothing
+    was started. The message names the port, its holder when known (:func:`port_holder`) and the
+    setting that gives the part another port. A :class:`~cdclake.errors.ConfigError` (the remedy
+    is a setting, and the ``cdclake`` command says it in one line), and a ``RuntimeError`` as the
+    parts' other start failures."""
+
+
+def port_taken(port: int, host: str = LOOPBACK) -> bool:
+    """Whether a server could not listen on ``host:port`` now: something accepts connections there,
+    or has bound it. A port only left in ``TIME_WAIT`` by a server that stopped is free (servers
+    bind with ``SO_REUSEADDR``, as this check does); an address this machine does not have is not
+    taken."""
+    if port_open(host, port):
+        return True
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as e:
+            return e.errno == errno.EADDRINUSE
+    return False
+
+
+def port_holder(port: int) -> str | None:
+    """The process bound to TCP ``port``, as ``java, pid 4242``, when it is cheaply known: psutil
+    sees the sockets of this user's processes (Linux; every process as root); ``None`` otherwise."""
+    try:
+        import psutil  # Airflow's dependency
+    except ImportError:
+        return None
+    try:
+        pids = {c.pid for c in psutil.net_connections(kind="tcp") if c.laddr and c.laddr.port == port and c.pid}
+        if len(pids) != 1:
+            return None
+        pid = pids.pop()
+        return f"{psutil.Process(pid).name()}, pid {pid}"
+    except (psutil.Error, OSError) as e:  # AccessDenied (macOS), the process gone meanwhile
+        logger.debug("the holder of port %d is not known: %s", port, e)
+        return None
 
 
 # --- pid files ----------------------------------------------------------------------------------------

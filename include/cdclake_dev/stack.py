@@ -28,7 +28,7 @@ from typing import Any
 
 from cdclake.io.kafka import KafkaClients
 from cdclake.settings import Settings
-from cdclake_dev.process import Daemon, port_open
+from cdclake_dev.process import Daemon, PortTakenError, port_holder, port_open, port_taken
 from cdclake_dev.system import java_executable, single_jar
 
 _SERVER_PROPERTIES = """\
@@ -152,6 +152,37 @@ def broker_status(settings: Settings) -> BrokerStatus:
     """Whether the broker at ``settings.kafka_bootstrap`` accepts connections."""
     host, port = _host_port(settings.kafka_bootstrap)
     return BrokerStatus(port_open(host, port), _broker(settings).pid, settings.kafka_bootstrap)
+
+
+def check_start_ports(settings: Settings, *, with_engine: bool) -> None:
+    """Refuse ``cdclake stack start`` before it starts anything when a port it needs is taken by a
+    process this stack did not start, so that nothing is left half-started: the broker's listener
+    and its controller's (the next port) unless a broker answers on ``CDCLAKE_KAFKA_BOOTSTRAP``
+    (this stack's, or one it was pointed at), and with ``with_engine`` the Spark Connect engine's
+    (:func:`cdclake_dev.engine.engine_port_taken`).
+
+    Raises:
+        PortTakenError: one line naming each port taken, its holder when known, and the setting
+            that moves it.
+    """
+    from cdclake_dev.engine import engine_port_taken
+
+    taken: list[str] = []
+    if not broker_status(settings).running:
+        host, port = _host_port(settings.kafka_bootstrap)
+        for p, whose in ((port, "Kafka broker's port"), (port + 1, "Kafka broker's controller port")):
+            if port_taken(p, host):
+                holder = port_holder(p)
+                taken.append(
+                    f"the {whose} {p} is taken by a process this stack did not start{f' ({holder})' if holder else ''}: "
+                    f"stop it, or set CDCLAKE_KAFKA_BOOTSTRAP to {host}:<P>, P and P+1 free (the broker's port and "
+                    "its controller's)"
+                )
+    engine = engine_port_taken(settings) if with_engine else None
+    if engine is not None:
+        taken.append(engine)
+    if taken:
+        raise PortTakenError("; ".join(taken) + "; nothing was started")
 
 
 def kafka_classpath() -> str:

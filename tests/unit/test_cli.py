@@ -200,3 +200,97 @@ def test_the_local_ui_password_is_generated_once_into_its_private_file(local):
     assert ensure_password(settings) == path and json.loads(path.read_text())["admin"] == password  # kept
     # the api-server reads that file: it finds the user's password and generates (and prints) none
     assert ui_env(settings)["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"] == str(path)
+
+
+# --- errors of the project's own: one line, exit code 2 ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "{typo}"],
+        ["show", "{typo}"],
+        ["quarantine", "list", "{typo}"],
+        ["load", "{events}", "--table", "{typo}"],
+    ],
+)
+def test_a_table_not_in_the_config_is_one_line_with_the_near_name_and_exit_code_2(local, tmp_path, capsys, argv):
+    settings, table = local
+    typo = table.name[:-1]  # a letter left out
+    events = tmp_path / "events.json"
+    events.write_text(json.dumps({"payload": {"op": "c", "after": {"id": 1}, "source": {"file": "b.1", "pos": 4}}}))
+    assert main([a.format(typo=typo, events=events) for a in argv]) == 2
+    assert capsys.readouterr().err == (
+        f"cdclake {argv[0]}: no table {typo!r} in {settings.tables_config}; did you mean {table.name!r}? "
+        f"configured: {table.name}\n"
+    )
+    assert main(["show", "nosuch"]) == 2
+    assert capsys.readouterr().err == (
+        f"cdclake show: no table 'nosuch' in {settings.tables_config}; configured: {table.name}\n"
+    )
+
+
+def test_a_missing_topic_is_one_line_and_a_crash_keeps_its_traceback(local, monkeypatch, capsys):
+    from cdclake.errors import TopicNotFoundError
+
+    _, table = local
+    message = "Kafka topic 'cdc.inventory.productz' does not exist on b:9092; did you mean 'cdc.inventory.products'?"
+
+    def missing(*args, **kwargs):
+        raise TopicNotFoundError(message)
+
+    monkeypatch.setattr("cdclake_dev.cli.show_table", missing)
+    assert main(["show", table.name]) == 2
+    assert capsys.readouterr().err == f"cdclake show: {message}\n"
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr("cdclake_dev.cli.show_table", crash)
+    with pytest.raises(RuntimeError, match="a bug"):  # not an error of the project's: a crash, with its traceback
+        main(["show", table.name])
+
+
+@pytest.fixture
+def stack_calls(local, monkeypatch) -> list[str]:
+    """The broker and engine starts and stops ``cdclake stack start`` asks for (none really runs);
+    the broker's ports free (its controller's too), the engine ``connect``."""
+    calls: list[str] = []
+    monkeypatch.setenv("CDCLAKE_KAFKA_BOOTSTRAP", f"127.0.0.1:{free_port(span=2)}")
+    monkeypatch.setenv("CDCLAKE_SPARK_CONNECT_PORT", str(free_port()))
+    monkeypatch.setenv("CDCLAKE_ENGINE", "connect")
+    monkeypatch.setattr("cdclake_dev.stack.start_broker", lambda settings: calls.append("start broker") or "started")
+    monkeypatch.setattr("cdclake_dev.stack.stop_broker", lambda settings: calls.append("stop broker") or "stopped")
+    monkeypatch.setattr("cdclake_dev.engine.start_engine", lambda settings: calls.append("start engine") or "started")
+    return calls
+
+
+def test_stack_start_with_a_port_taken_says_which_and_the_remedy_and_starts_nothing(stack_calls, capsys):
+    import os
+    import socket
+
+    settings = Settings.from_env()
+    controller = int(settings.kafka_bootstrap.rpartition(":")[2]) + 1
+    with socket.socket() as engine_port, socket.socket() as controller_port:
+        engine_port.bind(("127.0.0.1", settings.spark_connect_port))
+        engine_port.listen()  # something serves on the engine's port
+        controller_port.bind(("127.0.0.1", controller))  # bound, not listening: taken all the same
+        assert main(["stack", "start"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"cdclake stack: the Kafka broker's controller port {controller} is taken by a process")
+    engine = f"the Spark Connect engine's port {settings.spark_connect_port} is taken by a process this stack did not "
+    assert f"{engine}start (" in err and f", pid {os.getpid()}): stop it" in err  # the holder: this test
+    assert "set CDCLAKE_SPARK_CONNECT_PORT to a free port" in err and err.endswith("; nothing was started\n")
+    assert stack_calls == []  # checked before anything starts: no broker left running
+
+
+def test_stack_start_stops_the_broker_it_started_when_the_engine_does_not_start(stack_calls, monkeypatch):
+    def engine_fails(settings):
+        stack_calls.append("start engine")
+        raise RuntimeError("Spark Connect server exited")
+
+    monkeypatch.setattr("cdclake_dev.engine.start_engine", engine_fails)
+    with pytest.raises(RuntimeError, match="exited"):
+        main(["stack", "start"])
+    assert stack_calls == ["start broker", "start engine", "stop broker"]  # nothing left half-started

@@ -118,7 +118,55 @@ def test_composite_primary_key_keeps_its_order(tmp_path):
 def test_unknown_key_in_table_entry_raises_naming_the_key(tmp_path):
     msg = config_error(tmp_path, "tables:\n" + TABLE_A + "    scheduel: '@daily'\n")
     assert "scheduel" in msg
-    assert "tables.0.scheduel" in msg
+    # the table by its name and the key's line, not pydantic's "tables.0.scheduel"
+    assert "line 7, table 'inventory_products': unknown key 'scheduel'; did you mean 'schedule'?" in msg
+
+
+def test_a_misspelled_key_is_one_line_naming_table_line_and_the_near_key_without_pydantic(tmp_path):
+    """The missing ``primary_key`` the typo leaves is not a second problem; no pydantic URL or type."""
+    entry = TABLE_B + TABLE_A.replace("primary_key:", "primary_keys:")
+    msg = config_error(tmp_path, "tables:\n" + entry)
+    path = tmp_path / "tables.yaml"
+    assert msg == (
+        f"table config {path} is invalid:\n"
+        "  line 11, table 'inventory_products': unknown key 'primary_keys'; did you mean 'primary_key'?"
+    )
+
+
+def test_config_errors_name_nested_and_default_keys_by_their_path_and_line(tmp_path):
+    text = (
+        "defaults:\n  max_event_per_run: 10\n  namespace: inventory\ntables:\n"
+        + TABLE_A
+        + "    maintenance: {snapshot_retention: 24}\n    value_format: protobuf\n"
+    )
+    lines = config_error(tmp_path, text).splitlines()[1:]
+    assert lines == [
+        "  line 2, defaults: unknown key 'max_event_per_run'; did you mean 'max_events_per_run'?",
+        "  line 3, defaults: unknown key 'namespace': each table gives its own namespace, it cannot be a default",
+    ]  # the defaults are checked first, once for every table
+    lines = config_error(tmp_path, text.replace("  max_event_per_run: 10\n  namespace: inventory\n", "")).splitlines()
+    assert lines[1:] == [
+        "  line 8, table 'inventory_products': unknown key 'maintenance.snapshot_retention'; "
+        "did you mean 'maintenance.snapshot_retention_hours'?",
+        "  line 9, table 'inventory_products': value_format should be 'json', 'json_with_schema' or 'avro', "
+        "not 'protobuf'",
+    ]
+
+
+def test_a_missing_required_key_says_what_it_is_for(tmp_path):
+    msg = config_error(tmp_path, "tables:\n" + TABLE_A.replace("    namespace: inventory\n", ""))
+    assert msg.splitlines()[1] == (
+        "  line 2, table 'inventory_products': missing required key 'namespace' (Iceberg namespace of the target table)"
+    )
+    assert "pydantic" not in msg and "errors.pydantic.dev" not in msg and "type=" not in msg
+
+
+def test_the_alternatives_of_one_value_are_one_line(tmp_path):
+    msg = config_error(tmp_path, "tables:\n" + TABLE_A + "    bad_records_tolerance: some\n")
+    assert msg.splitlines()[1:] == [
+        "  line 7, table 'inventory_products': bad_records_tolerance should be a valid integer, unable to parse "
+        "string as an integer, or should be 'all', not 'some'"
+    ]
 
 
 def test_unknown_key_in_defaults_raises_naming_the_key(tmp_path):
@@ -133,7 +181,7 @@ def test_identity_field_in_defaults_is_rejected(tmp_path):
 
 def test_unknown_top_level_key_raises_naming_the_key(tmp_path):
     msg = config_error(tmp_path, "tabels: []\ntables:\n" + TABLE_A)
-    assert "tabels" in msg
+    assert "line 1: unknown key 'tabels'; did you mean 'tables'?" in msg
 
 
 def test_error_message_names_the_file(tmp_path):
@@ -260,14 +308,25 @@ def test_non_utf8_file_raises_config_error(tmp_path):
 # --- lookup and the project's own file ---------------------------------------------------------
 
 
-def test_get_unknown_name_raises_key_error_listing_names(tmp_path):
+def test_get_unknown_name_raises_config_error_naming_the_file_and_listing_names(tmp_path):
     cfg = load_text(tmp_path, "tables:\n" + TABLE_A + TABLE_B)
-    with pytest.raises(KeyError) as excinfo:
+    with pytest.raises(ConfigError) as excinfo:
         cfg.get("inventory_orders")
-    msg = str(excinfo.value)
-    assert "'inventory_orders'" in msg
-    assert "inventory_products" in msg
-    assert "inventory_customers" in msg
+    # no near match: inventory_orders shares only its database's prefix with the others
+    assert str(excinfo.value) == (
+        f"no table 'inventory_orders' in {tmp_path / 'tables.yaml'}; configured: inventory_products, inventory_customers"
+    )
+
+
+def test_get_a_misspelled_name_suggests_the_near_one(tmp_path):
+    cfg = load_text(tmp_path, "tables:\n" + TABLE_A + TABLE_B)
+    with pytest.raises(
+        ConfigError,
+        match=r"no table 'inventory_prodcts' in .*tables\.yaml; did you mean 'inventory_products'\? configured: inventory_products, inventory_customers$",
+    ):
+        cfg.get("inventory_prodcts")
+    with pytest.raises(ConfigError, match="^no table 'x' in the table config; configured: none$"):
+        TablesFile.model_validate({"tables": []}).get("x")
 
 
 def test_get_returns_the_named_table(tmp_path):

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from cdclake.errors import CdcLakeError, ConfigError, OffsetsOutOfRangeError, TopicNotFoundError
 from cdclake.io.kafka_auth import AUTH_CHECK_S, TIMEOUT_S, AuthWatch
 from cdclake.io.kafka_logging import librdkafka_logger
+from cdclake.model.hints import did_you_mean
 
 if TYPE_CHECKING:
     from confluent_kafka import Consumer, Message, Producer
@@ -280,13 +281,21 @@ def _jaas_quoted(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def topic_watermarks(kafka: KafkaClients, topic: str) -> Watermarks:
+def topic_watermarks(kafka: KafkaClients, topic: str, *, suggest: bool = False) -> Watermarks:
     """Low and high watermarks of every partition of ``topic``.
 
     A partition whose leader moves (a topic just created) is asked again for up to :data:`TIMEOUT_S` s.
 
+    Args:
+        suggest: when the topic does not exist, ask for the cluster's topics (one more metadata
+            request) and end the error's message with the nearest one (:func:`topic_hint`): for
+            a topic a person configured, not one probed for (a transaction topic that may be
+            absent), whose absence is no mistake.
+
     Raises:
-        TopicNotFoundError: the topic does not exist.
+        TopicNotFoundError: the topic does not exist; with ``suggest``, ``Kafka topic
+            'cdc.inventory.productz' does not exist on <bootstrap>; did you mean
+            'cdc.inventory.products'?`` when the cluster has a topic that near.
         confluent_kafka.KafkaException: the broker refused the credentials (code
             ``_AUTHENTICATION``, within about a second), or did not answer (or kept a retriable
             error) within :data:`TIMEOUT_S`.
@@ -300,11 +309,30 @@ def topic_watermarks(kafka: KafkaClients, topic: str) -> Watermarks:
         meta = watch.list_topics(consumer, topic)
         tmeta = meta.topics.get(topic)
         if tmeta is None or tmeta.error is not None or not tmeta.partitions:
-            raise TopicNotFoundError(f"Kafka topic {topic!r} does not exist on {kafka.bootstrap}")
+            hint = _cluster_topic_hint(watch, consumer, topic) if suggest else ""
+            raise TopicNotFoundError(f"Kafka topic {topic!r} does not exist on {kafka.bootstrap}{hint}")
         low, high = {}, {}
         for p in sorted(tmeta.partitions):
             low[p], high[p] = ask(consumer.get_watermark_offsets)(TopicPartition(topic, p), timeout=TIMEOUT_S)
         return Watermarks(low, high)
+
+
+def topic_hint(topic: str, topics: Iterable[str]) -> str:
+    """``"; did you mean 'cdc.inventory.products'?"`` when one of ``topics`` (a cluster's, Kafka's
+    internal ``__*`` topics left out) is near ``topic`` (:func:`~cdclake.model.hints.near_match`);
+    ``""`` otherwise."""
+    return did_you_mean(topic, (t for t in topics if not t.startswith("__")))
+
+
+def _cluster_topic_hint(watch: AuthWatch, consumer: Consumer, topic: str) -> str:
+    """:func:`topic_hint` among the cluster's topics; ``""`` when the cluster does not answer."""
+    from confluent_kafka import KafkaException
+
+    try:
+        return topic_hint(topic, watch.list_topics(consumer).topics)
+    except KafkaException as e:
+        log.debug("no topic near %r: the cluster's topics were not listed: %s", topic, e)
+        return ""
 
 
 def topics_watermarks(

@@ -63,7 +63,7 @@ def plan_next(
     """
     cfg.check_runnable(has_schema_registry=kafka.schema_registry is not None)
     check_exclusive(ReplayStart(replay_from_offsets, replay_from_timestamp_ms, accept_source_change))
-    watermarks = topic_watermarks(kafka, cfg.topic)
+    watermarks = topic_watermarks(kafka, cfg.topic, suggest=True)  # a typo in the config: the near topic
     table = load_table_or_none(catalog, cfg.identifier)
     committed = committed_offsets(table, cfg.topic)
     replaying = replay_from_offsets is not None or replay_from_timestamp_ms is not None
