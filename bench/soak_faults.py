@@ -255,7 +255,7 @@ minutes of load (the status store filling to its limits, the parser's caches, JI
 target would count as growth. The fourth and fifth 60-minute runs measured engines started 4-5
 minutes before half-time; held to the first 40 %, the last engine has run at least 6 minutes by
 then. Only the kills: held to the first quarter together with the scheduler's kills and the
-engine's pauses, a sixth run's faults overwhelmed the runs' retries (docs/benchmarks.md)."""
+engine's pauses, a sixth run's faults overwhelmed the runs' retries (bench/HISTORY.md)."""
 
 
 REST_S = 180.0
@@ -264,7 +264,7 @@ soak's tables (3 minutes), so that the runs the fault failed get a try against t
 Without it a fault waiting for its part's previous one started the moment that one ended: the
 ninth 60-minute run paused the engine twice back to back (210 s, 2 s apart, then 420 s more), one
 10.5-minute outage that no retry policy of the tables was sized for, and 3 runs exhausted their
-tries (docs/benchmarks.md)."""
+tries (bench/HISTORY.md)."""
 
 
 class FaultInjector:

@@ -146,7 +146,7 @@ APPLY_PRIORITY_WEIGHT = 100
 """The ``priority_weight`` of every ``apply`` task: above the maintenance DAG's tasks (weight 1),
 which share :data:`APPLY_POOL`, so that a free slot goes to a table's apply before the next
 table's compaction (the 60-minute soak saw a maintenance run's 20 tasks queue ahead of every
-table's apply; docs/benchmarks.md, "Soak under faults")."""
+table's apply; bench/HISTORY.md, "Soak under faults")."""
 
 
 class Settings(BaseModel):

@@ -1,5 +1,5 @@
 """The pipeline's figures as Airflow metrics (StatsD or OpenTelemetry, as Airflow's ``[metrics]``
-section configures; nothing is sent when metrics are off). docs/operations.md, "Metrics", lists
+section configures; nothing is sent when metrics are off). docs/monitoring.md, "Metrics", lists
 the names.
 
 Every name ends in the table's name (plain StatsD has no tags), and the same metric carries the

@@ -357,7 +357,7 @@ def _record_lineage(hook: CdcLakeHook, table: Table, cfg: TableConfig) -> None:
     (``kafka://<first bootstrap server>/<topic>``, the Kafka provider's asset URI), the Iceberg
     table out, as its location (``file://...`` or ``s3://...``: OpenLineage names an Iceberg
     dataset by its storage location) and as its asset (:func:`table_asset_uri`). The OpenLineage
-    provider reads it when a transport is configured (docs/operations.md, "Lineage"); otherwise
+    provider reads it when a transport is configured (docs/monitoring.md, "Lineage"); otherwise
     the collector is a no-op."""
     from airflow.sdk.lineage import NoOpCollector, get_hook_lineage_collector
 

@@ -1,6 +1,6 @@
 """The layout of a CDC table and of the state kept with it (pure: no pyiceberg, no Spark).
 
-State (``docs/architecture.md``, "Where state lives"): the consumed Kafka offsets and the run's
+State (``docs/state.md``, "Where state lives"): the consumed Kafka offsets and the run's
 provenance are properties of the snapshot summary of the data commit (keys in
 :class:`SummaryKeys`), so they are committed atomically with the rows. The committed offsets of a
 table are those of the newest snapshot in the current snapshot's ancestry that carries them

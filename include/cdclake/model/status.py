@@ -1,6 +1,6 @@
 """The status figures of a table and the pure rules that compute them (no I/O):
 :class:`TableStatus` and its parts, the lag per partition, the activity of the snapshot
-summaries, the time lag, the freshness verdict (docs/operations.md, "Status").
+summaries, the time lag, the freshness verdict (docs/monitoring.md, "Status").
 
 :mod:`cdclake.pipeline.status` reads the catalog and Kafka and fills them in. Times are epoch
 milliseconds (``*_ms``) or durations in milliseconds (``*_age_ms``, ``lag_ms``).

@@ -1,6 +1,6 @@
 """How far behind each table is and what it did: the per-table status figures read from what is
 already stored (pyiceberg and confluent-kafka only, no Spark; ``cdclake status`` prints them,
-docs/operations.md, "Status"). The figures and the rules that compute them are
+docs/monitoring.md, "Status"). The figures and the rules that compute them are
 :mod:`cdclake.model.status`.
 
 Per table:

@@ -27,8 +27,8 @@ LOCAL_READ_RECORDS = 1_000
 """At most this many records, the range is read in the task with the Kafka client and handed to
 Spark as a local relation (:func:`read_local`): Spark's Kafka source costs most of a second for
 any range, one record too (its consumers and offset checks on the engine), and the parse reads
-the range twice (docs/benchmarks.md, "Where the time goes now"). 1,000 records of Debezium's JSON
-are about 5 MB in the plan."""
+the range twice (bench/HISTORY.md, "Engine benchmark", "Where the time goes now"). 1,000 records of
+Debezium's JSON are about 5 MB in the plan."""
 
 KAFKA_SOURCE_COLUMNS = (
     ("key", "binary"),

@@ -58,7 +58,7 @@ SESSION_CONF = {
     # the parse's cache (cdclake.spark.batch) uncompressed: compressing it looks for repeats in each
     # column, value by value, and finds few (most of its bytes are the row image, kept as one struct
     # whatever this setting): 1,000,000 Avro events cached in 8.5-9.6 s instead of 10.5-10.8 s, in
-    # 122 MiB instead of 113 (docs/benchmarks.md)
+    # 122 MiB instead of 113 (bench/HISTORY.md)
     "spark.sql.inMemoryColumnarStorage.compressed": "false",
 }
 """Settings of the session itself (not of the server), set on every session this module builds."""
@@ -99,7 +99,7 @@ JIT_OPTIONS = "-XX:-DontCompileHugeMethods"
 bytes of bytecode to the interpreter (``DontCompileHugeMethods``, on by default), and the code
 Spark generates for a parse stage of a table of a dozen columns (the projections of the envelope,
 its decoding and its checks, fused into one method) is larger. Measured on 1,000,000 Avro events
-(bench, docs/benchmarks.md): the parse took 18.7 s interpreted, 7.6 s compiled."""
+(bench, bench/HISTORY.md): the parse took 18.7 s interpreted, 7.6 s compiled."""
 
 
 DRIVER_GC_OPTIONS = "-XX:+UseParallelGC"
@@ -107,7 +107,7 @@ DRIVER_GC_OPTIONS = "-XX:+UseParallelGC"
 default. A local master's driver runs the tasks too, on as many cores as the machine has, and G1's
 concurrent marking and write barriers take their share of them; a batch job wants throughput, and
 pauses cost it nothing. Measured on 1,000,000 Avro events, the warm apply of one
-``spark-submit`` alternating the two (docs/benchmarks.md, "Avro on 2026-11-30, second sitting"):
+``spark-submit`` alternating the two (bench/HISTORY.md, "Avro on 2026-11-30, second sitting"):
 18.2-19.0 s of job with it against 19.5-21.2 s with G1. Executors (a cluster's, whose heaps are
 large) keep their JVM's default."""
 
@@ -187,7 +187,7 @@ ENGINE_WAIT_S = 60.0
 """How long :func:`connect_session` waits for a server that does not accept connections before it
 fails the task (seconds): a restarted server (a deploy, a crash its supervisor restarts) takes
 10-20 s to listen again, and a try that fails at once meets it down again on its Airflow retries
-when restarts come close together (the soak's, docs/benchmarks.md). Within Airflow's retries
+when restarts come close together (the soak's, bench/HISTORY.md). Within Airflow's retries
 (several minutes) and below a task's ``execution_timeout``."""
 
 ENGINE_POLL_S = 2.0
