@@ -310,9 +310,10 @@ def test_a_retried_run_that_accepts_a_new_binlog_history_adds_its_versions_once(
 def test_a_try_that_dies_between_closing_versions_and_adding_them_is_retried_once(
     spark, kafka, stack_settings, monkeypatch
 ):
-    """The run's versions reach the history in two commits (the keys' open versions closed, then
-    the new versions appended): a try that dies between them leaves key 1's version closed with no
-    newer one, and its retry (the same plan) adds each version once."""
+    """The run's versions reach the history's branch in two commits (the keys' open versions
+    closed, then the new versions appended): a try that dies between them leaves the history's
+    ``main`` as it was (the branch is dropped; before the branch, key 1's version stayed closed with
+    no newer one), and its retry (the same plan) adds each version once."""
     from pyspark.sql.readwriter import DataFrameWriterV2
 
     cfg = make_table(value_format="json", columns=COLUMNS, history={})
@@ -336,9 +337,8 @@ def test_a_try_that_dies_between_closing_versions_and_adding_them_is_retried_onc
         (r["id"], r["v"]): (r["_cdc_is_current"], r["_cdc_valid_to_position"])
         for r in history.scan().to_arrow().to_pylist()
     }
-    assert tried.keys() == {(1, "a"), (2, "b")}
-    assert tried[(1, "a")][0] is False and tried[(1, "a")][1]["pos"] == 200  # closed, its next version not added
-    assert tried[(2, "b")] == (True, None)
+    assert tried == {(1, "a"): (True, None), (2, "b"): (True, None)}  # main as before the try
+    assert set(history.refs()) == {"main"}  # the try's branch was dropped
 
     assert apply_offsets(spark, stack_settings, cfg, planned.range, "run-2").status == "committed"  # the retry
     rows = history.refresh().scan().to_arrow().to_pylist()
