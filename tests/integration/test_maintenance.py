@@ -378,3 +378,41 @@ def test_a_lost_commit_race_is_retried_and_never_fails_the_run(spark, kafka, sta
     # any other failure is raised
     with pytest.raises(RuntimeError, match="disk on fire"):
         maintain_table(spark, stack_settings, cfg, actions=["remove_orphan_files"])
+
+
+def test_a_compaction_committed_while_a_run_deletes_brings_no_deleted_row_back(
+    spark, kafka, stack_settings, monkeypatch
+):
+    """Compaction racing a run's deletes (issue 52): a real ``rewrite_data_files`` commits to
+    ``main`` after the run wrote its deletes (position deletes against the files the compaction
+    rewrites) to its branch and before its fast-forward. The fast-forward is refused (``main``
+    moved), nothing of the run is committed, its retry applies the deletes on the compacted files,
+    and no deleted row comes back. The hook only schedules the real compaction at that point."""
+    from cdclake.errors import ConcurrentRunError
+
+    cfg = make_table(value_format="json", columns=COLUMNS)
+    expected = build_history(spark, kafka, stack_settings, cfg)
+    assert int(summary(stack_settings, cfg.identifier)["total-delete-files"]) > 0
+    deletes = [k for k in sorted(expected) if k % 3 == 0][:6]
+    send(kafka, cfg, [(k % 2, k, ev("d", k, f"x{k}", 5000 + k)) for k in deletes])
+    real_write = commit_module._write_branch
+    compacted: list[str] = []
+
+    def write_then_compact(ctx, branch, start, properties, write):
+        head = real_write(ctx, branch, start, properties, write)
+        if not compacted:
+            result = maintain_table(spark, stack_settings, cfg, actions=["rewrite_data_files"])
+            compacted.append(result.report("rewrite_data_files").status)
+        return head
+
+    monkeypatch.setattr(commit_module, "_write_branch", write_then_compact)
+    with pytest.raises(ConcurrentRunError):
+        run_once(spark, stack_settings, cfg, "run-deletes")
+    assert compacted == ["done"]
+    assert summary(stack_settings, cfg.identifier)["total-delete-files"] == "0"  # main is the compaction's
+    assert {r["id"] for r in rows(stack_settings, cfg)} == set(expected)  # the run committed nothing
+    _, result = run_once(spark, stack_settings, cfg, "run-deletes")  # the retry
+    assert result.status == "committed"
+    for k in deletes:
+        expected.pop(k)
+    assert {r["id"]: r["v"] for r in rows(stack_settings, cfg)} == expected
