@@ -283,12 +283,45 @@ class NotificationSensor(BaseSensorOperator):
         return event
 
 
+def _trigger_params(tables: list[TableConfig]) -> dict[str, Any]:
+    """The trigger form of ``cdc_snapshot_bootstrap`` (module docstring): its Params by name."""
+    from airflow.sdk import Param
+
+    from cdclake_airflow.params import tables_param
+
+    return {
+        "tables": tables_param([t.name for t in tables], "snapshot", empty_means_all=False),
+        "snapshot_type": Param(
+            "incremental",
+            type="string",
+            enum=["incremental", "blocking"],
+            title="Snapshot type",
+            description="incremental: chunked, interleaved with streaming (no locks); blocking: "
+            "streaming pauses while the tables are read.",
+        ),
+        "additional_conditions": Param(
+            {},
+            type="object",
+            title="Filters (additional-conditions)",
+            description='Optional SQL filter per table, e.g. {"orders": "id > 1000"}; rows '
+            "outside the filter are not re-read.",
+        ),
+        "action": Param(
+            "execute",
+            type="string",
+            enum=["execute", "stop", "pause", "resume"],
+            title="Action",
+            description="execute a snapshot, or stop / pause / resume the running one.",
+        ),
+    }
+
+
 def build_bootstrap_dag(settings: Settings, tables: list[TableConfig]) -> DAG:
     """The DAG ``cdc_snapshot_bootstrap`` for the configured ``tables``."""
     from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
-    from airflow.sdk import Param, task
+    from airflow.sdk import task
 
-    from cdclake_airflow.params import tables_dag, tables_param
+    from cdclake_airflow.params import tables_dag
 
     with tables_dag(
         DAG_ID,
@@ -303,31 +336,7 @@ def build_bootstrap_dag(settings: Settings, tables: list[TableConfig]) -> DAG:
         },
         # the sensor's apply_function takes lists and numbers from XCom, not their str()
         render_template_as_native_obj=True,
-        params={
-            "tables": tables_param([t.name for t in tables], "snapshot", empty_means_all=False),
-            "snapshot_type": Param(
-                "incremental",
-                type="string",
-                enum=["incremental", "blocking"],
-                title="Snapshot type",
-                description="incremental: chunked, interleaved with streaming (no locks); blocking: "
-                "streaming pauses while the tables are read.",
-            ),
-            "additional_conditions": Param(
-                {},
-                type="object",
-                title="Filters (additional-conditions)",
-                description='Optional SQL filter per table, e.g. {"orders": "id > 1000"}; rows '
-                "outside the filter are not re-read.",
-            ),
-            "action": Param(
-                "execute",
-                type="string",
-                enum=["execute", "stop", "pause", "resume"],
-                title="Action",
-                description="execute a snapshot, or stop / pause / resume the running one.",
-            ),
-        },
+        params=_trigger_params(tables),
     ) as dag:
         tables_json = json.dumps([t.model_dump(mode="json") for t in tables])
         plan = task(task_id="prepare")(prepare)(tables_json)

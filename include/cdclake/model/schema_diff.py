@@ -60,13 +60,13 @@ meanwhile.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cdclake.errors import DdlParseError, SchemaChangeError, SchemaError
 from cdclake.model.config import ConnectorModes, SchemaChangePolicy, TableConfig
-from cdclake.model.ddl import ddl_effects
+from cdclake.model.ddl import ColumnRename, ddl_effects
 from cdclake.model.defaults import ColumnDefault
 from cdclake.model.envelope import KafkaCoordinates
 from cdclake.model.event_defaults import connect_default
@@ -178,6 +178,49 @@ def aside_name(column: str, change: SchemaChange) -> str:
     return f"{column}__{change.position.file_seq}_{change.position.pos}"
 
 
+@dataclass(frozen=True)
+class _Draft:
+    """A plan being made and the table's columns as it leaves them so far.
+
+    Attributes:
+        plan: the plan, its lists filled as the columns are diffed.
+        columns: column name -> its spec after the plan so far.
+        order: the column names, in table order.
+        encodings: column name -> its encoding, in the order the columns came (:func:`plan_change`'s
+            ``plan.encodings``).
+    """
+
+    plan: ChangePlan
+    columns: dict[str, ColumnSpec]
+    order: list[str]
+    encodings: dict[str, str]
+
+    @classmethod
+    def of(cls, plan: ChangePlan, current: SourceSchema) -> _Draft:
+        """A draft of ``plan`` starting from the table's columns ``current``."""
+        return cls(
+            plan,
+            {c.name: c for c in current.columns},
+            [c.name for c in current.columns],
+            {c.name: c.encoding for c in current.columns},
+        )
+
+    def rename(self, old: str, new: str) -> None:
+        """Plan renaming column ``old`` to ``new``; it keeps its place and its encoding."""
+        self.plan.renames.append((old, new))
+        col = self.columns.pop(old)
+        self.columns[new] = replace(col, name=new)
+        self.order[self.order.index(old)] = new
+        self.encodings[new] = self.encodings.pop(old)
+
+    def add(self, spec: ColumnSpec, previous: str | None) -> None:
+        """Plan adding column ``spec`` after column ``previous`` (first when ``None``)."""
+        self.plan.adds.append((spec, previous))
+        self.columns[spec.name] = spec
+        self.order.insert(self.order.index(previous) + 1 if previous else 0, spec.name)
+        self.encodings[spec.name] = spec.encoding
+
+
 def plan_change(
     current: SourceSchema,
     change: SchemaChange,
@@ -193,21 +236,40 @@ def plan_change(
         SchemaChangeError: an incompatible type change under ``incompatible: fail``; the DDL
             cannot be read; a new column would have to be an identifier field.
     """
-    plan = ChangePlan(change)
-    encodings = {c.name: c.encoding for c in current.columns}
-    columns = {c.name: c for c in current.columns}
-    order = [c.name for c in current.columns]
+    draft = _Draft.of(ChangePlan(change), current)
+    _plan_ddl_renames(draft, change, table_id=table_id)
 
-    def rename(old: str, new: str) -> None:
-        plan.renames.append((old, new))
-        col = columns.pop(old)
-        columns[new] = replace(col, name=new)
-        order[order.index(old)] = new
-        encodings[new] = encodings.pop(old)
+    wanted = [c["name"] for c in change.columns]
+    mapped = {c["name"]: (*column_type(c, modes), bool(c.get("optional", True))) for c in change.columns}
+    if not mapped:
+        raise SchemaChangeError(f"{change.describe()}: the change lists no columns")
 
-    db, name = split_table_id(table_id)
+    previous: str | None = None
+    for col_name in wanted:
+        _plan_column(draft, change, col_name, mapped[col_name], previous, policy=policy, changelog=changelog)
+        previous = col_name
+
+    _plan_absent_columns(draft, set(mapped), policy)
+    if not changelog:
+        _plan_primary_key(draft, change, current)
+    plan = draft.plan
+    plan.after = SourceSchema(
+        tuple(draft.columns[n] for n in draft.order),
+        plan.identifier if plan.identifier is not None else current.identifier,
+    )
+    plan.encodings = draft.encodings
+    return plan
+
+
+def _ddl_column_renames(change: SchemaChange, columns: Collection[str]) -> tuple[ColumnRename, ...]:
+    """The column renames of ``change``'s DDL; none when the DDL cannot be read but the change
+    adds no column to ``columns`` or drops none from them.
+
+    Raises:
+        SchemaChangeError: the DDL cannot be read and columns both disappear and appear.
+    """
     try:
-        renames = ddl_effects(change.ddl).column_renames
+        return ddl_effects(change.ddl).column_renames
     except DdlParseError as e:
         # the DDL only matters for renames: a change that drops no column and adds none cannot
         # hide one (the columns themselves come from tableChanges); otherwise refuse to guess
@@ -218,90 +280,112 @@ def plan_change(
                 f"{change.describe()}: {e}; columns {sorted(gone)} disappeared and {sorted(new)} "
                 "appeared, and without the DDL a rename cannot be told from a drop and an add"
             ) from e
-        renames = ()
+        return ()
+
+
+def _plan_ddl_renames(draft: _Draft, change: SchemaChange, *, table_id: str) -> None:
+    """Plan the renames of table ``table_id``'s columns that ``change``'s DDL makes (barriers).
+
+    Raises:
+        SchemaChangeError: from :func:`_ddl_column_renames`.
+    """
+    db, name = split_table_id(table_id)
+    renames = _ddl_column_renames(change, draft.columns)
     shown = [c["name"] for c in change.columns]
     for r in renames:
         if not r.table.matches(db, name, default_db=change.database):
             continue
         # MySQL column names are case-insensitive (MySQL 8.4 manual, "Identifier Case
         # Sensitivity"): RENAME COLUMN EMAIL TO x renames the column email
-        old_name = same_column(r.old, columns)
+        old_name = same_column(r.old, draft.columns)
         new_name = same_column(r.new, shown) or r.new
-        taken = same_column(new_name, columns)
+        taken = same_column(new_name, draft.columns)
         if old_name is not None and (taken is None or taken == old_name) and new_name != old_name:
-            rename(old_name, new_name)
-            plan.barrier_reasons.append(f"column {old_name!r} renamed to {new_name!r}")
+            draft.rename(old_name, new_name)
+            draft.plan.barrier_reasons.append(f"column {old_name!r} renamed to {new_name!r}")
 
-    wanted = [c["name"] for c in change.columns]
-    mapped = {c["name"]: (*column_type(c, modes), bool(c.get("optional", True))) for c in change.columns}
-    if not mapped:
-        raise SchemaChangeError(f"{change.describe()}: the change lists no columns")
 
-    previous: str | None = None
-    for col_name in wanted:
-        iceberg_type, encoding, optional = mapped[col_name]
-        existing = columns.get(col_name)
-        if existing is not None and not is_promotion(existing.iceberg_type, iceberg_type):
-            where = (
-                f"{change.describe()}: column {col_name!r} changes type from "
-                f"{existing.iceberg_type} to {iceberg_type}, which Iceberg cannot promote"
+def _plan_column(
+    draft: _Draft,
+    change: SchemaChange,
+    col_name: str,
+    mapped: tuple[str, str, bool],
+    previous: str | None,
+    *,
+    policy: SchemaChangePolicy,
+    changelog: bool,
+) -> None:
+    """Plan column ``col_name`` as ``change`` lists it, ``mapped`` ``(Iceberg type, encoding,
+    optional)``, after column ``previous``: added, promoted, made optional, or renamed aside and added.
+
+    Raises:
+        SchemaChangeError: its type cannot be promoted, under ``incompatible: fail``.
+    """
+    plan = draft.plan
+    iceberg_type, encoding, optional = mapped
+    existing = draft.columns.get(col_name)
+    if existing is not None and not is_promotion(existing.iceberg_type, iceberg_type):
+        where = (
+            f"{change.describe()}: column {col_name!r} changes type from "
+            f"{existing.iceberg_type} to {iceberg_type}, which Iceberg cannot promote"
+        )
+        if policy.incompatible == "fail":
+            raise SchemaChangeError(
+                f"{where}. Nothing was applied and the table's offsets did not move. Set "
+                "schema_changes.incompatible: new_column to keep the old column renamed aside, "
+                "or migrate the table by hand."
             )
-            if policy.incompatible == "fail":
-                raise SchemaChangeError(
-                    f"{where}. Nothing was applied and the table's offsets did not move. Set "
-                    "schema_changes.incompatible: new_column to keep the old column renamed aside, "
-                    "or migrate the table by hand."
-                )
-            rename(col_name, aside_name(col_name, change))
-            plan.barrier_reasons.append(f"column {col_name!r} renamed aside (incompatible type)")
-            existing = None
-        if existing is None:
-            spec = ColumnSpec(col_name, iceberg_type, False, encoding)
-            plan.adds.append((spec, previous))
-            columns[col_name] = spec
-            order.insert(order.index(previous) + 1 if previous else 0, col_name)
-            encodings[col_name] = encoding
-        else:
-            if existing.iceberg_type != iceberg_type:
-                plan.promotions.append((col_name, iceberg_type))
-            if not same_json_values(existing.encoding, encoding):
-                plan.barrier_reasons.append(f"column {col_name!r} encoding {existing.encoding or '?'} -> {encoding}")
-            if existing.required and (optional or changelog):
-                plan.optional.append(col_name)
-            columns[col_name] = replace(
-                existing, iceberg_type=iceberg_type, encoding=encoding, required=existing.required and not optional
-            )
-            encodings[col_name] = encoding
-        previous = col_name
+        draft.rename(col_name, aside_name(col_name, change))
+        plan.barrier_reasons.append(f"column {col_name!r} renamed aside (incompatible type)")
+        existing = None
+    if existing is None:
+        draft.add(ColumnSpec(col_name, iceberg_type, False, encoding), previous)
+        return
+    if existing.iceberg_type != iceberg_type:
+        plan.promotions.append((col_name, iceberg_type))
+    if not same_json_values(existing.encoding, encoding):
+        plan.barrier_reasons.append(f"column {col_name!r} encoding {existing.encoding or '?'} -> {encoding}")
+    if existing.required and (optional or changelog):
+        plan.optional.append(col_name)
+    draft.columns[col_name] = replace(
+        existing, iceberg_type=iceberg_type, encoding=encoding, required=existing.required and not optional
+    )
+    draft.encodings[col_name] = encoding
 
-    for col_name in [n for n in order if n not in mapped]:
+
+def _plan_absent_columns(draft: _Draft, listed: set[str], policy: SchemaChangePolicy) -> None:
+    """Plan the table's columns the change does not list (not in ``listed``): deleted (a
+    barrier) under ``dropped_columns: delete``, else kept and made optional."""
+    plan = draft.plan
+    for col_name in [n for n in draft.order if n not in listed]:
         if policy.dropped_columns == "delete":
             plan.deletes.append(col_name)
             plan.barrier_reasons.append(f"column {col_name!r} deleted")
-            columns.pop(col_name)
-            order.remove(col_name)
-            encodings.pop(col_name, None)
-        elif columns[col_name].required:
+            draft.columns.pop(col_name)
+            draft.order.remove(col_name)
+            draft.encodings.pop(col_name, None)
+        elif draft.columns[col_name].required:
             plan.optional.append(col_name)
-            columns[col_name] = replace(columns[col_name], required=False)
+            draft.columns[col_name] = replace(draft.columns[col_name], required=False)
 
-    if not changelog:
-        identifier = tuple(sorted(change.primary_key))
-        if identifier and identifier != current.identifier:
-            not_required = [c for c in identifier if not columns[c].required]
-            if not_required:
-                raise SchemaChangeError(
-                    f"{change.describe()}: the primary key becomes {list(change.primary_key)} but "
-                    f"column(s) {not_required} are optional in Iceberg (new or once nullable), and "
-                    "identifier fields must be required. Re-create the table (snapshot bootstrap)."
-                )
-            plan.identifier = identifier
-            plan.barrier_reasons.append(f"primary key -> {list(change.primary_key)}")
-    plan.after = SourceSchema(
-        tuple(columns[n] for n in order), plan.identifier if plan.identifier is not None else current.identifier
-    )
-    plan.encodings = encodings
-    return plan
+
+def _plan_primary_key(draft: _Draft, change: SchemaChange, current: SourceSchema) -> None:
+    """Plan new identifier fields (a barrier) when ``change``'s primary key is not ``current``'s.
+
+    Raises:
+        SchemaChangeError: a column of the new key is optional in Iceberg.
+    """
+    identifier = tuple(sorted(change.primary_key))
+    if identifier and identifier != current.identifier:
+        not_required = [c for c in identifier if not draft.columns[c].required]
+        if not_required:
+            raise SchemaChangeError(
+                f"{change.describe()}: the primary key becomes {list(change.primary_key)} but "
+                f"column(s) {not_required} are optional in Iceberg (new or once nullable), and "
+                "identifier fields must be required. Re-create the table (snapshot bootstrap)."
+            )
+        draft.plan.identifier = identifier
+        draft.plan.barrier_reasons.append(f"primary key -> {list(change.primary_key)}")
 
 
 @dataclass(frozen=True)
@@ -398,67 +482,121 @@ def plan_from_events(
             key column, or in the table config's ``columns``; names the event's topic, partition
             and offset (or the table config), the column, the old and the new type.
     """
-    plan = ChangePlan(None)
-    added: set[str] = set()
-    from_config: set[str] = set()
-    met: dict[str, list[tuple[Any, str, ObservedSchema]]] = {}  # added column -> (default, encoding, schema)
-    columns = {c.name: c for c in current.columns}
-    order = [c.name for c in current.columns]
+    draft = _Draft.of(ChangePlan(None), current)
+    met = _MetColumns()
     for obs in observed:
         previous: str | None = None
         for shown in obs.columns:
-            existing = columns.get(shown.name)
-            if existing is not None and _incompatible(existing, shown):
-                where = (
-                    f"table {table}: {obs.describe()} changes column {shown.name!r} from {existing.iceberg_type} to "
-                    f"{shown.iceberg_type} (encoding {shown.encoding}), which Iceberg cannot promote"
-                )
-                if obs.where is None:
-                    raise SchemaChangeError(f"{where}. Nothing was applied; correct the table config's columns.")
-                if policy.incompatible == "fail" or shown.name in current.identifier or shown.name in added:
-                    # a key column cannot be set aside, nor a column this plan only adds
-                    raise SchemaChangeError(
-                        f"{where}. Nothing was committed and the table's offsets did not move. Set "
-                        "schema_changes.incompatible: new_column to keep the old column renamed aside, "
-                        "or migrate the table by hand."
-                    )
-                aside = f"{shown.name}__{obs.where.partition}_{obs.where.offset}"
-                plan.renames.append((shown.name, aside))
-                columns[aside] = replace(columns.pop(shown.name), name=aside)
-                order[order.index(shown.name)] = aside
-                existing = None
-            if existing is None:
-                spec = replace(shown, required=False)
-                plan.adds.append((spec, previous))
-                added.add(spec.name)
-                if obs.where is None:
-                    from_config.add(spec.name)
-                columns[spec.name] = spec
-                order.insert(order.index(previous) + 1 if previous else 0, spec.name)
-            elif not _holds(existing, shown):
-                promoted = replace(existing, iceberg_type=shown.iceberg_type, encoding=shown.encoding)
-                if shown.name in added:  # added by this plan: added with the wider type
-                    plan.adds = [
-                        ((promoted, after) if spec.name == shown.name else (spec, after)) for spec, after in plan.adds
-                    ]
-                else:
-                    plan.promotions = [p for p in plan.promotions if p[0] != shown.name]
-                    plan.promotions.append((shown.name, shown.iceberg_type))
-                columns[shown.name] = promoted
-            if shown.name in added and obs.where is not None:
-                met.setdefault(shown.name, []).append((obs.defaults.get(shown.name), shown.encoding, obs))
+            _plan_shown_column(draft, met, obs, shown, previous, current=current, table=table, policy=policy)
             previous = shown.name
-        if obs.where is None:
-            continue
-        shown_required = {c.name: c.required for c in obs.columns}
-        for name in order:
-            if columns[name].required and name not in current.identifier and not shown_required.get(name, False):
-                plan.optional.append(name)
-                columns[name] = replace(columns[name], required=False)
-    plan.after = SourceSchema(tuple(columns[n] for n in order), current.identifier)
-    plan.encodings = {n: columns[n].encoding for n in order}
-    plan.defaults = _added_defaults(plan, met, skip=from_config | {old for old, _ in plan.renames})
+        if obs.where is not None:
+            _plan_optional_columns(draft, obs, current)
+    plan = draft.plan
+    plan.after = SourceSchema(tuple(draft.columns[n] for n in draft.order), current.identifier)
+    plan.encodings = {n: draft.columns[n].encoding for n in draft.order}
+    plan.defaults = _added_defaults(plan, met.defaults, skip=met.from_config | {old for old, _ in plan.renames})
     return plan
+
+
+@dataclass(frozen=True)
+class _MetColumns:
+    """The columns a plan from the events adds, as the schemas are met.
+
+    Attributes:
+        added: the names of the columns the plan adds.
+        from_config: of those, the ones added by the table config's ``columns``.
+        defaults: added column -> ``(default, encoding, schema)`` of each event schema showing it,
+            in the order met (:func:`_added_defaults`).
+    """
+
+    added: set[str] = field(default_factory=set)
+    from_config: set[str] = field(default_factory=set)
+    defaults: dict[str, list[tuple[Any, str, ObservedSchema]]] = field(default_factory=dict)
+
+
+def _plan_shown_column(
+    draft: _Draft,
+    met: _MetColumns,
+    obs: ObservedSchema,
+    shown: ColumnSpec,
+    previous: str | None,
+    *,
+    current: SourceSchema,
+    table: str,
+    policy: SchemaChangePolicy,
+) -> None:
+    """Plan column ``shown`` of schema ``obs``, after column ``previous``: added, promoted, or
+    renamed aside and added (see :func:`plan_from_events`).
+
+    Raises:
+        SchemaChangeError: as :func:`plan_from_events`.
+    """
+    plan = draft.plan
+    existing = draft.columns.get(shown.name)
+    if existing is not None and _incompatible(existing, shown):
+        aside = _aside_of_event(existing, obs, shown, current=current, table=table, policy=policy, met=met)
+        draft.rename(shown.name, aside)
+        existing = None
+    if existing is None:
+        spec = replace(shown, required=False)
+        draft.add(spec, previous)
+        met.added.add(spec.name)
+        if obs.where is None:
+            met.from_config.add(spec.name)
+    elif not _holds(existing, shown):
+        promoted = replace(existing, iceberg_type=shown.iceberg_type, encoding=shown.encoding)
+        if shown.name in met.added:  # added by this plan: added with the wider type
+            plan.adds = [((promoted, after) if spec.name == shown.name else (spec, after)) for spec, after in plan.adds]
+        else:
+            plan.promotions = [p for p in plan.promotions if p[0] != shown.name]
+            plan.promotions.append((shown.name, shown.iceberg_type))
+        draft.columns[shown.name] = promoted
+        draft.encodings[shown.name] = promoted.encoding
+    if shown.name in met.added and obs.where is not None:
+        met.defaults.setdefault(shown.name, []).append((obs.defaults.get(shown.name), shown.encoding, obs))
+
+
+def _aside_of_event(
+    existing: ColumnSpec,
+    obs: ObservedSchema,
+    shown: ColumnSpec,
+    *,
+    current: SourceSchema,
+    table: str,
+    policy: SchemaChangePolicy,
+    met: _MetColumns,
+) -> str:
+    """The name column ``existing``, which cannot take ``shown``'s type, is renamed aside to:
+    ``<column>__<partition>_<offset>`` of the event ``obs``.
+
+    Raises:
+        SchemaChangeError: ``obs`` is the table config's ``columns``; ``incompatible: fail``; the
+            column is a primary key column or one the plan only adds.
+    """
+    where = (
+        f"table {table}: {obs.describe()} changes column {shown.name!r} from {existing.iceberg_type} to "
+        f"{shown.iceberg_type} (encoding {shown.encoding}), which Iceberg cannot promote"
+    )
+    if obs.where is None:
+        raise SchemaChangeError(f"{where}. Nothing was applied; correct the table config's columns.")
+    if policy.incompatible == "fail" or shown.name in current.identifier or shown.name in met.added:
+        # a key column cannot be set aside, nor a column this plan only adds
+        raise SchemaChangeError(
+            f"{where}. Nothing was committed and the table's offsets did not move. Set "
+            "schema_changes.incompatible: new_column to keep the old column renamed aside, "
+            "or migrate the table by hand."
+        )
+    return f"{shown.name}__{obs.where.partition}_{obs.where.offset}"
+
+
+def _plan_optional_columns(draft: _Draft, obs: ObservedSchema, current: SourceSchema) -> None:
+    """Plan making optional each required column (not an identifier field) that the events of
+    schema ``obs`` make optional or lack."""
+    shown_required = {c.name: c.required for c in obs.columns}
+    for name in draft.order:
+        if draft.columns[name].required and name not in current.identifier and not shown_required.get(name, False):
+            draft.plan.optional.append(name)
+            draft.columns[name] = replace(draft.columns[name], required=False)
 
 
 def _added_defaults(

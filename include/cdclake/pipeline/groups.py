@@ -32,6 +32,7 @@ from cdclake.io.kafka import topic_watermarks
 from cdclake.io.multi_commit import RefMove, RefUpdate, commit_refs, move_refs
 from cdclake.io.transaction_topic import read_transaction_ends
 from cdclake.model.groups import (
+    GroupPoint,
     GroupPosition,
     GroupStatus,
     GroupTarget,
@@ -145,77 +146,33 @@ def _publish_once(
     kafka: KafkaClients | None,
     commit: GroupCommit,
 ) -> GroupPublish:
+    """One try of :func:`publish_group` (its arguments, answer and errors)."""
     tag = group_tag(group)
     transaction_topic = members[0].transaction_topic_name
-    candidates: dict[str, list[MemberSnapshot]] = {}
-    tagged: dict[str, int | None] = {}
-    # members whose runs commit to the stage branch: main moves with the tag, from where it is
-    mains: dict[str, int | None] = {}
-    published: list[int | None] = []
-    targets: list[GroupTarget | None] = []
-    for cfg in members:
-        table = load_table_or_none(catalog, cfg.identifier)
-        if table is None:
-            return GroupPublish(group, None, False, reason=f"table {cfg.identifier} does not exist yet")
-        candidates[cfg.name] = member_snapshots(ancestry(table), cfg.topic, transaction_topic)
-        ref = table.refs().get(tag)
-        tagged[cfg.name] = ref.snapshot_id if ref is not None else None
-        if write_ref(table) != MAIN_BRANCH:
-            main = table.current_snapshot()
-            mains[cfg.name] = main.snapshot_id if main is not None else None
-        mark = GroupPosition.from_text(table.properties.get(GROUP_POSITION_PROPERTY))
-        published.append(mark.position if mark is not None and mark.group == group else None)
-        targets.append(GroupTarget.from_text(table.properties.get(GROUP_TARGET_PROPERTY)))
+    read = _read_members(catalog, group, members, tag, transaction_topic)
+    if isinstance(read, str):
+        return GroupPublish(group, None, False, reason=read)
+    candidates, tagged = read.candidates, read.tagged
     # a member added to the group since the last publish has no mark: the group starts again
-    known = [p for p in published if p is not None]
-    before = min(known) if known and len(known) == len(published) else None
+    known = [p for p in read.published if p is not None]
+    before = min(known) if known and len(known) == len(read.published) else None
     ends = None if kafka is None else _extend_newest(kafka, transaction_topic, members, candidates, tagged, before)
     current = {n: s for n, s in tagged.items() if s is not None}
     point = choose_position(candidates)
     moving = point is not None and (before is None or point.position > before)
     after = point.position if point is not None and moving else before
-    target = _next_target(group, members, candidates, ends, targets, after)
+    target = _next_target(group, members, candidates, ends, read.targets, after)
     wanted = GroupTarget(group=group, position=target) if target is not None else None
     if point is None or not moving:
-        if point is None:
-            missing = [n for n, c in candidates.items() if not c]
-            reason = (
-                f"no commit of {', '.join(missing)} is at a known source position yet"
-                if missing
-                else "the members' commits share no source position yet"
-            )
-        else:
-            reason = f"no position beyond {before} yet"
+        reason = _no_move_reason(candidates, point, before)
         if wanted is not None:
-            text = wanted.model_dump_json()
-            for cfg, held in zip(members, targets, strict=True):
-                if held != wanted:
-                    update_table_property(catalog, cfg.identifier, GROUP_TARGET_PROPERTY, lambda _: text)
+            _set_target(catalog, members, read.targets, wanted)
             log.info(
                 "group %s: %s; the members' next runs stop at %s offset %d", group, reason, transaction_topic, target
             )
         return GroupPublish(group, before, False, current, reason, target)
     assert point is not None  # moving
-    moves = [
-        RefMove(
-            cfg.identifier,
-            (
-                RefUpdate(tag, tagged[cfg.name], point.snapshots[cfg.name]),
-                *(
-                    (RefUpdate(MAIN_BRANCH, mains[cfg.name], point.snapshots[cfg.name], branch=True),)
-                    if cfg.name in mains
-                    else ()
-                ),
-            ),
-            {
-                GROUP_POSITION_PROPERTY: GroupPosition(
-                    group=group, position=point.position, snapshot_id=point.snapshots[cfg.name], published_ms=now_ms
-                ).model_dump_json(),
-                **({GROUP_TARGET_PROPERTY: wanted.model_dump_json()} if wanted is not None else {}),
-            },
-        )
-        for cfg in members
-    ]
+    moves = [_member_move(cfg, group, tag, read, point, now_ms, wanted) for cfg in members]
     if commit == "pointer":
         _publish_by_pointer(catalog, group, point.position, before, moves)
     else:
@@ -230,6 +187,105 @@ def _publish_once(
         target,
     )
     return GroupPublish(group, point.position, True, dict(point.snapshots), target=target)
+
+
+@dataclass(frozen=True)
+class _MemberReads:
+    """What a publish reads of the members, keyed by table name (lists: in the members' order).
+
+    Attributes:
+        candidates: each member's commits at a known source position
+            (:func:`~cdclake.model.groups.member_snapshots`, newest first).
+        tagged: the snapshot each member's group tag is at (``None``: no tag).
+        mains: of the members whose runs commit to the stage branch (``main`` moves with the tag,
+            from where it is), the snapshot ``main`` is at (``None``: none).
+        published: each member's recorded position of the group (``None``: none of the group).
+        targets: each member's recorded group target (``None``: none).
+    """
+
+    candidates: dict[str, list[MemberSnapshot]]
+    tagged: dict[str, int | None]
+    mains: dict[str, int | None]
+    published: list[int | None]
+    targets: list[GroupTarget | None]
+
+
+def _read_members(
+    catalog: Catalog, group: str, members: Sequence[TableConfig], tag: str, transaction_topic: str
+) -> _MemberReads | str:
+    """The members' tables read for a publish of ``group`` (group tag ``tag``), or why it cannot
+    be published: the first member whose table does not exist (the members after it are not read)."""
+    read = _MemberReads({}, {}, {}, [], [])
+    for cfg in members:
+        table = load_table_or_none(catalog, cfg.identifier)
+        if table is None:
+            return f"table {cfg.identifier} does not exist yet"
+        read.candidates[cfg.name] = member_snapshots(ancestry(table), cfg.topic, transaction_topic)
+        ref = table.refs().get(tag)
+        read.tagged[cfg.name] = ref.snapshot_id if ref is not None else None
+        if write_ref(table) != MAIN_BRANCH:
+            main = table.current_snapshot()
+            read.mains[cfg.name] = main.snapshot_id if main is not None else None
+        mark = GroupPosition.from_text(table.properties.get(GROUP_POSITION_PROPERTY))
+        read.published.append(mark.position if mark is not None and mark.group == group else None)
+        read.targets.append(GroupTarget.from_text(table.properties.get(GROUP_TARGET_PROPERTY)))
+    return read
+
+
+def _no_move_reason(
+    candidates: Mapping[str, Sequence[MemberSnapshot]], point: GroupPoint | None, before: int | None
+) -> str:
+    """Why the group does not move from ``before``: no position all members cover (``point`` is
+    ``None``), or none beyond ``before``."""
+    if point is not None:
+        return f"no position beyond {before} yet"
+    missing = [n for n, c in candidates.items() if not c]
+    return (
+        f"no commit of {', '.join(missing)} is at a known source position yet"
+        if missing
+        else "the members' commits share no source position yet"
+    )
+
+
+def _set_target(
+    catalog: Catalog, members: Sequence[TableConfig], held: Sequence[GroupTarget | None], wanted: GroupTarget
+) -> None:
+    """Set the group target ``wanted`` on each member whose recorded one (``held``) differs, by a
+    metadata commit of its own."""
+    text = wanted.model_dump_json()
+    for cfg, target in zip(members, held, strict=True):
+        if target != wanted:
+            update_table_property(catalog, cfg.identifier, GROUP_TARGET_PROPERTY, lambda _: text)
+
+
+def _member_move(
+    cfg: TableConfig,
+    group: str,
+    tag: str,
+    read: _MemberReads,
+    point: GroupPoint,
+    now_ms: int,
+    wanted: GroupTarget | None,
+) -> RefMove:
+    """Member ``cfg``'s part of a publish at ``point``: its group tag ``tag`` (and ``main`` when it
+    moves with the tag) to its commit there, its position of the group and the target ``wanted``."""
+    return RefMove(
+        cfg.identifier,
+        (
+            RefUpdate(tag, read.tagged[cfg.name], point.snapshots[cfg.name]),
+            *(
+                (RefUpdate(MAIN_BRANCH, read.mains[cfg.name], point.snapshots[cfg.name], branch=True),)
+                if cfg.name in read.mains
+                else ()
+            ),
+        ),
+        {
+            GROUP_POSITION_PROPERTY: GroupPosition(
+                group=group, position=point.position, snapshot_id=point.snapshots[cfg.name], published_ms=now_ms
+            ).model_dump_json(),
+            **({GROUP_TARGET_PROPERTY: wanted.model_dump_json()} if wanted is not None else {}),
+        },
+    )
 
 
 def _next_target(

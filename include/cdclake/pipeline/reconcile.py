@@ -286,21 +286,7 @@ def _compare_rows(
             if round_no == 1:
                 oc.source_rows += src is not None
                 oc.lake_rows += row is not None
-            bad_columns = [DUPLICATE] if k in duplicates else []
-            if src is not None and row is not None:
-                texts, raws = src
-                for i, col in enumerate(scope.columns):
-                    raw = raws[i] if col.kind is Kind.FLOAT else None
-                    if not values_equal(col.kind, texts[i], row[col.name], raw):
-                        bad_columns.append(col.name)
-            version = (
-                BinlogPosition.from_row(row, cfg.ordering)
-                if row is not None
-                else BinlogPosition.from_row(tombs[k], cfg.ordering, change=True)
-                if k in tombs
-                else None
-            )
-            v = verdict(src is not None, row is not None, not bad_columns, version, position)
+            v, bad_columns = _key_verdict(scope, k, src, row, tombs, duplicates, position)
             if v is not Verdict.EQUAL and v is not Verdict.UNSETTLED and k not in sighted:
                 # a difference counts when two reads in a row show it (the second after another
                 # catch-up): a record still in flight to another partition cannot fake it
@@ -308,13 +294,7 @@ def _compare_rows(
                 v = Verdict.UNSETTLED
             if v is Verdict.UNSETTLED:
                 still.add(k)
-                oc.unsettled.append(k)
-            elif v is Verdict.ONLY_IN_SOURCE:
-                oc.only_in_source.append(k)
-            elif v is Verdict.ONLY_IN_LAKE:
-                oc.only_in_lake.append(k)
-            elif v is Verdict.DIFFERING:
-                oc.differing[k] = bad_columns
+            _record_verdict(oc, k, v, bad_columns)
         log.info(
             "table %s: row-level round %d over %d chunk(s) at source position %s: %d key(s) still changing",
             cfg.identifier,
@@ -329,6 +309,49 @@ def _compare_rows(
         pending_keys = still
         sighted = now_sighted
     return outcomes, read_text
+
+
+def _key_verdict(
+    scope: ReconcileScope,
+    key: KeyTuple,
+    src: tuple[list[str | None], list[Any]] | None,
+    row: dict[str, Any] | None,
+    tombs: dict[KeyTuple, dict[str, Any]],
+    duplicates: set[KeyTuple],
+    position: BinlogPosition,
+) -> tuple[Verdict, list[str]]:
+    """``(verdict, columns that differ)`` of ``key`` in one round, before a difference is
+    confirmed by a second round: its source row ``src`` (canonical texts, raw values) against its
+    lake row ``row`` (or its tombstone in ``tombs``) at the read's ``position``; a key the lake
+    holds more than once (in ``duplicates``) differs in :data:`DUPLICATE`."""
+    bad_columns = [DUPLICATE] if key in duplicates else []
+    if src is not None and row is not None:
+        texts, raws = src
+        for i, col in enumerate(scope.columns):
+            raw = raws[i] if col.kind is Kind.FLOAT else None
+            if not values_equal(col.kind, texts[i], row[col.name], raw):
+                bad_columns.append(col.name)
+    ordering = scope.cfg.ordering
+    version = (
+        BinlogPosition.from_row(row, ordering)
+        if row is not None
+        else BinlogPosition.from_row(tombs[key], ordering, change=True)
+        if key in tombs
+        else None
+    )
+    return verdict(src is not None, row is not None, not bad_columns, version, position), bad_columns
+
+
+def _record_verdict(outcome: ChunkOutcome, key: KeyTuple, v: Verdict, bad_columns: list[str]) -> None:
+    """Note ``key``'s verdict ``v`` in its chunk's ``outcome`` (nothing for an equal key)."""
+    if v is Verdict.UNSETTLED:
+        outcome.unsettled.append(key)
+    elif v is Verdict.ONLY_IN_SOURCE:
+        outcome.only_in_source.append(key)
+    elif v is Verdict.ONLY_IN_LAKE:
+        outcome.only_in_lake.append(key)
+    elif v is Verdict.DIFFERING:
+        outcome.differing[key] = bad_columns
 
 
 def reconcile_table(
@@ -363,29 +386,12 @@ def reconcile_table(
     source = chunk_digests(db, scope.source, chunks)
     caught()
     lake_d = lake_digests(lake, scope, chunks)
-    differing = [
-        c for c, (s, _r), ld in zip(chunks, source, lake_d, strict=True) if (s.rows, s.xor) != (ld.rows, ld.xor)
-    ]
-    log.info(
-        "table %s: %d chunk(s) of %d row(s), %d with differing digests %s",
-        cfg.identifier,
-        len(chunks),
-        params.chunk_rows,
-        len(differing),
-        [c.index for c in differing][:50],
-    )
+    differing = _differing_chunks(cfg, params, chunks, [s for s, _ in source], lake_d)
     identity = committed_state(lake.refresh(), cfg.topic).identity
     outcomes, read_text = (
         _compare_rows(catalog, lake, scope, params, chunks, differing, db, caught, identity) if differing else ({}, "")
     )
-    result = ReconcileResult(
-        cfg.identifier,
-        len(chunks),
-        sum(s.rows for s, _ in source),
-        sum(d.rows for d in lake_d),
-        [o for o in outcomes.values() if not o.clean or o.unsettled],
-        scope.skipped,
-    )
+    result = _result(cfg, scope, len(chunks), sum(s.rows for s, _ in source), sum(d.rows for d in lake_d), outcomes)
     log.info("%s", result.summary())
     if params.mode == "repair" and result.differences:
         repair(
@@ -402,20 +408,50 @@ def reconcile_table(
         outcomes, read_text = _compare_rows(
             catalog, lake, scope, params, chunks, [o.chunk for o in result.outcomes], db, caught, identity
         )
-        result = ReconcileResult(
-            cfg.identifier,
-            len(chunks),
-            result.source_rows,
-            result.lake_rows,
-            [o for o in outcomes.values() if not o.clean or o.unsettled],
-            scope.skipped,
-            repaired=True,
-        )
+        result = _result(cfg, scope, len(chunks), result.source_rows, result.lake_rows, outcomes, repaired=True)
         log.info("after repair: %s", result.summary())
     if cfg.history is not None:  # after a repair: the table as it is left
         result.history = check_history(catalog, cfg, scope.columns, scope.key_range)
     write_result(catalog, cfg, params, result, read_text)
     return result
+
+
+def _differing_chunks(
+    cfg: TableConfig, params: ReconcileParams, chunks: Sequence[Chunk], source: Sequence[Digest], lake: Sequence[Digest]
+) -> list[Chunk]:
+    """The ``chunks`` whose ``source`` and ``lake`` digests (in the chunks' order) differ; logs how many."""
+    differing = [c for c, s, ld in zip(chunks, source, lake, strict=True) if (s.rows, s.xor) != (ld.rows, ld.xor)]
+    log.info(
+        "table %s: %d chunk(s) of %d row(s), %d with differing digests %s",
+        cfg.identifier,
+        len(chunks),
+        params.chunk_rows,
+        len(differing),
+        [c.index for c in differing][:50],
+    )
+    return differing
+
+
+def _result(
+    cfg: TableConfig,
+    scope: ReconcileScope,
+    chunks: int,
+    source_rows: int,
+    lake_rows: int,
+    outcomes: dict[int, ChunkOutcome],
+    *,
+    repaired: bool = False,
+) -> ReconcileResult:
+    """The table's :class:`ReconcileResult`, of the ``outcomes`` with differences or unsettled keys."""
+    return ReconcileResult(
+        cfg.identifier,
+        chunks,
+        source_rows,
+        lake_rows,
+        [o for o in outcomes.values() if not o.clean or o.unsettled],
+        scope.skipped,
+        repaired=repaired,
+    )
 
 
 def _sample(keys: Sequence[KeyTuple]) -> list[list[str]]:

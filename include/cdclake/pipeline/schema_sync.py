@@ -329,19 +329,11 @@ def sync_changes(
         if change.position > last:
             break
         if change.kind in ("DROP", "RENAME"):
-            if table is None or (change.kind == "DROP" and (change.snapshot or _restated(pending, i))):
-                # nothing to drop yet, or the connector's snapshot rebuilding its schema history
-                applied.append(f"skipped {change.describe()}")
-                done_position = change.position
-                continue
-            raise _stop_for_table_change(change, cfg.identifier)
+            applied.append(_skipped_table_change(pending, i, table_exists=table is not None, identifier=cfg.identifier))
+            done_position = change.position
+            continue
         if table is None:
-            if change.kind != "CREATE":
-                raise SchemaChangeError(
-                    f"table {cfg.identifier} does not exist and the first change of its source "
-                    f"table is not a CREATE: {change.describe()}"
-                )
-            table = _create(catalog, cfg, change)
+            table = _create_first(catalog, cfg, change)
             created = True
             state = source_schema(table)
             applied.append(change.describe())
@@ -357,20 +349,7 @@ def sync_changes(
             changelog=changelog,
         )
         if plan.is_barrier:
-            cut = cut_before(positions, change.position, offset_range)
-            waiting = barrier_waits_for(change, positions, offset_range, facts) if cut is None else []
-            if waiting:
-                log.info(
-                    "table %s: the barrier change %s waits for partition(s) %s of topic %r, which may still "
-                    "receive events from before it (it applies once a record sent after it is read in each, "
-                    "or once they were read to their end %d s after it)",
-                    cfg.identifier,
-                    change.describe(),
-                    waiting,
-                    cfg.topic,
-                    SNAPSHOT_SETTLE_MS // 1000,
-                )
-                cut = cut_at(positions, change.position, offset_range)
+            cut = _barrier_cut(cfg, change, positions, offset_range, facts)
             if cut is not None:
                 capped = (change, cut)
                 break
@@ -379,18 +358,94 @@ def sync_changes(
         applied.append(change.describe())
         done_position = change.position
     if done_position is not None and table is not None:
-        if plans:
-            table = _commit_plans(table, plans, done_position)
-        elif table.properties.get(SCHEMA_CHANGE_POSITION_PROPERTY) != done_position.to_text():
-            with table.transaction() as txn:
-                txn.set_properties({SCHEMA_CHANGE_POSITION_PROPERTY: done_position.to_text()})
-            table = table.refresh()
+        table = _record_applied(table, plans, done_position)
     check_primary_key(identifier_fields(table), cfg)
+    return _sync_result(offset_range, applied, created, capped)
+
+
+def _sync_result(
+    offset_range: OffsetRange,
+    applied: list[str],
+    created: bool,
+    capped: tuple[SchemaChange, dict[int, int]] | None,
+) -> SyncResult:
+    """:func:`sync_changes`' result: the planned ``offset_range``, or, when ``capped`` ``(barrier
+    change, end offsets)``, that range capped at those end offsets before the change."""
     if capped is not None:
         change, cut = capped
         capped_range = OffsetRange(topic=offset_range.topic, start=offset_range.start, end=cut)
         return SyncResult(capped_range, tuple(applied), change.describe(), created, change.position)
     return SyncResult(offset_range, tuple(applied), None, created)
+
+
+def _skipped_table_change(pending: list[SchemaChange], i: int, *, table_exists: bool, identifier: str) -> str:
+    """What is applied of the table's DROP or RENAME ``pending[i]``: it is skipped (its description
+    says so) when there is no table yet to drop, or when it is a DROP of the connector's snapshot
+    rebuilding its schema history (:func:`_restated`).
+
+    Raises:
+        SchemaChangeError: the source table was renamed or dropped (:func:`_stop_for_table_change`).
+    """
+    change = pending[i]
+    if not table_exists or (change.kind == "DROP" and (change.snapshot or _restated(pending, i))):
+        # nothing to drop yet, or the connector's snapshot rebuilding its schema history
+        return f"skipped {change.describe()}"
+    raise _stop_for_table_change(change, identifier)
+
+
+def _create_first(catalog: Catalog, cfg: TableConfig, change: SchemaChange) -> Table:
+    """The table created from the first change of its source table (:func:`_create`).
+
+    Raises:
+        SchemaChangeError: that change is not a ``CREATE``.
+    """
+    if change.kind != "CREATE":
+        raise SchemaChangeError(
+            f"table {cfg.identifier} does not exist and the first change of its source "
+            f"table is not a CREATE: {change.describe()}"
+        )
+    return _create(catalog, cfg, change)
+
+
+def _barrier_cut(
+    cfg: TableConfig,
+    change: SchemaChange,
+    positions: list[tuple[int, int, BinlogPosition]],
+    offset_range: OffsetRange,
+    facts: SettleFacts,
+) -> dict[int, int] | None:
+    """The end offsets the batch is capped at for the barrier ``change``: before its first event at
+    or after the change when the batch holds events before it (:func:`cut_before`), else at the
+    change while a partition has not settled (:func:`barrier_waits_for`; logged); ``None``: the
+    change applies now."""
+    cut = cut_before(positions, change.position, offset_range)
+    waiting = barrier_waits_for(change, positions, offset_range, facts) if cut is None else []
+    if waiting:
+        log.info(
+            "table %s: the barrier change %s waits for partition(s) %s of topic %r, which may still "
+            "receive events from before it (it applies once a record sent after it is read in each, "
+            "or once they were read to their end %d s after it)",
+            cfg.identifier,
+            change.describe(),
+            waiting,
+            cfg.topic,
+            SNAPSHOT_SETTLE_MS // 1000,
+        )
+        cut = cut_at(positions, change.position, offset_range)
+    return cut
+
+
+def _record_applied(table: Table, plans: list[ChangePlan], position: BinlogPosition) -> Table:
+    """Commit ``plans`` with the progress property at ``position`` (:func:`_commit_plans`); with
+    no plan, set the property alone when it changes. Returns the table refreshed (as it was when
+    nothing changed)."""
+    if plans:
+        return _commit_plans(table, plans, position)
+    if table.properties.get(SCHEMA_CHANGE_POSITION_PROPERTY) != position.to_text():
+        with table.transaction() as txn:
+            txn.set_properties({SCHEMA_CHANGE_POSITION_PROPERTY: position.to_text()})
+        return table.refresh()
+    return table
 
 
 def _create(catalog: Catalog, cfg: TableConfig, change: SchemaChange) -> Table:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cdclake.io.connect import ConnectUnreachableError, KafkaConnect
@@ -87,51 +87,14 @@ def source_statuses(
     except ConnectUnreachableError as e:
         connectors, error = None, str(e)
         log.info("Kafka Connect at %s did not answer: %s", connect.url, e)
-    keys: list[str | None] = []
-    unwatched: list[str | None] = []
-    health: dict[str, ConnectorHealth] = {}
-    topics: dict[str, list[str]] | None = None
-    offsets: dict[str, list[dict[str, Any]]] = {}
-
-    def offsets_of(name: str) -> list[dict[str, Any]]:
-        if name not in offsets:
-            offsets[name] = connect.offsets(name)
-        return offsets[name]
-
-    for cfg in tables:
-        named = cfg.connector.name
-        if connectors is None:
-            key = named or f"topic prefix {prefix_of(cfg.topic)}"
-            health.setdefault(key, ConnectorHealth.unreachable(connect.url, error or "no answer", named))
-            keys.append(key)
-            unwatched.append(None)
-            continue
-        found = connector_of(cfg.topic, named, {name: [prefix] for name, (_, prefix) in connectors.items()}, {})
-        if found is None:  # the offsets' prefixes (resolved), then the written topics: asked once, when needed
-            prefixes = {name: [prefix, *offset_prefixes(offsets_of(name))] for name, (_, prefix) in connectors.items()}
-            found = connector_of(cfg.topic, None, prefixes, {})
-        if found is None:
-            if topics is None:
-                topics = {name: connect.topics(name) for name in connectors}
-            found = connector_of(cfg.topic, None, {}, topics)
-        if found is None:
-            keys.append(None)
-            unwatched.append(
-                f"no connector of Kafka Connect at {connect.url} has topic.prefix {prefix_of(cfg.topic)!r} or wrote "
-                f"topic {cfg.topic!r}: its source is not watched (set connector.name in the table config)"
-            )
-            continue
-        if found not in health:
-            health[found] = connectors[found][0] if found in connectors else ConnectorHealth.missing(connect.url, found)
-        keys.append(found)
-        unwatched.append(None)
-
+    offsets = _ConnectorOffsets(connect)
+    keys, unwatched, health = _table_connectors(connect, connectors, error, tables, offsets)
     order = list(dict.fromkeys(k for k in keys if k is not None))
     members = {k: [cfg.name for cfg, key in zip(tables, keys, strict=True) if key == k] for k in order}
     points: dict[str, EmittedPoint] = {}
     for key in order:
         reachable = connectors is not None and health[key].state != "missing"
-        offset = emitted_of(offsets_of(key)) if reachable else None
+        offset = emitted_of(offsets.of(key)) if reachable else None
         lake = [p for p, k in zip(lake_points, keys, strict=True) if k == key]
         point = newest_emitted([offset, *lake])
         if point is not None:
@@ -155,6 +118,68 @@ def source_statuses(
         for key in order
     }
     return SourceAnswer([statuses[k] for k in order], [None if k is None else statuses[k] for k in keys], unwatched)
+
+
+@dataclass(frozen=True)
+class _ConnectorOffsets:
+    """Each connector's source offsets in Kafka Connect, asked once, when first needed."""
+
+    connect: KafkaConnect
+    asked: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def of(self, name: str) -> list[dict[str, Any]]:
+        """The source offsets of connector ``name`` (:meth:`KafkaConnect.offsets`)."""
+        if name not in self.asked:
+            self.asked[name] = self.connect.offsets(name)
+        return self.asked[name]
+
+
+def _table_connectors(
+    connect: KafkaConnect,
+    connectors: dict[str, tuple[ConnectorHealth, str | None]] | None,
+    error: str | None,
+    tables: Sequence[TableConfig],
+    offsets: _ConnectorOffsets,
+) -> tuple[list[str | None], list[str | None], dict[str, ConnectorHealth]]:
+    """``(keys, unwatched, health)``: per table, the key of its source (``None`` when none is
+    watched) and why none is watched (``None`` when one is); each source's connector health.
+
+    Args:
+        connectors: Kafka Connect's connectors, name -> (health, ``topic.prefix``); ``None``
+            when it did not answer (``error``: why).
+    """
+    keys: list[str | None] = []
+    unwatched: list[str | None] = []
+    health: dict[str, ConnectorHealth] = {}
+    topics: dict[str, list[str]] | None = None
+    for cfg in tables:
+        named = cfg.connector.name
+        if connectors is None:
+            key = named or f"topic prefix {prefix_of(cfg.topic)}"
+            health.setdefault(key, ConnectorHealth.unreachable(connect.url, error or "no answer", named))
+            keys.append(key)
+            unwatched.append(None)
+            continue
+        found = connector_of(cfg.topic, named, {name: [prefix] for name, (_, prefix) in connectors.items()}, {})
+        if found is None:  # the offsets' prefixes (resolved), then the written topics: asked once, when needed
+            prefixes = {name: [prefix, *offset_prefixes(offsets.of(name))] for name, (_, prefix) in connectors.items()}
+            found = connector_of(cfg.topic, None, prefixes, {})
+        if found is None:
+            if topics is None:
+                topics = {name: connect.topics(name) for name in connectors}
+            found = connector_of(cfg.topic, None, {}, topics)
+        if found is None:
+            keys.append(None)
+            unwatched.append(
+                f"no connector of Kafka Connect at {connect.url} has topic.prefix {prefix_of(cfg.topic)!r} or wrote "
+                f"topic {cfg.topic!r}: its source is not watched (set connector.name in the table config)"
+            )
+            continue
+        if found not in health:
+            health[found] = connectors[found][0] if found in connectors else ConnectorHealth.missing(connect.url, found)
+        keys.append(found)
+        unwatched.append(None)
+    return keys, unwatched, health
 
 
 def _binlog_lags(

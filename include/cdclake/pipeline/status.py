@@ -272,70 +272,115 @@ def status_report(
         from cdclake.pipeline.sources import source_statuses
 
         answer = source_statuses(sources, configs, [lake.point for lake in lakes], now)
-    out: list[TableStatus] = []
-    for i, (cfg, lake) in enumerate(zip(configs, lakes, strict=True)):
-        if freshness_minutes is None:
-            limit = cfg.freshness_minutes
-        elif isinstance(freshness_minutes, Mapping):
-            limit = freshness_minutes.get(cfg.name)
-        else:
-            limit = freshness_minutes
-        fields, problems = dict(lake.fields), list(lake.problems)
-        topic_exists: bool | None = None
-        if kafka_problem is not None:
-            problems.append(f"{kafka_problem}: lag in events unknown")
-        else:
-            topic_marks = marks.get(cfg.topic)
-            topic_exists = topic_marks is not None
-            if topic_marks is None:
-                problems.append(f"Kafka topic {cfg.topic!r} does not exist")
-            else:
-                by_partition, lag_problems = partition_lag(
-                    cfg.topic, fields.get("committed_offsets"), topic_marks.low, topic_marks.high
-                )
-                problems.extend(lag_problems)
-                fields.update(
-                    high_watermarks=topic_marks.high,
-                    lag_events_by_partition=by_partition,
-                    lag_events=sum(by_partition.values()),
-                )
-        age_ms, age_basis = time_lag(now, fields.get("last_source_ts_ms"), fields.get("high_position_kafka_ts_ms"))
-        lag_events = fields.get("lag_events")
-        lag_ms, basis = lag_time(lag_events, age_ms, age_basis)
-        failure = fields.get("run_failure")
-        if failure is not None:
-            problems.append(failure.describe(now))
-        source_status = None if answer is None else answer.of_table[i]
-        source = None if source_status is None else source_status.table_view()
-        unwatched = None if answer is None else answer.unwatched[i]
-        for problem in (None if source is None else source.problem(), unwatched):
-            if problem is not None:
-                problems.append(problem)
-        fresh, end_to_end = chain_verdict(freshness_verdict(lag_events, lag_ms, limit, failure), lag_ms, limit, source)
-        for problem in problems:
-            log.debug("table %s: %s", cfg.identifier, problem)
-        out.append(
-            TableStatus(
-                name=cfg.name,
-                identifier=cfg.identifier,
-                topic=cfg.topic,
-                checked_at_ms=now,
-                table_exists=lake.exists,
-                topic_exists=topic_exists,
-                caught_up=None if lag_events is None else lag_events == 0,
-                last_event_age_ms=age_ms,
-                lag_ms=lag_ms,
-                lag_basis=basis,
-                last_reconcile=reconciled.get(cfg.identifier),
-                freshness_minutes=limit,
-                fresh=fresh,
-                source=source,
-                end_to_end_lag_ms=end_to_end,
-                problems=problems,
-                **fields,
-            )
+    read = _Readings(now, marks, kafka_problem, reconciled)
+    out = [
+        _table_status(
+            cfg,
+            lake,
+            read,
+            limit=_freshness_limit(cfg, freshness_minutes),
+            source_status=None if answer is None else answer.of_table[i],
+            unwatched=None if answer is None else answer.unwatched[i],
         )
+        for i, (cfg, lake) in enumerate(zip(configs, lakes, strict=True))
+    ]
     return StatusReport(out, [] if answer is None else answer.sources)
+
+
+@dataclass(frozen=True)
+class _Readings:
+    """What :func:`status_report` read once for every table.
+
+    Attributes:
+        now: the time the ages are counted to, epoch ms.
+        marks: topic -> its watermarks (``None``: the topic does not exist); empty when Kafka did not answer.
+        kafka_problem: why Kafka's figures are unknown (:func:`read_watermarks`); ``None`` when known.
+        reconciled: Iceberg identifier -> its newest reconcile result.
+    """
+
+    now: int
+    marks: dict[str, Watermarks | None]
+    kafka_problem: str | None
+    reconciled: dict[str, ReconcileSummary]
+
+
+def _freshness_limit(cfg: TableConfig, freshness_minutes: Mapping[str, int] | int | None) -> int | None:
+    """The freshness limit of table ``cfg`` in minutes, from :func:`status_report`'s ``freshness_minutes``."""
+    if freshness_minutes is None:
+        return cfg.freshness_minutes
+    if isinstance(freshness_minutes, Mapping):
+        return freshness_minutes.get(cfg.name)
+    return freshness_minutes
+
+
+def _kafka_figures(cfg: TableConfig, read: _Readings, fields: dict[str, Any], problems: list[str]) -> bool | None:
+    """Add the Kafka lag of table ``cfg`` to its status ``fields`` and its ``problems``; whether its
+    topic exists (``None``: Kafka did not answer)."""
+    if read.kafka_problem is not None:
+        problems.append(f"{read.kafka_problem}: lag in events unknown")
+        return None
+    topic_marks = read.marks.get(cfg.topic)
+    if topic_marks is None:
+        problems.append(f"Kafka topic {cfg.topic!r} does not exist")
+        return False
+    by_partition, lag_problems = partition_lag(
+        cfg.topic, fields.get("committed_offsets"), topic_marks.low, topic_marks.high
+    )
+    problems.extend(lag_problems)
+    fields.update(
+        high_watermarks=topic_marks.high,
+        lag_events_by_partition=by_partition,
+        lag_events=sum(by_partition.values()),
+    )
+    return True
+
+
+def _table_status(
+    cfg: TableConfig,
+    lake: _Lake,
+    read: _Readings,
+    *,
+    limit: int | None,
+    source_status: SourceStatus | None,
+    unwatched: str | None,
+) -> TableStatus:
+    """The status of table ``cfg`` from its Iceberg side ``lake``, the shared readings ``read`` and
+    its source (``source_status``, or why none is watched: ``unwatched``); logs its problems."""
+    now = read.now
+    fields, problems = dict(lake.fields), list(lake.problems)
+    topic_exists = _kafka_figures(cfg, read, fields, problems)
+    age_ms, age_basis = time_lag(now, fields.get("last_source_ts_ms"), fields.get("high_position_kafka_ts_ms"))
+    lag_events = fields.get("lag_events")
+    lag_ms, basis = lag_time(lag_events, age_ms, age_basis)
+    failure = fields.get("run_failure")
+    if failure is not None:
+        problems.append(failure.describe(now))
+    source = None if source_status is None else source_status.table_view()
+    for problem in (None if source is None else source.problem(), unwatched):
+        if problem is not None:
+            problems.append(problem)
+    fresh, end_to_end = chain_verdict(freshness_verdict(lag_events, lag_ms, limit, failure), lag_ms, limit, source)
+    for problem in problems:
+        log.debug("table %s: %s", cfg.identifier, problem)
+    return TableStatus(
+        name=cfg.name,
+        identifier=cfg.identifier,
+        topic=cfg.topic,
+        checked_at_ms=now,
+        table_exists=lake.exists,
+        topic_exists=topic_exists,
+        caught_up=None if lag_events is None else lag_events == 0,
+        last_event_age_ms=age_ms,
+        lag_ms=lag_ms,
+        lag_basis=basis,
+        last_reconcile=read.reconciled.get(cfg.identifier),
+        freshness_minutes=limit,
+        fresh=fresh,
+        source=source,
+        end_to_end_lag_ms=end_to_end,
+        problems=problems,
+        **fields,
+    )
 
 
 @dataclass(frozen=True)
