@@ -187,6 +187,11 @@ def sync_schema(catalog: Catalog, kafka: KafkaClients, plan: RunPlan) -> RunPlan
             "schema_changes_applied": result.applied,
             "capped_before": result.capped_before,
             "barrier_position": None if result.barrier_position is None else result.barrier_position.to_text(),
+            "barrier_cut": tuple(
+                sorted(
+                    p for p, o in result.offset_range.end.items() if result.barrier_position and o != plan.range.end[p]
+                )
+            ),
         }
     )
 

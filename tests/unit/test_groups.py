@@ -364,23 +364,30 @@ def test_with_a_target_every_round_of_capped_runs_moves_the_group(txns, caps):
     assert position == ends[-1].offset
 
 
-def test_a_members_run_capped_before_a_barrier_change_reads_no_further():
-    """A group member's run reads on towards the group's target (``extended_plan``), but never past
-    where schema sync capped its range before a barrier change: the records after it are of the new
-    schema (a renamed column), which the next run applies first (issue 51's group + RENAME
-    defect: the extended run failed with ``SchemaError`` on the renamed column)."""
+def test_a_partition_cut_at_a_barrier_change_counts_as_read_up_to_it():
+    """A group member's run capped before a barrier change (a RENAME COLUMN) stops some partitions
+    at their first event at or after it: they are read up to the change, though their last event
+    read may be far below it, and must not cut the other partitions' events before the change
+    from every run (issue 51's group + RENAME defect: the members never passed the change)."""
     from cdclake.model.offsets import OffsetRange
     from cdclake.model.plan import RunPlan
-    from cdclake.spark.transactions import extended_plan
+    from cdclake.spark.transactions import _read_to_barrier
 
     cfg = TablesFile.model_validate(
         {"tables": [{"name": "a", "topic": "p.d.a", "namespace": "n", "table": "a", "primary_key": ["id"]}]}
     ).tables[0]
-    capped = RunPlan(
+    barrier = BinlogPosition(1, 5000, 0, 1)
+    plan = RunPlan(
         table=cfg,
         run_id="r1",
-        range=OffsetRange(topic="p.d.a", start={0: 100}, end={0: 157}),
-        capped_before="RENAME COLUMN name TO label (schema-change topic offset 9)",
+        range=OffsetRange(topic="p.d.a", start={0: 0, 1: 0, 2: 0}, end={0: 9, 1: 4, 2: 7}),
+        capped_before="RENAME COLUMN name TO label",
+        barrier_position=barrier.to_text(),
+        barrier_cut=(1, 2),
     )
-    # no broker asked: a capped plan is refused before the watermarks are read
-    assert extended_plan(None, capped, {0: 20}) is None  # type: ignore[arg-type]
+    last = {0: BinlogPosition(1, 4900, 0, 1), 1: BinlogPosition(1, 1200, 0, 1), 2: None}
+    _read_to_barrier(plan, last)
+    assert last == {0: BinlogPosition(1, 4900, 0, 1), 1: barrier, 2: barrier}
+    unchanged = {0: BinlogPosition(1, 10, 0, 1)}
+    _read_to_barrier(plan.model_copy(update={"barrier_position": None, "barrier_cut": ()}), unchanged)
+    assert unchanged == {0: BinlogPosition(1, 10, 0, 1)}

@@ -57,6 +57,9 @@ class RunPlan(BaseModel):
         barrier_position: that change's position (:meth:`BinlogPosition.to_text`): a range the
             apply reads further (a source transaction applied whole) still stops each partition
             before its first event at or after it, whose events may be of the new schema.
+        barrier_cut: the partitions whose range ends at their first event at or after
+            ``barrier_position``: read up to it, though their last event read is lower (a group
+            member's commit is then at a source position up to the change).
         accept_source_change: the operator accepts a new binlog history (another server, a
             ``RESET MASTER``) from the range's start: the run drops the table's source identity,
             positions, floors and tombstones and demotes its rows below the new history
@@ -78,6 +81,7 @@ class RunPlan(BaseModel):
     schema_changes_applied: tuple[str, ...] = ()
     capped_before: str | None = None
     barrier_position: str | None = None
+    barrier_cut: tuple[int, ...] = ()
     accept_source_change: bool = False
     transactions: TransactionRange | None = None
     topic_id: str | None = None

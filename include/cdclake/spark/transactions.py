@@ -143,6 +143,7 @@ def cut_batch(ctx: ApplyContext, base: DataFrame) -> tuple[ApplyContext, DataFra
     if orders or cfg.group is not None:  # a group member's interval needs them too
         for r in events.groupBy("partition").agg(F.max("position").alias("last")).collect():
             partition_last[r["partition"]] = position_of(r["last"])
+        _read_to_barrier(ctx.plan, partition_last)
     # read to its end when planned, and still: an END read now was sent after its events, but a
     # partition's record can land after another partition's; the watermark read again after the ENDs
     # (a range extended past the plan, to the high watermark then, counts as planned to its end)
@@ -213,7 +214,24 @@ def _before_barrier(ctx: ApplyContext, base: DataFrame) -> tuple[ApplyContext, D
         cut_range.to_json(),
         ctx.plan.capped_before,
     )
-    return replace(ctx, plan=ctx.plan.model_copy(update={"range": cut_range})), base.filter(_inside(cut_range))
+    cut = tuple(sorted({*ctx.plan.barrier_cut, *(p for p, o in end.items() if o != planned.end[p])}))
+    plan = ctx.plan.model_copy(update={"range": cut_range, "barrier_cut": cut})
+    return replace(ctx, plan=plan), base.filter(_inside(cut_range))
+
+
+def _read_to_barrier(plan: RunPlan, partition_last: dict[int, BinlogPosition | None]) -> None:
+    """Count the partitions cut at the barrier change (:attr:`~cdclake.model.plan.RunPlan.barrier_cut`)
+    as read up to it: their next event is at or after it, so no transaction before it has more of
+    its events there, and a group member's batch is a prefix of the binlog up to the change. Without
+    it, a partition whose last event read is far below the change would cut the other partitions'
+    events before the change from every run (the group never passes the change)."""
+    if plan.barrier_position is None:
+        return
+    barrier = BinlogPosition.from_text(plan.barrier_position)
+    for p in plan.barrier_cut:
+        if p in partition_last:
+            last = partition_last[p]
+            partition_last[p] = barrier if last is None else max(last, barrier)
 
 
 @dataclass(frozen=True)
@@ -378,16 +396,8 @@ def _read_further(
 
 def extended_plan(kafka: KafkaClients, plan: RunPlan, more: Mapping[int, int]) -> RunPlan | None:
     """``plan`` with its range read ``more`` records further in the partitions named, up to the
-    high watermarks (:attr:`TransactionCut.read_further`); ``None`` when it cannot grow, or when
-    schema sync capped it before a barrier change (:attr:`~cdclake.model.plan.RunPlan.capped_before`):
-    the records past the cap wait for the next run, which applies the change first."""
-    if plan.capped_before is not None:
-        log.info(
-            "table %s: the range is not read further: it was capped before the barrier change %s",
-            plan.table.identifier,
-            plan.capped_before,
-        )
-        return None
+    high watermarks (:attr:`TransactionCut.read_further`); ``None`` when it cannot grow. A range
+    schema sync capped before a barrier change is still cut before it (:func:`cut_batch`)."""
     high = topic_watermarks(kafka, plan.range.topic).high
     end = {p: min(high.get(p, o), o + more.get(p, 0)) for p, o in plan.range.end.items()}
     if end == dict(plan.range.end):
