@@ -740,3 +740,53 @@ def test_replay_from_a_timestamp_resolves_offsets_for_times_and_converges(spark,
     assert rows(stack_settings, table) == before
     summary = load_catalog(stack_settings).load_table(table.identifier).current_snapshot().summary
     assert summary[SummaryKeys.REPLAY] == "true"
+
+
+def test_a_delete_that_log_compaction_removed_still_deletes_its_row(spark, kafka, stack_settings):
+    """A log-compacted data topic (issue 52, 3): the broker's log cleaner removes a row's ``d``
+    event and keeps only the tombstone after it; the run that reads the tombstone deletes the row.
+    A row written again after its tombstone stays."""
+    import time
+
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import NewTopic
+
+    cfg = make_table(value_format="json", columns=COLUMNS)
+    compact = {
+        "cleanup.policy": "compact",
+        "segment.ms": "100",
+        "min.cleanable.dirty.ratio": "0.001",
+        "min.compaction.lag.ms": "0",
+        "delete.retention.ms": "86400000",  # tombstones stay a day
+    }
+    admin = kafka.admin()
+    admin.create_topics([NewTopic(cfg.topic, num_partitions=1, replication_factor=1, config=compact)])[
+        cfg.topic
+    ].result(30)
+    send(kafka, cfg, [(key(k), ev("c", k, f"a{k}", 100 + k)) for k in (1, 2, 3)])  # offsets 0-2
+    run_once(spark, stack_settings, cfg, "run-1")
+    assert rows(stack_settings, cfg) == {1: "a1", 2: "a2", 3: "a3"}
+    # the source deletes 1 and 3, then writes 3 again (offsets 3-7); records after them roll segments
+    send(
+        kafka,
+        cfg,
+        [(key(1), ev("d", 1, "a1", 200)), (key(1), None), (key(3), ev("d", 3, "a3", 210)), (key(3), None)],
+    )
+    send(kafka, cfg, [(key(3), ev("c", 3, "b3", 220))])
+    deadline = time.monotonic() + 240
+    consumer = kafka.consumer("test-compaction")
+    compacted = False
+    while not compacted:
+        assert time.monotonic() < deadline, "the log cleaner did not compact the topic"
+        time.sleep(2)
+        send(kafka, cfg, [(key(100), ev("c", 100, "roll", 300))])  # rolls the active segment
+        consumer.assign([TopicPartition(cfg.topic, 0, 0)])
+        seen = []
+        while (msg := consumer.poll(2)) is not None:
+            if msg.error() is None:
+                seen.append((msg.offset(), msg.key(), msg.value()))
+        # the d of key 1 (offset 3) is gone, its tombstone (offset 4) kept
+        compacted = all(o != 3 for o, _, _ in seen) and any(o == 4 and v is None for o, _, v in seen)
+    consumer.close()
+    run_once(spark, stack_settings, cfg, "run-2")
+    assert rows(stack_settings, cfg) == {2: "a2", 3: "b3", 100: "roll"}

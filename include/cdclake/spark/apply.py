@@ -82,6 +82,7 @@ from cdclake.settings import Settings
 from cdclake.spark.batch import parse_batch
 from cdclake.spark.changes import event_columns, write_changes
 from cdclake.spark.commit import commit, demote_rows, merge
+from cdclake.spark.compacted import bare_tombstones, delete_compacted
 from cdclake.spark.context import ApplyContext, resolve_table, source_columns
 from cdclake.spark.evolve import MAX_EVOLUTIONS, IncompatibleCut, evolve_table, from_events
 from cdclake.spark.history import write_history
@@ -282,7 +283,9 @@ def apply_range(
         )
         in_transactions = transaction_summary(cfg, planned.range, plan.range, whole, stats.ops)
         decision = replace(decision, summary={**decision.summary, **in_transactions})
-        snapshot_id, keys_changed = _write(ctx, good, decision)
+        # a compacted topic's deletes that only their Kafka tombstones still carry (spark.compacted)
+        compacted = bare_tombstones(ctx, parsed) if cfg.write_mode == "upsert" and stats.tombstones else None
+        snapshot_id, keys_changed = _write(ctx, good, decision, compacted)
         if decision.completed is not None:
             _drop_tombstones_below(ctx, decision.completed)
         result = ApplyResult(
@@ -461,7 +464,9 @@ def _fill_defaults(good: DataFrame, defaults: Mapping[str, ColumnDefault], names
     return good.withColumn("image", F.struct(*[(filled(n) if n in defaults else image[n]).alias(n) for n in names]))
 
 
-def _write(ctx: ApplyContext, good: DataFrame, decision: RunDecision) -> tuple[int, int]:
+def _write(
+    ctx: ApplyContext, good: DataFrame, decision: RunDecision, compacted: DataFrame | None = None
+) -> tuple[int, int]:
     """Write the batch as the decision says, in one commit; returns ``(snapshot id, keys changed)``.
 
     Upsert tables: events at or below the truncate floor, and below the snapshot floor, are
@@ -469,7 +474,8 @@ def _write(ctx: ApplyContext, good: DataFrame, decision: RunDecision) -> tuple[i
     (and, when the batch has deletes, recorded) and the rows merged. Columns in
     ``decision.backfill`` (added with a default since the last run) are then set to their default
     in the rows below the ALTER's position, in the same commit; a completed full snapshot deletes
-    the rows below its position that the batch does not rewrite. A table with a change feed gets
+    the rows below its position that the batch does not rewrite, and the rows of ``compacted`` (bare
+    Kafka tombstones: :mod:`cdclake.spark.compacted`) go. A table with a change feed gets
     the change rows committed to its feed first (:func:`~cdclake.spark.changes.write_changes`),
     and a table with a history its versions (:func:`~cdclake.spark.history.write_history`).
     Change-log tables append every event as a row."""
@@ -524,6 +530,8 @@ def _write(ctx: ApplyContext, good: DataFrame, decision: RunDecision) -> tuple[i
                     f"UPDATE {target} SET {name} = {sql} "
                     f"WHERE {position_sql(ctx.cfg.ordering)} < {position_literal_sql(position)} AND NOT ({name} <=> {sql})"
                 )
+            if compacted is not None:
+                delete_compacted(ctx, target, compacted)
 
         snapshot_id = commit(ctx, properties, write)
     finally:
