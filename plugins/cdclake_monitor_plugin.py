@@ -3,7 +3,8 @@
 Airflow finds it in ``[core] plugins_folder`` (the project's ``plugins/``; the local stack sets
 ``AIRFLOW__CORE__PLUGINS_FOLDER``, :mod:`cdclake_dev.airflow_env`): the api-server mounts the
 FastAPI app at ``/cdc`` and the UI lists "CDC tables" in its navigation (an external view shown in
-the UI's frame, at ``/plugin/cdc-tables``).
+the UI's frame, at ``/plugin/cdc-tables``) and "cdclake docs" in its Docs menu (the project's
+README and ``docs/``, rendered by the same app, at ``/plugin/cdclake-docs``).
 
 Every Airflow process loads plugins (scheduler, dag-processor, triggerer, every task), so this
 file imports nothing but the plugin base class: the app (FastAPI, Airflow's API security, the
@@ -46,7 +47,8 @@ class MonitorApp:
 
 
 class CdcLakeMonitorPlugin(AirflowPlugin):
-    """``/cdc/`` (the page), ``/cdc/api/tables`` (its JSON) and the nav entry "CDC tables"."""
+    """``/cdc/`` (the page), ``/cdc/api/tables`` (its JSON), the nav entry "CDC tables" and the
+    Docs menu's "cdclake docs" (``/cdc/README.md``)."""
 
     name = "cdclake_monitor"
     fastapi_apps = [{"app": MonitorApp(), "url_prefix": URL_PREFIX, "name": "CDC tables"}]
@@ -59,7 +61,14 @@ class CdcLakeMonitorPlugin(AirflowPlugin):
             "nav_top_level": True,  # a button of its own in the nav bar, not an item of the Plugins menu
             "icon": _icon("#718096"),
             "icon_dark_mode": _icon("#cbd5e0"),
-        }
+        },
+        {
+            "name": "cdclake docs",
+            "href": URL_PREFIX.lstrip("/") + "/README.md",  # the project's docs, served by the app
+            "url_route": "cdclake-docs",
+            "destination": "nav",
+            "category": "docs",  # an item of the UI's Docs menu
+        },
     ]
 
     @classmethod

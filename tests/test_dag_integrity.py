@@ -4,6 +4,7 @@ imports no heavy library, and the project's connections resolve to the local sta
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -472,6 +473,90 @@ def test_the_replay_form_refuses_what_its_schema_does_not_allow_and_requires_not
     assert "section" not in params["replay_from_offsets"].schema
     allowed = {t.value for t in dag.allowed_run_types}
     assert "backfill" not in allowed and {"scheduled", "manual", "operator_triggered"} <= allowed
+
+
+def test_the_replay_form_says_in_one_line_what_a_param_allows():
+    """What the trigger form shows for a replay start it refuses, as the api-server checks the
+    serialized DAG (``SerializedParamsDict.validate``) and as the SDK does: Airflow's ``Invalid
+    input for param <name>: `` and the run's own one line naming what the Param allows, not
+    jsonschema's dump of the Param's schema and value; a time still to come is refused in the form
+    too."""
+    import copy
+
+    from airflow.sdk.exceptions import ParamValidationError
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    from cdclake.model.replay import OFFSETS_ALLOWED, TIMESTAMP_ALLOWED
+    from cdclake_airflow.table_dag import build_table_dag
+    from tests.conftest import make_table
+
+    dag = build_table_dag(Settings.from_env(), make_table(schedule="*/15 * * * *"))
+    served = DagSerialization.from_dict(DagSerialization.to_dict(dag))  # what the api-server validates
+    refused = {
+        ("replay_from_offsets", '{"0": -1'): f"replay_from_offsets must be {OFFSETS_ALLOWED}; got '{{\"0\": -1'",
+        ("replay_from_offsets", '{"0": 1.5}'): f"replay_from_offsets must be {OFFSETS_ALLOWED}; got",
+        ("replay_from_timestamp", "20/11/2026 08:00"): f"replay_from_timestamp must be {TIMESTAMP_ALLOWED}; got",
+        (
+            "replay_from_timestamp",
+            "2999-01-01T00:00:00Z",
+        ): "replay_from_timestamp '2999-01-01T00:00:00Z' is in the future",
+    }
+    for (name, value), says in refused.items():
+        with pytest.raises(ParamValidationError) as server:
+            served.params.deep_merge({name: value}).validate()
+        sdk_params = copy.deepcopy(dag.params)
+        with pytest.raises(ParamValidationError) as sdk:
+            sdk_params[name] = value
+        for shown in (str(server.value), str(sdk.value)):
+            assert shown.startswith(f"Invalid input for param {name}: {says}"), shown
+            assert "\n" not in shown and "Failed validating" not in shown and "On instance" not in shown, shown
+
+
+def test_every_dag_has_plain_markdown_docs_and_every_param_a_title_and_a_description():
+    """What the UI shows of each DAG: its docs are Markdown without Sphinx roles or reST literals; a
+    table DAG's docs name its asset URI and show a downstream DAG scheduled on it, and its asset's
+    ``extra`` (the UI's "Additional Data") says what it is, as the group DAG declares it; every Param
+    of every trigger form has a title and a description (what the form shows next to an error)."""
+    result = run_python(
+        """
+        import json
+        from airflow.dag_processing.dagbag import DagBag
+        bag = DagBag(dag_folder="dags")
+        out = {}
+        for dag_id, dag in bag.dags.items():
+            outlets = [o for t in dag.tasks for o in t.outlets if hasattr(o, "uri")]
+            scheduled = [a for a in getattr(dag.timetable, "asset_condition", None).objects] if hasattr(
+                getattr(dag.timetable, "asset_condition", None), "objects") else []
+            out[dag_id] = {
+                "doc": dag.doc_md,
+                "params": {k: {"title": dag.params.get_param(k).schema.get("title"),
+                               "description": dag.params.get_param(k).description} for k in dag.params},
+                "assets": {o.uri: o.extra for o in outlets + scheduled},
+            }
+        print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "dags": out}))
+        """
+    )
+    assert result["errors"] == {}
+    dags = result["dags"]
+    tables = load_tables(PROJECT_ROOT / "include" / "tables.yaml").tables
+    for dag_id, dag in dags.items():
+        assert dag["doc"], dag_id
+        for sphinx in (":func:`", ":class:`", ":mod:`", ":data:`", ":meth:`", ":attr:`"):
+            assert sphinx not in dag["doc"], (dag_id, sphinx)
+        assert not re.search(r"(?<!`)``(?!`)", dag["doc"]), dag_id  # a reST literal; a code fence is Markdown
+        for name, param in dag["params"].items():
+            assert param["title"] and param["description"], (dag_id, name)
+    for cfg in tables:
+        uri = f"iceberg://lake/{cfg.namespace}/{cfg.table}"
+        doc = dags[cfg.dag_id]["doc"]
+        assert f"`{uri}`" in doc and f'schedule=[Asset.ref(uri="{uri}")]' in doc
+        example = doc.split("```python\n")[1].split("```")[0].strip().splitlines()
+        assert len(example) == 3 and example[0] == "from airflow.sdk import DAG, Asset"
+        extra = dags[cfg.dag_id]["assets"][uri]
+        assert extra["uri"] == uri and cfg.topic in extra["description"] and cfg.identifier in extra["description"]
+        # every DAG of the project declares a table's asset alike: Airflow keeps the last parsed extra
+        for other in dags.values():
+            assert other["assets"].get(uri, extra) == extra
 
 
 def test_a_user_input_error_fails_the_task_at_once_and_other_errors_retry():

@@ -43,9 +43,17 @@ def test_airflow_loads_the_plugin_without_heavy_imports():
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["found"] == 1 and result["errors"] == {}
     assert result["apps"] == [{"url_prefix": "/cdc", "name": "CDC tables"}]
-    (view,) = result["views"]
+    view, docs = result["views"]
     assert view["name"] == "CDC tables" and view["href"] == "cdc/" and view["url_route"] == "cdc-tables"
     assert view["destination"] == "nav" and view["nav_top_level"] is True  # a button of the nav bar
+    # the project's docs in the UI's Docs menu, served by the plugin's app
+    assert docs == {
+        "name": "cdclake docs",
+        "href": "cdc/README.md",
+        "url_route": "cdclake-docs",
+        "destination": "nav",
+        "category": "docs",
+    }
     assert result["heavy"] == []
 
 
@@ -76,7 +84,7 @@ def test_the_page_escapes_every_value():
     )
     assert "<script>alert" not in page and "<img src=x" not in page and "<b>kafka" not in page
     assert "t&lt;script&gt;alert(1)&lt;/script&gt;" in page
-    assert "<li>&lt;img src=x onerror=&quot;alert(1)&quot;&gt;</li><li>offsets &amp; watermarks</li>" in page
+    assert "<li>&lt;img src=x onerror=&#34;alert(1)&#34;&gt;</li><li>offsets &amp; watermarks</li>" in page
     assert '<tr class="problems" data-table="orders">' in page
 
 
@@ -122,7 +130,7 @@ def test_a_table_whose_runs_fail_shows_failing_and_why():
     page = render_page(_payload(run_failure=failure, freshness_minutes=5, fresh=False, problems=[problem]))
     cell = page.split('<td class="fresh">')[1].split("</td>")[0]
     assert ">failing</span>" in cell and "1 failed try: ValueError: &lt;b&gt;topic" in cell
-    assert "<li>its DAG&#x27;s runs are failing: 1 failed try since the first, 16m40s ago" in page
+    assert "<li>its DAG&#39;s runs are failing: 1 failed try since the first, 16m40s ago" in page
     assert "<b>topic" not in page
 
 
@@ -185,7 +193,7 @@ def test_a_warning_shows_in_the_problems_row_and_leaves_the_table_fresh():
     assert '<tr class="problems" data-table="orders">' in page and ">fresh</span>" in page
     assert (
         '<li class="warning">warning: connector modes contradict (1 column in the last CDC commit, snapshot 42; '
-        "...): column &#x27;&lt;b&gt;price&lt;/b&gt;&#x27;</li>" in page
+        "...): column &#39;&lt;b&gt;price&lt;/b&gt;&#39;</li>" in page
     )
 
 
@@ -289,3 +297,149 @@ def test_a_table_of_a_shared_dag_links_its_last_run_to_the_shared_dag():
     assert 'href="../dags/cdc_shared_shop/runs/scheduled__1"' in page
     payload["tables"][0] |= {"scheduled_dag_id": "cdc_orders"}
     assert 'href="../dags/cdc_orders/runs/scheduled__1"' in render_page(payload)
+
+
+def _row_of(page: str) -> str:
+    return page.split('<tr class="table-row"')[1].split("</tr>")[0]
+
+
+def test_a_paused_table_is_said_paused_not_fresh():
+    """The DAG that runs a table on schedule is paused: the page says so next to the table, and a
+    table within its freshness target is *paused*, not *fresh* (not judged: no run applies new
+    events); one past its target stays *late*; an unpaused DAG is *active*."""
+    from cdclake_airflow.monitor import judge_paused
+
+    row = _payload(freshness_minutes=5, fresh=True)["tables"][0]
+    judge_paused(row, True)
+    assert (row["paused"], row["fresh"]) == (True, None)  # not counted fresh by the summary or the filter
+    page = render_page(_payload() | {"tables": [row]})
+    assert page.split('<td class="fresh">')[1].split("</td>")[0] == (
+        '<span class="badge paused" title="its DAG is paused: not judged while no run applies new events">paused</span>'
+    )
+    assert '<span class="dag-state paused"' in _row_of(page) and ">fresh<" not in _row_of(page)
+    late = _payload(freshness_minutes=5, fresh=False)["tables"][0]
+    judge_paused(late, True)
+    assert late["fresh"] is False and ">late</span>" in render_page(_payload() | {"tables": [late]})
+    active = _payload(freshness_minutes=5, fresh=True)["tables"][0]
+    judge_paused(active, False)
+    page = render_page(_payload() | {"tables": [active]})
+    assert active["fresh"] is True and ">fresh</span>" in page and '<span class="dag-state active"' in page
+    unknown = _payload()["tables"][0]
+    judge_paused(unknown, None)
+    assert ">not in Airflow yet</span>" in render_page(_payload() | {"tables": [unknown]})
+
+
+def test_each_table_links_to_its_dag_its_asset_and_its_last_task_log():
+    payload = _payload()
+    run = {"run_id": "scheduled__1", "state": "success", "end_date_ms": 1_699_999_990_000}
+    payload["tables"][0] |= {
+        "scheduled_dag_id": "cdc_orders",
+        "last_run": run,
+        "log_task_id": "apply",
+        "asset_uri": "iceberg://lake/shop/orders",
+        "asset_id": 7,
+        "paused": False,
+    }
+    cell = render_page(payload).split('<td class="table">')[1].split("</td>")[0]
+    assert '<div class="name"><a href="../dags/cdc_orders" target="_top"' in cell and ">orders</a></div>" in cell
+    assert '<a href="../assets/7" target="_top"' in cell and ">iceberg://lake/shop/orders</a>" in cell
+    last_run = render_page(payload).split('<td class="last-run">')[1].split("</td>")[0]
+    assert '<a class="task-log" href="../dags/cdc_orders/runs/scheduled__1/tasks/apply" target="_top"' in last_run
+    payload["tables"][0] |= {"asset_id": None}  # no event yet: Airflow does not know the asset
+    assert "iceberg://lake/shop/orders</span>" in render_page(payload)
+
+
+def test_the_task_whose_log_tells_a_run_follows_the_engine_and_the_shared_dag():
+    from cdclake_airflow.monitor import log_task_ids
+    from tests.conftest import make_table
+
+    connect, submit = make_table(name="a"), make_table(name="b", engine="submit")
+    shared = [make_table(name=n, shared_dag="fleet", tables_per_task=2) for n in ("s1", "s2", "s3")]
+    tasks = log_task_ids(Settings.from_env(), [connect, submit, *shared])
+    assert tasks == {"a": "apply", "b": "publish", "s1": "apply_0", "s2": "apply_0", "s3": "apply_1"}
+
+
+def test_the_page_says_what_its_cells_mean_and_labels_its_filter():
+    """Cells a data engineer reads without a legend: the columns and whether the schema changed
+    (not "schema 0 / 4 columns"), whether a Debezium snapshot is being applied (not "snapshot run
+    no"); the filter's inputs are labelled."""
+    from cdclake.model.status import SnapshotInProgress
+    from cdclake_airflow.monitor_listing import paged_payload
+
+    page = render_page(paged_payload(_payload(schema_id=0, column_count=4)))
+    assert page.split('<td class="schema">')[1].startswith("4 columns\n") and "as created (Iceberg schema 0)" in page
+    assert (
+        '<td class="snapshot-run"><span class="muted" title="no Debezium full snapshot is being applied">none in progress'
+        in page
+    )
+    assert "<th>snapshot run</th>" not in page and ">no</td>" not in page
+    assert '<label for="cdc-filter-name">Table name contains</label> <input id="cdc-filter-name" name="name"' in page
+    assert '<label for="cdc-filter-state">State</label> <select id="cdc-filter-state" name="state">' in page
+    assert '<option value="" selected>any</option>' in page
+    snapshot = SnapshotInProgress(position="1:4:0:0", records=1200, end_applied=True)
+    page = render_page(_payload(schema_id=3, column_count=5, snapshot_in_progress=snapshot))
+    assert "changed since created (Iceberg schema 3)" in page
+    assert "being applied</span>" in page and "1200 records so far; its end applied" in page
+
+
+def test_the_plugin_serves_the_projects_docs_and_nothing_else():
+    """The Docs menu's "cdclake docs": README.md and docs/*.md rendered, their relative links
+    kept, headings with GitHub's anchors (the docs link ``operations.md#...``), HTML in the
+    Markdown escaped; any other path is 404."""
+    from airflow.api_fastapi.core_api.security import get_user
+    from fastapi.testclient import TestClient
+
+    from cdclake_airflow.monitor import create_app, doc_file
+
+    app = create_app()
+    app.dependency_overrides[get_user] = lambda: object()
+    client = TestClient(app)
+    readme = client.get("/README.md")
+    assert readme.status_code == 200 and 'href="docs/operations.md"' in readme.text
+    operations = client.get("/docs/operations.md")
+    assert operations.status_code == 200 and '<h2 id="running-a-table">Running a table</h2>' in operations.text
+    for path in ("/pyproject.md", "/docs/nope.md", "/docs/..%2Fpyproject.md", "/include/tables.md"):
+        assert client.get(path).status_code == 404, path
+    assert doc_file("README") is not None and doc_file("operations", "docs") is not None
+    assert doc_file("../README", "docs") is None and doc_file("pyproject") is None
+    assert doc_file("README", "bench") is None
+
+
+def test_a_document_escapes_the_html_it_holds(tmp_path):
+    from cdclake_airflow.monitor import render_doc
+
+    doc = tmp_path / "x.md"
+    doc.write_text("# A <b>title</b>\n\n<script>alert(1)</script> [link](javascript:alert(1))\n")
+    page = render_doc(doc, "../")
+    assert "<script>alert" not in page and "&lt;script&gt;" in page and 'href="javascript' not in page
+    assert "<title>A &lt;b&gt;title&lt;/b&gt; - cdclake docs</title>" in page
+
+
+def test_the_paused_state_and_the_asset_ids_come_from_airflows_db():
+    """The DAGs' paused state and the assets' ids (their UI pages), one query each, from Airflow's
+    metadata DB (here its two tables in memory): a DAG or an asset Airflow does not know is left out."""
+    from airflow.models.asset import AssetModel
+    from airflow.models.dag import DagModel
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import Session
+
+    from cdclake_airflow.monitor import asset_ids, paused_dags
+
+    engine = create_engine("sqlite://")
+    DagModel.metadata.create_all(engine, tables=[DagModel.__table__, AssetModel.__table__])
+    with Session(engine) as session:
+        session.add_all(
+            [
+                DagModel(dag_id="cdc_a", is_paused=True, bundle_name="dags-folder"),
+                DagModel(dag_id="cdc_b", is_paused=False, bundle_name="dags-folder"),
+                AssetModel(name="lake.x.a", uri="iceberg://lake/x/a"),
+                AssetModel(name="another name", uri="iceberg://lake/x/a"),
+            ]
+        )
+        session.commit()
+        assert paused_dags(session, ["cdc_a", "cdc_b", "cdc_new"]) == {"cdc_a": True, "cdc_b": False}
+        (asset_id,) = asset_ids(
+            session, [("lake.x.a", "iceberg://lake/x/a"), ("lake.x.b", "iceberg://lake/x/b")]
+        ).values()
+        assert session.get(AssetModel, asset_id).name == "lake.x.a"
+        assert paused_dags(session, []) == {} and asset_ids(session, []) == {}

@@ -19,7 +19,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from cdclake.settings import Settings
-from cdclake_airflow.table_dag import table_asset_uri
+from cdclake_airflow.table_dag import table_asset
 
 if TYPE_CHECKING:
     from airflow.sdk import DAG
@@ -79,9 +79,7 @@ def build_group_dags(settings: Settings, tables: list[TableConfig]) -> list[DAG]
 
     dags = []
     for group, members in group_members(tables).items():
-        assets = [
-            Asset(name=f"{settings.catalog_name}.{m.identifier}", uri=table_asset_uri(settings, m)) for m in members
-        ]
+        assets = [table_asset(settings, m) for m in members]  # as the members' DAGs declare them
         with tables_dag(
             f"{DAG_PREFIX}{group}",
             f"Publishes group {group} ({', '.join(m.name for m in members)}) at one source transaction boundary",

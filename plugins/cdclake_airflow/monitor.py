@@ -7,6 +7,8 @@ Mounted at :data:`URL_PREFIX` (``/cdc``):
 * ``GET /cdc/``: the HTML page (no JavaScript, no asset from elsewhere: the per-hour plot is an
   inline SVG); a request without a valid Airflow login is redirected to the auth manager's login
   page, which comes back here.
+* ``GET /cdc/README.md``, ``GET /cdc/docs/<name>.md``: the project's README and docs rendered from
+  Markdown (the UI's Docs menu, "cdclake docs"), with their relative links; 404 for any other path.
 * ``GET /cdc/api/tables``: the same figures as JSON
   (:func:`~cdclake_airflow.monitor_listing.paged_payload`); 401 without login.
   ``?freshness_minutes=N`` judges every table by ``N`` minutes instead of its
@@ -30,14 +32,17 @@ in the api-server only. This module has no ``from __future__ import annotations`
 """
 
 import dataclasses
+import functools
 import logging
+import re
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from cdclake_airflow.monitor_listing import MAX_PAGE_SIZE, PAGE_SIZE, html_text, listing_html, paged_payload, plural
+from cdclake_airflow.monitor_listing import BEHIND_NAMES_SHOWN, MAX_PAGE_SIZE, PAGE_SIZE, paged_payload, plural
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -46,6 +51,7 @@ if TYPE_CHECKING:
     from cdclake.io.kafka import KafkaClients
     from cdclake.model.config import TableConfig
     from cdclake.pipeline.sources import SourceProbe
+    from cdclake.settings import Settings
     from cdclake_airflow.hooks import CdcLakeHook
 
 log = logging.getLogger(__name__)
@@ -54,6 +60,10 @@ URL_PREFIX = "/cdc"
 """Where the api-server mounts the app (``fastapi_apps``' ``url_prefix``)."""
 PAGE_PATH = "/"
 API_PATH = "/api/tables"
+TOP_DOC_PATH = "/{name}.md"
+DOCS_PATH = "/docs/{name}.md"
+"""The project's docs (:func:`doc_file`), rendered from Markdown: the plugin's "cdclake docs" entry of the
+UI's Docs menu opens ``/cdc/README.md``."""
 REFRESH_SECONDS = 60
 """The page reloads itself this often (``<meta http-equiv="refresh">``)."""
 
@@ -147,6 +157,55 @@ def run_problem(status: Mapping[str, Any], run: Mapping[str, Any] | None) -> str
     return f"its DAG's newest run {run['run_id']!r} failed: see its log"
 
 
+def paused_dags(session: "Session", dag_ids: Sequence[str]) -> dict[str, bool]:
+    """Whether each DAG of ``dag_ids`` is paused (``DagModel.is_paused``), from the Airflow
+    metadata DB; a DAG Airflow has not parsed yet is left out. One query."""
+    from airflow.models.dag import DagModel
+    from sqlalchemy import select
+
+    if not dag_ids:
+        return {}
+    rows = session.execute(select(DagModel.dag_id, DagModel.is_paused).where(DagModel.dag_id.in_(list(dag_ids))))
+    return {dag_id: bool(paused) for dag_id, paused in rows}
+
+
+def asset_ids(session: "Session", assets: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+    """The id of each asset ``(name, uri)`` of ``assets`` Airflow knows (its page in the UI is
+    ``/assets/<id>``), from the Airflow metadata DB. One query."""
+    from airflow.models.asset import AssetModel
+    from sqlalchemy import select
+
+    if not assets:
+        return {}
+    uris = sorted({uri for _, uri in assets})
+    rows = session.execute(select(AssetModel.id, AssetModel.name, AssetModel.uri).where(AssetModel.uri.in_(uris)))
+    wanted = set(assets)
+    return {(name, uri): int(id_) for id_, name, uri in rows if (name, uri) in wanted}
+
+
+def log_task_ids(settings: "Settings", tables: "Sequence[TableConfig]") -> dict[str, str]:
+    """The task of each table's scheduled DAG whose log tells the table's run in its last line:
+    ``apply`` (engine ``connect``), ``publish`` (engine ``submit``), ``apply_<k>`` of its shared
+    DAG (:func:`cdclake.model.shared.task_tables`); by table name, for every table of ``tables``
+    (the whole table config: a shared DAG's cut into tasks counts every member)."""
+    from cdclake.model.shared import shared_dags, task_tables
+
+    tasks = {t.name: "apply" if (t.engine or settings.engine) == "connect" else "publish" for t in tables}
+    for members in shared_dags(tables).values():
+        for k, chunk in enumerate(task_tables(members)):
+            tasks.update({t.name: f"apply_{k}" for t in chunk})
+    return tasks
+
+
+def judge_paused(row: dict[str, Any], paused: bool | None) -> None:
+    """Note in ``row`` (a table's figures) whether the DAG that runs it on schedule is ``paused``
+    (``None``: Airflow does not know the DAG yet); a paused table within its freshness target is
+    not judged (``fresh`` ``None``: the page says *paused*, not *fresh*), one past it stays late."""
+    row["paused"] = paused
+    if paused and row.get("fresh"):
+        row["fresh"] = None
+
+
 def sources_for_request(hook: "CdcLakeHook") -> "tuple[SourceProbe | None, str]":
     """``(what the status asks about the sources, where it came from)``: the hook's
     :meth:`~cdclake_airflow.hooks.CdcLakeHook.source_probe` (Airflow connection ``kafka_connect``,
@@ -169,8 +228,12 @@ def tables_payload(user: Any, session: "Session", freshness_minutes: int | None 
     :class:`~cdclake.model.status.TableStatus` as JSON (``model_dump(mode="json")``: its
     units, epoch ms and durations in ms, times also in ISO 8601, snapshot ids as strings) plus
     ``dag_id`` (the table's DAG), ``scheduled_dag_id`` (the DAG that runs it on schedule: its
-    shared DAG, or its own) and ``last_run`` (of ``scheduled_dag_id``, :func:`last_runs`, ``None``
-    when the DAG never ran); a newest run of a table's own DAG that failed with no record of it on
+    shared DAG, or its own), ``paused`` (whether ``scheduled_dag_id`` is paused; ``None`` before
+    Airflow parsed it: :func:`judge_paused`, a paused table is not called fresh), ``last_run`` (of
+    ``scheduled_dag_id``, :func:`last_runs`, ``None`` when the DAG never ran), ``log_task_id`` (the
+    task of that run whose log ends with the run's line, :func:`log_task_ids`), ``asset_uri`` and
+    ``asset_id`` (the table's asset, ``None`` before Airflow knows it: its page is
+    ``/assets/<id>``); a newest run of a table's own DAG that failed with no record of it on
     the table is one more problem (:func:`run_problem`), and such a table is not fresh (a shared
     DAG's run fails when any of its tables does: each table's record says which). ``groups``: the :class:`~cdclake.model.groups.GroupStatus` of each
     table group of those tables, as a dict. ``kafka`` names where the Kafka client config came from
@@ -185,11 +248,12 @@ def tables_payload(user: Any, session: "Session", freshness_minutes: int | None 
     from cdclake.pipeline.groups import group_statuses
     from cdclake.pipeline.status import status_report
     from cdclake_airflow.hooks import CdcLakeHook
+    from cdclake_airflow.table_dag import table_asset_name, table_asset_uri
 
     hook = CdcLakeHook()
-    tables = readable_tables(
-        user, load_tables(hook.settings.tables_config, hook.settings.discovery_registry).tables, session
-    )
+    settings = hook.settings
+    configured = load_tables(settings.tables_config, settings.discovery_registry).tables
+    tables = readable_tables(user, configured, session)
     kafka, kafka_source = kafka_for_request(hook)
     probe, connect_source = sources_for_request(hook)
     now_ms = int(time.time() * 1000)
@@ -198,7 +262,10 @@ def tables_payload(user: Any, session: "Session", freshness_minutes: int | None 
         hook.catalog, kafka, tables, now_ms=now_ms, freshness_minutes=freshness_minutes, sources=probe
     )
     statuses = report.tables
-    runs = last_runs(session, sorted({t.scheduled_dag_id for t in tables}))
+    scheduled = sorted({t.scheduled_dag_id for t in tables})
+    runs, paused = last_runs(session, scheduled), paused_dags(session, scheduled)
+    assets = {t.name: (table_asset_name(settings, t), table_asset_uri(settings, t)) for t in tables}
+    ids, log_tasks = asset_ids(session, list(assets.values())), log_task_ids(settings, configured)
     rows = []
     for cfg, st in zip(tables, statuses, strict=True):
         row = {
@@ -206,6 +273,9 @@ def tables_payload(user: Any, session: "Session", freshness_minutes: int | None 
             "dag_id": cfg.dag_id,
             "scheduled_dag_id": cfg.scheduled_dag_id,
             "last_run": runs.get(cfg.scheduled_dag_id),
+            "log_task_id": log_tasks.get(cfg.name),
+            "asset_uri": assets[cfg.name][1],
+            "asset_id": ids.get(assets[cfg.name]),
         }
         # a shared DAG's run fails when any of its tables does: the table's own record of failed
         # tries (in its problems already) says whether it was this one
@@ -213,6 +283,7 @@ def tables_payload(user: Any, session: "Session", freshness_minutes: int | None 
         if problem is not None:
             row["problems"] = [*row["problems"], problem]
             row["fresh"] = False if row["fresh"] is not None else None
+        judge_paused(row, paused.get(cfg.scheduled_dag_id))
         rows.append(row)
     groups = [dataclasses.asdict(g) for g in group_statuses(hook.catalog, tables)]
     return {
@@ -244,42 +315,43 @@ def format_time(ms: int | None) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def _when(ms: int | None, now_ms: int, verb: str = "") -> str:
-    """``<div class="sub when">`` with the age of ``ms`` (``12m05s ago``), its UTC time in the tooltip."""
-    if ms is None:
-        return ""
-    return f'<div class="sub when" title="{html_text(format_time(ms))}">{html_text(verb)}{html_text(format_duration(now_ms - ms))} ago</div>'
-
-
 BAR_WIDTH = 5
 BAR_GAP = 1
 PLOT_HEIGHT = 32
 
 
-def hourly_svg(events_per_hour: Sequence[int]) -> str:
-    """The records applied per hour (oldest first) as an inline SVG bar plot: one ``rect.bar``
-    per hour (``data-events``: its count; height proportional to the busiest hour, at least 1 px
-    when not 0), each with a ``<title>`` tooltip."""
+def hourly_bars(events_per_hour: Sequence[int]) -> dict[str, Any]:
+    """The per-hour plot of the records applied per hour (oldest first), as the template draws it:
+    ``bars`` (one per hour: ``x``, ``h`` its height, proportional to the busiest hour and at least
+    1 px when not 0, ``count``, ``when``), ``width``, ``plot_height``, ``bar_width``, ``hours`` and
+    ``total``."""
     n = len(events_per_hour)
     peak = max(events_per_hour, default=0)
-    width = n * (BAR_WIDTH + BAR_GAP)
-    total = sum(events_per_hour)
     bars = []
     for i, count in enumerate(events_per_hour):
-        h = 0 if count <= 0 or peak <= 0 else max(1, round(count / peak * PLOT_HEIGHT))
         ago = n - i
-        when = "the last hour" if ago == 1 else f"{ago}h to {ago - 1}h ago"
         bars.append(
-            f'<rect class="bar" x="{i * (BAR_WIDTH + BAR_GAP)}" y="{PLOT_HEIGHT - h}" width="{BAR_WIDTH}" '
-            f'height="{h}" data-events="{int(count)}"><title>{when}: {int(count)} events</title></rect>'
+            {
+                "x": i * (BAR_WIDTH + BAR_GAP),
+                "h": 0 if count <= 0 or peak <= 0 else max(1, round(count / peak * PLOT_HEIGHT)),
+                "count": int(count),
+                "when": "the last hour" if ago == 1 else f"{ago}h to {ago - 1}h ago",
+            }
         )
-    return (
-        f'<svg class="hourly" role="img" width="{width}" height="{PLOT_HEIGHT + 1}" '
-        f'viewBox="0 0 {width} {PLOT_HEIGHT + 1}" aria-label="events applied per hour, last {n} hours: {total} in all">'
-        f'<line x1="0" y1="{PLOT_HEIGHT + 0.5}" x2="{width}" y2="{PLOT_HEIGHT + 0.5}" class="axis"/>'
-        + "".join(bars)
-        + "</svg>"
-    )
+    return {
+        "bars": bars,
+        "width": n * (BAR_WIDTH + BAR_GAP),
+        "plot_height": PLOT_HEIGHT,
+        "bar_width": BAR_WIDTH,
+        "hours": n,
+        "total": sum(events_per_hour),
+    }
+
+
+def hourly_svg(events_per_hour: Sequence[int]) -> str:
+    """The records applied per hour (oldest first) as an inline SVG bar plot (:func:`hourly_bars`):
+    one ``rect.bar`` per hour (``data-events``: its count), each with a ``<title>`` tooltip."""
+    return str(_page_template().module.hourly_svg(hourly_bars(events_per_hour)))
 
 
 OP_NAMES = {"c": "create", "u": "update", "d": "delete", "r": "snapshot read", "t": "truncate"}
@@ -287,172 +359,34 @@ OP_NAMES = {"c": "create", "u": "update", "d": "delete", "r": "snapshot read", "
 OP_ORDER = ("c", "u", "d", "r", "t")
 
 
-def _ops(ops: Mapping[str, int]) -> str:
-    if not ops:
-        return '<span class="muted">-</span>'
+def ordered_ops(ops: Mapping[str, int]) -> list[tuple[str, int]]:
+    """``(op, count)`` of the events applied by op, in :data:`OP_ORDER` (unknown ops last, by name)."""
     ordered = sorted(ops, key=lambda op: (OP_ORDER.index(op) if op in OP_ORDER else len(OP_ORDER), op))
-    return " ".join(
-        f'<span class="op" data-op="{html_text(op)}" title="{html_text(OP_NAMES.get(op, op))}">{html_text(op)}&nbsp;{int(ops[op])}</span>'
-        for op in ordered
-    )
-
-
-def _fresh(row: Mapping[str, Any]) -> str:
-    failure = row.get("run_failure")
-    if failure:  # a table stuck on failures is never fresh; what failed is in its problems row
-        tries = int(failure["failed_tries"])
-        return (
-            f'<span class="badge bad run-failure" title="{tries} failed tr{"y" if tries == 1 else "ies"}: '
-            f'{html_text(failure["error"])}">{html_text(failure["state"])}</span>'
-        )
-    source = row.get("source")
-    if source and not source.get("running"):  # nothing reaches its topic: its own lag says nothing
-        return (
-            f'<span class="badge bad source-down" title="source {html_text(source["name"])}: '
-            f'{html_text(source.get("reason"))}">source {html_text(source["state"])}</span>'
-        )
-    fresh, limit = row.get("fresh"), row.get("freshness_minutes")
-    if fresh is True:
-        return f'<span class="badge ok" title="target {html_text(limit)} min">fresh</span>'
-    if fresh is False:
-        return f'<span class="badge bad" title="target {html_text(limit)} min">late</span>'
-    why = "no freshness target" if limit is None else "lag unknown"
-    return f'<span class="muted" title="{why}">-</span>'
-
-
-def _last_run(row: Mapping[str, Any]) -> str:
-    run = row.get("last_run")
-    if not run:
-        return '<span class="muted">never</span>'
-    state = run.get("state") or "none"
-    when = run.get("end_date_ms") or run.get("start_date_ms") or run.get("run_after_ms")
-    dag_id = row.get("scheduled_dag_id") or row["dag_id"]
-    href = f"../dags/{quote(str(dag_id), safe='')}/runs/{quote(str(run['run_id']), safe='')}"
-    verb = "ended " if run.get("end_date_ms") else "started " if run.get("start_date_ms") else "due "
-    return (
-        f'<a class="state state-{html_text(state)}" href="{html_text(href)}" target="_top" title="{html_text(run["run_id"])}">{html_text(state)}</a>'
-        + _when(when, int(row["checked_at_ms"]), verb)
-    )
-
-
-def _lag_time(row: Mapping[str, Any]) -> str:
-    source = row.get("source")
-    end_to_end = ""
-    if source and row.get("end_to_end_lag_ms") is not None:
-        end_to_end = (
-            f'<div class="sub end-to-end" title="source -> Kafka -> lake: the greater of this lag and how far its connector is '
-            f'behind the source">end to end {html_text(format_duration(row["end_to_end_lag_ms"]))}</div>'
-        )
-    if row.get("caught_up"):  # nothing pending: the newest event's age is the source's quiet time
-        age = format_duration(row.get("last_event_age_ms"))
-        return (
-            f'<span class="caught-up" title="every record of the topic applied; newest event {html_text(age)} old">caught up</span>'
-            + end_to_end
-        )
-    return (
-        f'<span title="from {html_text(row.get("lag_basis") or "-")}">{html_text(format_duration(row.get("lag_ms")))}</span>'
-        + end_to_end
-    )
-
-
-def _last_commit(row: Mapping[str, Any]) -> str:
-    commit = row.get("last_commit")
-    if commit is None:
-        return '<span class="muted">never</span>'
-    replay = ' <span class="badge replay" title="a manual replay of records applied before">replay</span>'
-    return (
-        f"{html_text(format_duration(commit['age_ms']))} ago{replay if commit.get('replay') else ''}"
-        f'<div class="sub when">{html_text(format_time(commit["committed_at_ms"]))}</div>'
-        f'<div class="sub">snapshot <span class="snapshot-id">{html_text(commit["snapshot_id"])}</span></div>'
-    )
-
-
-def _hourly(row: Mapping[str, Any]) -> str:
-    activity = row.get("activity_24h") or {}
-    counts = f"{plural(activity.get('events', 0), 'event')}, {plural(activity.get('commits', 0), 'commit')}"
-    replays = int(activity.get("replays") or 0)
-    if replays:  # records read again: not new source activity, so not in the plot or the counts
-        counts += f'<div class="replays">{plural(replays, "replay")} ({plural(activity.get("replay_events", 0), "event")}) not counted</div>'
-    return f'{hourly_svg(row.get("events_per_hour") or [])}<div class="sub">{counts}</div>'
-
-
-def _transactions(row: Mapping[str, Any]) -> str:
-    txn = row.get("transactions")
-    if not txn:
-        return '<span class="muted" title="the table does not commit whole source transactions">-</span>'
-    last = txn.get("last_id")
-    cell = (
-        f'<span class="transaction-id" title="its last event at {html_text(txn.get("last_position"))}">{html_text(last)}</span>'
-        if last
-        else '<span class="muted">none yet</span>'
-    )
-    waiting = int(txn.get("waiting_events") or 0)
-    if waiting:
-        cell += f'<div class="sub waiting" title="for transaction {html_text(txn.get("waiting_for"))}">{plural(waiting, "record")} wait</div>'
-    return cell
-
-
-def _reconcile(row: Mapping[str, Any]) -> str:
-    rec = row.get("last_reconcile")
-    if not rec:
-        return '<span class="muted">never</span>'
-    diffs = int(rec["only_in_source"]) + int(rec["only_in_lake"]) + int(rec["differing"])
-    verdict = "clean" if rec["clean"] else f"{diffs} diff{'s' if diffs != 1 else ''}"
-    repaired = " (repaired)" if rec["repaired"] else ""
-    return f"{html_text(verdict)}{repaired}<div class=sub>{html_text(format_duration(rec['age_ms']))} ago</div>"
+    return [(op, int(ops[op])) for op in ordered]
 
 
 COLUMNS = (
     "table",
     "fresh",
-    "lag events",
-    "lag time",
+    "lag (events)",
+    "lag (time)",
     "last commit",
     "last run",
     "events per hour (24 h)",
     "by op (24 h)",
-    "quarantine",
-    "schema",
-    "snapshot run",
+    "quarantined records",
+    "columns",
+    "Debezium snapshot",
     "last transaction",
     "last reconcile",
 )
+"""The page's column headers, in the order of a row's cells (each cell's class names its figure)."""
 
+STATES = (("", "any"), ("behind", "behind their target"), ("fresh", "fresh"), ("unjudged", "not judged"))
+"""The filter's states: ``?state=`` values and their labels."""
 
-def _row(row: Mapping[str, Any]) -> str:
-    name = str(row["name"])
-    snap = row.get("snapshot_in_progress")
-    activity = row.get("activity_24h") or {}
-    lag_events = row.get("lag_events")
-    cells = {
-        "table": f'<div class="name">{html_text(name)}</div><div class="sub">{html_text(row["identifier"])} &larr; {html_text(row["topic"])}</div>',
-        "fresh": _fresh(row),
-        "lag-events": "-" if lag_events is None else html_text(int(lag_events)),
-        "lag-time": _lag_time(row),
-        "last-commit": _last_commit(row),
-        "last-run": _last_run(row),
-        "hourly": _hourly(row),
-        "ops": _ops(activity.get("ops") or {}),
-        "quarantine": html_text(int(row.get("open_quarantine") or 0)),
-        "schema": "-"
-        if row.get("schema_id") is None
-        else f"{html_text(row['schema_id'])}<div class=sub>{html_text(row.get('column_count'))} columns</div>",
-        "snapshot-run": "no"
-        if not snap
-        else f"yes<div class=sub>{html_text(int(snap['records']))} records{', end applied' if snap['end_applied'] else ''}</div>",
-        "transactions": _transactions(row),
-        "last-reconcile": _reconcile(row),
-    }
-    numeric = {"lag-events", "quarantine"}
-    tds = "".join(f'<td class="{k}{" num" if k in numeric else ""}">{v}</td>' for k, v in cells.items())
-    out = f'<tr class="table-row" data-table="{html_text(name)}">{tds}</tr>'
-    problems, warnings = row.get("problems") or [], row.get("warnings") or []
-    if problems or warnings:  # a warning (events that contradict the connector modes) leaves the table fresh
-        items = "".join(f"<li>{html_text(p)}</li>" for p in problems)
-        items += "".join(f'<li class="warning">warning: {html_text(w)}</li>' for w in warnings)
-        out += f'<tr class="problems" data-table="{html_text(name)}"><td colspan="{len(COLUMNS)}"><ul>{items}</ul></td></tr>'
-    return out
-
+TEMPLATES = Path(__file__).with_name("templates")
+"""The page's Jinja2 templates."""
 
 STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;font-size:13px;margin:12px;color:#1a202c;background:#fff}
@@ -473,83 +407,149 @@ svg.hourly .bar{fill:#4299e1}svg.hourly .axis{stroke:#cbd5e0;stroke-width:1}
 tr.problems td{border-bottom:1px solid #e2e8f0;background:#fffaf0;color:#9c4221;padding-top:0}
 tr.problems ul{margin:4px 0;padding-left:20px}
 .replay{background:#e9d8fd;color:#44337a;font-size:11px}.legend{color:#718096;margin-top:8px}
+.paused{background:#edf2f7;color:#4a5568}.dag-state{font-weight:600}.dag-state.paused{background:none;color:#b7791f}
+.dag-state.active{color:#2f855a}.filters label{color:#4a5568;margin-right:4px}.filters select{margin-right:8px}
 @media (prefers-color-scheme: dark){body{background:#1a202c;color:#e2e8f0}th{color:#a0aec0}
 th,td{border-color:#2d3748}.op{background:#2d3748}tr.problems td{background:#3b2f1e;color:#fbd38d}}
 """
 
 
-def _legend() -> str:
-    ops = "; ".join(f"<b>{html_text(op)}</b> {html_text(OP_NAMES[op])}" for op in OP_ORDER)
-    return (
-        f'<div class="legend" id="legend">by op: the Debezium op of the events applied: {ops}. '
-        "Events per hour and by op count new source events only: a manual replay reads records applied "
-        "before and is counted apart. Lag time: how far the newest event applied is behind now while "
-        "events wait in the topic; <i>caught up</i> when none waits. Last transaction: the last whole source "
-        "transaction applied (every commit holds whole ones under <code>transactions: whole</code>) and the "
-        "records waiting for one whose events or END are not all in Kafka yet.</div>"
+def page_href(listing: Mapping[str, Any], page: int) -> str:
+    """The link to page ``page`` of :func:`~cdclake_airflow.monitor_listing.paged_payload`'s
+    ``listing``, with its filters (and its page size when not the default)."""
+    query = {k: listing[k] for k in ("name", "state") if listing[k]}
+    if listing["page_size"] != PAGE_SIZE:
+        query["page_size"] = listing["page_size"]
+    return "?" + "&".join(f"{k}={quote(str(v))}" for k, v in {**query, "page": page}.items())
+
+
+def _page_template() -> Any:
+    """The page's template (``templates/cdc_tables.html``)."""
+    return _templates().get_template("cdc_tables.html")
+
+
+@functools.cache
+def _templates() -> Any:
+    """The Jinja2 environment of the plugin's templates (:data:`TEMPLATES`), autoescaped: every
+    value is HTML-escaped unless marked safe. Jinja2 (Airflow's dependency) is imported on first
+    use."""
+    import jinja2
+    from markupsafe import Markup
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
     )
+    env.globals.update(
+        duration=format_duration,
+        utc=format_time,
+        plural=plural,
+        quote=lambda value, safe="": quote(str(value), safe=safe),
+        hourly_bars=hourly_bars,
+        ordered_ops=ordered_ops,
+        page_href=page_href,
+        op_names=OP_NAMES,
+        op_order=OP_ORDER,
+        columns=COLUMNS,
+        states=STATES,
+        refresh_seconds=REFRESH_SECONDS,
+        behind_names_shown=BEHIND_NAMES_SHOWN,
+        style=Markup(STYLE),  # this module's constant, as is
+    )
+    return env
 
 
-def _groups(payload: Mapping[str, Any]) -> str:
+def _sources(payload: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each source's entry (``li.source``): ``name``, ``state``, ``running``, ``head`` (its
+    connector's state and why it does not run) and ``rest`` (its binlog lag, problems, remedy),
+    as ``cdclake status`` prints them."""
+    from cdclake.model.source_health import SourceStatus
+
+    out = []
+    for raw in payload.get("sources") or []:
+        source = SourceStatus.model_validate(raw)
+        head, *rest = source.lines()
+        out.append(
+            {
+                "name": source.name,
+                "state": source.connector.state,
+                "running": source.connector.running,
+                "head": head,
+                "rest": [line.strip() for line in rest],
+            }
+        )
+    return out
+
+
+def _groups(payload: Mapping[str, Any]) -> list[str]:
     """One line per table group (``ul#cdc-groups``): where its tag shows the source, and since when."""
     from cdclake.model.groups import GroupStatus
 
-    groups = payload.get("groups") or []
-    if not groups:
-        return ""
     now = payload["checked_at_ms"]
-    items = "".join(f"<li>{html_text(GroupStatus(**g).describe(now))}</li>" for g in groups)
-    return f'<h2>Table groups</h2><ul id="cdc-groups">{items}</ul>'
-
-
-def _sources(payload: Mapping[str, Any]) -> str:
-    """One entry per source (``ul#cdc-sources``, ``li.source`` with ``data-source`` and
-    ``data-state``): its connector's state, why it does not run and the remedy, its binlog lag."""
-    from cdclake.model.source_health import SourceStatus
-
-    sources = payload.get("sources") or []
-    if not sources:
-        return ""
-    items = []
-    for raw in sources:
-        source = SourceStatus.model_validate(raw)
-        state = source.connector.state
-        badge = "ok" if source.connector.running else "bad"
-        head, *rest = source.lines()
-        detail = "".join(f'<div class="sub">{html_text(line.strip())}</div>' for line in rest)
-        items.append(
-            f'<li class="source" data-source="{html_text(source.name)}" data-state="{html_text(state)}">'
-            f'<span class="badge {badge}">{html_text(state)}</span> {html_text(head)}{detail}</li>'
-        )
-    return f'<h2>Sources</h2><ul id="cdc-sources">{"".join(items)}</ul>'
+    return [GroupStatus(**g).describe(now) for g in payload.get("groups") or []]
 
 
 def render_page(payload: Mapping[str, Any]) -> str:
-    """The HTML page of :func:`tables_payload`'s result: one row per table (``tr.table-row``,
-    ``data-table`` its name; a cell per figure, its class the figure), the table's problems and
-    warnings (``li.warning``) in a row under it (``tr.problems``). Every value is HTML-escaped."""
-    rows = payload["tables"]
-    head = "".join(f"<th>{html_text(c)}</th>" for c in COLUMNS)
-    body = "".join(_row(r) for r in rows) or (
-        f'<tr><td colspan="{len(COLUMNS)}" class="muted">no configured table whose DAG you may read</td></tr>'
-    )
-    return (
-        "<!doctype html>\n"
-        '<html lang="en"><head><meta charset="utf-8">'
-        f'<meta http-equiv="refresh" content="{REFRESH_SECONDS}">'
-        "<title>CDC tables</title>"
-        f"<style>{STYLE}</style></head><body>"
-        "<h1>CDC tables</h1>"
-        f'<div class="meta">checked {html_text(format_time(payload["checked_at_ms"]))}; Kafka: {html_text(payload["kafka"])}; '
-        f"Kafka Connect: {html_text(payload.get('connect') or '-')}; "
-        f'reloads every {REFRESH_SECONDS} s; <a href="api/tables">JSON</a></div>'
-        f"{_sources(payload)}"
-        f"{listing_html(payload)}"
-        f'<div class="scroll"><table id="cdc-tables"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
-        f"{_groups(payload)}"
-        f"{_legend()}"
-        "</body></html>\n"
-    )
+    """The HTML page of :func:`tables_payload`'s result (template ``templates/cdc_tables.html``):
+    one row per table (``tr.table-row``, ``data-table`` its name; a cell per figure, its class the
+    figure), the table's problems and warnings (``li.warning``) in a row under it
+    (``tr.problems``). Each table's name links to its DAG, its asset URI to its asset page, its last
+    run to the run and that run's task log. Every value is HTML-escaped."""
+    return str(_page_template().render(p=payload, sources=_sources(payload), groups=_groups(payload)))
+
+
+# --- the project's docs ------------------------------------------------------------------------------
+
+TOP_DOCS = ("README", "CHANGELOG")
+"""The documents at the project's root the docs routes serve (``/cdc/README.md``); every
+``docs/<name>.md`` is served as ``/cdc/docs/<name>.md``, so that the documents' relative links
+(``docs/guide.md``, ``operations.md``, ``../README.md``) stay within."""
+_DOC_NAME = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def doc_file(name: str, folder: str = "") -> Path | None:
+    """The project's Markdown document ``<folder>/<name>.md`` a docs route names: one of
+    :data:`TOP_DOCS` (``folder`` empty) or a file of ``docs/`` (``folder`` ``docs``) that exists;
+    ``None`` for any other name (a path, another folder)."""
+    from cdclake.settings import PROJECT_ROOT
+
+    if not _DOC_NAME.fullmatch(name):
+        return None
+    if folder == "docs":
+        path = PROJECT_ROOT / "docs" / f"{name}.md"
+    elif not folder and name in TOP_DOCS:
+        path = PROJECT_ROOT / f"{name}.md"
+    else:
+        return None
+    return path if path.is_file() else None
+
+
+def heading_id(text: str) -> str:
+    """A heading's anchor as GitHub makes it (the documents link ``operations.md#a-heading``):
+    lower case, punctuation dropped but ``-`` and ``_``, spaces as ``-``."""
+    return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
+
+
+def render_doc(path: Path, root: str) -> str:
+    """A Markdown document of the project as an HTML page (template ``templates/cdc_doc.html``):
+    CommonMark with tables (markdown-it-py, Airflow's dependency through rich), any HTML in the
+    Markdown escaped, headings with GitHub's anchors; ``root`` is the relative link back to
+    ``/cdc/`` (its navigation: README, guide, operations, monitoring, the CDC tables page)."""
+    from markdown_it import MarkdownIt
+    from markupsafe import Markup
+
+    text = path.read_text(encoding="utf-8")
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    tokens = md.parse(text)
+    for i, token in enumerate(tokens):
+        if token.type == "heading_open" and i + 1 < len(tokens):
+            token.attrSet("id", heading_id(tokens[i + 1].content))
+    title = next((line.lstrip("#").strip() for line in text.splitlines() if line.startswith("# ")), path.stem)
+    body = Markup(md.renderer.render(tokens, md.options, {}))  # markdown-it escaped the document
+    return str(_templates().get_template("cdc_doc.html").render(title=title, body=body, root=root))
 
 
 # --- the app --------------------------------------------------------------------------------------
@@ -575,10 +575,10 @@ def create_app() -> "FastAPI":
 
     @app.exception_handler(HTTPException)
     async def _login_for_the_page(request: Request, exc: HTTPException) -> Response:
-        """The page without a valid login goes to the auth manager's login page (back here
-        after); the JSON endpoint answers the status as is."""
-        if exc.status_code in (status.HTTP_401_UNAUTHORIZED, status.HTTP_403_FORBIDDEN) and request.url.path.endswith(
-            URL_PREFIX + PAGE_PATH
+        """The page or a document without a valid login goes to the auth manager's login page
+        (back there after); the JSON endpoint answers the status as is."""
+        if exc.status_code in (status.HTTP_401_UNAUTHORIZED, status.HTTP_403_FORBIDDEN) and (
+            URL_PREFIX + "/api/" not in request.url.path
         ):
             from airflow.api_fastapi.app import get_auth_manager
 
@@ -622,5 +622,21 @@ def create_app() -> "FastAPI":
     ) -> str:
         """The HTML page (:func:`render_page`) of one page of tables."""
         return render_page(paged_payload(tables_payload(user, session, freshness_minutes), **asked))
+
+    def doc(name: str, folder: str, root: str) -> str:
+        path = doc_file(name, folder)
+        if path is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no document {folder + '/' if folder else ''}{name}.md")
+        return render_doc(path, root)
+
+    @app.get(TOP_DOC_PATH, response_class=HTMLResponse)
+    def top_doc(name: str, user: GetUserDep) -> str:
+        """``README.md`` or ``CHANGELOG.md`` of the project (:func:`render_doc`); 404 for any other."""
+        return doc(name, "", "./")
+
+    @app.get(DOCS_PATH, response_class=HTMLResponse)
+    def docs_doc(name: str, user: GetUserDep) -> str:
+        """``docs/<name>.md`` of the project (:func:`render_doc`); 404 when there is none."""
+        return doc(name, "docs", "../")
 
     return app

@@ -2,11 +2,14 @@
 ``cdc_reconcile``, ``cdc_maintenance``, ``cdc_freshness``) share: their DAG settings, the ``tables``
 Param of their trigger form and the task that checks it
 (:func:`cdclake.model.selection.select_tables`). The replay Params of a table DAG
-(:func:`replay_params`) and the formats they are checked by (:func:`register_param_formats`)."""
+(:func:`replay_params`) and the formats they are checked by (:func:`register_param_formats`). The
+DAG documentation the UI shows, as plain Markdown (:func:`plain_markdown`)."""
 
 from __future__ import annotations
 
-from datetime import datetime
+import re
+from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -57,9 +60,31 @@ def tables_dag(
         max_active_runs=1,
         default_args={"owner": OWNER, **task_defaults},
         tags=tags,
-        doc_md=doc_md,
+        doc_md=plain_markdown(doc_md),
         **dag_args,
     )
+
+
+_ROLE = re.compile(r":(?:py:)?[a-z]+:`(?P<short>~?)(?:(?P<title>[^`<]+?)\s*<(?P<target>[^`>]+)>|(?P<name>[^`]+))`")
+_LITERAL = re.compile(r"``(.+?)``", re.DOTALL)
+
+
+def plain_markdown(doc: str | None) -> str | None:
+    """A module docstring as the plain Markdown of a DAG's ``doc_md`` (Airflow's UI renders Markdown,
+    and shows reST as typed): a Sphinx role becomes a code span of what it names
+    (``:func:`cdclake.runner.run_once``` -> ```cdclake.runner.run_once```; ``:class:`~a.B``` -> ```B```;
+    ``:func:`title <a.b>``` -> ```title```), a reST literal (````x````) a Markdown one (```x```).
+    ``None`` stays ``None``."""
+    if doc is None:
+        return None
+
+    def role(match: re.Match[str]) -> str:
+        if match["title"]:
+            return f"`{match['title']}`"
+        name = match["name"]
+        return f"`{name.rsplit('.', 1)[-1] if match['short'] else name}`"
+
+    return _LITERAL.sub(r"`\1`", _ROLE.sub(role, doc))
 
 
 def tables_param(names: list[str], purpose: str, *, empty_means_all: bool = True) -> Any:
@@ -99,24 +124,60 @@ def select_tables_task(tables: list[TableConfig], among: str = "in the table con
     )()
 
 
-def register_param_formats() -> None:
-    """Give jsonschema the replay Params' formats (:data:`cdclake.model.replay.PARAM_FORMATS`), so
-    that every ``FormatChecker()`` checks them: the one Airflow validates Params with, in the
-    api-server (the trigger form, the REST API; the plugin's ``on_load``), the DAG processor and
-    the tasks (:func:`replay_params`). Idempotent.
+def form_check(param: str) -> Callable[[Any], bool]:
+    """The check of replay Param ``param`` (``replay_from_offsets`` or ``replay_from_timestamp``) in
+    the trigger form: the run's own rules for that Param alone (:func:`cdclake.model.replay.replay_start`,
+    now: a time still to come is refused too), for a value the run would refuse before reading Kafka.
+    What needs the topic (its partitions, watermarks, retention) or both Params is the run's.
 
-    A format, unlike a ``pattern``, puts what the Param allows into the message the trigger form
-    shows: jsonschema says ``'<value>' is not a '<format>'``, and its ``pattern`` message would be
-    the regular expression. A process that has not registered them leaves the values to the run's
-    own check (the same rules, failing the run at once).
+    Returns:
+        The format check: ``True`` for an empty value (and for a replay time that is not text, which
+        the schema's ``type`` refuses).
+
+    Raises:
+        jsonschema.ValidationError: (from the check) the run's one line naming the Param and what it
+            allows. Raised past jsonschema's format machinery on purpose: an error jsonschema makes
+            itself prints the Param's whole schema and value after its message, and Airflow's form
+            shows that text as it is; this one prints its message alone (``Invalid input for param
+            replay_from_offsets: replay_from_offsets must be a JSON object of partition to
+            non-negative offset, e.g. {"0": 120, "1": 98}; got '{"0": -1}'``).
+    """
+    from jsonschema import ValidationError
+
+    from cdclake.errors import TriggerParamError
+    from cdclake.model.replay import TIMESTAMP_PARAM, replay_start
+
+    def check(value: Any) -> bool:
+        if value is None or value == "" or (param == TIMESTAMP_PARAM and not isinstance(value, str)):
+            return True
+        try:
+            replay_start({param: value}, now_ms=int(datetime.now(timezone.utc).timestamp() * 1000))
+        except TriggerParamError as e:
+            raise ValidationError(str(e)) from None
+        return True
+
+    return check
+
+
+def register_param_formats() -> None:
+    """Give jsonschema the replay Params' formats (:data:`cdclake.model.replay.PARAM_FORMATS`'s
+    names, checked by :func:`form_check`), so that every ``FormatChecker()`` checks them: the one
+    Airflow validates Params with, in the api-server (the trigger form, the REST API; the plugin's
+    ``on_load``), the DAG processor and the tasks (:func:`replay_params`). Idempotent.
+
+    A format, unlike a ``pattern``, lets the check say what the Param allows in words (a
+    ``pattern``'s message would be the regular expression). A process that has not registered them
+    leaves the values to the run's own check (the same rules, failing the run at once).
     """
     from jsonschema import FormatChecker
 
-    from cdclake.errors import TriggerParamError
-    from cdclake.model.replay import PARAM_FORMATS
+    from cdclake.model.replay import OFFSETS_FORMAT, OFFSETS_PARAM, PARAM_FORMATS, TIMESTAMP_FORMAT, TIMESTAMP_PARAM
 
-    for name, check in PARAM_FORMATS.items():
-        FormatChecker.checkers[name] = (check, (TriggerParamError,))
+    params = {OFFSETS_FORMAT: OFFSETS_PARAM, TIMESTAMP_FORMAT: TIMESTAMP_PARAM}  # every one of PARAM_FORMATS
+    for name in PARAM_FORMATS:
+        param = params[name]
+        # no exception is caught as "does not conform": the check's own error is the form's message
+        FormatChecker.checkers[name] = (form_check(param), ())
 
 
 def replay_params(schedule: str | None) -> dict[str, Any]:

@@ -135,7 +135,14 @@ def build_reconcile_dag(settings: Settings, tables: list[TableConfig], schedule:
                 title="Primary-key range",
                 description='Only keys in this inclusive range, e.g. {"from": [1000], "to": [2000]}; empty: all.',
             ),
-            "chunk_rows": Param(10_000, type="integer", minimum=100, title="Rows per chunk"),
+            "chunk_rows": Param(
+                10_000,
+                type="integer",
+                minimum=100,
+                title="Rows per chunk",
+                description="Rows per chunk of primary keys (at least 100): each chunk's digest is compared, and a "
+                "chunk that differs row by row.",
+            ),
             "catch_up_timeout_minutes": Param(
                 60,
                 type="integer",

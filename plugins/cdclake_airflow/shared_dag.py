@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdclake.model.shared import SHARED_DAG_PREFIX, shared_dags, task_tables
 from cdclake.settings import APPLY_POOL, APPLY_PRIORITY_WEIGHT, Settings
-from cdclake_airflow.table_dag import NOT_RETRIED, retry_args, table_asset_uri
+from cdclake_airflow.table_dag import NOT_RETRIED, retry_args, table_asset
 
 if TYPE_CHECKING:
     from airflow.sdk import DAG
@@ -83,7 +83,7 @@ def apply_tables(tables_json: list[str], alias: str, **context: Any) -> dict[str
     with SharedSession(hook.spark_session) as session:
         for table_json in tables_json:
             cfg = TableConfig.model_validate_json(table_json)
-            asset = Asset(name=f"{settings.catalog_name}.{cfg.identifier}", uri=table_asset_uri(settings, cfg))
+            asset = table_asset(settings, cfg)
 
             def emit(extra: dict[str, Any], asset: Asset = asset) -> None:
                 events.add(asset, extra=extra)
@@ -130,7 +130,7 @@ def build_shared_dags(settings: Settings, tables: list[TableConfig], only: str |
     """
     from airflow.sdk import DAG, AssetAlias, task
 
-    from cdclake_airflow.params import OWNER, RUN_TYPES, START_DATE
+    from cdclake_airflow.params import OWNER, RUN_TYPES, START_DATE, plain_markdown
 
     dags = []
     for name, members in shared_dags(tables).items():
@@ -148,7 +148,7 @@ def build_shared_dags(settings: Settings, tables: list[TableConfig], only: str |
             max_active_runs=1,
             default_args={"owner": OWNER, **retry_args(first)},  # the members agree on these
             tags=["cdc", "shared"],
-            doc_md=__doc__,
+            doc_md=plain_markdown(__doc__),
             allowed_run_types=RUN_TYPES,
         ) as dag:
             for k, chunk in enumerate(task_tables(members)):

@@ -6,7 +6,8 @@
   (:func:`cdclake.runner.run_once`): a run costs its events, not four task start-ups. With
   nothing new it is *skipped*. Its log ends with one line telling the run
   (:func:`cdclake.runner.summary_line`: replay or not, offset range, events by op, quarantined,
-  keys changed, snapshot, seconds per phase); only Airflow's own closing lines follow.
+  keys changed, snapshot, seconds per phase; with nothing new, :func:`nothing_new_line`, logged
+  before the skip); only Airflow's own closing lines follow.
 * ``submit``: ``plan -> schema_sync -> apply -> publish``, where ``apply`` is
   ``spark_jobs/apply_cdc.py`` through ``SparkSubmitOperator`` (connection ``spark_default``), for
   clusters reached through ``spark-submit`` (YARN, Kubernetes, standalone). The same line ends
@@ -41,8 +42,9 @@ and ``cdc_freshness`` show; the next run that succeeds removes it.
 The trigger form starts a **replay** (``replay_from_offsets`` or ``replay_from_timestamp``; the
 recovery switch ``accept_source_change`` in its collapsed recovery section): the form and Airflow's
 REST API refuse a value the Params' JSON schema does not allow, and the run checks the rest first
-and fails at once, without retry, naming the Param (:mod:`cdclake.model.replay`). Airflow's
-Backfill is refused (:data:`cdclake_airflow.params.RUN_TYPES`).
+and fails at once, without retry, its log ending with the one line naming the Param
+(:mod:`cdclake.model.replay`, :func:`refused_params`). Airflow's Backfill is refused
+(:data:`cdclake_airflow.params.RUN_TYPES`).
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from functools import partial
@@ -72,6 +75,7 @@ if TYPE_CHECKING:
 
     from cdclake.errors import QuarantinedBatchError
     from cdclake.model.config import TableConfig
+    from cdclake.model.plan import RunPlan
     from cdclake.runner import SessionFactory
     from cdclake.spark.apply import ApplyResult
     from cdclake_airflow.hooks import CdcLakeHook
@@ -84,6 +88,67 @@ APPLY_JOB = PROJECT_ROOT / "spark_jobs" / "apply_cdc.py"
 def table_asset_uri(settings: Settings, cfg: TableConfig) -> str:
     """The asset URI of a table: ``iceberg://<catalog>/<namespace>/<table>``."""
     return f"iceberg://{settings.catalog_name}/{cfg.namespace}/{cfg.table}"
+
+
+def table_asset_name(settings: Settings, cfg: TableConfig) -> str:
+    """The asset name of a table: ``<catalog>.<namespace>.<table>``."""
+    return f"{settings.catalog_name}.{cfg.identifier}"
+
+
+def table_asset(settings: Settings, cfg: TableConfig) -> Any:
+    """The Airflow asset of a table (:func:`table_asset_name`, :func:`table_asset_uri`), as every DAG
+    of the project declares it (its own DAG's outlet, its shared DAG's events, its group DAG's
+    schedule): its ``extra``, which the UI's asset page shows ("Additional Data"), says in words
+    what the asset is and how a DAG is scheduled on it. Airflow stores the ``extra`` of the last
+    declaration it parsed, so a DAG that declares the asset again with another ``extra`` replaces
+    it: a downstream DAG refers to it (``Asset.ref``) instead."""
+    from airflow.sdk import Asset
+
+    uri = table_asset_uri(settings, cfg)
+    return Asset(
+        name=table_asset_name(settings, cfg),
+        uri=uri,
+        extra={
+            "description": f"Iceberg table {cfg.identifier} (catalog {settings.catalog_name}), the Debezium "
+            f"change events of Kafka topic {cfg.topic} applied by DAG {cfg.scheduled_dag_id}: one asset event "
+            "per run that commits, its extra naming the table's new snapshot (snapshot_id).",
+            "uri": uri,
+            "schedule a DAG on it": f"schedule=[Asset.ref(uri='{uri}')]",
+        },
+    )
+
+
+def table_doc(settings: Settings, cfg: TableConfig) -> str:
+    """The ``doc_md`` of table ``cfg``'s DAG, plain Markdown: what it applies where, its asset URI
+    and a downstream DAG scheduled on it in three lines, then how every table DAG runs (this
+    module's docstring, :func:`cdclake_airflow.params.plain_markdown`)."""
+    from cdclake_airflow.params import plain_markdown
+
+    uri = table_asset_uri(settings, cfg)
+    runs = (
+        f"on schedule `{cfg.schedule}`"
+        if cfg.shared_dag is None and cfg.schedule
+        else f"on the schedule of `{cfg.scheduled_dag_id}` (this DAG: manual runs and replays)"
+        if cfg.shared_dag is not None
+        else "when triggered"
+    )
+    return (
+        f"# Table `{cfg.identifier}`\n\n"
+        f"Applies the Debezium change events of Kafka topic `{cfg.topic}` to the Iceberg table "
+        f"`{cfg.identifier}` (catalog `{settings.catalog_name}`), {runs}.\n\n"
+        f"**Asset:** `{uri}` (named `{table_asset_name(settings, cfg)}`): one asset event per run that "
+        "commits; its extra's `snapshot_id` is the table's new snapshot. A DAG scheduled on it runs after "
+        "each commit:\n\n"
+        "```python\n"
+        "from airflow.sdk import DAG, Asset\n"
+        f'with DAG("{cfg.name}_downstream", schedule=[Asset.ref(uri="{uri}")]):\n'
+        "    ...  # your tasks: read the table at the event's extra['snapshot_id']\n"
+        "```\n\n"
+        "**Trigger** with the form's *Replay from offsets* or *Replay from timestamp* to apply a past range "
+        "again; empty, the run is an ordinary one. Each run's task log ends with one line telling what it "
+        "applied, or why it applied nothing.\n\n"
+        "---\n\n" + (plain_markdown(__doc__) or "")
+    )
 
 
 def _plan_params(context: dict[str, Any]) -> dict[str, Any]:
@@ -101,6 +166,57 @@ def _plan_params(context: dict[str, Any]) -> dict[str, Any]:
         "replay_from_timestamp_ms": start.timestamp_ms,
         "accept_source_change": start.accept_source_change,
     }
+
+
+@contextmanager
+def refused_params() -> Iterator[None]:
+    """Fail the task on a trigger-form Param that does not fit the table
+    (:class:`~cdclake.errors.TriggerParamError`, raised in the ``with`` block): its one line is the
+    last the task logs, then ``AirflowFailException`` with the same line fails the task, not retried,
+    and without the traceback of where the run found the value (the task log's error block is that
+    line; the error is the user's, not the code's). :func:`record_failure` records the
+    ``TriggerParamError``.
+
+    Raises:
+        AirflowFailException: the ``TriggerParamError``'s message (its ``__context__``).
+    """
+    from airflow.sdk.exceptions import AirflowFailException
+
+    try:
+        yield
+    except TriggerParamError as e:
+        log.error("%s", e)
+        raise AirflowFailException(str(e)) from None
+
+
+def recorded_error(error: BaseException | None) -> BaseException | None:
+    """The error a failed try is recorded with (:func:`record_failure`): a refused trigger-form Param's
+    ``TriggerParamError`` for the ``AirflowFailException`` :func:`refused_params` raised in its place,
+    else ``error`` itself."""
+    context = getattr(error, "__context__", None)
+    if isinstance(context, TriggerParamError) and str(error) == str(context):
+        return context
+    return error
+
+
+def nothing_new_line(plan: RunPlan, seconds: Mapping[str, float]) -> str:
+    """The one line that tells a run that applied nothing, the last its task logs (before the task is
+    skipped), as :func:`cdclake.runner.summary_line` tells a run that applied: the table, the offsets
+    the table stays at, whether it was a replay and ``seconds`` per phase.
+
+    Example: ``run of table inventory.products: nothing new since offsets {0: 6, 1: 6, 2: 6}; replay no;
+    seconds {'plan': 0.21}``; a batch held before a schema change that waits for every partition to
+    settle: ``run of table inventory.products: nothing applied: the batch waits at schema change
+    <change> until every partition has settled past it; offsets {0: 6}; replay no; seconds {...}``.
+    """
+    offsets = dict(sorted(plan.range.end.items()))
+    what = (
+        f"nothing applied: the batch waits at schema change {plan.capped_before} until every partition has "
+        f"settled past it; offsets {offsets}"
+        if plan.capped_before
+        else f"nothing new since offsets {offsets}"
+    )
+    return f"run of table {plan.table.identifier}: {what}; replay {'yes' if plan.replay else 'no'}; seconds {dict(seconds)}"
 
 
 def _publish(
@@ -161,26 +277,31 @@ def _publish(
 
 def plan(table_json: str, **context: Any) -> str | None:
     """The ``plan`` task (``submit`` engine): the run's :class:`~cdclake.model.plan.RunPlan` as
-    JSON, or ``None`` (short-circuit) when there is nothing new.
+    JSON, or ``None`` (short-circuit) when there is nothing new (after the run's line,
+    :func:`nothing_new_line`).
 
     The trigger form's ``replay_from_offsets`` / ``replay_from_timestamp`` make the run a manual
     replay from there (see :func:`cdclake.pipeline.planner.plan_next`).
 
     Raises:
-        TriggerParamError: a trigger-form Param that does not fit the table (not retried).
+        AirflowFailException: a trigger-form Param that does not fit the table (:func:`refused_params`;
+            not retried).
         OffsetsOutOfRangeError: committed offsets fell below the low watermark (see the message).
         ConfigError: the table has no primary key and is not configured as a change log.
     """
     from cdclake.model.config import TableConfig
     from cdclake.pipeline.planner import plan_next
+    from cdclake.runner import PhaseClock
     from cdclake_airflow.hooks import CdcLakeHook
 
     hook = CdcLakeHook()
     cfg = TableConfig.model_validate_json(table_json)
-    planned = plan_next(hook.catalog, hook.kafka, cfg, context["run_id"], **_plan_params(context))
-    if planned.range.is_empty:
-        log.info("nothing new: skipping schema sync, apply and publish (no Spark job, no commit)")
+    clock = PhaseClock()
+    with clock.phase("plan"), refused_params():
+        planned = plan_next(hook.catalog, hook.kafka, cfg, context["run_id"], **_plan_params(context))
+    if planned.range.is_empty:  # schema sync, apply and publish are skipped: no Spark job, no commit
         _runs_succeed(hook.catalog, cfg)
+        log.info("%s", nothing_new_line(planned, clock.seconds))  # the run's line
         return None
     return planned.to_json()
 
@@ -199,12 +320,15 @@ def schema_sync(**context: Any) -> str:
     from airflow.sdk.exceptions import AirflowSkipException
 
     from cdclake.model.plan import RunPlan
-    from cdclake.runner import sync_schema
+    from cdclake.runner import PhaseClock, sync_schema
     from cdclake_airflow.hooks import CdcLakeHook
 
     hook = CdcLakeHook()
-    planned = sync_schema(hook.catalog, hook.kafka, RunPlan.from_json(context["ti"].xcom_pull(task_ids="plan")))
+    clock = PhaseClock()
+    with clock.phase("schema_sync"):
+        planned = sync_schema(hook.catalog, hook.kafka, RunPlan.from_json(context["ti"].xcom_pull(task_ids="plan")))
     if planned.range.is_empty:  # capped at a schema barrier that waits for a partition to settle
+        log.info("%s", nothing_new_line(planned, clock.seconds))  # the run's line, before the skip
         raise AirflowSkipException("the batch waits at a schema change: no Spark job, no commit, no asset event")
     return planned.to_json()
 
@@ -222,11 +346,13 @@ def apply(table_json: str, asset: Any, **context: Any) -> dict[str, Any]:
         (the applied range) and ``seconds`` per phase (``publish`` included).
 
     Raises:
-        AirflowSkipException: nothing new, or no whole source transaction yet.
-        AirflowFailException: a replay whose range holds no whole source transaction.
+        AirflowSkipException: nothing new, or no whole source transaction yet (the run's line,
+            logged first, says which).
+        AirflowFailException: a replay whose range holds no whole source transaction; a
+            trigger-form Param that does not fit the table (:func:`refused_params`).
         EngineUnavailableError, ConcurrentRunError, OffsetsOutOfRangeError, ConfigError,
             SchemaChangeError, SchemaError, BadBatchError, PositionOrderError,
-            QuarantinedBatchError, QuarantineToleranceError, TriggerParamError: see :func:`run_table`.
+            QuarantinedBatchError, QuarantineToleranceError: see :func:`run_table`.
     """
     from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
@@ -239,8 +365,10 @@ def apply(table_json: str, asset: Any, **context: Any) -> dict[str, Any]:
     def emit(extra: dict[str, Any]) -> None:
         context["outlet_events"][asset].extra = extra
 
-    ran = run_table(hook, cfg, context, hook.spark_session, emit, _plan_params(context))
+    with refused_params():
+        ran = run_table(hook, cfg, context, hook.spark_session, emit, _plan_params(context))
     if ran.outcome == "nothing_new":
+        log.info("%s", ran.line)  # the run's line: the last of the task's own log, before the skip
         raise AirflowSkipException("nothing new: no Spark session, no commit, no asset event")
     if ran.outcome == "waiting":
         if ran.replay:
@@ -266,11 +394,14 @@ class TableRun:
         out: for ``committed``, the task's XCom: the :class:`~cdclake.spark.apply.ApplyResult`
             as a dict, ``plan`` (the applied range) and ``seconds`` per phase (``publish``
             included).
+        line: for ``nothing_new``, the run's one line (:func:`nothing_new_line`), for the table
+            DAG's task to log last before it is skipped (a shared DAG's task logs its own summary).
     """
 
     outcome: Literal["committed", "nothing_new", "waiting"]
     replay: bool = False
     out: dict[str, Any] | None = None
+    line: str | None = None
 
 
 def run_table(
@@ -284,7 +415,8 @@ def run_table(
     """One run of table ``cfg`` in an Airflow task: :func:`cdclake.runner.run_once` (plan, schema
     sync, apply in a session of ``open_session``, planning again after a concurrent commit), then
     publish: the commit's figures go to ``emit`` (the asset event's extra), its lineage and metrics
-    are sent, the table's record of failed tries is removed, and the run's summary line is logged.
+    are sent, the table's record of failed tries is removed, and the run's summary line is logged
+    (:func:`cdclake.runner.summary_line`; with nothing new, the caller logs :attr:`TableRun.line`).
 
     Args:
         hook: the task's connections.
@@ -329,7 +461,7 @@ def run_table(
         raise
     if run.result is None:
         _runs_succeed(hook.catalog, cfg)
-        return TableRun("nothing_new", run.plan.replay)
+        return TableRun("nothing_new", run.plan.replay, line=nothing_new_line(run.plan, run.seconds))
     if run.result.status == "waiting":  # the apply's log says which transaction it waits for
         if not run.plan.replay:
             _runs_succeed(hook.catalog, cfg)
@@ -447,7 +579,7 @@ def record_failure(identifier: str, state: Literal["failing", "retrying"], conte
             run_id=str(ti.run_id),
             task_id=str(ti.task_id),
             try_number=int(ti.try_number),
-            error=context.get("exception"),
+            error=recorded_error(context.get("exception")),
         ).model_dump_json()
 
     update_table_property(CdcLakeHook().catalog, identifier, RUN_FAILURE_PROPERTY, failed)
@@ -513,11 +645,11 @@ def build_table_dag(settings: Settings, cfg: TableConfig) -> DAG:
     """The DAG ``cdc_<name>`` of one configured table (its ``apply`` task as the table's
     ``engine`` says, else ``settings.engine``); unscheduled when the table has a ``shared_dag``,
     which applies it on its schedule (:mod:`cdclake_airflow.shared_dag`)."""
-    from airflow.sdk import DAG, Asset, task
+    from airflow.sdk import DAG, task
 
     from cdclake_airflow.params import RUN_TYPES, replay_params
 
-    asset = Asset(name=f"{settings.catalog_name}.{cfg.identifier}", uri=table_asset_uri(settings, cfg))
+    asset = table_asset(settings, cfg)
     default_args = {
         "owner": cfg.owner,
         "on_failure_callback": partial(record_failure, cfg.identifier, "failing"),
@@ -536,7 +668,7 @@ def build_table_dag(settings: Settings, cfg: TableConfig) -> DAG:
         max_active_runs=1,
         default_args=default_args,
         tags=["cdc", *cfg.tags],
-        doc_md=__doc__,
+        doc_md=table_doc(settings, cfg),
         params=replay_params(cfg.schedule),
         allowed_run_types=RUN_TYPES,
     ) as dag:

@@ -6,7 +6,9 @@ What a user sees is asserted against what is stored: the lag equals the records 
 topic, the last DAG run's state is the run's, the per-hour plot and the counts by op are those of
 the applied events, and the JSON endpoint answers the same figures. Without a login the page
 sends the browser to the login page and the JSON endpoint answers 401. A second table whose run
-quarantined every record shows its failure (state, failed tries, error) until a run succeeds.
+quarantined every record shows its failure (state, failed tries, error) until a run succeeds. The
+tables' DAGs are paused (on creation): the page says so and links each table to its DAG, its asset
+(whose page shows what it is) and its last task log; the UI's Docs menu opens the project's docs.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from cdclake.io.catalog import load_catalog
 from cdclake.io.events import load_events, read_event_file
 from cdclake.io.kafka import ensure_topic
 from cdclake.model.config import load_tables
-from cdclake.model.replay import OFFSETS_FORMAT, TIMESTAMP_FORMAT
+from cdclake.model.replay import OFFSETS_ALLOWED, TIMESTAMP_ALLOWED
 from cdclake.pipeline.status import status_of_tables
 from cdclake.settings import PROJECT_ROOT
 from cdclake_dev.airflow_env import airflow_env
@@ -224,8 +226,11 @@ def test_the_page_shows_what_is_stored(api_server, browser, applied, stack_setti
     row.wait_for()
     assert row.locator("td.table .name").inner_text() == TABLE
     assert cfg.identifier in row.locator("td.table").inner_text()
+    assert row.locator("td.table .name a").get_attribute("href") == f"../dags/cdc_{TABLE}"
+    assert row.locator("td.table .dag-state").inner_text() == "paused"  # paused on creation
     assert row.locator("td.lag-events").inner_text() == str(unapplied)
-    assert row.locator("td.last-run a").inner_text() == "success"
+    assert row.locator("td.last-run a.state").inner_text() == "success"
+    assert row.locator("td.last-run a.task-log").get_attribute("href").endswith("/tasks/apply")
     assert row.locator("td.last-commit .snapshot-id").inner_text() == str(snapshot_id)
     assert row.locator("td.fresh").inner_text() == "late"  # events wait, and the fixture's source time is old
     assert row.locator("td.quarantine").inner_text() == "0"
@@ -256,11 +261,13 @@ def test_the_page_shows_what_is_stored(api_server, browser, applied, stack_setti
     assert table["events_per_hour"] == [n for n, _ in drawn]
     assert table["open_quarantine"] == 0 and table["fresh"] is False and table["problems"] == []
     assert r.json()["kafka"] == "Airflow connection kafka_default"
+    assert table["paused"] is True and table["log_task_id"] == "apply"
+    assert table["asset_uri"] == "iceberg://lake/ui/products" and table["asset_id"] is not None
 
     # the table whose every record was quarantined: its run failed once, not retried, and says why
     stuck = page.locator(f'tr.table-row[data-table="{STUCK}"]')
     assert stuck.locator("td.fresh").inner_text() == "failing"
-    assert stuck.locator("td.last-run a").inner_text() == "failed"
+    assert stuck.locator("td.last-run a.state").inner_text() == "failed"
     assert stuck.locator("td.quarantine").inner_text() == "2"
     problem = page.locator(f'tr.problems[data-table="{STUCK}"]').inner_text()
     assert "its DAG's runs are failing: 1 failed try since the first" in problem
@@ -281,6 +288,25 @@ def test_the_page_shows_what_is_stored(api_server, browser, applied, stack_setti
         f'tr.table-row[data-table="{TABLE}"] td.lag-events'
     )
     assert framed.inner_text(timeout=30_000) == str(unapplied)
+
+    # the filter's inputs are labelled
+    page.goto(f"{base}/cdc/")
+    assert page.get_by_label("Table name contains").count() == 1 and page.get_by_label("State").count() == 1
+    # the table's asset page (linked from the row) shows what the asset is and how to schedule on it
+    page.locator(f'tr.table-row[data-table="{TABLE}"] td.table .asset a').click()
+    page.wait_for_url(f"**/assets/{table['asset_id']}", timeout=30_000)
+    page.get_by_text("Additional Data").wait_for(timeout=30_000)
+    assert page.get_by_text("Iceberg table ui.products (catalog lake)").count() >= 1
+    assert page.get_by_text("schedule=[Asset.ref(uri='iceberg://lake/ui/products')]").count() >= 1
+    # the Docs menu opens the project's docs, served by the plugin, in the UI's frame
+    page.goto(f"{base}/")
+    page.get_by_role("button", name="Docs", exact=True).click()
+    page.get_by_text("cdclake docs", exact=True).click()
+    page.wait_for_url("**/plugin/cdclake-docs", timeout=30_000)
+    docs = page.frame_locator("iframe[title='cdclake docs']")
+    assert docs.locator("h1").first.inner_text(timeout=30_000).startswith("cdclake")
+    docs.locator('a[href="docs/operations.md"]').first.click()
+    assert docs.locator("h2#running-a-table").inner_text(timeout=30_000) == "Running a table"
     context.close()
 
 
@@ -305,11 +331,17 @@ def test_the_next_run_that_succeeds_clears_the_failure(applied, stack_settings, 
 REFUSED_IN_THE_FORM = [
     ("replay_from_offsets", '{"0": -1}'),  # a negative offset
     ("replay_from_offsets", '{"0": 1.5}'),  # not an integer
+    ("replay_from_offsets", '{"0": 12'),  # not JSON
     ("replay_from_timestamp", "20/11/2026 08:00"),  # not ISO 8601
+    ("replay_from_timestamp", "2999-01-01T00:00:00Z"),  # still to come
 ]
 
 
-ALLOWED_IN_THE_FORM = {"replay_from_offsets": OFFSETS_FORMAT, "replay_from_timestamp": TIMESTAMP_FORMAT}
+SAID_IN_THE_FORM = {
+    "replay_from_offsets": f"replay_from_offsets must be {OFFSETS_ALLOWED}; got",
+    "replay_from_timestamp": "replay_from_timestamp",
+}
+"""How the form's message goes on after ``Invalid input for param <name>: ``: the run's own line."""
 
 
 def test_the_trigger_form_refuses_bad_replays_and_a_run_given_both_starts_fails_at_once(
@@ -350,9 +382,16 @@ def test_the_trigger_form_refuses_bad_replays_and_a_run_given_both_starts_fails_
         assert status == 400
         shown = dialog.get_by_text(f"Invalid input for param {name}")
         shown.wait_for()
-        # the form says what the Param allows, in words (its format), not as a regular expression
+        # the form says what the Param allows in one line of words: no regular expression, no
+        # dump of the Param's JSON schema and value (jsonschema's "Failed validating ... On instance")
         text = shown.inner_text()
-        assert f"is not a '{ALLOWED_IN_THE_FORM[name]}'" in text and "[0-9]" not in text and "\\d" not in text
+        assert f"Invalid input for param {name}: {SAID_IN_THE_FORM[name]}" in text, text
+        assert "[0-9]" not in text and "\\d" not in text
+        assert "Failed validating" not in text and "On instance" not in text, text
+        if value.startswith("2999"):
+            assert "is in the future" in text
+        elif name == "replay_from_timestamp":
+            assert TIMESTAMP_ALLOWED in text
     assert runs() == before
 
     _, status, good = trigger({"replay_from_offsets": '{"0": 0}'})
@@ -368,7 +407,13 @@ def test_the_trigger_form_refuses_bad_replays_and_a_run_given_both_starts_fails_
     (before,) = status_of_tables(load_catalog(stack_settings), kafka, [cfg])
     capsys.readouterr()
     assert run_table_dag(STUCK, stack_settings, conf=both["conf"]) != 0
-    assert "replay_from_offsets and replay_from_timestamp: give one of them" in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert "replay_from_offsets and replay_from_timestamp: give one of them" in printed.out
+    # the task fails with AirflowFailException carrying that line, without the traceback of where
+    # the run found the value (cdclake.model.replay)
+    output = printed.out + printed.err
+    assert "AirflowFailException: replay_from_offsets and replay_from_timestamp: give one of them" in output
+    assert "cdclake/model/replay.py" not in output and "During handling of the above exception" not in output
     (st,) = status_of_tables(load_catalog(stack_settings), kafka, [cfg])
     failure, tried_before = st.run_failure, before.run_failure.failed_tries if before.run_failure else 0
     assert (failure.state, failure.task_id, failure.try_number) == ("failing", "apply", 1)
