@@ -164,6 +164,24 @@ def test_key_without_value_schema_infers_connect_types():
     assert doc["payload"] == row
 
 
+def test_an_event_without_a_schema_gets_the_key_bytes_of_its_neighbours():
+    """``cdclake load`` of a file whose one event has ``"schema": null``: its key takes the key
+    columns' types from the file's other events (``key_fields``), so the row keeps one key and one
+    partition (issue 56: the id became int64 beside int32 keys, and the row landed in two)."""
+    from cdclake.model.keys import key_fields
+
+    with_schema = synthetic(schema=ORDERS_SCHEMA)
+    row = {"order_id": 7, "line_no": 2, "sku": "A-1", "qty": 3}
+    source = {"name": "srv", "db": "db1", "table": "orders", "file": "mysql-bin.000001", "pos": 4}
+    payload = {"before": None, "after": row, "source": source, "op": "c"}
+    without = parse_value(json.dumps({"schema": None, "payload": payload}), "json_with_schema", WHERE)
+    assert without.value_schema is None
+    known = key_fields(with_schema)
+    key = ("order_id", "line_no")
+    assert build_key(without, key, "json_with_schema", known) == build_key(with_schema, key, "json_with_schema")
+    assert build_key(without, key, "json_with_schema") != build_key(with_schema, key, "json_with_schema")
+
+
 def test_non_ascii_key_is_utf8_not_escaped():
     event = synthetic(row={"name": "café"})
     assert build_key(event, ("name",), "json") == '{"name":"café"}'.encode()

@@ -11,12 +11,13 @@ import logging
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cdclake.errors import BadRecordError
 from cdclake.io.kafka import KafkaClients, ensure_topic, produce
 from cdclake.model.config import TableConfig
 from cdclake.model.envelope import KafkaCoordinates, parse_value
-from cdclake.model.keys import build_key
+from cdclake.model.keys import build_key, key_fields
 
 log = logging.getLogger(__name__)
 
@@ -95,11 +96,21 @@ def load_events(path: Path, table: TableConfig, kafka: KafkaClients, *, partitio
             second after the events were checked), or the broker did not answer.
     """
     records: list[tuple[bytes | None, bytes | None, None]] = []
+    events = []
+    known: dict[str, dict[str, Any]] = {}  # key columns' fields from the events with a schema
     for line, value in read_event_lines(path):
         where = FileLine(table.topic, path=str(path), line=line)
         event = parse_value(value, table.value_format, where, table.ordering, schema_lookup=kafka.schema_lookup)
+        if event is not None:
+            known.update({c: f for c, f in key_fields(event).items() if c in table.primary_key and c not in known})
+        events.append((where, value, event))
+    for where, value, event in events:
         try:
-            key = None if event is None or event.op == "t" else build_key(event, table.primary_key, table.value_format)
+            key = (
+                None
+                if event is None or event.op == "t"
+                else build_key(event, table.primary_key, table.value_format, known)
+            )
         except ValueError as e:
             raise BadRecordError(where, str(e)) from None
         records.append((key, value, None))

@@ -36,13 +36,29 @@ def _compact(doc: Any) -> bytes:
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def build_key(event: ChangeEvent, primary_key: tuple[str, ...], value_format: ValueFormat) -> bytes:
+def key_fields(event: ChangeEvent) -> dict[str, dict[str, Any]]:
+    """The value-schema fields of ``event``'s row (``{column: field}``); empty for an event without
+    a schema (``"schema": null``)."""
+    row_schema = event.row_schema() or {}
+    return {f["field"]: f for f in row_schema.get("fields", ())}
+
+
+def build_key(
+    event: ChangeEvent,
+    primary_key: tuple[str, ...],
+    value_format: ValueFormat,
+    known: dict[str, dict[str, Any]] | None = None,
+) -> bytes:
     """The Kafka key Debezium would give ``event``.
 
     Args:
         event: a row event (``c``/``u``/``d``/``r``); truncates have no key.
         primary_key: primary-key columns in key order.
         value_format: the converter setting, applied to keys as to values.
+        known: key columns' value-schema fields from other events of the table
+            (:func:`key_fields`), for an event that carries no schema: its key then has the same
+            bytes (and partition) as theirs. A column known nowhere gets a type inferred from its
+            value (an integer is ``int64``).
 
     Returns:
         The key as UTF-8 JSON bytes.
@@ -59,8 +75,7 @@ def build_key(event: ChangeEvent, primary_key: tuple[str, ...], value_format: Va
     payload = {c: image[c] for c in primary_key}
     if value_format == "json":
         return _compact(payload)
-    row_schema = event.row_schema() or {}
-    by_name = {f["field"]: f for f in row_schema.get("fields", ())}
+    by_name = {**(known or {}), **key_fields(event)}
     fields = []
     for col in primary_key:
         declared = by_name.get(col) or {"type": _infer_connect_type(image[col])}
