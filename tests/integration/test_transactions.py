@@ -332,6 +332,33 @@ def test_a_group_is_published_where_both_tables_show_the_source_at_one_transacti
     assert (tagged(accounts), tagged(ledger)) == ({1: 50, 2: 130, 3: 20}, {1: 60})
 
 
+def test_a_replay_of_a_groups_members_that_reads_every_partition_to_its_end_is_published(spark, kafka, stack_settings):
+    """A manual replay from offset 0 of both members of a group, each read to the end of every
+    partition: each commit equals its source table at its last transaction, so the group is
+    published there; it used to wait for the next source change (conformance, replay phase of
+    ``json/group+whole``: the phase's changes never reached ``main``)."""
+    from cdclake.pipeline.groups import publish_group
+
+    kafka = KafkaClients.from_bootstrap(stack_settings.kafka_bootstrap)
+    source = Source(kafka, f"tr{uuid.uuid4().hex[:8]}")
+    ensure_topic(kafka, f"{source.prefix}.d.ledger", 2)
+    columns = {"id": "int", "balance": "long"}
+    accounts = make_table(topic=source.topic, value_format="json", columns=columns, group="g")
+    ledger = make_table(topic=f"{source.prefix}.d.ledger", value_format="json", columns=columns, group="g")
+    catalog = load_catalog(stack_settings)
+    source.over_tables({"accounts": [(1, 100), (2, 100)], "ledger": [(1, 0)]})  # END at 1
+    for cfg in (accounts, ledger):
+        assert apply_range(spark, stack_settings, plan_offsets(stack_settings, cfg, "r1")).status == "committed"
+    assert publish_group(catalog, "g", [accounts, ledger], 1000, kafka).position == 1
+    source.over_tables({"accounts": [(1, 60), (2, 140)], "ledger": [(1, 40)]})  # END at 3
+    for cfg in (accounts, ledger):
+        plan = plan_offsets(stack_settings, cfg, "replay", replay_from_offsets={0: 0, 1: 0})
+        assert plan.replay and apply_range(spark, stack_settings, plan).status == "committed"
+    assert publish_group(catalog, "g", [accounts, ledger], 2000, kafka).position == 3
+    rows = load_catalog(stack_settings).load_table(accounts.identifier).scan().to_arrow().to_pylist()
+    assert {r["id"]: r["balance"] for r in rows} == {1: 60, 2: 140}
+
+
 def test_capped_runs_of_a_groups_members_meet_at_its_target_so_main_moves_every_round(spark, kafka, stack_settings):
     """Issue 51, item 7: money moved between the two tables of a group in transactions of 2 to 6
     events, caught up by runs capped at 5 and 7 events (``max_events_per_run``) over two partitions,

@@ -180,8 +180,11 @@ def cut_batch(ctx: ApplyContext, base: DataFrame) -> tuple[ApplyContext, DataFra
     newest = whole.orderBy(F.col("position").desc()).select("transaction_id", "position").limit(1).collect()
     last = LastTransaction(newest[0]["transaction_id"], position_of(newest[0]["position"])) if newest else None
     interval = None
-    # a replay or a new binlog history applies below positions applied already: at no position
-    if cfg.group is not None and last is not None and not (ctx.plan.replay or ctx.plan.accept_source_change):
+    # a replay or a new binlog history applies below positions applied already: at no position,
+    # unless it read every partition to its end (then the table is its source at its last
+    # transaction, as after any run that did; else its group would wait for the next source change)
+    replaying = ctx.plan.replay or ctx.plan.accept_source_change
+    if cfg.group is not None and last is not None and (not replaying or set(read_to_end) >= set(ctx.plan.range.end)):
         read = {p: partition_last.get(p) for p in ctx.plan.range.end}
         interval = _group_interval(cfg, source, ends_read, last, read, read_to_end, ctx.state.high_position)
     further = {} if member is None else _read_further(cfg, planned, member, cut, interval, empty)
