@@ -188,7 +188,7 @@ def test_a_short_soak_under_faults_loses_no_row_and_every_failed_try_recovers(to
         minutes=2, tables=3, seed=31, kinds=kinds, faults=len(kinds), initial_rows=50, ddl_interval_s=30, retries=5
     )
     result = soak.run_soak(topology, cfg)
-    assert result["caught_up_after_s"] is not None, result["caught_up_error"]
+    assert result["caught_up_after_s"] is not None, _why_behind(result)
     assert result["totals"] == {"lost": 0, "stale": 0, "duplicated": 0, "wrong": 0}, result["tables"]
     assert result["reconcile_state"] == "success"
     for name, table in result["tables"].items():
@@ -206,3 +206,18 @@ def test_a_short_soak_under_faults_loses_no_row_and_every_failed_try_recovers(to
     assert not result["airflow"]["unexplained_errors"], result["airflow"]["failed_try_errors"]
     assert result["workload"]["ddl"] and result["workload"]["transactions"] > 0
     assert result["memory"]["spark-connect live heap"]["samples"] >= 1, result["memory"]
+
+
+def _why_behind(result: dict) -> str:
+    """What a soak that did not catch up left to read: the catch-up's error, the tries that failed
+    and their errors, the faults' own errors, what the watcher restarted and its sampled errors."""
+    lines = [str(result["caught_up_error"])]
+    lines += [
+        f"{t['dag_id']} {t['run_id']} {t['task_id']} try {t['try']}: {str(t['error'])[:300]}"
+        for t in result["airflow"]["failed_try_list"]
+    ]
+    lines += [f"fault error: {f}" for f in result["fault_errors"]]
+    lines.append(f"restarted by the watcher: {result['restarted_by_watcher']}")
+    lines.append(f"sampled errors: {result['sample_errors']}")
+    lines.append(f"unrecovered runs: {result['unrecovered_table_runs']}")
+    return "\n".join(lines)

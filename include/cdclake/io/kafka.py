@@ -340,7 +340,9 @@ def topics_watermarks(
 ) -> dict[str, Watermarks | None]:
     """Low and high watermarks of every partition of each of ``topics`` (``None``: the topic does
     not exist), through one consumer and one metadata request: what :func:`topic_watermarks`
-    gives per topic, for many topics at the cost of one connection.
+    gives per topic, for many topics at the cost of one connection. A partition whose leader
+    moves (a topic just created, a broker just restarted) is asked again for up to
+    :data:`TIMEOUT_S` s, as :func:`topic_watermarks` does.
 
     Raises:
         confluent_kafka.KafkaException: the cluster did not answer within :data:`TIMEOUT_S`, or
@@ -349,11 +351,14 @@ def topics_watermarks(
     """
     from confluent_kafka import TopicPartition
 
+    from cdclake.io.retry import on_retriable_kafka_error
+
     wanted = list(dict.fromkeys(topics))
     if not wanted:
         return {}
     watch = kafka.auth_watch(give_up_when_down=give_up_when_down)
     consumer = kafka.consumer("cdclake-watermarks", error_cb=watch)
+    ask = on_retriable_kafka_error(TIMEOUT_S)
     try:
         meta = watch.list_topics(consumer)
         out: dict[str, Watermarks | None] = {}
@@ -364,7 +369,7 @@ def topics_watermarks(
                 continue
             low, high = {}, {}
             for p in sorted(tmeta.partitions):
-                low[p], high[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=TIMEOUT_S)
+                low[p], high[p] = ask(consumer.get_watermark_offsets)(TopicPartition(topic, p), timeout=TIMEOUT_S)
             out[topic] = Watermarks(low, high)
         return out
     finally:
