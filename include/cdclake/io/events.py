@@ -100,7 +100,14 @@ def load_events(path: Path, table: TableConfig, kafka: KafkaClients, *, partitio
     known: dict[str, dict[str, Any]] = {}  # key columns' fields from the events with a schema
     for line, value in read_event_lines(path):
         where = FileLine(table.topic, path=str(path), line=line)
-        event = parse_value(value, table.value_format, where, table.ordering, schema_lookup=kafka.schema_lookup)
+        event = parse_value(
+            value,
+            table.value_format,
+            where,
+            table.ordering,
+            schema_lookup=kafka.schema_lookup,
+            flattened=table.flattened,
+        )
         if event is not None:
             known.update({c: f for c, f in key_fields(event).items() if c in table.primary_key and c not in known})
         events.append((where, value, event))

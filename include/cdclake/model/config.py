@@ -38,6 +38,7 @@ from pydantic_core import InitErrorDetails
 from cdclake.errors import ConfigError
 from cdclake.model.config_errors import ConfigShape, config_problems, yaml_tree
 from cdclake.model.discovery import Candidate, DiscoverPattern, first_match, read_registry
+from cdclake.model.flattened import FlattenedRecords
 from cdclake.model.groups import GROUP_NAME, group_members
 from cdclake.model.hints import did_you_mean
 from cdclake.model.shared import SHARED_DAG_NAME, SHARED_DAG_PREFIX, shared_dags, shared_mismatch
@@ -218,6 +219,10 @@ class TableDefaults(BaseModel):
     :class:`~cdclake.errors.TransactionTooLargeError` naming it, instead of a range that doubles
     until the shared engine runs out of memory for every table."""
     value_format: ValueFormat = "json_with_schema"
+    flattened: FlattenedRecords | None = None
+    """The topic's records were flattened by Debezium's ``ExtractNewRecordState`` transform (the
+    row image with added metadata fields: :mod:`cdclake.model.flattened`); ``None``: Debezium's
+    envelopes."""
     retries: Annotated[int, Field(ge=0)] = 3
     retry_delay_s: Annotated[int, Field(gt=0)] = 60
     """First retry delay in seconds; doubles on each retry (exponential backoff)."""
@@ -404,6 +409,18 @@ class TableConfig(TableDefaults):
                 "history needs ordering: binlog or gtid (a version is valid from its source position to the "
                 "next one's; under ordering: kafka events carry none)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _tombstone_deletes_reach_no_history(self) -> TableConfig:
+        if self.flattened is not None and self.flattened.deletes == "tombstone":
+            for key, value in (("history", self.history), ("change_feed", self.change_feed)):
+                if value is not None:
+                    raise ValueError(
+                        f"{key} needs deletes with positions: with flattened.deletes: tombstone a delete is a Kafka "
+                        "tombstone alone, which reaches no history or change feed; set the transform's "
+                        "delete.tombstone.handling.mode=rewrite and flattened.deletes: rewrite"
+                    )
         return self
 
     @model_validator(mode="after")

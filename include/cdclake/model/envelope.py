@@ -26,6 +26,7 @@ from typing import Any
 from cdclake.errors import BadRecordError, ConfigError, SchemaError, UnknownSchemaIdError
 from cdclake.model.avro import SchemaLookup, read_value, value_connect_schema
 from cdclake.model.config import NO_SCHEMA_REGISTRY, ValueFormat
+from cdclake.model.flattened import FlattenedRecords, envelope_doc, envelope_schema, missing_field_error
 from cdclake.model.position import BinlogPosition
 
 OPS = ("c", "u", "d", "r", "t")
@@ -89,6 +90,7 @@ def parse_value(
     ordering: str = "binlog",
     *,
     schema_lookup: SchemaLookup | None = None,
+    flattened: FlattenedRecords | None = None,
 ) -> ChangeEvent | None:
     """Parse one Kafka record value into a :class:`ChangeEvent`.
 
@@ -100,6 +102,10 @@ def parse_value(
         where: the record's Kafka coordinates, for error messages.
         schema_lookup: ``avro`` only: the writer schema of a schema id (the Kafka clients'
             schema registry, :meth:`cdclake.io.registry.SchemaRegistry.writer_schema`).
+        flattened: the table's ``flattened`` setting: the value is a record flattened by
+            ``ExtractNewRecordState``, read as the envelope it came from
+            (:func:`cdclake.model.flattened.envelope_doc`; its schema by
+            :func:`~cdclake.model.flattened.envelope_schema`).
 
     Returns:
         The event, or ``None`` for a Kafka tombstone (null value), which carries no change.
@@ -133,6 +139,8 @@ def parse_value(
         doc = doc["payload"]
         if not isinstance(doc, dict):
             raise BadRecordError(where, "payload is not a JSON object")
+    if flattened is not None:
+        doc, value_schema = _unflattened(doc, value_schema, flattened, where, ordering)
     op = doc.get("op")
     if op is None:
         raise BadRecordError(where, "envelope has no 'op'")
@@ -151,6 +159,23 @@ def parse_value(
     if op == "d" and not isinstance(before, dict):
         raise BadRecordError(where, "op 'd' without a 'before' image")
     return ChangeEvent(op, before, after, source, position, doc.get("ts_ms"), value_schema)
+
+
+def _unflattened(
+    doc: dict[str, Any],
+    schema: dict[str, Any] | None,
+    flattened: FlattenedRecords,
+    where: KafkaCoordinates,
+    ordering: str,
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """A flattened record's value and schema as the envelope's (:func:`parse_value`)."""
+    if doc.get(flattened.op_field) is None:
+        raise BadRecordError(where, missing_field_error(flattened.op_field, flattened, "every flattened record"))
+    for field in flattened.position_fields(ordering):
+        if doc.get(field) is None and doc.get(field.replace("source_", "", 1)) is None:
+            raise BadRecordError(where, missing_field_error(field, flattened, f"ordering: {ordering}"))
+    envelope = envelope_doc(doc, flattened)
+    return envelope, envelope_schema(schema, flattened) if schema is not None else None
 
 
 def _avro_doc(

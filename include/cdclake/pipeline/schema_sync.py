@@ -32,6 +32,7 @@ from cdclake.model.config import TableConfig, ValueFormat
 from cdclake.model.convergence import SNAPSHOT_SETTLE_MS, unsettled_partitions
 from cdclake.model.defaults import added_column_default
 from cdclake.model.envelope import KafkaCoordinates, parse_value
+from cdclake.model.flattened import FlattenedRecords
 from cdclake.model.layout import (
     COLUMN_DEFAULTS_PROPERTY,
     SCHEMA_CHANGE_POSITION_PROPERTY,
@@ -466,7 +467,11 @@ def _create(catalog: Catalog, cfg: TableConfig, change: SchemaChange) -> Table:
 
 
 def read_data_positions(
-    kafka: KafkaClients, offset_range: OffsetRange, value_format: ValueFormat, ordering: str = "binlog"
+    kafka: KafkaClients,
+    offset_range: OffsetRange,
+    value_format: ValueFormat,
+    ordering: str = "binlog",
+    flattened: FlattenedRecords | None = None,
 ) -> list[tuple[int, int, BinlogPosition]]:
     """``(partition, offset, position)`` of every event of the range that has one (Kafka
     tombstones and bad records have none; the apply step skips or quarantines them)."""
@@ -480,7 +485,14 @@ def read_data_positions(
                 offset = msg.offset() or 0
                 try:
                     where = KafkaCoordinates(topic, p, offset)
-                    event = parse_value(msg.value(), value_format, where, ordering, schema_lookup=kafka.schema_lookup)
+                    event = parse_value(
+                        msg.value(),
+                        value_format,
+                        where,
+                        ordering,
+                        schema_lookup=kafka.schema_lookup,
+                        flattened=flattened,
+                    )
                 except BadRecordError:
                     continue
                 if event is not None:
@@ -549,7 +561,7 @@ def sync_for_range(catalog: Catalog, kafka: KafkaClients, cfg: TableConfig, offs
         return SyncResult(offset_range)
     positions = None
     if pending_changes(changes, table):
-        positions = read_data_positions(kafka, offset_range, cfg.value_format, cfg.ordering)
+        positions = read_data_positions(kafka, offset_range, cfg.value_format, cfg.ordering, cfg.flattened)
     return sync_changes(
         catalog, cfg, changes, data_positions=positions, offset_range=offset_range, facts=KafkaSettleFacts(kafka, cfg)
     )
@@ -583,7 +595,7 @@ def sync_table_schema(catalog: Catalog, kafka: KafkaClients, cfg: TableConfig) -
     if not pending:
         check_primary_key(identifier_fields(table), cfg)
         return SyncResult(offset_range)
-    positions = read_data_positions(kafka, offset_range, cfg.value_format, cfg.ordering)
+    positions = read_data_positions(kafka, offset_range, cfg.value_format, cfg.ordering, cfg.flattened)
     if not positions:
         # nothing to apply: every change may go in; a stand-in event after the last change makes
         # sync_changes apply them all without capping anything

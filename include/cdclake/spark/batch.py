@@ -55,10 +55,16 @@ def parse_batch(
     def parse(writers: WriterSchemas | None) -> DataFrame:
         if writers is not None:
             records = parse_avro_records(
-                raw, writers.schemas, columns, cfg.primary_key, cfg.ordering, unusable=writers.unusable
+                raw,
+                writers.schemas,
+                columns,
+                cfg.primary_key,
+                cfg.ordering,
+                unusable=writers.unusable,
+                flattened=cfg.flattened,
             )
         else:
-            records = parse_records(raw, cfg.value_format, columns, cfg.primary_key, cfg.ordering)
+            records = parse_records(raw, cfg.value_format, columns, cfg.primary_key, cfg.ordering, cfg.flattened)
         return records.drop("value").persist(StorageLevel.MEMORY_AND_DISK)
 
     def parse_again(batch: WriterSchemas) -> DataFrame:
@@ -119,7 +125,9 @@ def _check_connector_modes(ctx: ApplyContext, stats: BatchStats, writers: Writer
         return stats
     schemas = []
     if writers is not None:
-        schemas = [(KafkaCoordinates(ctx.cfg.topic, p, o), row) for _, (p, o), row in writers.row_schemas()]
+        schemas = [
+            (KafkaCoordinates(ctx.cfg.topic, p, o), row) for _, (p, o), row in writers.row_schemas(ctx.cfg.flattened)
+        ]
     for partition, offset in stats.schema_samples if writers is None else ():
         row_schema = ctx.row_schema(partition, offset)
         if row_schema is not None:

@@ -100,6 +100,7 @@ class ApplyContext:
                 where,
                 self.cfg.ordering,
                 schema_lookup=self.kafka.schema_lookup,
+                flattened=self.cfg.flattened,
             )
         except BadRecordError:
             return None
@@ -168,7 +169,14 @@ def _columns_from_first_schema(
     for rec in rows:
         where = KafkaCoordinates(cfg.topic, rec["partition"], rec["offset"])
         try:
-            event = parse_value(bytes(rec["value"]), cfg.value_format, where, cfg.ordering, schema_lookup=schema_lookup)
+            event = parse_value(
+                bytes(rec["value"]),
+                cfg.value_format,
+                where,
+                cfg.ordering,
+                schema_lookup=schema_lookup,
+                flattened=cfg.flattened,
+            )
         except BadRecordError as e:
             first_bad = first_bad or e
             continue

@@ -317,7 +317,8 @@ def _writers_not_taken(
     its schema-change topic. Every writer schema of the batch is known before the parse: no Spark
     job, and a Kafka metadata request only when one is not taken."""
     schemas = [
-        (KafkaCoordinates(ctx.cfg.topic, p, o), row, schema_id) for schema_id, (p, o), row in writers.row_schemas()
+        (KafkaCoordinates(ctx.cfg.topic, p, o), row, schema_id)
+        for schema_id, (p, o), row in writers.row_schemas(ctx.cfg.flattened)
     ]
     drifted = _not_taken(ctx, current, schemas, first=first)
     return drifted if drifted and from_events(ctx) else []

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from cdclake.model.flattened import FlattenedRecords, missing_field_error
 from cdclake.model.layout import SCHEMA_CHANGE_POSITION_PROPERTY
 from cdclake.model.position import (
     BINLOG_FILE_PATTERN,
@@ -33,6 +34,7 @@ from cdclake.spark.decode import (
     misfit_reason,
 )
 from cdclake.spark.flat import first_of
+from cdclake.spark.flattened import added_fields, envelope_of
 from cdclake.spark.names import quote_identifier
 from cdclake.spark.positions import gtid_sequence, position_column
 from cdclake.spark.read import KAFKA_RECORD_COLUMNS
@@ -86,6 +88,7 @@ def parse_records(
     columns: list[ColumnSpec],
     primary_key: tuple[str, ...],
     ordering: str = "binlog",
+    flattened: FlattenedRecords | None = None,
 ) -> DataFrame:
     """Parse Kafka records of JSON values into one row per record with its op, position, image
     and error (the columns of :func:`records_from_envelopes`).
@@ -94,9 +97,14 @@ def parse_records(
     one whose JSON does not fit the types read is :data:`TYPE_MISMATCH` until
     :func:`describe_mismatches` names the column. ``unknown_column``: the first name in the
     applied image (``after``, or for a delete ``before``) that is not one of ``columns``.
+    With ``flattened``, each value is a record flattened by ``ExtractNewRecordState``, read as
+    its envelope (:func:`_flattened_envelopes`).
     """
     from pyspark.sql import functions as F
 
+    if flattened is not None:
+        envelopes = _flattened_envelopes(raw, value_format, columns, ordering, flattened)
+        return records_from_envelopes(envelopes, columns, primary_key, ordering)
     envelope = envelope_type(columns)
     ddl = (
         f"struct<payload:{envelope},_corrupt_record:string>"
@@ -144,6 +152,72 @@ def parse_records(
         F.when(F.col(env).isNotNull(), F.try_element_at(unknown, F.lit(1))).alias("unknown_column"),
     )
     return records_from_envelopes(envelopes, columns, primary_key, ordering)
+
+
+def _flattened_envelopes(
+    raw: DataFrame, value_format: str, columns: list[ColumnSpec], ordering: str, flat: FlattenedRecords
+) -> DataFrame:
+    """The envelopes of flattened JSON values (:mod:`cdclake.spark.flattened`), with the columns
+    :func:`records_from_envelopes` reads. Besides JSON's defects, a record without its op field,
+    or under an ordering by source position without the fields of its position, is a bad record
+    naming the field and the transform setting that adds it
+    (:func:`~cdclake.model.flattened.missing_field_error`)."""
+    from pyspark.sql import functions as F
+
+    added = added_fields(flat, SOURCE_FIELDS, TRANSACTION_FIELDS)
+    names = {c.name for c in columns}
+    fields = [f"{quote_identifier(c.name)}:{json_read_type(c.encoding)}" for c in columns] + [
+        f"{quote_identifier(name)}:{typ}" for name, typ in added.items() if name not in names
+    ]
+    record = f"struct<{','.join(fields)}>"
+    ddl = (
+        f"struct<payload:{record},_corrupt_record:string>"
+        if value_format == "json_with_schema"
+        else record[:-1] + ",_corrupt_record:string>"
+    )
+    text = F.col("value").cast("string")
+    base = "j.payload" if value_format == "json_with_schema" else "j"
+    df = raw.select(*KAFKA_RECORD_COLUMNS, F.from_json(text, ddl, _PERMISSIVE).alias("j"))
+
+    def get(name: str) -> Column:
+        return F.col(f"{base}.{quote_identifier(name)}")
+
+    row = F.struct(*[get(c.name).alias(c.name) for c in columns])
+    env = envelope_of(get, row, flat, SOURCE_FIELDS, TRANSACTION_FIELDS)
+    path = "$.payload" if value_format == "json_with_schema" else "$"
+    keys = F.coalesce(F.json_object_keys(F.get_json_object(text, path)), F.array().cast("array<string>"))
+    prefix = flat.fields_prefix
+    unknown = F.filter(
+        F.array_except(keys, F.array(*[F.lit(c.name) for c in columns]).cast("array<string>")),
+        lambda k: ~(k.startswith(prefix) if prefix else F.lit(False)) & (k != F.lit("__deleted")),
+    )
+    missing = [(env["op"].isNull(), flat.op_field, "every flattened record")]
+    for field in flat.position_fields(ordering):
+        bare = field.replace("source_", "", 1)
+        missing.append((get(field).isNull() & get(bare).isNull(), field, f"ordering: {ordering}"))
+    format_error = (
+        F.when(
+            F.col("j._corrupt_record").isNotNull()
+            & (F.col(base).isNull() | F.expr("try_parse_json(cast(value AS STRING)) IS NULL")),
+            F.lit("value is not JSON"),
+        )
+        .when(F.col("j._corrupt_record").isNotNull(), F.lit(TYPE_MISMATCH))
+        .when(
+            F.col(base).isNull(),
+            F.lit(
+                "value has no 'payload' (expected value_format json_with_schema)"
+                if value_format == "json_with_schema"
+                else "value is not a JSON object"
+            ),
+        )
+        .otherwise(first_of([(m, F.lit(missing_field_error(f, flat, why))) for m, f, why in missing]))
+    )
+    return df.select(
+        *KAFKA_RECORD_COLUMNS,
+        F.when(F.col(base).isNotNull(), env).alias("env"),
+        format_error.alias("format_error"),
+        F.when(F.col(base).isNotNull(), F.try_element_at(unknown, F.lit(1))).alias("unknown_column"),
+    )
 
 
 def records_from_envelopes(
@@ -305,14 +379,18 @@ _PERMISSIVE = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_reco
 
 _CONNECT_FIELDS_DDL = "struct<schema:struct<fields:array<struct<field:string,fields:array<struct<field:string,type:string,name:string>>>>>>"
 """The Connect schema of a ``json_with_schema`` value, as far as naming a field's type needs."""
+_CONNECT_TOP_FIELDS_DDL = "struct<schema:struct<fields:array<struct<field:string,type:string,name:string>>>>"
+"""The same, of a flattened value: its fields are the row's."""
 
 
 def _does_not_fit(text: Column, value_format: str, image: str, column: str, read_type: str) -> Column:
     """Whether ``image``.``column`` of the JSON ``text`` does not fit ``read_type``: ``from_json``
-    of the value with only that field gives a corrupt record."""
+    of the value with only that field gives a corrupt record. ``image`` :data:`FLAT_IMAGE`: the
+    column of a flattened record (at the value's top)."""
     from pyspark.sql import functions as F
 
-    row = f"struct<{image}:struct<{quote_identifier(column)}:{read_type}>"
+    field = f"{quote_identifier(column)}:{read_type}"
+    row = f"struct<{field}" if image == FLAT_IMAGE else f"struct<{image}:struct<{field}>"
     ddl = (
         f"struct<payload:{row}>,_corrupt_record:string>"
         if value_format == "json_with_schema"
@@ -321,7 +399,13 @@ def _does_not_fit(text: Column, value_format: str, image: str, column: str, read
     return F.from_json(text, ddl, _PERMISSIVE)["_corrupt_record"].isNotNull()
 
 
-def describe_mismatches(records: DataFrame, columns: list[ColumnSpec], value_format: str) -> DataFrame:
+FLAT_IMAGE = "row"
+"""The image :func:`describe_mismatches` names for a flattened record's column."""
+
+
+def describe_mismatches(
+    records: DataFrame, columns: list[ColumnSpec], value_format: str, flattened: FlattenedRecords | None = None
+) -> DataFrame:
     """``records`` (with ``value`` and ``error``) with each :data:`TYPE_MISMATCH` error replaced by
     the first column (``after`` image, then ``before``) whose value does not fit the table's
     column, naming the value, its type in the event (the Connect schema's field, or the JSON type)
@@ -330,7 +414,8 @@ def describe_mismatches(records: DataFrame, columns: list[ColumnSpec], value_for
     For the few records a run quarantines or reports: each such value is parsed once per column
     and image, with the same ``from_json`` rule as :func:`parse_records`, to find the column.
     Avro values are returned as they are: their parse names the column already
-    (:mod:`cdclake.spark.parse_avro`)."""
+    (:mod:`cdclake.spark.parse_avro`). With ``flattened``, the columns are the value's own
+    (image :data:`FLAT_IMAGE`)."""
     from pyspark.sql import functions as F
 
     if value_format == "avro":
@@ -338,7 +423,8 @@ def describe_mismatches(records: DataFrame, columns: list[ColumnSpec], value_for
 
     text = F.col("value").cast("string")
     mismatch = F.col("error") == TYPE_MISMATCH
-    checks = [(c, image) for c in columns for image in ("after", "before")]
+    images = (FLAT_IMAGE,) if flattened is not None else ("after", "before")
+    checks = [(c, image) for c in columns for image in images]
     culprit = first_of(
         [
             (_does_not_fit(text, value_format, image, c.name, json_read_type(c.encoding)), F.lit(i + 1))
@@ -351,13 +437,22 @@ def describe_mismatches(records: DataFrame, columns: list[ColumnSpec], value_for
         return F.element_at(F.array(*[F.lit(x) for x in items]), F.col("_culprit"))
 
     column, image_of = pick([c.name for c, _ in checks]), pick([i for _, i in checks])
-    images = "struct<before:map<string,variant>,after:map<string,variant>>"
-    values = (
-        F.from_json(text, f"struct<payload:{images}>")["payload"]
-        if value_format == "json_with_schema"
-        else F.from_json(text, images)
-    )
-    value = F.try_element_at(F.when(image_of == "after", values["after"]).otherwise(values["before"]), column)
+    if flattened is not None:
+        flat = "map<string,variant>"
+        row = (
+            F.from_json(text, f"struct<payload:{flat}>")["payload"]
+            if value_format == "json_with_schema"
+            else F.from_json(text, flat)
+        )
+        value = F.try_element_at(row, column)
+    else:
+        both = "struct<before:map<string,variant>,after:map<string,variant>>"
+        values = (
+            F.from_json(text, f"struct<payload:{both}>")["payload"]
+            if value_format == "json_with_schema"
+            else F.from_json(text, both)
+        )
+        value = F.try_element_at(F.when(image_of == "after", values["after"]).otherwise(values["before"]), column)
     reason = F.format_string(
         "column '%s' (%s image): value %s (%s) does not fit the table's %s",
         column,
@@ -388,7 +483,10 @@ def _event_type(text: Column, value_format: str, image: Column, column: Column, 
     if value_format != "json_with_schema":
         return F.concat(F.lit("JSON "), F.lower(F.schema_of_variant(value)), F.lit(" in the event"))
     fields = F.from_json(text, _CONNECT_FIELDS_DDL)["schema"]["fields"]
-    row_fields = F.try_element_at(F.filter(fields, lambda f: f["field"] == image), F.lit(1))["fields"]
+    top = F.from_json(text, _CONNECT_TOP_FIELDS_DDL)["schema"]["fields"]
+    row_fields = F.when(image == FLAT_IMAGE, top).otherwise(
+        F.try_element_at(F.filter(fields, lambda f: f["field"] == image), F.lit(1))["fields"]
+    )
     field = F.try_element_at(F.filter(row_fields, lambda f: f["field"] == column), F.lit(1))
     return F.when(
         field.isNotNull(),

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdclake.errors import SchemaError
 from cdclake.model.avro import HEADER_BYTES, connect_schema, source_names, without_logical_types
+from cdclake.model.flattened import FlattenedRecords, missing_field_error
 from cdclake.model.interchange import Conversion, conversion
 from cdclake.model.types import (
     ColumnSpec,
@@ -43,9 +44,16 @@ from cdclake.model.types import (
 )
 from cdclake.spark.decode import json_read_type
 from cdclake.spark.flat import any_of, first_of
+from cdclake.spark.flattened import envelope_of
 from cdclake.spark.parse import SOURCE_FIELDS, TRANSACTION_FIELDS, envelope_type, records_from_envelopes
 from cdclake.spark.read import KAFKA_RECORD_COLUMNS
-from cdclake.spark.writer_schemas import envelope_fields, framed, row_schema, schema_id_of_value
+from cdclake.spark.writer_schemas import (
+    envelope_connect_schema,
+    envelope_fields,
+    framed,
+    row_schema,
+    schema_id_of_value,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -67,6 +75,7 @@ def parse_avro_records(
     ordering: str = "binlog",
     *,
     unusable: Mapping[int, str] | None = None,
+    flattened: FlattenedRecords | None = None,
 ) -> DataFrame:
     """Parse Kafka records of Confluent-framed Avro values into the rows of
     :func:`~cdclake.spark.parse.parse_records` (see :func:`~cdclake.spark.parse.records_from_envelopes`).
@@ -77,6 +86,8 @@ def parse_avro_records(
         unusable: schema id -> why the registry gave no writer schema for it
             (:attr:`WriterSchemas.unusable`), the error of its records; an id in neither is
             "not in the schema registry".
+        flattened: the table's ``flattened`` setting: each datum is a record flattened by
+            ``ExtractNewRecordState``, read as its envelope (:mod:`cdclake.spark.flattened`).
 
     Bad records (besides the envelope's and the row's defects): a value not in the Confluent
     wire format (shorter than the 5-byte header, or a first byte other than 0), a schema id not in
@@ -95,7 +106,10 @@ def parse_avro_records(
     from pyspark.sql.avro.functions import from_avro
 
     read_types = avro_read_types(columns)
-    readings = [_Reading(schema_id, schema, columns, read_types) for schema_id, schema in sorted(schemas.items())]
+    readings = [
+        _Reading(schema_id, schema, columns, read_types, flattened, ordering)
+        for schema_id, schema in sorted(schemas.items())
+    ]
     sid = F.col("_schema_id")
     datum = F.expr(f"substring(value, {HEADER_BYTES + 1})")
     decoded = raw.select(
@@ -200,14 +214,28 @@ def _json_value(value: Column, writer: dict[str, Any], read_type: str) -> Column
 class _Reading:
     """How the records of one schema id are read into the table's envelope (:func:`parsed`)."""
 
-    def __init__(self, schema_id: int, schema: Any, columns: list[ColumnSpec], read_types: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        schema_id: int,
+        schema: Any,
+        columns: list[ColumnSpec],
+        read_types: Mapping[str, str],
+        flattened: FlattenedRecords | None = None,
+        ordering: str = "binlog",
+    ) -> None:
         self.schema_id = schema_id
         self.columns = columns
         self.avro_json: str | None = None
         self.schema_error: str | None = None
         self.read_types = read_types
+        self.flattened = flattened
+        self.ordering = ordering
+        self.flat_fields: dict[str, dict[str, Any]] = {}
+        """A flattened record's own fields (``flattened``): name -> Connect field schema."""
         try:
-            self.envelope = envelope_fields(connect_schema(schema))
+            self.envelope = envelope_fields(envelope_connect_schema(schema, flattened))
+            if flattened is not None:
+                self.flat_fields = envelope_fields(connect_schema(schema))
             self.avro_json = json.dumps(without_logical_types(schema))
         except SchemaError as e:
             self.envelope = {}
@@ -251,6 +279,11 @@ class _Reading:
 
         if self.schema_error is not None:
             return F.struct(F.lit(None).alias("env"), F.lit(self.schema_error).alias("format_error"), F.lit(None))
+        undecoded_check = self._undecoded(d)
+        missing = []
+        if self.flattened is not None:
+            flat_d, d = d, self._enveloped(d)
+            missing = self._missing_fields(flat_d, d["op"])
         images = [i for i in ("before", "after") if self.envelope.get(i, {}).get("type") == "struct"]
         # bytes that do not decode, then the first column whose writer encoding the table cannot
         # take that has a value (one CASE, not one nested per column: cdclake.spark.flat)
@@ -262,7 +295,7 @@ class _Reading:
             for c in self.columns
             if c.name in self.misfits
         ]
-        error = first_of([(self._undecoded(d), undecoded), *misfits], F.lit(None).cast("string"))
+        error = first_of([(undecoded_check, undecoded), *missing, *misfits], F.lit(None).cast("string"))
         env = F.struct(
             self._image(d, "before").alias("before"),
             self._image(d, "after").alias("after"),
@@ -275,12 +308,48 @@ class _Reading:
         unknown = F.when(applied.isNotNull(), F.lit(self.unknown)) if self.unknown is not None else F.lit(None)
         return F.struct(env.alias("env"), error.alias("format_error"), unknown.cast("string").alias("unknown_column"))
 
-    def _undecoded(self, d: Column) -> Column:
-        """``from_avro``'s permissive result for bytes that do not decode: every field null, the
-        envelope's required ones (``op``, ``source``) included."""
+    def _enveloped(self, d: Column) -> Column:
+        """The envelope of a flattened datum ``d`` (:func:`~cdclake.spark.flattened.envelope_of`):
+        its row fields (the writer's names) as ``before``/``after``."""
         from pyspark.sql import functions as F
 
-        required = [name for name, f in self.envelope.items() if not f.get("optional", False)] or list(self.envelope)
+        assert self.flattened is not None
+        row_names = [n for n in self.flat_fields if not self.flattened.is_added_field(n)]
+        row = F.struct(*[d[n].alias(n) for n in row_names])
+        fields = self.flat_fields
+        return envelope_of(
+            lambda name: d[name] if name in fields else None, row, self.flattened, SOURCE_FIELDS, TRANSACTION_FIELDS
+        )
+
+    def _missing_fields(self, d: Column, op: Column) -> list[tuple[Column, Column]]:
+        """A flattened datum's missing op (``op``: its envelope's) or position fields, each with
+        its error (:func:`~cdclake.model.flattened.missing_field_error`)."""
+        from pyspark.sql import functions as F
+
+        assert self.flattened is not None
+        flat, fields = self.flattened, self.flat_fields
+
+        def absent(*names: str) -> Column:
+            out = F.lit(True)
+            for name in names:
+                if name in fields:
+                    out = out & d[name].isNull()
+            return out
+
+        checks = [(op.isNull(), flat.op_field, "every flattened record")]
+        checks += [
+            (absent(f, f.replace("source_", "", 1)), f, f"ordering: {self.ordering}")
+            for f in flat.position_fields(self.ordering)
+        ]
+        return [(m, F.lit(missing_field_error(f, flat, why))) for m, f, why in checks]
+
+    def _undecoded(self, d: Column) -> Column:
+        """``from_avro``'s permissive result for bytes that do not decode: every field null, the
+        envelope's required ones (``op``, ``source``; a flattened record's own) included."""
+        from pyspark.sql import functions as F
+
+        shape = self.flat_fields if self.flattened is not None else self.envelope
+        required = [name for name, f in shape.items() if not f.get("optional", False)] or list(shape)
         out = F.lit(bool(required))
         for name in required:
             out = out & d[name].isNull()

@@ -151,7 +151,7 @@ def write_quarantine(ctx: ApplyContext, raw: DataFrame, records: DataFrame) -> N
     records = records.select("partition", "offset", "error", "held_back_behind", "held_back_partition").join(
         raw.select(*KAFKA_RECORD_COLUMNS), ["partition", "offset"]
     )
-    records = describe_mismatches(records, list(ctx.columns), ctx.cfg.value_format)
+    records = describe_mismatches(records, list(ctx.columns), ctx.cfg.value_format, ctx.cfg.flattened)
 
     ctx.side_table(
         QUARANTINE_SUFFIX, [(n, t, False) for n, t, _ in QUARANTINE_COLUMNS], {n: d for n, _, d in QUARANTINE_COLUMNS}
@@ -273,7 +273,9 @@ def bad_batch(ctx: ApplyContext, parsed: DataFrame, total: int) -> BadBatchError
     if any(reason == TYPE_MISMATCH for *_, reason in described):
         # the column is named by Spark, on these few values only (parse.describe_mismatches)
         records = ctx.spark.createDataFrame(described, "partition int, offset long, value binary, error string")
-        rows = describe_mismatches(records, list(ctx.columns), cfg.value_format).orderBy("partition", "offset")
+        rows = describe_mismatches(records, list(ctx.columns), cfg.value_format, cfg.flattened).orderBy(
+            "partition", "offset"
+        )
         described = [(r["partition"], r["offset"], None, r["error"]) for r in rows.collect()]
     return BadBatchError([(cfg.topic, p, o, reason) for p, o, _, reason in described], total)
 
@@ -291,7 +293,7 @@ def _describe_bad_record(
     if value is None:
         return spark_reason
     try:
-        parse_value(value, cfg.value_format, where, cfg.ordering, schema_lookup=schema_lookup)
+        parse_value(value, cfg.value_format, where, cfg.ordering, schema_lookup=schema_lookup, flattened=cfg.flattened)
     except BadRecordError as e:
         return e.reason
     return spark_reason

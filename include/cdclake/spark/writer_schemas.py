@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdclake.errors import SchemaError, SchemaRegistryUnavailableError, UnknownSchemaIdError
 from cdclake.model.avro import HEADER_BYTES, MAGIC_BYTE, connect_schema, wire_header
+from cdclake.model.flattened import FlattenedRecords, envelope_schema
 from cdclake.spark.flat import first_of
 
 if TYPE_CHECKING:
@@ -58,14 +59,17 @@ class WriterSchemas:
         ``other``'s, parsed with these, needs no second parse."""
         return set(other.schemas) <= set(self.schemas) and set(other.unusable) <= set(self.unusable)
 
-    def row_schemas(self) -> list[tuple[int, tuple[int, int], dict[str, Any]]]:
+    def row_schemas(
+        self, flattened: FlattenedRecords | None = None
+    ) -> list[tuple[int, tuple[int, int], dict[str, Any]]]:
         """``(schema id, (partition, offset) of its first record, Connect row schema)`` of each
-        known id whose writer schema has a row image (``after`` or ``before``), in the order of
-        their first records (Kafka order: partition, offset)."""
+        known id whose writer schema has a row image (``after`` or ``before``; ``flattened``: the
+        record's fields that are not the transform's), in the order of their first records
+        (Kafka order: partition, offset)."""
         out = []
         for schema_id in sorted(self.schemas, key=lambda i: self.first.get(i, (0, 0))):
             try:
-                row = row_schema(envelope_fields(connect_schema(self.schemas[schema_id])))
+                row = row_schema(envelope_fields(envelope_connect_schema(self.schemas[schema_id], flattened)))
             except SchemaError:
                 continue
             if row is not None:
@@ -265,6 +269,17 @@ def schema_id_of_value(known: Iterable[int] = ()) -> Column:
         [(header == F.lit(bytearray(wire_header(known_id))), F.lit(known_id)) for known_id in sorted(known)], read
     )
     return schema_id.cast("bigint")
+
+
+def envelope_connect_schema(schema: Any, flattened: FlattenedRecords | None) -> dict[str, Any]:
+    """The Connect schema of the envelope an Avro writer schema's values are read as: its own
+    (:func:`~cdclake.model.avro.connect_schema`), or with ``flattened`` the envelope of its
+    flattened records (:func:`~cdclake.model.flattened.envelope_schema`).
+
+    Raises:
+        SchemaError: the writer schema is not a Connect schema."""
+    schema_of_values = connect_schema(schema)
+    return schema_of_values if flattened is None else envelope_schema(schema_of_values, flattened)
 
 
 def envelope_fields(schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
