@@ -28,6 +28,7 @@ from cdclake.model.types import DECIMAL, SOURCE_COLUMN_TYPE
 from cdclake.pipeline.planner import plan_next
 from tests.avro_events import avro_datum, avro_schema, confluent_value
 from tests.conftest import make_table
+from tests.flattening import flatten
 from tests.full_types import wkb_linestring, wkb_point
 from tests.integration.test_crash import job_env
 from tests.integration.test_engine import _client_result
@@ -466,10 +467,12 @@ def plan_depths(spark, width: int) -> dict[str, int]:
     """The depth of the plans of a run's steps over a batch of the table of ``width`` columns
     (:func:`wide_columns`), as a Spark Connect client builds them (no Spark job): the JSON and
     Avro parses (Avro: three writer schemas, one of them with a column of each kind the table
-    cannot take, and ten ids the registry refused), the reduction's plan from each (every column
-    with a default to fill), and the description of type mismatches (the quarantine)."""
+    cannot take, and ten ids the registry refused), the same flattened (``ExtractNewRecordState``,
+    :mod:`cdclake.spark.flattened`), the reduction's plan from each (every column with a default to
+    fill), and the description of type mismatches (the quarantine)."""
     from pyspark.sql import functions as F
 
+    from cdclake.model.flattened import TRANSFORM_FIELDS, FlattenedRecords
     from cdclake.model.layout import METADATA_COLUMNS
     from cdclake.model.position import BinlogPosition
     from cdclake.model.run_state import ColumnDefault
@@ -497,9 +500,24 @@ def plan_depths(spark, width: int) -> dict[str, int]:
     defaults = {n: ColumnDefault(BinlogPosition(3, 4, 0, 0), "NULL") for n in names}
     client = spark.client
     depths = {}
+    flat = FlattenedRecords()
+
+    def flattened(event: dict) -> dict:
+        out = flatten(event, TRANSFORM_FIELDS)
+        assert isinstance(out, dict)
+        return out
+
+    flat_schemas = {
+        7: avro_schema(flattened(event)["schema"]),
+        8: avro_schema(flattened(wide_event(columns[: width // 2], "c", 1, None, "A", 4))["schema"]),
+        9: avro_schema(flattened(wide_event(clash, "c", 1, None, "A", 4))["schema"]),
+    }
+    refused = {i: "refused" for i in range(10, 20)}
     for value_format, records in (
         ("json", parse_records(raw, "json_with_schema", specs, ("id",))),
-        ("avro", parse_avro_records(raw, schemas, specs, ("id",), unusable={i: "refused" for i in range(10, 20)})),
+        ("avro", parse_avro_records(raw, schemas, specs, ("id",), unusable=refused)),
+        ("json flattened", parse_records(raw, "json_with_schema", specs, ("id",), flattened=flat)),
+        ("avro flattened", parse_avro_records(raw, flat_schemas, specs, ("id",), unusable=refused, flattened=flat)),
     ):
         depths[f"{value_format} parse"] = plan_depth(records._plan.plan(client))
         good = records.drop("value").withColumn("held_back_behind", F.lit(None).cast("bigint")).filter(GOOD)
@@ -511,6 +529,10 @@ def plan_depths(spark, width: int) -> dict[str, int]:
         depths[f"{value_format} reduce"] = plan_depth(reduced._plan.plan(client))
     described = describe_mismatches(parse_records(raw, "json_with_schema", specs, ("id",)), specs, "json_with_schema")
     depths["describe mismatches"] = plan_depth(described._plan.plan(client))
+    described = describe_mismatches(
+        parse_records(raw, "json_with_schema", specs, ("id",), flattened=flat), specs, "json_with_schema", flat
+    )
+    depths["describe mismatches flattened"] = plan_depth(described._plan.plan(client))
     return depths
 
 

@@ -43,7 +43,7 @@ from cdclake.model.types import (
     parse_decimal_encoding,
 )
 from cdclake.spark.decode import json_read_type
-from cdclake.spark.flat import any_of, first_of
+from cdclake.spark.flat import all_of, any_of, first_of
 from cdclake.spark.flattened import envelope_of
 from cdclake.spark.parse import SOURCE_FIELDS, TRANSACTION_FIELDS, envelope_type, records_from_envelopes
 from cdclake.spark.read import KAFKA_RECORD_COLUMNS
@@ -121,9 +121,25 @@ def parse_avro_records(
             if r.avro_json is not None
         ],
     )
+    if flattened is not None:
+        # each flattened datum's envelope in a projection of its own: read through a column, the
+        # envelope's expression is not repeated inside every value read from it, which would nest
+        # the plan past Spark Connect's limit (cdclake.spark.flat)
+        decoded = decoded.select(
+            "*",
+            *[
+                r.enveloped(F.col(f"_avro{k}")).alias(f"_env{k}")
+                for k, r in enumerate(readings)
+                if r.avro_json is not None
+            ],
+        )
     parsed_type = f"struct<env:{envelope_type(columns, read_types)},format_error:string,unknown_column:string>"
+
+    def datum_of(k: int) -> tuple[Column, Column | None]:
+        return (F.col(f"_env{k}"), F.col(f"_avro{k}")) if flattened is not None else (F.col(f"_avro{k}"), None)
+
     parsed = first_of(
-        [(sid == r.schema_id, r.parsed(F.col(f"_avro{k}")).cast(parsed_type)) for k, r in enumerate(readings)],
+        [(sid == r.schema_id, r.parsed(*datum_of(k)).cast(parsed_type)) for k, r in enumerate(readings)],
         F.lit(None).cast(parsed_type),
     )
     known = F.lit(False)
@@ -272,18 +288,19 @@ class _Reading:
                     f"table's column ({c.iceberg_type}, encoding {c.encoding}) cannot take"
                 )
 
-    def parsed(self, d: Column) -> Column:
+    def parsed(self, d: Column, flat: Column | None = None) -> Column:
         """``struct<env, format_error, unknown_column>`` of a record of this id, from its decoded
-        datum ``d`` (``from_avro``; a struct of nulls when the bytes do not decode)."""
+        datum ``d`` (``from_avro``; a struct of nulls when the bytes do not decode); a flattened
+        record's: ``d`` its envelope (:meth:`enveloped`), ``flat`` the datum."""
         from pyspark.sql import functions as F
 
         if self.schema_error is not None:
             return F.struct(F.lit(None).alias("env"), F.lit(self.schema_error).alias("format_error"), F.lit(None))
-        undecoded_check = self._undecoded(d)
+        undecoded_check = self._undecoded(d if flat is None else flat)
         missing = []
         if self.flattened is not None:
-            flat_d, d = d, self._enveloped(d)
-            missing = self._missing_fields(flat_d, d["op"])
+            assert flat is not None, "a flattened record's datum"
+            missing = self._missing_fields(flat, d["op"])
         images = [i for i in ("before", "after") if self.envelope.get(i, {}).get("type") == "struct"]
         # bytes that do not decode, then the first column whose writer encoding the table cannot
         # take that has a value (one CASE, not one nested per column: cdclake.spark.flat)
@@ -308,7 +325,7 @@ class _Reading:
         unknown = F.when(applied.isNotNull(), F.lit(self.unknown)) if self.unknown is not None else F.lit(None)
         return F.struct(env.alias("env"), error.alias("format_error"), unknown.cast("string").alias("unknown_column"))
 
-    def _enveloped(self, d: Column) -> Column:
+    def enveloped(self, d: Column) -> Column:
         """The envelope of a flattened datum ``d`` (:func:`~cdclake.spark.flattened.envelope_of`):
         its row fields (the writer's names) as ``before``/``after``."""
         from pyspark.sql import functions as F
@@ -350,10 +367,11 @@ class _Reading:
 
         shape = self.flat_fields if self.flattened is not None else self.envelope
         required = [name for name, f in shape.items() if not f.get("optional", False)] or list(shape)
-        out = F.lit(bool(required))
-        for name in required:
-            out = out & d[name].isNull()
-        return out
+        if not required:
+            return F.lit(False)
+        # a flattened record's required fields are the row's NOT NULL columns: as many as the
+        # table has, so nested as a balanced tree (cdclake.spark.flat)
+        return all_of([d[name].isNull() for name in required])
 
     def _top(self, d: Column, name: str, typ: str) -> Column:
         from pyspark.sql import functions as F
