@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import workload as wl
 from cdclake.settings import Settings
@@ -107,19 +107,100 @@ class AvroEncoder:
         return out.getvalue()
 
 
+class Encoder(Protocol):
+    """A second encoding of the workload's events (:class:`AvroEncoder`, :class:`FlattenEncoder`):
+    one ``JsonConverter`` value in, the other format's value out, and the seconds it took so far."""
+
+    seconds: float
+
+    def encode(self, value: bytes) -> bytes: ...
+
+
+class FlattenEncoder:
+    """The workload's events as Debezium's ``ExtractNewRecordState`` transform writes them with
+    ``add.fields`` :data:`~cdclake.model.flattened.TRANSFORM_FIELDS` (prefix ``__``) and
+    ``delete.tombstone.handling.mode=rewrite``, through ``JsonConverter`` with schemas: the row
+    image (``after``; a delete's ``before``) with the added fields and ``__deleted``
+    (``tests/flattening.py``'s :func:`~tests.flattening.flatten`, the model of the transform).
+
+    The flattened record's Connect schema is the same for every event (``before`` and ``after``
+    share the row schema): it is taken once from :func:`~tests.flattening.flatten` of the first
+    event; each event's payload alone is then parsed and its flat value written after it. The
+    first event of each op is checked against :func:`~tests.flattening.flatten` whole (schema and
+    value), so a workload change that the fast path would miss fails the load.
+    """
+
+    PREFIX = "__"
+
+    def __init__(self, decimal: bool) -> None:
+        self._skip = len(
+            b'{"schema":' + json.dumps(wl.value_schema(decimal), separators=(",", ":")).encode() + b',"payload":'
+        )
+        self._prefix: bytes | None = None
+        self._added: list[tuple[str, str | None, str]] = []
+        self._checked: set[str] = set()
+        self.seconds = 0.0
+        """Seconds spent encoding so far."""
+
+    def _flatten(self, value: bytes) -> dict[str, Any]:
+        from cdclake.model.flattened import TRANSFORM_FIELDS
+        from tests.flattening import flatten
+
+        flat = flatten(json.loads(value), TRANSFORM_FIELDS, prefix=self.PREFIX, deletes="rewrite")
+        if not isinstance(flat, dict):
+            raise RuntimeError(f"the transform would not keep this event as a record: {flat!r}")
+        return flat
+
+    def _start(self, value: bytes) -> None:
+        """The schema prefix and the added fields, from the first event's flattened record."""
+        from cdclake.model.flattened import TRANSFORM_FIELDS
+        from tests.flattening import _entry
+
+        schema = self._flatten(value)["schema"]
+        self._prefix = ('{"schema":' + json.dumps(schema, separators=(",", ":")) + ',"payload":').encode()
+        names = {f["field"] for f in schema["fields"]}
+        for entry in TRANSFORM_FIELDS.split(","):
+            struct, field, name = _entry(entry.strip(), self.PREFIX)
+            if name in names:  # the transform leaves out an entry the envelope has no field for
+                self._added.append((name, struct, field))
+
+    def encode(self, value: bytes) -> bytes:
+        """The flattened ``JsonConverter`` value of one ``JsonConverter`` envelope of the workload."""
+        from cdclake.model.flattened import DELETED_FIELD
+
+        t0 = time.monotonic()
+        if self._prefix is None:
+            self._start(value)
+        assert self._prefix is not None
+        payload = json.loads(value[self._skip : -1])
+        op = payload["op"]
+        flat = dict(payload["before"] if op == "d" else payload["after"])
+        for name, struct, field in self._added:
+            flat[name] = payload.get(field) if struct is None else (payload.get(struct) or {}).get(field)
+        flat[DELETED_FIELD] = "true" if op == "d" else "false"
+        out = self._prefix + json.dumps(flat, separators=(",", ":")).encode() + b"}"
+        if op not in self._checked:
+            if json.loads(out) != self._flatten(value):
+                raise RuntimeError(f"the flattened {op!r} event differs from tests/flattening.py's: {out[-400:]!r}")
+            self._checked.add(op)
+        self.seconds += time.monotonic() - t0
+        return out
+
+
 def produce(
     kafka: KafkaClients,
     topic: str,
     events: Iterable[wl.Event],
     *,
     create: bool = True,
-    avro: tuple[AvroEncoder, list[tuple[bytes, bytes, None]]] | None = None,
+    avro: tuple[Encoder, list[tuple[bytes, bytes, None]]] | None = None,
 ) -> tuple[list[tuple[int, int]], list[tuple[str, tuple[int, int, int], int]], int]:
     """Produce ``events`` to ``topic`` (made with :data:`PARTITIONS` partitions when ``create``)
     keyed as Debezium keys them (``cdclake.model.keys.build_key``) with Kafka's default
     partitioner, as ``cdclake.io.events.load_events`` does. Returns each event's ``(partition,
     offset)`` and ``(op, position, source ts_ms)``, and the bytes of the values. ``avro``: an
-    encoder and a list that receives each event's record in Avro, same key."""
+    encoder (Avro, or another :class:`Encoder`) and a list that receives each event's record in
+    its format, same key."""
     from cdclake.io.kafka import ensure_topic
     from cdclake.io.kafka import produce as produce_records
     from cdclake.model.envelope import KafkaCoordinates, parse_value
@@ -167,13 +248,14 @@ def load_workload(
 
 
 def load_workload_avro(
-    settings: Settings, topic: str, spec: wl.WorkloadSpec, decimal: bool, avro_topic: str, encoder: AvroEncoder
+    settings: Settings, topic: str, spec: wl.WorkloadSpec, decimal: bool, avro_topic: str, encoder: Encoder
 ) -> tuple[Loaded, Loaded]:
-    """:func:`load_workload`, and the same events in Avro (``encoder``), same keys, to ``avro_topic``.
+    """:func:`load_workload`, and the same events in Avro (``encoder``; or in another format, a
+    :class:`FlattenEncoder`'s), same keys, to ``avro_topic``.
 
     Returns:
-        The JSON workload and the Avro one: the same source state and events, each with its own
-        coordinates, bytes and seconds (the Avro one's include the encoding).
+        The JSON workload and the Avro (other) one: the same source state and events, each with its
+        own coordinates, bytes and seconds (the second one's include the encoding).
 
     Raises:
         RuntimeError: a topic holds another number of records than the events.
@@ -189,7 +271,7 @@ def _load(
     spec: wl.WorkloadSpec,
     decimal: bool,
     state: wl.SourceState | None,
-    avro: tuple[str, AvroEncoder] | None,
+    avro: tuple[str, Encoder] | None,
 ) -> tuple[Loaded, Loaded | None]:
     from cdclake.io.kafka import ensure_topic
     from cdclake.io.kafka import produce as produce_records

@@ -46,6 +46,13 @@ workload in JSON and in Avro, read+parse and apply of each through ``spark-submi
 apply on the shared engine (a Spark Connect server the run starts, warmed by one apply first), as
 the table DAG's ``apply`` task runs it by default.
 
+With ``--stages flattened`` only issue 55's figures are measured (:func:`measure_flattened`): the
+main workload as Debezium envelopes (``json_with_schema``) and flattened (a second topic, same keys
+and partitions, each event as Debezium's ``ExtractNewRecordState`` transform writes it with
+``add.fields`` :data:`~cdclake.model.flattened.TRANSFORM_FIELDS` and rewritten deletes:
+:class:`lake.FlattenEncoder`), read+parse and apply of each through ``spark-submit`` (the
+flattened ones with the table config's ``flattened: {}``), and the ratios flattened/envelope.
+
 Stages 1-3 also run on the same events in Avro (``avro_read_parse``, ``avro_append``,
 ``avro_apply``): a second topic, same keys and partitions, each value the Confluent wire format of
 the Avro writer schema a Kafka Connect Avro converter makes of the events' Connect schema,
@@ -76,6 +83,7 @@ from pathlib import Path
 from typing import Any
 
 import workload as wl
+from cdclake.model.flattened import TRANSFORM_FIELDS
 from cdclake.settings import Settings
 from harness import (
     BENCH_DIR,
@@ -99,6 +107,7 @@ from harness import (
 )
 from lake import (
     AvroEncoder,
+    FlattenEncoder,
     Loaded,
     check_one_event,
     check_table,
@@ -158,6 +167,9 @@ TARGETS = {
     "avro apply s per 1M events": 25.0,
 }
 APPLY_PEAK_RSS_TARGET = 4 * 1024**3
+FLATTENED_TARGET = 1.0
+"""``flattened/envelope`` of read+parse and of apply at most (job seconds): flattened records are
+smaller, so no slower (issue 55 expects them faster)."""
 TRANSACTION_EVENTS = 10
 """The largest source transaction of ``--stages transactions``' workload (events; issue 28: 1-10)."""
 WHOLE_TRANSACTIONS_TARGET = 1.1
@@ -949,6 +961,105 @@ def markdown_avro(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+FLATTENED_KEYS = {
+    "read_parse": "1. read+parse, envelopes (spark-submit)",
+    "apply": "3. apply, envelopes (spark-submit)",
+    "flattened_read_parse": "1. read+parse, flattened (spark-submit)",
+    "flattened_apply": "3. apply, flattened (spark-submit)",
+}
+"""The stages of ``--stages flattened`` and their labels."""
+FLATTENED = "flattened"
+"""``bench/spark_stage.py``'s ``--format`` of flattened records (``json_with_schema``, ``flattened: {}``)."""
+
+
+def measure_flattened(ctx: Context) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The ``--stages flattened`` run (issue 55's figures): the main workload as Debezium envelopes
+    and flattened (:class:`lake.FlattenEncoder`: ``ExtractNewRecordState`` with ``add.fields``
+    :data:`~cdclake.model.flattened.TRANSFORM_FIELDS`, rewritten deletes), same keys, each to a
+    topic of its own; then read+parse and apply of each through ``spark-submit`` (a process and
+    JVM of its own), ``p.reps`` times, the two formats in alternating order (repetition 1
+    envelopes first). Returns the stages, the checks of the first repetition's tables against the
+    source and the setup (``envelope_mean_event_bytes``, ``flattened_mean_event_bytes``)."""
+    p, tag = ctx.p, ctx.bench.tag
+    print("generating and loading the workload as envelopes and flattened ...", flush=True)
+    spec = wl.WorkloadSpec(events=p.events, keys=p.keys, existing_rows=p.base_rows, new_id_start=p.big_rows)
+    encoder = FlattenEncoder(ctx.decimal)
+    main, flat = load_workload_avro(
+        ctx.settings, f"bench.{tag}.orders", spec, ctx.decimal, f"bench.{tag}.orders_flat", encoder
+    )
+    setup: dict[str, Any] = {
+        "events": main.events,
+        "ops": dict(main.state.ops),
+        "envelope_mean_event_bytes": round(main.bytes / main.events),
+        "flattened_mean_event_bytes": round(flat.bytes / flat.events),
+        "add_fields": TRANSFORM_FIELDS,
+        "load_s": round(main.load_s + flat.load_s, 1),
+        "flatten_s": round(encoder.seconds, 1),
+        "base_table_s": round(create_base_table(ctx.catalog, f"{ctx.ns}.base", p.base_rows, ctx.decimal), 1),
+    }
+    print(
+        f"  loaded {main.events} events: {main.bytes / 2**20:.1f} MiB as envelopes "
+        f"({setup['envelope_mean_event_bytes']:,} bytes an event), {flat.bytes / 2**20:.1f} MiB flattened "
+        f"({setup['flattened_mean_event_bytes']:,}; {encoder.seconds:.0f} s flattening)",
+        flush=True,
+    )
+    runs: dict[str, list[Measured]] = {key: [] for key in FLATTENED_KEYS}
+    formats = [("", JSON, main), ("flattened_", FLATTENED, flat)]
+    for rep in range(1, p.reps + 1):
+        print(f"repetition {rep}/{p.reps}", flush=True)
+        for prefix, fmt, loaded in formats if rep % 2 else formats[::-1]:
+            for stage in ("read_parse", "apply"):
+                key = f"{prefix}{stage}"
+                table = "base" if stage == "read_parse" else f"{key}_r{rep}"
+                if stage == "apply":
+                    ctx.clone("base", table)
+                runs[key].append(apply_stage(ctx, f"{key}_r{rep}", table, loaded.range_json, ["--format", fmt], stage))
+    checks = {"apply": ctx.check("apply_r1", main), "flattened_apply": ctx.check("flattened_apply_r1", flat)}
+    print("  checks: " + ", ".join(f"{k} {c['ok']}" for k, c in checks.items()), flush=True)
+    return {key: summarize(ms, p.events) for key, ms in runs.items()}, checks, setup
+
+
+def flattened_ratios(stages: dict[str, Any]) -> dict[str, Any]:
+    """``flattened/envelope`` of read+parse and of apply (medians of wall and of job seconds)
+    against :data:`FLATTENED_TARGET` (on the job seconds: the JVM's start is no format's cost)."""
+    out = {}
+    for stage in ("read_parse", "apply"):
+        a, b = stages[f"flattened_{stage}"], stages[stage]
+        job = ratio(a.get("job_s"), b.get("job_s"))
+        out[f"flattened/envelope {stage}"] = {
+            "wall": ratio(a["wall_s"], b["wall_s"]),
+            "job": job,
+            "target": FLATTENED_TARGET,
+            "met": job is not None and job <= FLATTENED_TARGET,
+        }
+    return out
+
+
+def markdown_flattened(result: dict[str, Any]) -> str:
+    p, setup = result["params"], result["setup"]
+    workload = (
+        f"Workload: {setup['events']:,} events over {p['keys']:,} keys into a table of {p['base_rows']:,} rows, "
+        f"as Debezium envelopes (`json_with_schema`, {setup['envelope_mean_event_bytes']:,} bytes an event) and "
+        f"flattened by `ExtractNewRecordState` (`add.fields={setup['add_fields']}`, deletes rewritten; "
+        f"{setup['flattened_mean_event_bytes']:,} bytes an event); median of {p['reps']} run(s), alternating order."
+    )
+    lines = [
+        *summary_head(f"cdclake benchmark: flattened events beside envelopes, size {result['size']}", result),
+        workload,
+        *stage_table(result, FLATTENED_KEYS, "wall"),
+        "",
+        "| ratio | measured (wall) | job only | target (job) | met |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for name, r in result["ratios"].items():
+        lines.append(
+            f"| {name} | {r['wall']} | {r['job'] if r['job'] is not None else ''} | <= {r['target']} | "
+            f"{'yes' if r['met'] else '**no**'} |"
+        )
+    lines += ["", checks_line(result["checks"]), ""]
+    return "\n".join(lines)
+
+
 OPTION_STAGES = {
     "transactions": (
         measure_whole_transactions,
@@ -957,6 +1068,7 @@ OPTION_STAGES = {
     ),
     "side_tables": (measure_side_tables, partial(cost_ratios, target=SIDE_TABLES_TARGET), markdown_side_tables),
     "avro": (measure_avro, avro_ratios, markdown_avro),
+    "flattened": (measure_flattened, flattened_ratios, markdown_flattened),
 }
 """The runs of ``--stages`` other than ``all``: what measures them, their ratios against their
 targets, the summary's writer."""
@@ -1073,11 +1185,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--stages",
-        choices=("all", "transactions", "side_tables", "avro"),
+        choices=("all", *OPTION_STAGES),
         default="all",
         help="all: stages 1-6; transactions: only the whole-transactions stages (apply beside apply_whole); "
         "side_tables: only the side tables' stages (apply beside apply_change_feed and apply_history); "
-        "avro: read+parse and apply in JSON and in Avro, and the Avro apply on the warm shared engine",
+        "avro: read+parse and apply in JSON and in Avro, and the Avro apply on the warm shared engine; "
+        "flattened: read+parse and apply of Debezium envelopes and of the same events flattened "
+        "(ExtractNewRecordState)",
     )
     add_run_options(parser, external_broker=True)
     return parser

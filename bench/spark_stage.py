@@ -23,7 +23,10 @@ Stages, on one Kafka offset range of the workload topic:
 Each reads ``json_with_schema`` values, or with ``--format avro`` Avro through the schema
 registry of ``CDCLAKE_SCHEMA_REGISTRY_URL`` (the read stages then parse as the apply does: the
 writer schemas, :func:`cdclake.spark.writer_schemas.writer_schemas_for`, and
-:func:`cdclake.spark.parse_avro.parse_avro_records`). ``--then STAGE FORMAT RANGE TABLE`` (repeated)
+:func:`cdclake.spark.parse_avro.parse_avro_records`), or with ``--format flattened``
+``json_with_schema`` values flattened by Debezium's ``ExtractNewRecordState`` transform (the table
+config's ``flattened: {}``: prefix ``__``, rewritten deletes; the read stages parse with
+:func:`cdclake.spark.parse.parse_records`' ``flattened``). ``--then STAGE FORMAT RANGE TABLE`` (repeated)
 runs more stages afterwards in the same process, in order (the tiny size's way: one JVM start for
 every stage). ``--count-after TABLE`` (repeated) counts a table's rows after the last stage (not
 timed).
@@ -42,7 +45,9 @@ import time
 from typing import Any
 
 STAGES = ("read_parse", "append", "apply")
-FORMATS = ("json_with_schema", "avro")
+FORMATS = ("json_with_schema", "avro", "flattened")
+FLATTENED = "flattened"
+"""The ``--format`` of flattened records: ``json_with_schema`` values and ``flattened: {}``."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,6 +155,7 @@ def run_stage(
     from cdclake.spark.writer_schemas import writer_schemas_for
 
     offset_range = OffsetRange.from_json(range_json)
+    flattened = value_format == FLATTENED
     cfg = TableConfig.model_validate(
         {
             "name": table.lower(),
@@ -157,7 +163,8 @@ def run_stage(
             "namespace": namespace,
             "table": table,
             "primary_key": ["id"],
-            "value_format": value_format,
+            "value_format": "json_with_schema" if flattened else value_format,
+            "flattened": {} if flattened else None,
             "transactions": "ignore" if transactions is None else "whole",
             "change_feed": {} if change_feed else None,
             "history": {} if history else None,
@@ -180,7 +187,7 @@ def run_stage(
 
     def parse(raw: Any) -> Any:
         if value_format != "avro":
-            return parse_records(raw, value_format, columns, cfg.primary_key)
+            return parse_records(raw, cfg.value_format, columns, cfg.primary_key, flattened=cfg.flattened)
         t2 = time.monotonic()
         writers = writer_schemas_for(cfg, kafka, raw)
         assert writers is not None  # an avro table with the registry

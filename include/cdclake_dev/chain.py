@@ -63,9 +63,27 @@ AVRO_CONNECTOR_CONFIG = CONNECTOR_CONFIG.with_name("inventory-connector-avro.jso
 of ``inventory`` unless told), Apicurio's ``AvroConverter`` (:func:`avro_converter_config`'s
 settings) writing to ``${env:CDC_REGISTRY_URL}``, transaction metadata as the JSON connector,
 topic prefix ``${env:CDC_TOPIC_PREFIX}_avro``, binlog client id 184062."""
-CONNECTOR_FILES = {"json": CONNECTOR_CONFIG, "avro": AVRO_CONNECTOR_CONFIG}
+FLAT_CONNECTOR_CONFIG = CONNECTOR_CONFIG.with_name("inventory-connector-flat.json")
+"""The JSON connector with Debezium's ``ExtractNewRecordState`` transform (flattened records,
+:mod:`cdclake.model.flattened`: ``add.fields`` the contract's set, deletes rewritten with
+``__deleted``): the tables of ``${env:CDC_FLAT_TABLES}``, topic prefix
+``${env:CDC_TOPIC_PREFIX}_flat``, binlog client id 184063."""
+AVRO_FLAT_CONNECTOR_CONFIG = CONNECTOR_CONFIG.with_name("inventory-connector-avro-flat.json")
+"""The Avro connector with the same transform: the tables of ``${env:CDC_AVRO_FLAT_TABLES}``,
+topic prefix ``${env:CDC_TOPIC_PREFIX}_avroflat``, binlog client id 184064."""
+CONNECTOR_FILES = {
+    "json": CONNECTOR_CONFIG,
+    "avro": AVRO_CONNECTOR_CONFIG,
+    "json-flat": FLAT_CONNECTOR_CONFIG,
+    "avro-flat": AVRO_FLAT_CONNECTOR_CONFIG,
+}
 """The connector variants :func:`start_connect` runs, by name."""
-AVRO_PREFIX_SUFFIX = "_avro"
+PREFIX_SUFFIXES = {"json": "", "avro": "_avro", "json-flat": "_flat", "avro-flat": "_avroflat"}
+"""Each connector's topic prefix is the chain's followed by its suffix."""
+TABLES_VARIABLES = {"avro": "CDC_AVRO_TABLES", "json-flat": "CDC_FLAT_TABLES", "avro-flat": "CDC_AVRO_FLAT_TABLES"}
+"""The ``${env:...}`` placeholder of each connector's ``table.include.list`` (the JSON one reads
+every table of ``inventory``)."""
+AVRO_PREFIX_SUFFIX = PREFIX_SUFFIXES["avro"]
 """The Avro connector's topic prefix is the chain's followed by this."""
 DB_USER = "debezium"
 DB_PASSWORD = "dbz"
@@ -282,6 +300,7 @@ def connector_env(
     registry_url: str | None = None,
     avro_tables: Sequence[str] | None = None,
     transaction_metadata: bool = True,
+    tables: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, str]:
     """Values of the ``${env:...}`` placeholders of the connector files (:data:`CONNECTOR_FILES`),
     for the local chain (``db_password``: the ``debezium`` user's, as :func:`start_mariadb` set it).
@@ -295,6 +314,8 @@ def connector_env(
         transaction_metadata: ``provide.transaction.metadata`` (``BEGIN``/``END`` records on
             ``<prefix>.transaction``, a ``transaction`` block in each change event), on by default
             since ``transactions: whole`` is the tables' default.
+        tables: connector name -> its ``table.include.list`` (:data:`TABLES_VARIABLES`; ``avro``
+            as ``avro_tables``); default every table of ``inventory``.
     """
     registry = registry_url or settings.schema_registry_url or f"http://{LOOPBACK}:{REGISTRY_PORT}/apis/ccompat/v7"
     return {
@@ -308,7 +329,12 @@ def connector_env(
         "CDC_SCHEMAS_ENABLE": "true" if schemas_enable else "false",
         "CDC_SNAPSHOT_MODE": snapshot_mode,
         "CDC_REGISTRY_URL": registry.partition("/apis/ccompat/")[0] + "/apis/registry/v2",
-        "CDC_AVRO_TABLES": ",".join(avro_tables) if avro_tables else r"inventory\..*",
+        **{
+            variable: ",".join(chosen)
+            if (chosen := {"avro": avro_tables, **(tables or {})}.get(name))
+            else r"inventory\..*"
+            for name, variable in TABLES_VARIABLES.items()
+        },
         "CDC_TRANSACTION_METADATA": "true" if transaction_metadata else "false",
     }
 
@@ -340,6 +366,7 @@ def start_connect(
     registry_url: str | None = None,
     avro_tables: Sequence[str] | None = None,
     transaction_metadata: bool = True,
+    tables: Mapping[str, Sequence[str]] | None = None,
 ) -> str:
     """Start Kafka Connect standalone with the Debezium MariaDB connectors ``connectors`` (names of
     :data:`CONNECTOR_FILES`) unless it runs. Their files are on the worker's command line: every
@@ -349,7 +376,7 @@ def start_connect(
     ``offset_flush_interval_ms`` is the worker's ``offset.flush.interval.ms`` (how often it saves
     the connectors' offsets); ``db_password`` reaches the connectors through the worker's
     environment (``${env:CDC_DB_PASSWORD}``), never a file or command line; ``registry_url``,
-    ``avro_tables`` and ``transaction_metadata`` fill the connectors' placeholders
+    ``avro_tables``, ``tables`` and ``transaction_metadata`` fill the connectors' placeholders
     (:func:`connector_env`).
 
     Raises:
@@ -406,6 +433,7 @@ def start_connect(
             registry_url=registry_url,
             avro_tables=avro_tables,
             transaction_metadata=transaction_metadata,
+            tables=tables,
         )
     )
     pid = worker_process.start(

@@ -80,9 +80,19 @@ class Cell:
     """Its source tables (``a``; a group's ``a`` and ``b``): each gets the history's statements
     of its role, and a transaction of the history over both roles is one transaction here."""
 
+    flattened: bool = False
+    """Its connector flattens the records (Debezium's ``ExtractNewRecordState``:
+    ``include/stack/debezium/inventory-connector-flat.json``, ``...-avro-flat.json``) and its
+    tables read them so (``flattened: {}``)."""
+
     @property
     def slug(self) -> str:
         return re.sub(r"[^a-z0-9]+", "_", self.name)
+
+    @property
+    def connector(self) -> str:
+        """Its connector's name in :data:`cdclake_dev.chain.CONNECTOR_FILES`."""
+        return self.converter + ("-flat" if self.flattened else "")
 
 
 _OFFSETS = {"transactions": "ignore"}
@@ -95,10 +105,14 @@ CELLS: tuple[Cell, ...] = (
     Cell("avro/whole", "avro"),
     Cell("json/group+whole", "json", {"group": "{tag}_group"}, roles=("a", "b")),
     Cell("json/history+feed", "json", {**_OFFSETS, "history": {}, "change_feed": {}}),
+    Cell("json/flattened", "json", {**_OFFSETS, "flattened": {}}, flattened=True),
+    Cell("avro/flattened", "avro", {**_OFFSETS, "flattened": {}}, flattened=True),
 )
 """The matrix's cells: the JSON baseline (``json_with_schema``, the schema-change topic, batches
 cut by offsets: ``transactions: ignore``) and one or two options varied each. The connectors write
-transaction metadata, which the ``whole`` cells use (``transactions: whole``, the table default)."""
+transaction metadata, which the ``whole`` cells use (``transactions: whole``, the table default).
+The ``flattened`` cells read records flattened by Debezium's ``ExtractNewRecordState`` (their own
+connectors, positions in the added fields, deletes rewritten)."""
 PHASES = ("dml", "kill9", "ddl", "replay", "partitions")
 """The history's phases, in order; the lake is caught up and compared after each."""
 REDUCED_CELLS = ("avro/topic",)
@@ -545,9 +559,9 @@ class Harness:
                 yield cell, self.table(cell, role)
 
     def prefix(self, cell: Cell) -> str:
-        from cdclake_dev.chain import AVRO_PREFIX_SUFFIX
+        from cdclake_dev.chain import PREFIX_SUFFIXES
 
-        return self.settings.topic_prefix + (AVRO_PREFIX_SUFFIX if cell.converter == "avro" else "")
+        return self.settings.topic_prefix + PREFIX_SUFFIXES[cell.connector]
 
     def topic(self, cell: Cell, table: str) -> str:
         return f"{self.prefix(cell)}.inventory.{table}"
@@ -557,7 +571,10 @@ class Harness:
         return str(group).format(tag=self.tag) if group else None
 
     def _connectors(self) -> tuple[str, ...]:
-        return ("json", "avro") if any(c.converter == "avro" for c in self.cells) else ("json",)
+        from cdclake_dev.chain import CONNECTOR_FILES
+
+        wanted = {"json"} | {c.connector for c in self.cells}
+        return tuple(name for name in CONNECTOR_FILES if name in wanted)
 
     def write_config(self) -> None:
         import yaml
@@ -585,27 +602,32 @@ class Harness:
     def start_connect(self, **kwargs: Any) -> None:
         from cdclake_dev import chain
 
-        avro_tables = [f"inventory.{t}" for c, t in self.tables() if c.converter == "avro"]
+        tables: dict[str, list[str]] = {}
+        for c, t in self.tables():
+            tables.setdefault(c.connector, []).append(f"inventory.{t}")
         self.say(
             "  "
             + chain.start_connect(
                 self.settings,
                 connectors=self._connectors(),
                 registry_url=self.registry_url,
-                avro_tables=avro_tables or None,
+                tables=tables,
                 transaction_metadata=True,
                 **kwargs,
             )
         )
 
     def _notification_topics(self) -> list[tuple[str, Any]]:
-        from cdclake_dev.chain import AVRO_PREFIX_SUFFIX
+        from cdclake_dev.chain import PREFIX_SUFFIXES
 
         prefix = self.settings.topic_prefix
-        topics = [(f"{prefix}.notifications", self.kafka)]
-        if "avro" in self._connectors():
-            topics.append((f"{prefix}{AVRO_PREFIX_SUFFIX}.notifications", self.avro_kafka))
-        return topics
+        return [
+            (
+                f"{prefix}{PREFIX_SUFFIXES[name]}.notifications",
+                self.avro_kafka if name.startswith("avro") else self.kafka,
+            )
+            for name in self._connectors()
+        ]
 
     def wait_streaming(self, since_ms: int, timeout_s: float = 240.0) -> None:
         """Wait until every connector's initial snapshot of a start at or after ``since_ms`` ended
@@ -705,7 +727,10 @@ class Harness:
                     else:
                         doc = json.loads(value)
                         payload = doc.get("payload") if isinstance(doc, dict) and "payload" in doc else doc
-                    if isinstance(payload, dict) and (payload.get("after") or {}).get("note") == note:
+                    if not isinstance(payload, dict):
+                        continue
+                    row = payload if cell.flattened else payload.get("after") or {}
+                    if row.get("note") == note and row.get("__deleted") != "true":
                         return
                 read[p] = max(read.get(p, 0), end)
             time.sleep(0.5)
