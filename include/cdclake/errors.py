@@ -131,6 +131,13 @@ class SchemaChangeError(SchemaError):
     the message names the DDL, its position and the column."""
 
 
+class FormatVersionError(CdcLakeError, ValueError):
+    """A table cannot have the Iceberg format version asked for: a downgrade (Iceberg allows none),
+    a version the catalog cannot hold for cdclake (v3 outside the REST catalog), or a table to
+    upgrade that does not exist. Nothing was committed; the message names the table, both versions
+    and what to do (docs/operations.md, "Upgrading a table to format v3")."""
+
+
 class DdlParseError(CdcLakeError, ValueError):
     """A DDL statement sqlglot cannot read (names the statement)."""
 

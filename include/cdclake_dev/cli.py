@@ -426,6 +426,20 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_upgrade(args: argparse.Namespace) -> int:
+    """Upgrade a table's Iceberg format version in place (:func:`cdclake.pipeline.format_version.upgrade_table`);
+    a downgrade, a missing table or a catalog that cannot hold the version is a
+    :class:`~cdclake.errors.FormatVersionError` (exit code 2, :func:`main`)."""
+    from cdclake.io.catalog import load_catalog
+    from cdclake.model.config import load_tables
+    from cdclake.pipeline.format_version import upgrade_table
+
+    settings = _settings()
+    cfg = load_tables(settings.tables_config, settings.discovery_registry).get(args.table)
+    print(upgrade_table(load_catalog(settings), cfg, args.format_version).message())
+    return 0
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     sys.stdout.write(show_table(args.table, limit=args.limit, metadata_columns=args.metadata))
     return 0
@@ -763,6 +777,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--partition", type=int, help="release: Kafka partition of the bad record")
     p.add_argument("--offset", type=int, help="release: Kafka offset of the bad record")
     p.set_defaults(func=cmd_quarantine)
+
+    p = sub.add_parser(
+        "upgrade",
+        help="upgrade a table's Iceberg format version in place (v2 -> v3: deletes become deletion vectors); never down",
+    )
+    p.add_argument("table", help="table name in the table config")
+    p.add_argument(
+        "--format-version",
+        type=int,
+        choices=[2, 3],
+        help="the version to upgrade to (default: the table's format_version in the table config)",
+    )
+    p.set_defaults(func=cmd_upgrade)
 
     p = sub.add_parser("show", help="print an Iceberg table: schema, snapshot summary, rows")
     p.add_argument("table", help="table name in the table config")

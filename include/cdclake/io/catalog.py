@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cdclake.errors import ConfigError, SchemaError
+from cdclake.model.format_version import DEFAULT_FORMAT_VERSION, FORMAT_VERSION_PROPERTY, check_catalog
 from cdclake.model.layout import (
     METADATA_COLUMN_NAMES,
     METADATA_COLUMNS,
@@ -438,18 +439,23 @@ def create_cdc_table(
     *,
     properties: dict[str, str] | None = None,
     ordering: str = "binlog",
+    format_version: int = DEFAULT_FORMAT_VERSION,
 ) -> Table:
     """Create a CDC table: source columns, then metadata columns; primary key = identifier fields.
 
     ``properties`` are added to the table's (schema sync records its progress there);
-    ``ordering`` is recorded as :data:`~cdclake.model.layout.ORDERING_PROPERTY`.
+    ``ordering`` is recorded as :data:`~cdclake.model.layout.ORDERING_PROPERTY`; the table is
+    created at Iceberg ``format_version`` (2 or 3, :mod:`cdclake.model.format_version`).
 
     Raises:
         SchemaError: a primary-key column is missing from ``columns``.
+        FormatVersionError: ``format_version`` 3 in a catalog that cannot hold a v3 table for
+            cdclake (:func:`~cdclake.model.format_version.check_catalog`); nothing is created.
     """
     from pyiceberg.schema import Schema
     from pyiceberg.types import NestedField
 
+    check_catalog(identifier, format_version, catalog_type(catalog))
     names = [c.name for c in columns]
     missing = [c for c in primary_key if c not in names]
     if missing:
@@ -473,9 +479,51 @@ def create_cdc_table(
     schema = Schema(*fields, identifier_field_ids=ids)
     namespace = identifier.rsplit(".", 1)[0]
     catalog.create_namespace_if_not_exists(namespace)
-    table_properties = {**TABLE_PROPERTIES, ORDERING_PROPERTY: ordering, **(properties or {})}
+    table_properties = {
+        **TABLE_PROPERTIES,
+        FORMAT_VERSION_PROPERTY: str(format_version),
+        ORDERING_PROPERTY: ordering,
+        **(properties or {}),
+    }
     table_properties.update(column_encodings_property({c.name: c.encoding for c in columns}))
     return catalog.create_table(identifier, schema=schema, properties=table_properties)
+
+
+def catalog_type(catalog: Catalog) -> str:
+    """``rest`` for pyiceberg's REST catalog, else ``sql`` (the SQL catalog on a JDBC catalog
+    database): the :attr:`~cdclake.settings.Settings.catalog_type` that :func:`load_catalog` built
+    ``catalog`` from."""
+    from pyiceberg.catalog.rest import RestCatalog
+
+    return "rest" if isinstance(catalog, RestCatalog) else "sql"
+
+
+def upgrade_format_version(catalog: Catalog, table: Table, format_version: int) -> Table:
+    """Upgrade ``table`` in place to Iceberg ``format_version``, a metadata-only commit (no data or
+    delete file is rewritten: the files written before keep their format, Spark's later deletes
+    are deletion vectors on v3). Returns the table as committed.
+
+    pyiceberg 0.12's ``Transaction.upgrade_table_version`` refuses version 3 on the client; the
+    update it would send (``upgrade-format-version``) is sent as it is, with the table's UUID as
+    the requirement, and the REST catalog's server applies it.
+
+    Raises:
+        FormatVersionError: a catalog that cannot hold ``format_version``
+            (:func:`~cdclake.model.format_version.check_catalog`).
+        pyiceberg.exceptions.CommitFailedException: the table was replaced meanwhile.
+        ValueError: the catalog applied the update itself and refused it (pyiceberg's message).
+    """
+    from pyiceberg.table.update import AssertTableUUID, UpgradeFormatVersionUpdate
+
+    identifier = ".".join(table.name())
+    check_catalog(identifier, format_version, catalog_type(catalog))
+    response = catalog.commit_table(
+        table,
+        (AssertTableUUID(uuid=table.metadata.table_uuid),),
+        (UpgradeFormatVersionUpdate.model_validate({"format-version": format_version}),),
+    )
+    log.info("table %s: format version %d -> %d", identifier, table.format_version, response.metadata.format_version)
+    return catalog.load_table(identifier)
 
 
 _STRUCT_TYPE = re.compile(r"^struct<(.*)>$")

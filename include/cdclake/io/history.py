@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from cdclake.io.catalog import ensure_image_table, image_schema, load_table_or_none
 from cdclake.io.positions import expressions
+from cdclake.model.format_version import FORMAT_VERSION_PROPERTY, SIDE_TABLE_FORMAT_VERSION
 from cdclake.model.history import (
     HISTORY_COLUMNS,
     HISTORY_SUFFIX,
@@ -31,7 +32,8 @@ OP_DOC = "Debezium op of the event that made the version: c, u, r or d (a delete
 
 def ensure_history_table(catalog: Catalog, identifier: str, table: Table) -> Table:
     """The history of ``table`` (``identifier``), ``<identifier>__history``: created when missing
-    (merge-on-read, as the table: runs update its open versions), else given the columns ``table``
+    (merge-on-read, as the table: runs update its open versions; format v2,
+    :data:`~cdclake.model.format_version.SIDE_TABLE_FORMAT_VERSION`), else given the columns ``table``
     gained and the types it widened since (:func:`~cdclake.io.catalog.ensure_image_table`).
 
     Raises:
@@ -40,7 +42,9 @@ def ensure_history_table(catalog: Catalog, identifier: str, table: Table) -> Tab
     """
     name = side_table(identifier, HISTORY_SUFFIX)
     wanted = image_schema(table.schema(), HISTORY_COLUMNS, {"_cdc_op": OP_DOC})
-    history, changed = ensure_image_table(catalog, name, wanted, TABLE_PROPERTIES)
+    # a side table: v2 whatever the table's format version (reconcile's repairs write it with pyiceberg)
+    properties = {**TABLE_PROPERTIES, FORMAT_VERSION_PROPERTY: str(SIDE_TABLE_FORMAT_VERSION)}
+    history, changed = ensure_image_table(catalog, name, wanted, properties)
     if changed:
         log.info("table %s: its history %s has the table's columns", identifier, name)
     return history

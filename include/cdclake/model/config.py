@@ -39,6 +39,7 @@ from cdclake.errors import ConfigError
 from cdclake.model.config_errors import ConfigShape, config_problems, yaml_tree
 from cdclake.model.discovery import Candidate, DiscoverPattern, first_match, read_registry
 from cdclake.model.flattened import FlattenedRecords
+from cdclake.model.format_version import DEFAULT_FORMAT_VERSION, FormatVersion
 from cdclake.model.groups import GROUP_NAME, group_members
 from cdclake.model.hints import did_you_mean
 from cdclake.model.shared import SHARED_DAG_NAME, SHARED_DAG_PREFIX, shared_dags, shared_mismatch
@@ -303,6 +304,14 @@ class TableDefaults(BaseModel):
     """With ``shared_dag``: how many tables one task of the shared DAG applies, one after the other
     (the tables in name order, cut into tasks ``apply_0``, ``apply_1``, ...); the tasks run at once
     as the pool ``cdc_apply`` allows."""
+    format_version: FormatVersion = DEFAULT_FORMAT_VERSION
+    """The Iceberg format version the table is created with (:mod:`cdclake.model.format_version`).
+    ``3``: the runs' row-level deletes are deletion vectors (one Puffin bitmap per data file)
+    instead of position-delete files; it needs the REST catalog (pyiceberg, which commits the
+    runs' refs and properties, writes no v3 metadata into a SQL catalog) and readers that read v3.
+    Its side tables stay v2. A table that exists keeps its version: ``cdclake upgrade`` upgrades
+    it in place (``docs/operations.md``, "Upgrading a table to format v3"); no table is ever
+    downgraded."""
 
     @field_validator("bad_records_tolerance", mode="before")
     @classmethod

@@ -18,6 +18,8 @@ import json
 import re
 from collections.abc import Mapping
 
+from cdclake.model.format_version import DEFAULT_FORMAT_VERSION, FORMAT_VERSION_PROPERTY, SIDE_TABLE_FORMAT_VERSION
+
 
 class SummaryKeys:
     """Snapshot-summary properties written by every data commit of the apply job."""
@@ -254,7 +256,9 @@ METADATA_COLUMNS: tuple[tuple[str, str, str], ...] = (
 METADATA_COLUMN_NAMES = frozenset(name for name, _, _ in METADATA_COLUMNS)
 
 TABLE_PROPERTIES = {
-    "format-version": "2",
+    # the default; a CDC table gets its config's format_version (cdclake.io.catalog.create_cdc_table),
+    # a history (cdclake.io.history) this one: it is a side table (cdclake.model.format_version)
+    FORMAT_VERSION_PROPERTY: str(DEFAULT_FORMAT_VERSION),
     # Row-level changes as position deletes (merge-on-read): a merge rewrites only the rows it
     # touches, never whole files, and never writes equality deletes.
     "write.merge.mode": "merge-on-read",
@@ -269,13 +273,13 @@ TABLE_PROPERTIES = {
 """Properties every CDC table is created with."""
 
 SIDE_TABLE_PROPERTIES = {
-    "format-version": "2",
+    FORMAT_VERSION_PROPERTY: str(SIDE_TABLE_FORMAT_VERSION),
     "write.parquet.compression-codec": "zstd",
     "write.metadata.delete-after-commit.enabled": "true",
     "write.metadata.previous-versions-max": "100",
 }
 """Properties of the side tables: small, and changed by pyiceberg too, which deletes by rewriting
-files."""
+files (and writes no v3 manifests: they stay v2 whatever their table's version)."""
 
 
 def column_encodings(properties: Mapping[str, str]) -> dict[str, str]:

@@ -463,6 +463,7 @@ def _create(catalog: Catalog, cfg: TableConfig, change: SchemaChange) -> Table:
         tuple(primary_key),
         properties={SCHEMA_CHANGE_POSITION_PROPERTY: change.position.to_text()},
         ordering=cfg.ordering,
+        format_version=cfg.format_version,
     )
 
 

@@ -65,6 +65,7 @@ from cdclake.model.decision import (
     nothing_applied_error,
     starting_state,
 )
+from cdclake.model.format_version import version_note
 from cdclake.model.layout import (
     COLUMN_DEFAULTS_PROPERTY,
     COMMITTED_PROPERTY,
@@ -221,6 +222,9 @@ def apply_range(
         if done is not None:
             return done
     check_ordering(table, cfg.ordering, has_commits=state.offsets is not None)
+    note = version_note(cfg.name, cfg.identifier, table.format_version, cfg.format_version)
+    if note is not None:
+        log.warning(note)
     ctx = ApplyContext(spark, settings, kafka, plan, catalog, table, state, source_columns(table))
     # avro: the writer schemas of the topic's newest versions in the registry, else the batch's
     # schema ids (one Spark job) and theirs; a registry that does not answer fails the run here,

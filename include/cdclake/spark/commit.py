@@ -318,21 +318,35 @@ def side_branch(
             spark.sql(f"ALTER TABLE {name} DROP BRANCH IF EXISTS {quote_identifier(branch)}")
 
 
+def empty_commit(spark: SparkSession, target: str) -> None:
+    """Commit an empty append to ``target`` (a quoted Spark SQL name, ``<table>.`branch_<name>``` for
+    a branch) through Spark: a snapshot without files whose summary holds the session's snapshot
+    properties (:data:`SNAPSHOT_PROPERTY_PREFIX`). For v3 tables, to which pyiceberg 0.12 writes no
+    manifests (:mod:`cdclake.model.format_version`); Iceberg's Spark append commits a snapshot for
+    no rows too."""
+    spark.table(target).limit(0).writeTo(target).append()
+
+
 def _write_branch(
     ctx: ApplyContext, branch: str, base_snapshot_id: int, properties: dict[str, str], write: Callable[[str], None]
 ) -> int:
     """``write`` to ``branch`` with ``properties`` in its snapshot summaries (an empty append
-    carrying them when the write committed nothing); returns the branch's head."""
+    carrying them when the write committed nothing: Spark's on a v3 table, :func:`empty_commit`,
+    else pyiceberg's); returns the branch's head."""
     spark = ctx.spark
+    target = f"{ctx.spark_name()}.{quote_identifier(f'branch_{branch}')}"
     for key, value in properties.items():
         spark.conf.set(SNAPSHOT_PROPERTY_PREFIX + key, value)
     try:
-        write(f"{ctx.spark_name()}.{quote_identifier(f'branch_{branch}')}")
+        write(target)
+        table = ctx.table.refresh()
+        head = table.snapshot_by_name(branch)
+        if (head is None or head.snapshot_id == base_snapshot_id) and table.format_version >= 3:
+            empty_commit(spark, target)
+            head = table.refresh().snapshot_by_name(branch)
     finally:
         for key in properties:
             spark.conf.unset(SNAPSHOT_PROPERTY_PREFIX + key)
-    table = ctx.table.refresh()
-    head = table.snapshot_by_name(branch)
     if head is None or head.snapshot_id == base_snapshot_id:
         import pyarrow as pa
 

@@ -156,7 +156,14 @@ def resolve_table(catalog: Catalog, cfg: TableConfig, raw: DataFrame, *, schema_
         # a change log row may be a delete's before image or a truncate: no column is required
         columns = [ColumnSpec(c.name, c.iceberg_type, False, c.encoding) for c in columns]
     try:
-        return create_cdc_table(catalog, cfg.identifier, columns, cfg.primary_key, ordering=cfg.ordering)
+        return create_cdc_table(
+            catalog,
+            cfg.identifier,
+            columns,
+            cfg.primary_key,
+            ordering=cfg.ordering,
+            format_version=cfg.format_version,
+        )
     except TableAlreadyExistsError:
         return catalog.load_table(cfg.identifier)
 
