@@ -143,38 +143,44 @@ def _flat_value(cfg, flat: dict, registry, ids: dict) -> bytes:
     return confluent_value(ids[text], schema, avro_datum(flat["schema"], flat["payload"]))
 
 
-@pytest.mark.parametrize("value_format", ["json_with_schema", "json", "avro"])
-def test_a_flattened_history_lands_the_rows_of_its_envelopes(
-    spark, kafka, schema_registry, stack_settings, value_format
-):
-    """The history flattened with the contract's ``add.fields`` and ``rewrite`` deletes lands the
-    rows, ops, positions and snapshot flags of the same history in envelopes, in one run and in
-    two; with every table column typed from the flattened record's schema (JSON with schema,
-    Avro)."""
+def test_a_flattened_history_lands_the_rows_of_its_envelopes(spark, kafka, schema_registry, stack_settings):
+    """The history flattened with the contract's ``add.fields`` and ``rewrite`` deletes, in JSON
+    with schema, JSON without and Avro, lands the rows, ops, positions and snapshot flags of the
+    same history in envelopes, over two runs; with every table column typed from the flattened
+    record's schema (JSON with schema, Avro)."""
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
-    columns = {"id": "int", "v": "string", "n": "long"} if value_format == "json" else None
-    flat_cfg = make_table(value_format=value_format, columns=columns, flattened={})
+    flat_cfgs = [
+        make_table(value_format=value_format, columns=columns, flattened={})
+        for value_format, columns in (
+            ("json_with_schema", None),
+            ("json", {"id": "int", "v": "string", "n": "long"}),
+            ("avro", None),
+        )
+    ]
     envelope_cfg = make_table(value_format="json_with_schema")
     registry = SchemaRegistryClient({"url": schema_registry})
     clients = KafkaClients.from_bootstrap(stack_settings.kafka_bootstrap, SchemaRegistry({"url": schema_registry}))
     ids: dict = {}
-    for cfg in (flat_cfg, envelope_cfg):
+    for cfg in (*flat_cfgs, envelope_cfg):
         ensure_topic(kafka, cfg.topic, 1)
     for half in (HISTORY[:5], HISTORY[5:]):
-        flat_records = []
-        for k, e in half:
-            flat = flatten(e, TRANSFORM_FIELDS)
-            assert isinstance(flat, dict)
-            flat_records.append((_key(k), _flat_value(flat_cfg, flat, registry, ids), None))
-        produce(kafka, flat_cfg.topic, flat_records)
+        for flat_cfg in flat_cfgs:
+            flat_records = []
+            for k, e in half:
+                flat = flatten(e, TRANSFORM_FIELDS)
+                assert isinstance(flat, dict)
+                flat_records.append((_key(k), _flat_value(flat_cfg, flat, registry, ids), None))
+            produce(kafka, flat_cfg.topic, flat_records)
         produce(kafka, envelope_cfg.topic, [(_key(k), json.dumps(e).encode(), None) for k, e in half])
-        for cfg in (flat_cfg, envelope_cfg):
+        for cfg in (*flat_cfgs, envelope_cfg):
             result = _apply(spark, stack_settings, cfg, clients)
             assert result.quarantined == 0, cfg.value_format
-    assert _rows(stack_settings, flat_cfg) == _rows(stack_settings, envelope_cfg) == EXPECTED
-    assert _meta(stack_settings, flat_cfg) == _meta(stack_settings, envelope_cfg)
-    assert _meta(stack_settings, flat_cfg)[30] == ("c", 500, False)
+    assert _rows(stack_settings, envelope_cfg) == EXPECTED
+    for flat_cfg in flat_cfgs:
+        assert _rows(stack_settings, flat_cfg) == EXPECTED, flat_cfg.value_format
+        assert _meta(stack_settings, flat_cfg) == _meta(stack_settings, envelope_cfg), flat_cfg.value_format
+    assert _meta(stack_settings, envelope_cfg)[30] == ("c", 500, False)
 
 
 @pytest.mark.parametrize("value_format", ["json", "avro"])
@@ -193,7 +199,8 @@ def test_a_flattened_record_without_its_position_fields_is_a_bad_record_naming_t
     ids: dict = {}
     binlog = make_table(value_format=value_format, columns=columns, flattened={})
     kafka_ordered = make_table(value_format=value_format, columns=columns, flattened={}, ordering="kafka")
-    for cfg in (binlog, kafka_ordered):
+    # the Kafka-ordered apply once (JSON): the Avro parse's part is the missing field's error
+    for cfg in (binlog, kafka_ordered) if value_format == "json" else (binlog,):
         ensure_topic(kafka, cfg.topic, 1)
         records = []
         for k, e in HISTORY[1:5]:
@@ -209,8 +216,9 @@ def test_a_flattened_record_without_its_position_fields_is_a_bad_record_naming_t
     (error,) = errors
     assert error.startswith("flattened record has no '__source_file', which ordering: binlog needs: add source.file")
     assert error.endswith("or set ordering: kafka")
-    _apply(spark, stack_settings, kafka_ordered, clients)
-    assert _rows(stack_settings, kafka_ordered) == {1: ("a2", 1), 3: ("c", None)}
+    if value_format == "json":
+        _apply(spark, stack_settings, kafka_ordered, clients)
+        assert _rows(stack_settings, kafka_ordered) == {1: ("a2", 1), 3: ("c", None)}
 
 
 def test_tombstone_deletes_of_a_flattened_topic_delete_in_kafka_order(spark, kafka, stack_settings):
