@@ -107,12 +107,15 @@ CELLS: tuple[Cell, ...] = (
     Cell("json/history+feed", "json", {**_OFFSETS, "history": {}, "change_feed": {}}),
     Cell("json/flattened", "json", {**_OFFSETS, "flattened": {}}, flattened=True),
     Cell("avro/flattened", "avro", {**_OFFSETS, "flattened": {}}, flattened=True),
+    Cell("json/flattened+kafka", "json", {**_OFFSETS, "flattened": {}, "ordering": "kafka"}, flattened=True),
 )
 """The matrix's cells: the JSON baseline (``json_with_schema``, the schema-change topic, batches
 cut by offsets: ``transactions: ignore``) and one or two options varied each. The connectors write
 transaction metadata, which the ``whole`` cells use (``transactions: whole``, the table default).
 The ``flattened`` cells read records flattened by Debezium's ``ExtractNewRecordState`` (their own
-connectors, positions in the added fields, deletes rewritten)."""
+connectors, positions in the added fields, deletes rewritten); ``json/flattened+kafka`` applies
+them in Kafka order, as a table without positions is (docs/table-config.md, ``ordering: kafka``:
+its give-ups show in the matrix)."""
 PHASES = ("dml", "kill9", "ddl", "replay", "partitions")
 """The history's phases, in order; the lake is caught up and compared after each."""
 REDUCED_CELLS = ("avro/topic",)
