@@ -87,7 +87,11 @@ class Airflow:
         state = None
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, f"airflow standalone exited; log {self.log_path}"
-            out = self.cli("dags", "list-runs", dag_id, "-o", "json")
+            try:
+                out = self.cli("dags", "list-runs", dag_id, "-o", "json")
+            except AssertionError:  # the CLI beside standalone's processes on one SQLite file: asked again
+                time.sleep(5)
+                continue
             # the CLI logs warnings on stdout too; the JSON is the last line that is a list
             runs = json.loads(next((ln for ln in reversed(out.splitlines()) if ln.startswith("[")), "[]"))
             state = next((r["state"] for r in runs if r["run_id"] == run_id), None)
