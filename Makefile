@@ -40,6 +40,10 @@ bench-engine: setup  ## the shared engine under the real scheduler (100 tables, 
 bench-maintenance: setup  ## files, metadata, count(*) and lookup times after 200 runs x 1,000 changes, before/after maintenance; BENCH_ARGS="--base-rows 20000 --runs 10 --changes-per-run 200"
 	.venv/bin/python bench/maintenance_bench.py $(BENCH_ARGS)
 
+.PHONY: bench-read-cost
+bench-read-cost: setup  ## read cost of format v2 (position deletes) vs v3 (deletion vectors), Spark and DuckDB, 1M rows after 200 runs x 1,000 changes, before/after maintenance (issue 54); BENCH_ARGS="--size tiny"
+	.venv/bin/python bench/read_cost_bench.py $(BENCH_ARGS)
+
 soak: setup  ## the production topology under load and seeded faults (not a test; SOAK_MINUTES=60 SOAK_TABLES=20 SOAK_SEED=1); fails when a row is lost, stale, duplicated or wrong; results in bench/results/
 	.venv/bin/python bench/soak.py $(BENCH_ARGS)
 

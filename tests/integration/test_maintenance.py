@@ -380,19 +380,27 @@ def test_a_lost_commit_race_is_retried_and_never_fails_the_run(spark, kafka, sta
         maintain_table(spark, stack_settings, cfg, actions=["remove_orphan_files"])
 
 
+@pytest.mark.parametrize("format_version", [2, 3], ids=["v2", "v3"])
 def test_a_compaction_committed_while_a_run_deletes_brings_no_deleted_row_back(
-    spark, kafka, stack_settings, monkeypatch
+    spark, kafka, stack_settings, monkeypatch, request, format_version
 ):
     """Compaction racing a run's deletes (issue 52): a real ``rewrite_data_files`` commits to
     ``main`` after the run wrote its deletes (position deletes against the files the compaction
     rewrites) to its branch and before its fast-forward. The fast-forward is refused (``main``
     moved), nothing of the run is committed, its retry applies the deletes on the compacted files,
-    and no deleted row comes back. The hook only schedules the real compaction at that point."""
+    and no deleted row comes back. The hook only schedules the real compaction at that point.
+
+    v2: the suite's SQL catalog, position-delete files. v3 (issue 54): the REST catalog of
+    ``rest_lake``, the run's deletes deletion vectors (Puffin) on the files the compaction rewrites."""
     from cdclake.errors import ConcurrentRunError
 
-    cfg = make_table(value_format="json", columns=COLUMNS)
-    expected = build_history(spark, kafka, stack_settings, cfg)
-    assert int(summary(stack_settings, cfg.identifier)["total-delete-files"]) > 0
+    settings = stack_settings if format_version == 2 else request.getfixturevalue("rest_lake").settings
+    cfg = make_table(value_format="json", columns=COLUMNS, format_version=format_version)
+    expected = build_history(spark, kafka, settings, cfg)
+    assert int(summary(settings, cfg.identifier)["total-delete-files"]) > 0
+    name = f"{settings.catalog_name}.{cfg.identifier}"
+    delete_formats = {r.file_format for r in spark.sql(f"SELECT file_format FROM {name}.delete_files").collect()}
+    assert delete_formats == ({"PUFFIN"} if format_version == 3 else {"PARQUET"})
     deletes = [k for k in sorted(expected) if k % 3 == 0][:6]
     send(kafka, cfg, [(k % 2, k, ev("d", k, f"x{k}", 5000 + k)) for k in deletes])
     real_write = commit_module._write_branch
@@ -401,18 +409,18 @@ def test_a_compaction_committed_while_a_run_deletes_brings_no_deleted_row_back(
     def write_then_compact(ctx, branch, start, properties, write):
         head = real_write(ctx, branch, start, properties, write)
         if not compacted:
-            result = maintain_table(spark, stack_settings, cfg, actions=["rewrite_data_files"])
+            result = maintain_table(spark, settings, cfg, actions=["rewrite_data_files"])
             compacted.append(result.report("rewrite_data_files").status)
         return head
 
     monkeypatch.setattr(commit_module, "_write_branch", write_then_compact)
     with pytest.raises(ConcurrentRunError):
-        run_once(spark, stack_settings, cfg, "run-deletes")
+        run_once(spark, settings, cfg, "run-deletes")
     assert compacted == ["done"]
-    assert summary(stack_settings, cfg.identifier)["total-delete-files"] == "0"  # main is the compaction's
-    assert {r["id"] for r in rows(stack_settings, cfg)} == set(expected)  # the run committed nothing
-    _, result = run_once(spark, stack_settings, cfg, "run-deletes")  # the retry
+    assert summary(settings, cfg.identifier)["total-delete-files"] == "0"  # main is the compaction's
+    assert {r["id"] for r in rows(settings, cfg)} == set(expected)  # the run committed nothing
+    _, result = run_once(spark, settings, cfg, "run-deletes")  # the retry
     assert result.status == "committed"
     for k in deletes:
         expected.pop(k)
-    assert {r["id"]: r["v"] for r in rows(stack_settings, cfg)} == expected
+    assert {r["id"]: r["v"] for r in rows(settings, cfg)} == expected
