@@ -128,7 +128,7 @@ def cmd_chain(args: argparse.Namespace) -> int:
                 settings,
                 schemas_enable=not args.no_schemas,
                 snapshot_mode=args.snapshot_mode,
-                connectors=("json", "avro") if args.avro else ("json",),
+                connectors=("json", *(("avro",) if args.avro else ()), *(("json-flat",) if args.flattened else ())),
                 registry_url=registry.ccompat_url,
                 avro_tables=args.avro_tables.split(",") if args.avro_tables else None,
                 transaction_metadata=not args.no_transaction_metadata,
@@ -141,6 +141,11 @@ def cmd_chain(args: argparse.Namespace) -> int:
             f"notifications: {prefix}.notifications"
             + ("" if args.no_transaction_metadata else f", transactions: {prefix}.transaction")
             + (f"; Avro: the same under {prefix}{source_chain.AVRO_PREFIX_SUFFIX}" if args.avro else "")
+            + (
+                f"; flattened (ExtractNewRecordState): {prefix}{source_chain.PREFIX_SUFFIXES['json-flat']}.inventory.<table>"
+                if args.flattened
+                else ""
+            )
         )
     elif args.action == "stop":
         print(source_chain.stop_connect(settings))
@@ -719,6 +724,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="start: also the Avro connector (include/stack/debezium/inventory-connector-avro.json) writing "
         "<prefix>_avro.* through the schema registry (started too); every start registers it again",
+    )
+    p.add_argument(
+        "--flattened",
+        action="store_true",
+        help="start: also the connector with Debezium's ExtractNewRecordState transform "
+        "(include/stack/debezium/inventory-connector-flat.json) writing flattened records to "
+        "<prefix>_flat.* (tables read them with flattened: {})",
     )
     p.add_argument(
         "--no-transaction-metadata",
