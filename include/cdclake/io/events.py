@@ -16,7 +16,7 @@ from typing import Any
 from cdclake.errors import BadRecordError
 from cdclake.io.kafka import KafkaClients, ensure_topic, produce
 from cdclake.model.config import TableConfig
-from cdclake.model.envelope import KafkaCoordinates, parse_value
+from cdclake.model.envelope import KafkaCoordinates, parse_table_value
 from cdclake.model.keys import build_key, key_fields
 
 log = logging.getLogger(__name__)
@@ -100,14 +100,7 @@ def load_events(path: Path, table: TableConfig, kafka: KafkaClients, *, partitio
     known: dict[str, dict[str, Any]] = {}  # key columns' fields from the events with a schema
     for line, value in read_event_lines(path):
         where = FileLine(table.topic, path=str(path), line=line)
-        event = parse_value(
-            value,
-            table.value_format,
-            where,
-            table.ordering,
-            schema_lookup=kafka.schema_lookup,
-            flattened=table.flattened,
-        )
+        event = parse_table_value(table, value, where, kafka.schema_lookup)
         if event is not None:
             known.update({c: f for c, f in key_fields(event).items() if c in table.primary_key and c not in known})
         events.append((where, value, event))

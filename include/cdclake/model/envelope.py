@@ -25,7 +25,7 @@ from typing import Any
 
 from cdclake.errors import BadRecordError, ConfigError, SchemaError, UnknownSchemaIdError
 from cdclake.model.avro import SchemaLookup, read_value, value_connect_schema
-from cdclake.model.config import NO_SCHEMA_REGISTRY, ValueFormat
+from cdclake.model.config import NO_SCHEMA_REGISTRY, TableConfig, ValueFormat
 from cdclake.model.flattened import FlattenedRecords, envelope_doc, envelope_schema, missing_field_error
 from cdclake.model.position import BinlogPosition
 
@@ -159,6 +159,16 @@ def parse_value(
     if op == "d" and not isinstance(before, dict):
         raise BadRecordError(where, "op 'd' without a 'before' image")
     return ChangeEvent(op, before, after, source, position, doc.get("ts_ms"), value_schema)
+
+
+def parse_table_value(
+    cfg: TableConfig, value: bytes | str | None, where: KafkaCoordinates, schema_lookup: SchemaLookup | None = None
+) -> ChangeEvent | None:
+    """:func:`parse_value` of a record of ``cfg``'s topic, read as the table is: its
+    ``value_format``, ``ordering`` and ``flattened`` settings (same returns and errors)."""
+    return parse_value(
+        value, cfg.value_format, where, cfg.ordering, schema_lookup=schema_lookup, flattened=cfg.flattened
+    )
 
 
 def _unflattened(

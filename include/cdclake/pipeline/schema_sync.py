@@ -28,11 +28,10 @@ from cdclake.io.catalog import (
     update_table_property,
 )
 from cdclake.io.kafka import KafkaClients, offsets_for_time, read_partition, topic_watermarks
-from cdclake.model.config import TableConfig, ValueFormat
+from cdclake.model.config import TableConfig
 from cdclake.model.convergence import SNAPSHOT_SETTLE_MS, unsettled_partitions
 from cdclake.model.defaults import added_column_default
-from cdclake.model.envelope import KafkaCoordinates, parse_value
-from cdclake.model.flattened import FlattenedRecords
+from cdclake.model.envelope import KafkaCoordinates, parse_table_value
 from cdclake.model.layout import (
     COLUMN_DEFAULTS_PROPERTY,
     SCHEMA_CHANGE_POSITION_PROPERTY,
@@ -468,14 +467,11 @@ def _create(catalog: Catalog, cfg: TableConfig, change: SchemaChange) -> Table:
 
 
 def read_data_positions(
-    kafka: KafkaClients,
-    offset_range: OffsetRange,
-    value_format: ValueFormat,
-    ordering: str = "binlog",
-    flattened: FlattenedRecords | None = None,
+    kafka: KafkaClients, offset_range: OffsetRange, cfg: TableConfig
 ) -> list[tuple[int, int, BinlogPosition]]:
-    """``(partition, offset, position)`` of every event of the range that has one (Kafka
-    tombstones and bad records have none; the apply step skips or quarantines them)."""
+    """``(partition, offset, position)`` of every event of the range that has one, read as
+    ``cfg``'s records are (Kafka tombstones and bad records have none; the apply step skips or
+    quarantines them)."""
     topic = offset_range.topic
 
     def positions() -> Iterator[tuple[int, int, BinlogPosition]]:
@@ -486,14 +482,7 @@ def read_data_positions(
                 offset = msg.offset() or 0
                 try:
                     where = KafkaCoordinates(topic, p, offset)
-                    event = parse_value(
-                        msg.value(),
-                        value_format,
-                        where,
-                        ordering,
-                        schema_lookup=kafka.schema_lookup,
-                        flattened=flattened,
-                    )
+                    event = parse_table_value(cfg, msg.value(), where, kafka.schema_lookup)
                 except BadRecordError:
                     continue
                 if event is not None:
@@ -562,7 +551,7 @@ def sync_for_range(catalog: Catalog, kafka: KafkaClients, cfg: TableConfig, offs
         return SyncResult(offset_range)
     positions = None
     if pending_changes(changes, table):
-        positions = read_data_positions(kafka, offset_range, cfg.value_format, cfg.ordering, cfg.flattened)
+        positions = read_data_positions(kafka, offset_range, cfg)
     return sync_changes(
         catalog, cfg, changes, data_positions=positions, offset_range=offset_range, facts=KafkaSettleFacts(kafka, cfg)
     )
@@ -596,7 +585,7 @@ def sync_table_schema(catalog: Catalog, kafka: KafkaClients, cfg: TableConfig) -
     if not pending:
         check_primary_key(identifier_fields(table), cfg)
         return SyncResult(offset_range)
-    positions = read_data_positions(kafka, offset_range, cfg.value_format, cfg.ordering, cfg.flattened)
+    positions = read_data_positions(kafka, offset_range, cfg)
     if not positions:
         # nothing to apply: every change may go in; a stand-in event after the last change makes
         # sync_changes apply them all without capping anything

@@ -11,7 +11,7 @@ from cdclake.io.catalog import create_cdc_table, ensure_side_table, head_snapsho
 from cdclake.io.kafka import KafkaClients, read_partition
 from cdclake.model.avro import SchemaLookup
 from cdclake.model.config import TableConfig
-from cdclake.model.envelope import KafkaCoordinates, parse_value
+from cdclake.model.envelope import KafkaCoordinates, parse_table_value
 from cdclake.model.layout import side_table
 from cdclake.model.plan import RunPlan
 from cdclake.model.run_state import CommittedState
@@ -94,14 +94,7 @@ class ApplyContext:
         tombstone, a record without one (``json``) or a bad record."""
         where = KafkaCoordinates(self.cfg.topic, partition, offset)
         try:
-            event = parse_value(
-                self.record_value(partition, offset),
-                self.cfg.value_format,
-                where,
-                self.cfg.ordering,
-                schema_lookup=self.kafka.schema_lookup,
-                flattened=self.cfg.flattened,
-            )
+            event = parse_table_value(self.cfg, self.record_value(partition, offset), where, self.kafka.schema_lookup)
         except BadRecordError:
             return None
         return event.row_schema() if event is not None else None
@@ -176,14 +169,7 @@ def _columns_from_first_schema(
     for rec in rows:
         where = KafkaCoordinates(cfg.topic, rec["partition"], rec["offset"])
         try:
-            event = parse_value(
-                bytes(rec["value"]),
-                cfg.value_format,
-                where,
-                cfg.ordering,
-                schema_lookup=schema_lookup,
-                flattened=cfg.flattened,
-            )
+            event = parse_table_value(cfg, bytes(rec["value"]), where, schema_lookup)
         except BadRecordError as e:
             first_bad = first_bad or e
             continue

@@ -103,7 +103,6 @@ def parse_avro_records(
     wider decimal goes the way of JSON's base64 text.
     """
     from pyspark.sql import functions as F
-    from pyspark.sql.avro.functions import from_avro
 
     read_types = avro_read_types(columns)
     readings = [
@@ -111,28 +110,7 @@ def parse_avro_records(
         for schema_id, schema in sorted(schemas.items())
     ]
     sid = F.col("_schema_id")
-    datum = F.expr(f"substring(value, {HEADER_BYTES + 1})")
-    decoded = raw.select(
-        *KAFKA_RECORD_COLUMNS,
-        schema_id_of_value(r.schema_id for r in readings).alias("_schema_id"),
-        *[
-            F.when(sid == r.schema_id, from_avro(datum, r.avro_json, _PERMISSIVE)).alias(f"_avro{k}")
-            for k, r in enumerate(readings)
-            if r.avro_json is not None
-        ],
-    )
-    if flattened is not None:
-        # each flattened datum's envelope in a projection of its own: read through a column, the
-        # envelope's expression is not repeated inside every value read from it, which would nest
-        # the plan past Spark Connect's limit (cdclake.spark.flat)
-        decoded = decoded.select(
-            "*",
-            *[
-                r.enveloped(F.col(f"_avro{k}")).alias(f"_env{k}")
-                for k, r in enumerate(readings)
-                if r.avro_json is not None
-            ],
-        )
+    decoded = _decoded(raw, readings, flattened is not None)
     parsed_type = f"struct<env:{envelope_type(columns, read_types)},format_error:string,unknown_column:string>"
 
     def datum_of(k: int) -> tuple[Column, Column | None]:
@@ -142,22 +120,7 @@ def parse_avro_records(
         [(sid == r.schema_id, r.parsed(*datum_of(k)).cast(parsed_type)) for k, r in enumerate(readings)],
         F.lit(None).cast(parsed_type),
     )
-    known = F.lit(False)
-    if readings:
-        known = sid.isin(*[r.schema_id for r in readings])
-    format_error = (
-        F.when(
-            ~framed(),
-            F.format_string(
-                "value is not in the Confluent wire format (magic byte 0, a 4-byte schema id, the Avro datum): "
-                "%s bytes long, first byte 0x%s",
-                F.length("value"),
-                F.hex(F.substring("value", 1, 1)),
-            ),
-        )
-        .when(~known, _unknown_id_error(sid, unusable or {}))
-        .otherwise(F.col("_parsed.format_error"))
-    )
+    format_error = _format_error(sid, readings, unusable or {}).otherwise(F.col("_parsed.format_error"))
     envelopes = decoded.select(*KAFKA_RECORD_COLUMNS, sid, parsed.alias("_parsed")).select(
         *KAFKA_RECORD_COLUMNS,
         F.col("_parsed.env").alias("env"),
@@ -168,6 +131,48 @@ def parse_avro_records(
     return records_from_envelopes(
         envelopes, columns, primary_key, ordering, read_types=read_types, carry=("schema_id",)
     )
+
+
+def _decoded(raw: DataFrame, readings: list[_Reading], flattened: bool) -> DataFrame:
+    """The Kafka record columns, ``_schema_id`` and each reading's datum ``_avro<k>`` (decoded
+    with its writer schema, null for records of other ids); ``flattened``: also its envelope
+    ``_env<k>`` (:meth:`_Reading.enveloped`), in a projection of its own: read through a column,
+    the envelope's expression is not repeated inside every value read from it, which would nest
+    the plan past Spark Connect's limit (:mod:`cdclake.spark.flat`)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import from_avro
+
+    sid = F.col("_schema_id")
+    datum = F.expr(f"substring(value, {HEADER_BYTES + 1})")
+    decodable = [(k, r, r.avro_json) for k, r in enumerate(readings) if r.avro_json is not None]
+    decoded = raw.select(
+        *KAFKA_RECORD_COLUMNS,
+        schema_id_of_value(r.schema_id for r in readings).alias("_schema_id"),
+        *[
+            F.when(sid == r.schema_id, from_avro(datum, schema, _PERMISSIVE)).alias(f"_avro{k}")
+            for k, r, schema in decodable
+        ],
+    )
+    if not flattened:
+        return decoded
+    return decoded.select("*", *[r.enveloped(F.col(f"_avro{k}")).alias(f"_env{k}") for k, r, _ in decodable])
+
+
+def _format_error(sid: Column, readings: list[_Reading], unusable: Mapping[int, str]) -> Column:
+    """The error of a record that is not framed, or whose schema id no reading has (a ``when``
+    chain the caller ends with ``otherwise``)."""
+    from pyspark.sql import functions as F
+
+    known = sid.isin(*[r.schema_id for r in readings]) if readings else F.lit(False)
+    return F.when(
+        ~framed(),
+        F.format_string(
+            "value is not in the Confluent wire format (magic byte 0, a 4-byte schema id, the Avro datum): "
+            "%s bytes long, first byte 0x%s",
+            F.length("value"),
+            F.hex(F.substring("value", 1, 1)),
+        ),
+    ).when(~known, _unknown_id_error(sid, unusable))
 
 
 def _unknown_id_error(sid: Column, unusable: Mapping[int, str]) -> Column:

@@ -26,7 +26,7 @@ from cdclake.model.bad_records import (
     QuarantineCause,
 )
 from cdclake.model.config import TableConfig
-from cdclake.model.envelope import KafkaCoordinates, parse_value
+from cdclake.model.envelope import KafkaCoordinates, parse_table_value
 from cdclake.model.layout import QUARANTINE_COLUMNS, QUARANTINE_SUFFIX
 from cdclake.model.run_state import QuarantinedRecord
 from cdclake.spark.context import ApplyContext
@@ -293,7 +293,7 @@ def _describe_bad_record(
     if value is None:
         return spark_reason
     try:
-        parse_value(value, cfg.value_format, where, cfg.ordering, schema_lookup=schema_lookup, flattened=cfg.flattened)
+        parse_table_value(cfg, value, where, schema_lookup)
     except BadRecordError as e:
         return e.reason
     return spark_reason
