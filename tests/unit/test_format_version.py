@@ -52,3 +52,19 @@ def test_a_run_notes_a_table_whose_version_its_config_does_not_name():
     assert lower is not None and "`cdclake upgrade products`" in lower
     higher = version_note("products", "inventory.products", 3, 2)
     assert higher is not None and "never downgraded" in higher
+
+
+def test_creating_side_tables_leaves_the_shared_properties_whole(tmp_path):
+    """pyiceberg's ``create_table`` pops ``format-version`` from the dict it is given: the shared
+    properties are read-only and every table is created from a copy, so the second side table is v2
+    too (CI once saw ``SIDE_TABLE_PROPERTIES`` without its version after an integration test)."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from cdclake.io.catalog import ensure_side_table
+
+    catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}/w")
+    tables = [ensure_side_table(catalog, f"cdc.side_{i}", [("id", "long", True)]) for i in range(2)]
+    assert [t.metadata.format_version for t in tables] == [2, 2]
+    assert SIDE_TABLE_PROPERTIES["format-version"] == "2"
+    with pytest.raises(TypeError):
+        SIDE_TABLE_PROPERTIES["format-version"] = "3"  # type: ignore[index]

@@ -249,7 +249,7 @@ def ensure_side_table(
     ]
     catalog.create_namespace_if_not_exists(identifier.rsplit(".", 1)[0])
     try:
-        return catalog.create_table(identifier, schema=Schema(*fields), properties=SIDE_TABLE_PROPERTIES)
+        return catalog.create_table(identifier, schema=Schema(*fields), properties=dict(SIDE_TABLE_PROPERTIES))
     except TableAlreadyExistsError:
         return catalog.load_table(identifier)
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from cdclake.errors import ChangeFeedGapError
 from cdclake.model.history import CHANGE_COLUMN
@@ -66,12 +67,14 @@ OP_DOC = "Debezium op of the change: c, u, r (after image), d (key only) or t (t
 PARTITION_SOURCE = "_cdc_source_ts"
 """The column whose day partitions the change feed (``day`` transform)."""
 
-CHANGES_TABLE_PROPERTIES = {
-    **SIDE_TABLE_PROPERTIES,
-    # the overwrite that replaces an earlier try's rows selects whole files by this column's
-    # bounds: kept whatever the table's width (Iceberg infers metrics for the first 100 columns)
-    f"write.metadata.metrics.column.{BASE_SNAPSHOT_COLUMN}": "full",
-}
+CHANGES_TABLE_PROPERTIES: Mapping[str, str] = MappingProxyType(
+    {
+        **SIDE_TABLE_PROPERTIES,
+        # the overwrite that replaces an earlier try's rows selects whole files by this column's
+        # bounds: kept whatever the table's width (Iceberg infers metrics for the first 100 columns)
+        f"write.metadata.metrics.column.{BASE_SNAPSHOT_COLUMN}": "full",
+    }
+)
 """Properties of a change feed table."""
 
 _DAY_MS = 24 * 3600 * 1000

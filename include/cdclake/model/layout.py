@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from types import MappingProxyType
 
 from cdclake.model.format_version import DEFAULT_FORMAT_VERSION, FORMAT_VERSION_PROPERTY, SIDE_TABLE_FORMAT_VERSION
 
@@ -255,29 +256,34 @@ METADATA_COLUMNS: tuple[tuple[str, str, str], ...] = (
 
 METADATA_COLUMN_NAMES = frozenset(name for name, _, _ in METADATA_COLUMNS)
 
-TABLE_PROPERTIES = {
-    # the default; a CDC table gets its config's format_version (cdclake.io.catalog.create_cdc_table),
-    # a history (cdclake.io.history) this one: it is a side table (cdclake.model.format_version)
-    FORMAT_VERSION_PROPERTY: str(DEFAULT_FORMAT_VERSION),
-    # Row-level changes as position deletes (merge-on-read): a merge rewrites only the rows it
-    # touches, never whole files, and never writes equality deletes.
-    "write.merge.mode": "merge-on-read",
-    "write.update.mode": "merge-on-read",
-    "write.delete.mode": "merge-on-read",
-    "write.parquet.compression-codec": "zstd",
-    # every commit writes a metadata.json: keep the newest 100, delete older ones at commit time
-    # (nothing reads them; the committed state is read from snapshot summaries)
-    "write.metadata.delete-after-commit.enabled": "true",
-    "write.metadata.previous-versions-max": "100",
-}
-"""Properties every CDC table is created with."""
+TABLE_PROPERTIES: Mapping[str, str] = MappingProxyType(
+    {
+        # the default; a CDC table gets its config's format_version (cdclake.io.catalog.create_cdc_table),
+        # a history (cdclake.io.history) this one: it is a side table (cdclake.model.format_version)
+        FORMAT_VERSION_PROPERTY: str(DEFAULT_FORMAT_VERSION),
+        # Row-level changes as position deletes (merge-on-read): a merge rewrites only the rows it
+        # touches, never whole files, and never writes equality deletes.
+        "write.merge.mode": "merge-on-read",
+        "write.update.mode": "merge-on-read",
+        "write.delete.mode": "merge-on-read",
+        "write.parquet.compression-codec": "zstd",
+        # every commit writes a metadata.json: keep the newest 100, delete older ones at commit time
+        # (nothing reads them; the committed state is read from snapshot summaries)
+        "write.metadata.delete-after-commit.enabled": "true",
+        "write.metadata.previous-versions-max": "100",
+    }
+)
+"""Properties every CDC table is created with (read-only: pyiceberg's ``create_table`` pops
+``format-version`` from the dict it is given, so callers pass a copy)."""
 
-SIDE_TABLE_PROPERTIES = {
-    FORMAT_VERSION_PROPERTY: str(SIDE_TABLE_FORMAT_VERSION),
-    "write.parquet.compression-codec": "zstd",
-    "write.metadata.delete-after-commit.enabled": "true",
-    "write.metadata.previous-versions-max": "100",
-}
+SIDE_TABLE_PROPERTIES: Mapping[str, str] = MappingProxyType(
+    {
+        FORMAT_VERSION_PROPERTY: str(SIDE_TABLE_FORMAT_VERSION),
+        "write.parquet.compression-codec": "zstd",
+        "write.metadata.delete-after-commit.enabled": "true",
+        "write.metadata.previous-versions-max": "100",
+    }
+)
 """Properties of the side tables: small, and changed by pyiceberg too, which deletes by rewriting
 files (and writes no v3 manifests: they stay v2 whatever their table's version)."""
 

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from cdclake.errors import ConfigError, SchemaChangeError, SchemaError, TopicNotFoundError, UnknownSchemaIdError
@@ -66,7 +67,7 @@ INDEX_COLUMNS: tuple[tuple[str, str, bool, str], ...] = (
 )
 """``(name, Iceberg type, required, doc)`` of the index table's columns."""
 
-INDEX_TABLE_PROPERTIES = {**SIDE_TABLE_PROPERTIES, "commit.retry.num-retries": "0"}
+INDEX_TABLE_PROPERTIES: Mapping[str, str] = MappingProxyType({**SIDE_TABLE_PROPERTIES, "commit.retry.num-retries": "0"})
 """Properties of the index table: a lost commit race must come back to :func:`catch_up` (which
 re-reads the offsets), not be re-applied by pyiceberg on top of the winner's commit."""
 
@@ -161,7 +162,7 @@ def ensure_index_table(catalog: Catalog) -> Table:
     ]
     try:
         table = catalog.create_table(
-            SCHEMA_CHANGE_INDEX_TABLE, schema=Schema(*fields), properties=INDEX_TABLE_PROPERTIES
+            SCHEMA_CHANGE_INDEX_TABLE, schema=Schema(*fields), properties=dict(INDEX_TABLE_PROPERTIES)
         )
     except TableAlreadyExistsError:
         return catalog.load_table(SCHEMA_CHANGE_INDEX_TABLE)
