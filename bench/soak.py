@@ -16,10 +16,12 @@ rows lost, stale (deleted at the source, still in the lake), duplicated and wron
 project's reconcile per table, faults by kind with their moments, runs, failed tries and their
 first error lines, unrecovered runs, the longest time a table stayed behind its freshness target,
 the RSS of the Spark Connect server and the Airflow scheduler over time and its growth over the
-last half. Exit status 1 when a row is lost, stale, duplicated or wrong (docs/benchmarks.md, "Soak
-under faults").
+last half. Exit status 1 on any of :func:`failures` (a row lost, stale, duplicated or wrong, a run
+Airflow's retries did not recover, an error the runbook does not explain, ...; docs/benchmarks.md,
+"Soak under faults").
 
     .venv/bin/python bench/soak.py --minutes 10 --tables 6 --seed 7
+    make soak-short   # 2 minutes, 3 tables, eight faults of eight kinds
 """
 
 from __future__ import annotations
@@ -193,7 +195,7 @@ def final_reconcile(topology: Topology, airflow: Any, tables: list[SoakTable]) -
 
 def run_soak(topology: Topology, cfg: SoakConfig) -> dict[str, Any]:
     """The soak on ``topology`` (started or not; an Airflow it runs is restarted on the soak's
-    table config): the result (module docstring; ``ok``: no row lost, stale, duplicated or wrong)."""
+    table config): the result (module docstring; ``failures``: :func:`failures`, ``ok``: none)."""
     tables, airflow, workload = prepare(topology, cfg)
     rng = random.Random(cfg.seed)
     ctx = FaultContext(
@@ -257,12 +259,65 @@ def run_soak(topology: Topology, cfg: SoakConfig) -> dict[str, Any]:
         "lag": watcher.lag_figures(),
         "memory": watcher.memory_figures(start, end),
         "sample_errors": dict(watcher.sample_errors),
-        "ok": not any(totals.values()) and caught_up_s is not None,
     }
+    result["failures"] = failures(result)
+    result["ok"] = not result["failures"]
     log.info(
         "soak result: %s", json.dumps({k: v for k, v in result.items() if k not in ("faults", "workload")}, default=str)
     )
     return result
+
+
+def failures(result: dict[str, Any]) -> list[str]:
+    """What makes a soak fail, one line each; empty when it passed.
+
+    A soak fails when the tables did not catch up after the load (with the catch-up's error, every
+    failed try and its error, the faults' own errors, what the watcher restarted and its sampled
+    errors), when a row is lost, stale, duplicated or wrong, when ``cdc_reconcile`` did not succeed
+    or reported a keyed table different, when a fault could not be injected, when a table DAG run
+    ended failed (Airflow's retries did not recover it), when a failed try's error is one
+    docs/operations.md does not explain, or when the workload ran no DDL or no transaction.
+
+    Args:
+        result: :func:`run_soak`'s result (its ``failures`` and ``ok`` keys are not read).
+    """
+    out: list[str] = []
+    if result["caught_up_after_s"] is None:
+        out.append("not caught up: " + _why_behind(result))
+    if any(result["totals"].values()):
+        out.append(f"rows lost, stale, duplicated or wrong: {result['totals']}")
+    if result["reconcile_state"] != "success":
+        out.append(f"cdc_reconcile ended {result['reconcile_state']}")
+    for name, table in result["tables"].items():
+        reconciled = table.get("reconcile") or {}
+        if table["kind"] != "keyless" and any(
+            reconciled.get(k) for k in ("only_in_source", "only_in_lake", "differing")
+        ):
+            out.append(f"{name}: reconcile reported {reconciled}")
+    out += [f"fault error: {f}" for f in result["fault_errors"]]
+    unrecovered = {(r["dag_id"], r["run_id"]) for r in result["unrecovered_table_runs"]}
+    out += [
+        f"unrecovered: {t['dag_id']} {t['run_id']} {t['task_id']} try {t['try']}: {str(t['error'])[:300]}"
+        for t in result["airflow"]["failed_try_list"]
+        if (t["dag_id"], t["run_id"]) in unrecovered
+    ]
+    out += [f"unexplained failed-try error: {e}" for e in result["airflow"]["unexplained_errors"]]
+    if not (result["workload"].get("ddl") and result["workload"].get("transactions")):
+        out.append(f"the workload ran no DDL or no transaction: {result['workload']}")
+    return out
+
+
+def _why_behind(result: dict[str, Any]) -> str:
+    """What a soak that did not catch up left to read: the catch-up's error, the tries that failed
+    and their errors, the faults' own errors, what the watcher restarted and its sampled errors."""
+    lines = [str(result["caught_up_error"])]
+    lines += [
+        f"{t['dag_id']} {t['run_id']} {t['task_id']} try {t['try']}: {str(t['error'])[:300]}"
+        for t in result["airflow"]["failed_try_list"]
+    ]
+    lines.append(f"restarted by the watcher: {result['restarted_by_watcher']}")
+    lines.append(f"sampled errors: {result['sample_errors']}")
+    return "\n".join(lines)
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -278,6 +333,8 @@ def markdown(result: dict[str, Any]) -> str:
             if s["caught_up_after_s"] is not None
             else f"NOT: {s['caught_up_error']}"
         ),
+        "",
+        ("**Passed.**" if not s["failures"] else "**Failed:**\n\n" + "\n".join(f"- {f}" for f in s["failures"])),
         "",
         f"**Rows lost {s['totals']['lost']}, stale {s['totals']['stale']}, duplicated {s['totals']['duplicated']}, "
         f"wrong {s['totals']['wrong']}**; final reconcile run: {s['reconcile_state']} (runs of the load marked "
@@ -366,6 +423,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--retries", type=int, default=SoakConfig.retries, help="the tables' task retries (10 s, doubling)"
     )
+    parser.add_argument(
+        "--initial-rows", type=int, default=SoakConfig.initial_rows, help="rows per table before the workload"
+    )
+    parser.add_argument(
+        "--ddl-interval", type=float, default=SoakConfig.ddl_interval_s, help="seconds between two DDL statements"
+    )
     parser.add_argument("--kinds", help=f"comma-separated fault kinds (default: all: {','.join(FAULTS)})")
     parser.add_argument(
         "--heap-dump",
@@ -382,6 +445,8 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         faults=args.faults,
         retries=args.retries,
+        initial_rows=args.initial_rows,
+        ddl_interval_s=args.ddl_interval,
         kinds=tuple(args.kinds.split(",")) if args.kinds else tuple(FAULTS),
         heap_dump=args.heap_dump,
     )
@@ -393,6 +458,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         topology.stop()
     run.finish(run.info(soak=soak), markdown)
+    for line in soak["failures"]:
+        log.error("soak failed: %s", line)
     return 0 if soak["ok"] else 1
 
 

@@ -487,17 +487,23 @@ def cmd_status(args: argparse.Namespace) -> int:
         page=args.page,
         page_size=args.page_size,
     )
+    kafka_down = report.kafka_problem if statuses and all(s.topic_exists is None for s in statuses) else None
     if args.json:
         print(json.dumps([s.model_dump(mode="json") for s in cut.rows], indent=2))
     else:
+        if kafka_down is not None:  # the cause first: every figure from Kafka below is unknown
+            print(f"{kafka_down}: every figure from Kafka below is unknown\n")
         with_fresh = args.freshness_minutes is not None or any(t.freshness_minutes for t in tables)
         sys.stdout.write(format_sources(report.sources))
-        sys.stdout.write(format_page_summary(cut) + format_status_table(cut.rows, with_fresh=with_fresh))
+        sys.stdout.write(
+            format_page_summary(cut)
+            + format_status_table(cut.rows, with_fresh=with_fresh, said=() if kafka_down is None else (kafka_down,))
+        )
         now_ms = int(time.time() * 1000)
         for group in group_statuses(catalog, tables):
             print(group.describe(now_ms))
-    if statuses and all(s.topic_exists is None for s in statuses):  # asked, and Kafka did not answer
-        print(f"cdclake status: {BROKER_REMEDY}", file=sys.stderr)
+    if kafka_down is not None:
+        print(f"cdclake status: Kafka is down: {BROKER_REMEDY}", file=sys.stderr)
         return 3
     return 0
 

@@ -48,10 +48,11 @@ def show_table(name: str, *, limit: int, metadata_columns: bool, settings: Setti
     return "\n".join(out) + "\n"
 
 
-def format_status_table(statuses: list[Any], *, with_fresh: bool = False) -> str:
+def format_status_table(statuses: list[Any], *, with_fresh: bool = False, said: tuple[str, ...] = ()) -> str:
     """:class:`~cdclake.pipeline.status.TableStatus` list as a terminal table, one row per table,
     then the problems and warnings: a problem every table has (Kafka did not answer) once, as
-    ``all tables: ...``, the others per table. Lag time reads ``caught up`` when nothing waits in
+    ``all tables: ...``, the others per table; a problem that begins with one of ``said`` (told
+    above the table already) is left out. Lag time reads ``caught up`` when nothing waits in
     the topic; a last commit that was a manual replay is marked ``(replay)``; last transaction: the
     last whole source transaction applied and the records waiting for one that is not whole yet
     (``-``: the table does not commit whole transactions)."""
@@ -116,9 +117,10 @@ def format_status_table(statuses: list[Any], *, with_fresh: bool = False) -> str
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     shared = set.intersection(*(set(st.problems) for st in statuses)) if len(statuses) > 1 else set()
-    lines.extend(f"all tables: {problem}" for problem in statuses[0].problems if problem in shared)
+    told = {problem for st in statuses for problem in st.problems if problem.startswith(said)} if said else set()
+    lines.extend(f"all tables: {problem}" for problem in statuses[0].problems if problem in shared - told)
     for st in statuses:
-        lines.extend(f"{st.name}: {problem}" for problem in st.problems if problem not in shared)
+        lines.extend(f"{st.name}: {problem}" for problem in st.problems if problem not in shared | told)
         lines.extend(f"{st.name}: warning: {warning}" for warning in st.warnings)
     return "\n".join(lines) + "\n"
 

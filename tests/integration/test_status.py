@@ -284,10 +284,15 @@ def test_cli_status_with_no_broker_says_so_once_with_the_remedy(stack_settings):
     assert proc.returncode == 3
     out = proc.stdout + proc.stderr
     assert "rdkafka" not in out and "Connection refused" not in out  # librdkafka's own log stays out
-    assert out.count("did not answer") == 1  # once, for all tables
+    assert out.count("did not answer") == 1  # once, for all tables, as the first line: the cause first
     # every broker down ends the wait at once (the 30 s metadata timeout would say "transport failure")
-    assert f"all tables: Kafka at {nowhere.kafka_bootstrap} did not answer: every broker" in proc.stdout
-    assert proc.stderr.strip().splitlines()[-1].startswith("cdclake status: start the local stack's Kafka broker")
+    assert proc.stdout.startswith(f"Kafka at {nowhere.kafka_bootstrap} did not answer: every broker")
+    assert "every figure from Kafka below is unknown" in proc.stdout.splitlines()[0]
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .startswith("cdclake status: Kafka is down: start the local stack's Kafka broker")
+    )
     assert "`make stack-start`" in proc.stderr
 
 

@@ -304,7 +304,7 @@ def test_results_name_no_path_of_the_machine_they_ran_on(tmp_path):
 def test_a_reconcile_fault_compares_a_few_upsert_tables_not_every_table():
     """A reconcile fault's run names three of the upsert tables (a run over all of them held
     ``cdc_reconcile`` for nearly two hours in soak 7). The Airflow client here only records the
-    trigger: the fault's run itself is exercised by the short soak."""
+    trigger: the fault's run itself is exercised by the soak (``make soak``)."""
     import random
 
     import soak_faults
@@ -324,3 +324,57 @@ def test_a_reconcile_fault_compares_a_few_upsert_tables_not_every_table():
     assert dag_id == "cdc_reconcile" and conf["mode"] == "report"
     assert len(conf["tables"]) == soak_faults.RECONCILED_PER_FAULT and set(conf["tables"]) <= set(upserts)
     assert all(name in report for name in conf["tables"])
+
+
+def _passed_soak() -> dict:
+    """A soak result (bench/soak.py ``run_soak``'s keys) with nothing wrong in it."""
+    return {
+        "caught_up_after_s": 42,
+        "caught_up_error": None,
+        "totals": {"lost": 0, "stale": 0, "duplicated": 0, "wrong": 0},
+        "reconcile_state": "success",
+        "tables": {
+            "soak_t0": {"kind": "composite", "reconcile": {"only_in_source": 0, "only_in_lake": 0, "differing": 0}},
+            "soak_t1": {"kind": "keyless", "reconcile": {"only_in_source": 3, "only_in_lake": 0, "differing": 0}},
+        },
+        "fault_errors": [],
+        "unrecovered_table_runs": [],
+        "airflow": {
+            "failed_try_list": [
+                {"dag_id": "cdc_soak_t0", "run_id": "r1", "task_id": "apply", "try": 1, "error": "engine killed"}
+            ],
+            "unexplained_errors": [],
+        },
+        "restarted_by_watcher": {},
+        "sample_errors": {},
+        "workload": {"ddl": 2, "transactions": 40},
+    }
+
+
+def test_a_soak_passes_only_when_nothing_is_lost_unrecovered_or_unexplained():
+    """``make soak``'s verdict (``soak.failures``): a keyless table's reconcile counts are not
+    compared (a change log's rows are replayed directly), a failed try its retry recovered is no
+    failure; each kind of failure is named, an unrecovered run with its try's error."""
+    import soak
+
+    assert soak.failures(_passed_soak()) == []
+    cases = {
+        "not caught up": lambda r: r.update(caught_up_after_s=None, caught_up_error="behind: soak_t0"),
+        "rows lost": lambda r: r["totals"].update(lost=1),
+        "cdc_reconcile ended failed": lambda r: r.update(reconcile_state="failed"),
+        "soak_t0: reconcile reported": lambda r: r["tables"]["soak_t0"]["reconcile"].update(differing=2),
+        "fault error": lambda r: r["fault_errors"].append({"kind": "s3_outage", "error": "no s3proxy"}),
+        "unrecovered: cdc_soak_t0 r1 apply try 1: engine killed": lambda r: r["unrecovered_table_runs"].append(
+            {"dag_id": "cdc_soak_t0", "run_id": "r1"}
+        ),
+        "unexplained failed-try error: boom": lambda r: r["airflow"]["unexplained_errors"].append("boom"),
+        "no DDL": lambda r: r["workload"].update(ddl=0),
+    }
+    for words, spoil in cases.items():
+        result = _passed_soak()
+        spoil(result)
+        found = soak.failures(result)
+        assert len(found) == 1 and words in found[0], (words, found)
+    behind = _passed_soak()
+    behind.update(caught_up_after_s=None, caught_up_error="behind: soak_t0")
+    assert "cdc_soak_t0 r1 apply try 1: engine killed" in soak.failures(behind)[0]

@@ -230,10 +230,12 @@ def status_of_tables(
 class StatusReport:
     """:func:`status_report`'s answer: the tables' figures (the order given) and their sources'
     (:class:`~cdclake.model.source_health.SourceStatus`, in the order of their first table; empty
-    when the sources were not asked)."""
+    when the sources were not asked), and why Kafka's figures are unknown (``None``: Kafka
+    answered)."""
 
     tables: list[TableStatus]
     sources: list[SourceStatus]
+    kafka_problem: str | None = None
 
 
 def status_report(
@@ -284,7 +286,7 @@ def status_report(
         )
         for i, (cfg, lake) in enumerate(zip(configs, lakes, strict=True))
     ]
-    return StatusReport(out, [] if answer is None else answer.sources)
+    return StatusReport(out, [] if answer is None else answer.sources, kafka_problem if kafka is not None else None)
 
 
 @dataclass(frozen=True)
