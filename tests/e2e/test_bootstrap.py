@@ -53,6 +53,7 @@ class Airflow:
             }
         )
         self.log_path = log_path
+        self.port = port
         self.proc: subprocess.Popen | None = None
 
     def cli(self, *args: str, check: bool = True) -> str:
@@ -72,6 +73,25 @@ class Airflow:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+    def wait_ready(self, timeout_s: float = 600.0) -> None:
+        """Wait until the api-server answers ``GET /api/v2/monitor/health`` and reports the
+        scheduler healthy: a task started before it is refused by its execution API (on a loaded
+        machine the api-server took two minutes to start, and the three tries of the bootstrap's
+        first task were all refused)."""
+        import requests
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"airflow standalone exited; log {self.log_path}"
+            try:
+                reply = requests.get(f"http://127.0.0.1:{self.port}/api/v2/monitor/health", timeout=5)
+                if reply.status_code == 200 and reply.json()["scheduler"]["status"] == "healthy":
+                    return
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+            time.sleep(2)
+        raise AssertionError(f"airflow standalone not ready within {timeout_s} s; log {self.log_path}")
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -185,6 +205,7 @@ def test_bootstrap_fills_rows_that_were_never_streamed(chain, stack_settings, tm
     airflow.cli("dags", "unpause", "cdc_boot_accounts")
     airflow.start()
     try:
+        airflow.wait_ready()
         run_id = "bootstrap_accounts_1"
         conf = {
             "tables": ["boot_accounts"],
