@@ -56,14 +56,51 @@ def batch_stats(
     Returns:
         The statistics, and the value of each of ``more`` by its name.
     """
+    # the high position's timestamp is kept as a key the maximum picks: negated with source
+    # positions (the earliest Kafka timestamp that carried it), as is without (the latest record's)
+    latest = 1 if cfg.ordering not in SOURCE_ORDERINGS else -1
+    aggs = [*_batch_aggregates(unknown_floor, latest), *_ordering_aggregates(cfg)]
+    aggs += [column.alias(name) for name, column in (more or {}).items()]
+    row = parsed.agg(*aggs).collect()[0]
+    high = row["high"]
+    stats = BatchStats(
+        events=int(row["events"]),
+        tombstones=int(row["tombstones"] or 0),
+        bad=int(row["bad"] or 0),
+        held=int(row["held"] or 0),
+        ops=_op_counts(parsed, row),
+        first=_position(row["first"]),
+        last=_position(row["last"]),
+        high=_position(high["position"]) if high is not None else None,
+        high_timestamp_ms=latest * int(high["ts_key"]) if high is not None else None,
+        truncate=_position(row["truncate"]),
+        last_source_ts_ms=int(row["last_source_ts"]) if row["last_source_ts"] is not None else None,
+        identities=_identities(cfg, row),
+        full_snapshot_reads=int(row["full_snapshot_reads"] or 0),
+        unknown_column=_unknown_column(row["unknown"]),
+        # only GTID ordering aggregates it
+        gtid_missing=_gtid_missing(row["gtid_missing"]) if cfg.ordering == "gtid" else None,
+        schema_samples=_schema_samples(row),
+    )
+    return stats, {name: row[name] for name in more or {}}
+
+
+def _batch_aggregates(unknown_floor: BinlogPosition | None, latest: int) -> list[Column]:
+    """The aggregates of :func:`batch_stats` under every ordering: record counts, positions,
+    timestamps, samples and op counts, one column each (``op_<op>`` per applied op).
+
+    Args:
+        unknown_floor: as :func:`batch_stats`'s.
+        latest: the sign of the high position's timestamp key (``ts_key``, epoch ms): ``1``
+            picks the latest Kafka timestamp, ``-1`` the earliest.
+    """
     from pyspark.sql import functions as F
 
     good = F.expr(GOOD)
-    latest = 1 if cfg.ordering not in SOURCE_ORDERINGS else -1
     unknown = F.col("unknown_column").isNotNull()
     if unknown_floor is not None:
         unknown = unknown & (F.col("position") >= position_literal(unknown_floor))
-    aggs = [
+    return [
         F.count(F.lit(1)).alias("events"),
         F.sum(F.col("is_tombstone").cast("int")).alias("tombstones"),
         F.sum(F.col("error").isNotNull().cast("int")).alias("bad"),
@@ -88,58 +125,56 @@ def batch_stats(
         ),
         *[F.sum((good & (F.col("op") == op)).cast("int")).alias(f"op_{op}") for op in APPLIED_OPS],
     ]
+
+
+def _ordering_aggregates(cfg: TableConfig) -> list[Column]:
+    """The aggregates of :func:`batch_stats` that ``cfg.ordering`` asks for: under GTID ordering
+    the first change event without a GTID (``gtid_missing``) and the GTID domains
+    (``gtid_domains``); under the other source orderings the source identities (``identities``);
+    under ``ordering: kafka`` none."""
+    from pyspark.sql import functions as F
+
+    good = F.expr(GOOD)
     if cfg.ordering == "gtid":
         missing = good & F.col("_cdc_gtid_seq").isNull() & (F.col("gtid").isNotNull() | ~F.col("_cdc_snapshot"))
-        aggs += [
+        return [
             F.min(F.when(missing, F.struct("partition", "offset", "op", "gtid"))).alias("gtid_missing"),
             F.collect_set(F.when(good, gtid_domain(F.col("gtid")))).alias("gtid_domains"),
         ]
-    elif cfg.ordering in SOURCE_ORDERINGS:
-        aggs.append(F.collect_set(F.when(good, F.struct(*_identity_columns()))).alias("identities"))
-    aggs += [column.alias(name) for name, column in (more or {}).items()]
-    row = parsed.agg(*aggs).collect()[0]
+    if cfg.ordering in SOURCE_ORDERINGS:
+        return [F.collect_set(F.when(good, F.struct(*_identity_columns()))).alias("identities")]
+    return []
+
+
+def _op_counts(parsed: DataFrame, row: Any) -> dict[str, int]:
+    """The applicable events per Debezium op, zero counts left out, from the aggregated ``row``."""
     if row["other_ops"]:  # never seen: an op outside APPLIED_OPS is counted by its name
-        ops = {r["op"]: r["count"] for r in parsed.filter(GOOD).groupBy("op").count().collect()}
-    else:
-        ops = {op: int(row[f"op_{op}"]) for op in APPLIED_OPS if row[f"op_{op}"]}
+        return {r["op"]: r["count"] for r in parsed.filter(GOOD).groupBy("op").count().collect()}
+    return {op: int(row[f"op_{op}"]) for op in APPLIED_OPS if row[f"op_{op}"]}
+
+
+def _identities(cfg: TableConfig, row: Any) -> tuple[SourceIdentity, ...]:
+    """The source identities of the aggregated ``row`` (:func:`_ordering_aggregates`)."""
     if cfg.ordering == "gtid":
-        identities = tuple(SourceIdentity(gtid_domain=int(d)) for d in row["gtid_domains"] if d is not None)
-        gtid_missing = row["gtid_missing"]
-    else:  # without source positions (ordering kafka) no identity is recorded or compared
-        identities = tuple(_identity(r) for r in row["identities"]) if cfg.ordering in SOURCE_ORDERINGS else ()
-        gtid_missing = None
-    unknown_row = row["unknown"]
-    samples = tuple(
+        return tuple(SourceIdentity(gtid_domain=int(d)) for d in row["gtid_domains"] if d is not None)
+    if cfg.ordering in SOURCE_ORDERINGS:
+        return tuple(_identity(r) for r in row["identities"])
+    return ()  # without source positions (ordering kafka) no identity is recorded or compared
+
+
+def _unknown_column(row: Any) -> UnknownColumn | None:
+    return UnknownColumn(int(row["partition"]), int(row["offset"]), row["unknown_column"]) if row is not None else None
+
+
+def _gtid_missing(row: Any) -> GtidMissing | None:
+    return GtidMissing(int(row["partition"]), int(row["offset"]), row["op"], row["gtid"]) if row is not None else None
+
+
+def _schema_samples(row: Any) -> tuple[tuple[int, int], ...]:
+    """``(partition, offset)`` of the batch's first and last record with a value, once when the same."""
+    return tuple(
         dict.fromkeys((int(r["partition"]), int(r["offset"])) for r in (row["first_value"], row["last_value"]) if r)
     )
-    high = row["high"]
-    stats = BatchStats(
-        events=int(row["events"]),
-        tombstones=int(row["tombstones"] or 0),
-        bad=int(row["bad"] or 0),
-        held=int(row["held"] or 0),
-        ops=ops,
-        first=_position(row["first"]),
-        last=_position(row["last"]),
-        high=_position(high["position"]) if high is not None else None,
-        high_timestamp_ms=latest * int(high["ts_key"]) if high is not None else None,
-        truncate=_position(row["truncate"]),
-        last_source_ts_ms=int(row["last_source_ts"]) if row["last_source_ts"] is not None else None,
-        identities=identities,
-        full_snapshot_reads=int(row["full_snapshot_reads"] or 0),
-        unknown_column=UnknownColumn(
-            int(unknown_row["partition"]), int(unknown_row["offset"]), unknown_row["unknown_column"]
-        )
-        if unknown_row is not None
-        else None,
-        gtid_missing=GtidMissing(
-            int(gtid_missing["partition"]), int(gtid_missing["offset"]), gtid_missing["op"], gtid_missing["gtid"]
-        )
-        if gtid_missing is not None
-        else None,
-        schema_samples=samples,
-    )
-    return stats, {name: row[name] for name in more or {}}
 
 
 def _position(row: Any) -> BinlogPosition | None:

@@ -96,8 +96,6 @@ def cut_batch(ctx: ApplyContext, base: DataFrame) -> tuple[ApplyContext, DataFra
         The context with the plan's range cut (unchanged when nothing is cut), ``base`` filtered
         to the cut range, and what was decided (``None`` when the plan has no transaction range).
     """
-    from pyspark.sql import functions as F
-
     source = ctx.plan.transactions
     if source is None:
         return ctx, base, None
@@ -108,14 +106,66 @@ def cut_batch(ctx: ApplyContext, base: DataFrame) -> tuple[ApplyContext, DataFra
     planned = ctx.plan.range
     base = base.filter(_inside(planned))
     ctx, base = _before_barrier(ctx, base)
-    # bad records count too: a transaction is whole by its events, applicable or quarantined; a
-    # truncate is a unit of its own (see the model's UNIT_OPS)
-    events = base.filter("position is not null and not is_tombstone").withColumn(
+    events = _transaction_events(base)
+    wanted = _end_counts(ctx, ends)
+    candidates, without = _not_whole(events, wanted)
+    # a group member's interval needs every partition's last position too
+    partition_last = _partition_last(ctx.plan, events, collect=bool(candidates) or cfg.group is not None)
+    read_to_end = _read_to_end(ctx)
+    replaying = _replaying(ctx.plan)
+    # a replay or a new binlog history applies events below the table's high position again
+    through = None if replaying else ctx.state.high_position
+    cut = cut_position(candidates, ends, partition_last, read_to_end, through)
+    member = None
+    if cfg.group is not None and not replaying and len(source.end) == 1:
+        member = _member_cuts(ctx, events, ends_read, ends, partition_last, read_to_end, through)
+        cut = _earliest(cut, member.prefix, member.target_cut)
+    empty = False
+    if cut is not None:
+        ctx, base = _cut_before(ctx, base, cut)
+        empty = ctx.plan.range.is_empty
+    last = _last_whole(events, wanted, cut)
+    interval = None
+    # a replay or a new binlog history applies below positions applied already: at no position,
+    # unless it read every partition to its end (then the table is its source at its last
+    # transaction, as after any run that did; else its group would wait for the next source change)
+    if cfg.group is not None and last is not None and (not replaying or set(read_to_end) >= set(ctx.plan.range.end)):
+        read = {p: partition_last.get(p) for p in ctx.plan.range.end}
+        interval = _group_interval(cfg, source, ends_read, last, read, read_to_end, ctx.state.high_position)
+    further = {} if member is None else _read_further(cfg, planned, member, cut, interval, empty)
+    return ctx, base, TransactionCut(cut, last, len(ends), without, interval, further)
+
+
+def _transaction_events(base: DataFrame) -> DataFrame:
+    """The events of ``base`` that transactions are made of: those with a position, tombstones left
+    out; a truncate's ``transaction_id`` is null (a unit of its own, see the model's UNIT_OPS)."""
+    from pyspark.sql import functions as F
+
+    # bad records count too: a transaction is whole by its events, applicable or quarantined
+    return base.filter("position is not null and not is_tombstone").withColumn(
         "transaction_id", F.when(F.col("op").isin(*UNIT_OPS), F.lit(None)).otherwise(F.col("transaction_id"))
     )
-    wanted = F.broadcast(
-        ctx.spark.createDataFrame(list(ends.items()) or [("", 0)], "transaction_id string, want bigint")
-    )
+
+
+def _end_counts(ctx: ApplyContext, ends: Mapping[str, int]) -> DataFrame:
+    """The table's event count of each transaction whose ``END`` was read, as a broadcast frame of
+    ``transaction_id string, want bigint`` (one row no event matches when there are none)."""
+    from pyspark.sql import functions as F
+
+    return F.broadcast(ctx.spark.createDataFrame(list(ends.items()) or [("", 0)], "transaction_id string, want bigint"))
+
+
+def _not_whole(events: DataFrame, wanted: DataFrame) -> tuple[list[BatchTransaction], int]:
+    """The batch's transactions the ``END`` records do not show whole (none read, or fewer events
+    than it counts), with their first and last position; and the change events
+    (:data:`~cdclake.model.transactions.CHANGE_OPS`) without a ``transaction`` block.
+
+    Args:
+        events: the batch's events (:func:`_transaction_events`).
+        wanted: the ``END`` records' event counts (:func:`_end_counts`).
+    """
+    from pyspark.sql import functions as F
+
     # the events without a transaction are the group of a null id: counted by the same job
     txns = events.groupBy("transaction_id").agg(
         F.count_distinct("transaction_order").alias("orders"),
@@ -124,71 +174,84 @@ def cut_batch(ctx: ApplyContext, base: DataFrame) -> tuple[ApplyContext, DataFra
     rows = txns.join(wanted, "transaction_id", "left").filter("want is null or orders < want").collect()
     orders = {r["transaction_id"]: r["orders"] for r in rows if r["transaction_id"] is not None}
     without = sum(r["changes"] for r in rows if r["transaction_id"] is None)
-    candidates: list[BatchTransaction] = []
-    partition_last: dict[int, BinlogPosition | None] = {
-        p: None for p in ctx.plan.range.end if ctx.plan.range.end[p] > ctx.plan.range.start[p]
-    }
-    if orders:
-        spans = (
-            events.filter(F.col("transaction_id").isin(list(orders)))
-            .groupBy("transaction_id")
-            .agg(F.min("position").alias("first"), F.max("position").alias("last"))
+    if not orders:
+        return [], without
+    spans = (
+        events.filter(F.col("transaction_id").isin(list(orders)))
+        .groupBy("transaction_id")
+        .agg(F.min("position").alias("first"), F.max("position").alias("last"))
+    )
+    candidates = [
+        BatchTransaction(
+            r["transaction_id"], orders[r["transaction_id"]], position_of(r["first"]), position_of(r["last"])
         )
-        candidates = [
-            BatchTransaction(
-                r["transaction_id"], orders[r["transaction_id"]], position_of(r["first"]), position_of(r["last"])
-            )
-            for r in spans.collect()
-        ]
-    if orders or cfg.group is not None:  # a group member's interval needs them too
+        for r in spans.collect()
+    ]
+    return candidates, without
+
+
+def _partition_last(plan: RunPlan, events: DataFrame, collect: bool) -> dict[int, BinlogPosition | None]:
+    """Per partition the range reads records of, the greatest position of its events read, the
+    partitions cut at the barrier change counted as read up to it (:func:`_read_to_barrier`);
+    ``None``: no event read, or ``collect`` is false (one Spark job saved)."""
+    from pyspark.sql import functions as F
+
+    partition_last: dict[int, BinlogPosition | None] = {
+        p: None for p in plan.range.end if plan.range.end[p] > plan.range.start[p]
+    }
+    if collect:
         for r in events.groupBy("partition").agg(F.max("position").alias("last")).collect():
             partition_last[r["partition"]] = position_of(r["last"])
-        _read_to_barrier(ctx.plan, partition_last)
+        _read_to_barrier(plan, partition_last)
+    return partition_last
+
+
+def _read_to_end(ctx: ApplyContext) -> list[int]:
+    """The partitions the range reads to the topic's high watermark, read after the ``END`` records."""
     # read to its end when planned, and still: an END read now was sent after its events, but a
     # partition's record can land after another partition's; the watermark read again after the ENDs
     # (a range extended past the plan, to the high watermark then, counts as planned to its end)
     high = topic_watermarks(ctx.kafka, ctx.plan.range.topic).high
-    read_to_end = [p for p, o in ctx.plan.range.end.items() if high.get(p) == o]
-    # a replay or a new binlog history applies events below the table's high position again
-    through = None if ctx.plan.replay or ctx.plan.accept_source_change else ctx.state.high_position
-    cut = cut_position(candidates, ends, partition_last, read_to_end, through)
-    member = None
-    if cfg.group is not None and not (ctx.plan.replay or ctx.plan.accept_source_change) and len(source.end) == 1:
-        member = _member_cuts(ctx, events, ends_read, ends, partition_last, read_to_end, through)
-        cut = _earliest(cut, member.prefix, member.target_cut)
-    empty = False
-    # the events of transactions whose END was read: those below the cut are of whole ones
+    return [p for p, o in ctx.plan.range.end.items() if high.get(p) == o]
+
+
+def _replaying(plan: RunPlan) -> bool:
+    """Whether the run applies events below positions applied already: a replay, or a new binlog
+    history the operator accepts."""
+    return plan.replay or plan.accept_source_change
+
+
+def _cut_before(ctx: ApplyContext, base: DataFrame, cut: Cut) -> tuple[ApplyContext, DataFrame]:
+    """The context with the plan's range cut before every partition's first record at or after
+    ``cut`` (:func:`~cdclake.model.transactions.partition_ends`), and ``base`` filtered to it."""
+    from pyspark.sql import functions as F
+
+    below = F.col("position") < position_literal(cut.position)
+    firsts = {
+        r["partition"]: r["first"]
+        for r in base.filter(~below).groupBy("partition").agg(F.min("offset").alias("first")).collect()
+    }
+    end = partition_ends(ctx.plan.range.start, ctx.plan.range.end, firsts)
+    cut_range = OffsetRange(topic=ctx.plan.range.topic, start=ctx.plan.range.start, end=end)
+    log.info(
+        "table %s: %s; the batch is cut to %s, the rest waits for the next run",
+        ctx.cfg.identifier,
+        cut.describe(),
+        cut_range.to_json(),
+    )
+    return replace(ctx, plan=ctx.plan.model_copy(update={"range": cut_range})), base.filter(_inside(cut_range))
+
+
+def _last_whole(events: DataFrame, wanted: DataFrame, cut: Cut | None) -> LastTransaction | None:
+    """The newest whole transaction the (cut) batch holds: that of the greatest position among the
+    events of transactions whose ``END`` was read, below ``cut``; ``None``: none."""
+    from pyspark.sql import functions as F
+
     whole = events.join(wanted.select("transaction_id"), "transaction_id", "left_semi")
     if cut is not None:
-        below = F.col("position") < position_literal(cut.position)
-        firsts = {
-            r["partition"]: r["first"]
-            for r in base.filter(~below).groupBy("partition").agg(F.min("offset").alias("first")).collect()
-        }
-        end = partition_ends(ctx.plan.range.start, ctx.plan.range.end, firsts)
-        cut_range = OffsetRange(topic=ctx.plan.range.topic, start=ctx.plan.range.start, end=end)
-        ctx = replace(ctx, plan=ctx.plan.model_copy(update={"range": cut_range}))
-        base = base.filter(_inside(cut_range))
-        empty = cut_range.is_empty
-        whole = whole.filter(below)
-        log.info(
-            "table %s: %s; the batch is cut to %s, the rest waits for the next run",
-            cfg.identifier,
-            cut.describe(),
-            cut_range.to_json(),
-        )
+        whole = whole.filter(F.col("position") < position_literal(cut.position))
     newest = whole.orderBy(F.col("position").desc()).select("transaction_id", "position").limit(1).collect()
-    last = LastTransaction(newest[0]["transaction_id"], position_of(newest[0]["position"])) if newest else None
-    interval = None
-    # a replay or a new binlog history applies below positions applied already: at no position,
-    # unless it read every partition to its end (then the table is its source at its last
-    # transaction, as after any run that did; else its group would wait for the next source change)
-    replaying = ctx.plan.replay or ctx.plan.accept_source_change
-    if cfg.group is not None and last is not None and (not replaying or set(read_to_end) >= set(ctx.plan.range.end)):
-        read = {p: partition_last.get(p) for p in ctx.plan.range.end}
-        interval = _group_interval(cfg, source, ends_read, last, read, read_to_end, ctx.state.high_position)
-    further = {} if member is None else _read_further(cfg, planned, member, cut, interval, empty)
-    return ctx, base, TransactionCut(cut, last, len(ends), without, interval, further)
+    return LastTransaction(newest[0]["transaction_id"], position_of(newest[0]["position"])) if newest else None
 
 
 def _before_barrier(ctx: ApplyContext, base: DataFrame) -> tuple[ApplyContext, DataFrame]:
