@@ -45,7 +45,7 @@ from urllib.parse import quote
 from cdclake_airflow.monitor_listing import BEHIND_NAMES_SHOWN, MAX_PAGE_SIZE, PAGE_SIZE, paged_payload, plural
 
 if TYPE_CHECKING:
-    from fastapi import FastAPI
+    from fastapi import FastAPI, HTTPException, Request, Response
     from sqlalchemy.orm import Session
 
     from cdclake.io.kafka import KafkaClients
@@ -556,11 +556,10 @@ def render_doc(path: Path, root: str) -> str:
 
 
 def create_app() -> "FastAPI":
-    """The FastAPI app of the page and the JSON endpoint (mounted at :data:`URL_PREFIX`)."""
-    from airflow.api_fastapi.common.db.common import SessionDep
-    from airflow.api_fastapi.core_api.security import GetUserDep
-    from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
-    from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+    """The FastAPI app of the page, the JSON endpoint and the project's docs (mounted at
+    :data:`URL_PREFIX`): :func:`_add_table_routes`, :func:`_add_doc_routes`; a request without a
+    valid login is answered by :func:`_login_for_the_page`."""
+    from fastapi import FastAPI, HTTPException
 
     app = FastAPI(
         title="cdclake: CDC tables",
@@ -569,21 +568,31 @@ def create_app() -> "FastAPI":
         redoc_url=None,
         openapi_url=None,
     )
-    freshness_query = Query(
-        default=None, gt=0, description="judge every table by this limit (minutes) instead of its table config's"
-    )
+    app.exception_handler(HTTPException)(_login_for_the_page)
+    _add_table_routes(app)
+    _add_doc_routes(app)
+    return app
 
-    @app.exception_handler(HTTPException)
-    async def _login_for_the_page(request: Request, exc: HTTPException) -> Response:
-        """The page or a document without a valid login goes to the auth manager's login page
-        (back there after); the JSON endpoint answers the status as is."""
-        if exc.status_code in (status.HTTP_401_UNAUTHORIZED, status.HTTP_403_FORBIDDEN) and (
-            URL_PREFIX + "/api/" not in request.url.path
-        ):
-            from airflow.api_fastapi.app import get_auth_manager
 
-            return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)), status_code=303)
-        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+async def _login_for_the_page(request: "Request", exc: "HTTPException") -> "Response":
+    """The page or a document without a valid login goes to the auth manager's login page
+    (back there after); the JSON endpoint answers the status as is."""
+    from fastapi import status
+    from fastapi.responses import JSONResponse, RedirectResponse
+
+    if exc.status_code in (status.HTTP_401_UNAUTHORIZED, status.HTTP_403_FORBIDDEN) and (
+        URL_PREFIX + "/api/" not in request.url.path
+    ):
+        from airflow.api_fastapi.app import get_auth_manager
+
+        return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)), status_code=303)
+    return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+
+
+def _page_asked_dependency() -> Any:
+    """The ``Depends`` of the page of tables a request asks for (``?name=``, ``?state=``,
+    ``?page=``, ``?page_size=``): :func:`~cdclake_airflow.monitor_listing.paged_payload`'s keywords."""
+    from fastapi import Depends, Query
 
     name_query = Query(default=None, description="only the tables whose name holds this text")
     state_query = Query(default=None, pattern="^(|behind|fresh|unjudged)$", description="only the tables in this state")
@@ -600,7 +609,21 @@ def create_app() -> "FastAPI":
         keywords (the form sends an empty state for "any")."""
         return {"name": name, "state": state or None, "page": page, "page_size": page_size}
 
-    page_dep = Depends(page_asked)
+    return Depends(page_asked)
+
+
+def _add_table_routes(app: "FastAPI") -> None:
+    """The routes of the tables' figures on ``app``: :data:`API_PATH` (JSON) and :data:`PAGE_PATH`
+    (the HTML page), each one page of tables (:func:`_page_asked_dependency`), ``?freshness_minutes=``."""
+    from airflow.api_fastapi.common.db.common import SessionDep
+    from airflow.api_fastapi.core_api.security import GetUserDep
+    from fastapi import Query
+    from fastapi.responses import HTMLResponse
+
+    freshness_query = Query(
+        default=None, gt=0, description="judge every table by this limit (minutes) instead of its table config's"
+    )
+    page_dep = _page_asked_dependency()
 
     @app.get(API_PATH)
     def tables_json(
@@ -623,20 +646,30 @@ def create_app() -> "FastAPI":
         """The HTML page (:func:`render_page`) of one page of tables."""
         return render_page(paged_payload(tables_payload(user, session, freshness_minutes), **asked))
 
-    def doc(name: str, folder: str, root: str) -> str:
-        path = doc_file(name, folder)
-        if path is None:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no document {folder + '/' if folder else ''}{name}.md")
-        return render_doc(path, root)
+
+def _doc_page(name: str, folder: str, root: str) -> str:
+    """The page (:func:`render_doc`, ``root`` its link back to ``/cdc/``) of the document a docs
+    route names (:func:`doc_file`); ``HTTPException`` 404 when there is none."""
+    from fastapi import HTTPException, status
+
+    path = doc_file(name, folder)
+    if path is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no document {folder + '/' if folder else ''}{name}.md")
+    return render_doc(path, root)
+
+
+def _add_doc_routes(app: "FastAPI") -> None:
+    """The routes of the project's docs on ``app``: :data:`TOP_DOC_PATH` and :data:`DOCS_PATH`,
+    for a logged-in user."""
+    from airflow.api_fastapi.core_api.security import GetUserDep
+    from fastapi.responses import HTMLResponse
 
     @app.get(TOP_DOC_PATH, response_class=HTMLResponse)
     def top_doc(name: str, user: GetUserDep) -> str:
         """``README.md`` or ``CHANGELOG.md`` of the project (:func:`render_doc`); 404 for any other."""
-        return doc(name, "", "./")
+        return _doc_page(name, "", "./")
 
     @app.get(DOCS_PATH, response_class=HTMLResponse)
     def docs_doc(name: str, user: GetUserDep) -> str:
         """``docs/<name>.md`` of the project (:func:`render_doc`); 404 when there is none."""
-        return doc(name, "docs", "../")
-
-    return app
+        return _doc_page(name, "docs", "../")

@@ -255,39 +255,85 @@ def records_from_envelopes(
     """
     from pyspark.sql import functions as F
 
+    read_type = {c.name: (read_types or {}).get(c.name) or json_read_type(c.encoding) for c in columns}
+    df = _with_image(envelopes, columns, read_type)
+    op = F.col("env.op")
+    error = _record_error(op, ordering, _row_error(op, columns, primary_key, read_type))
+    out = df.select(
+        *KAFKA_RECORD_COLUMNS,
+        F.col("value").isNull().alias("is_tombstone"),
+        op.alias("op"),
+        *_source_columns(),
+        *_metadata_columns(op),
+        F.col("_image").alias("image"),
+        error.alias("error"),
+        F.col("unknown_column"),
+        F.col("env.transaction.id").alias("transaction_id"),
+        F.col("env.transaction.data_collection_order").alias("transaction_order"),
+        *carry,
+    )
+    return out.withColumn("position", position_column(ordering))
+
+
+_SOURCE = "env.source"
+"""The envelope's ``source`` block, in :func:`records_from_envelopes`' ``envelopes``."""
+
+
+def _raw_field(column: str) -> str:
+    """The SQL of ``column`` in the applied image as read (``_image_raw``, :func:`_with_image`)."""
+    return f"_image_raw.{quote_identifier(column)}"
+
+
+def _with_image(envelopes: DataFrame, columns: list[ColumnSpec], read_type: Mapping[str, str]) -> DataFrame:
+    """``envelopes`` with the applied image (``after``, or for a delete ``before``) as read,
+    ``_image_raw``, and decoded (:func:`~cdclake.spark.decode.decode` from ``read_type``, column ->
+    the type its values were read as), ``_image``: a struct of ``columns``."""
+    from pyspark.sql import functions as F
+
     df = envelopes.withColumn(
         "_image_raw",
         F.when(F.col("env.op") == "d", F.col("env.before")).otherwise(F.col("env.after")),
     )
-    raw_sql = {c.name: f"_image_raw.{quote_identifier(c.name)}" for c in columns}
-    # decoded once, in a column of its own: the fit check below reads it rather than decode again
-    read_type = {c.name: (read_types or {}).get(c.name) or json_read_type(c.encoding) for c in columns}
-    df = df.withColumn(
+    # decoded once, in a column of its own: the row's fit check (_row_error) reads it rather than decode again
+    return df.withColumn(
         "_image",
-        F.struct(*[decode(raw_sql[c.name], c.encoding, read_type[c.name]).alias(c.name) for c in columns]),
+        F.struct(*[decode(_raw_field(c.name), c.encoding, read_type[c.name]).alias(c.name) for c in columns]),
     )
-    op = F.col("env.op")
-    src = "env.source"
+
+
+def _row_error(
+    op: Column, columns: list[ColumnSpec], primary_key: tuple[str, ...], read_type: Mapping[str, str]
+) -> Column:
+    """The row's first defect, for an op with an image (null when none, or for any other op): a
+    null primary key column, then a value of ``_image_raw`` that does not fit (its ``_image``
+    column null), in column order. One CASE, not one nested per column (:mod:`cdclake.spark.flat`)."""
+    from pyspark.sql import functions as F
+
     image_raw = F.col("_image_raw")
     image = F.col("_image")
-    file, src_pos = F.col(f"{src}.file"), F.col(f"{src}.pos")
-    snapshot = (op == "r") | F.col(f"{src}.snapshot").isin(*SNAPSHOT_MARKERS)
     encodings = {c.name: c.encoding for c in columns}
-    # the row's first defect: a null primary key column, then a value that does not fit, in column
-    # order (one CASE, not one nested per column: cdclake.spark.flat)
     row_defects = [
         (is_json_null(image_raw[col], encodings[col], read_type[col]), F.lit(f"primary key column {col!r} is null"))
         for col in primary_key
     ] + [
         (
             ~is_json_null(image_raw[c.name], c.encoding, read_type[c.name]) & image[c.name].isNull(),
-            misfit_reason(c, raw_sql[c.name], read_type[c.name]),
+            misfit_reason(c, _raw_field(c.name), read_type[c.name]),
         )
         for c in columns
         if is_fallible(c.encoding)
     ]
-    row_error = F.when(op.isin("c", "u", "r", "d"), first_of(row_defects, F.lit(None).cast("string")))
-    error = (
+    return F.when(op.isin("c", "u", "r", "d"), first_of(row_defects, F.lit(None).cast("string")))
+
+
+def _record_error(op: Column, ordering: str, row_error: Column) -> Column:
+    """Why a record cannot be applied, null when it can (a tombstone's is null): ``format_error``
+    first, then the envelope's defects (its op, its source position in ``ordering``, its images),
+    then ``row_error`` (:func:`_row_error`)."""
+    from pyspark.sql import functions as F
+
+    file, src_pos = F.col(f"{_SOURCE}.file"), F.col(f"{_SOURCE}.pos")
+    return (
         F.when(F.col("value").isNull(), F.lit(None))
         .when(F.col("format_error").isNotNull(), F.col("format_error"))
         .when(op.isNull(), F.lit("envelope has no 'op'"))
@@ -305,33 +351,40 @@ def records_from_envelopes(
         .when((op == "d") & F.col("env.before").isNull(), F.lit("op 'd' without a 'before' image"))
         .otherwise(row_error)
     )
-    ts_ms = F.col(f"{src}.ts_ms")
-    out = df.select(
-        *KAFKA_RECORD_COLUMNS,
-        F.col("value").isNull().alias("is_tombstone"),
-        op.alias("op"),
-        F.regexp_extract(file, BINLOG_FILE_PATTERN, 1).alias("file_base"),
-        F.col(f"{src}.server_id").alias("server_id"),
-        F.col(f"{src}.snapshot").alias("snapshot_marker"),
-        F.col(f"{src}.gtid").alias("gtid"),
+
+
+def _source_columns() -> list[Column]:
+    """The result's columns of the envelope's ``source``: ``file_base`` (``source.file`` without
+    its numeric suffix), ``server_id``, ``snapshot_marker`` (``source.snapshot``) and ``gtid``."""
+    from pyspark.sql import functions as F
+
+    return [
+        F.regexp_extract(F.col(f"{_SOURCE}.file"), BINLOG_FILE_PATTERN, 1).alias("file_base"),
+        F.col(f"{_SOURCE}.server_id").alias("server_id"),
+        F.col(f"{_SOURCE}.snapshot").alias("snapshot_marker"),
+        F.col(f"{_SOURCE}.gtid").alias("gtid"),
+    ]
+
+
+def _metadata_columns(op: Column) -> list[Column]:
+    """The result's metadata columns (:data:`cdclake.model.layout.METADATA_COLUMNS`), ``_cdc_op``
+    to ``_cdc_kafka_offset``, in that order."""
+    from pyspark.sql import functions as F
+
+    file, ts_ms = F.col(f"{_SOURCE}.file"), F.col(f"{_SOURCE}.ts_ms")
+    snapshot = (op == "r") | F.col(f"{_SOURCE}.snapshot").isin(*SNAPSHOT_MARKERS)
+    return [
         op.alias("_cdc_op"),
         F.coalesce(snapshot, F.lit(False)).alias("_cdc_snapshot"),
         F.regexp_extract(file, BINLOG_FILE_PATTERN, 2).try_cast("bigint").alias("_cdc_binlog_file_seq"),
-        F.col(f"{src}.pos").alias("_cdc_binlog_pos"),
-        F.coalesce(F.col(f"{src}.row"), F.lit(0)).alias("_cdc_binlog_row"),
-        gtid_sequence(F.col(f"{src}.gtid")).alias("_cdc_gtid_seq"),
+        F.col(f"{_SOURCE}.pos").alias("_cdc_binlog_pos"),
+        F.coalesce(F.col(f"{_SOURCE}.row"), F.lit(0)).alias("_cdc_binlog_row"),
+        gtid_sequence(F.col(f"{_SOURCE}.gtid")).alias("_cdc_gtid_seq"),
         # Debezium 1.x snapshot reads carry ts_ms 0: unknown, not 1970
         F.when(ts_ms > 0, F.timestamp_millis(ts_ms)).alias("_cdc_source_ts"),
         F.col("partition").alias("_cdc_kafka_partition"),
         F.col("offset").alias("_cdc_kafka_offset"),
-        image.alias("image"),
-        error.alias("error"),
-        F.col("unknown_column"),
-        F.col("env.transaction.id").alias("transaction_id"),
-        F.col("env.transaction.data_collection_order").alias("transaction_order"),
-        *carry,
-    )
-    return out.withColumn("position", position_column(ordering))
+    ]
 
 
 UNPLACED_TRUNCATE = (
