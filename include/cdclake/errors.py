@@ -121,6 +121,12 @@ class ConcurrentRunError(CdcLakeError):
     committed in between. The run commits nothing; the next run plans from the table."""
 
 
+class ReplanLimitError(CdcLakeError):
+    """A run changed its range (extended to a whole source transaction, read further to its
+    group's target, cut before an incompatible type change) more times than it may without
+    applying it: a defect of cdclake, not of the data. Nothing was committed."""
+
+
 class SchemaError(CdcLakeError):
     """The events' schema cannot be mapped to, or does not fit, the Iceberg table."""
 

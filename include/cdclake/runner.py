@@ -319,32 +319,92 @@ def run_once(
         return RunOutcome(*earlier, clock.seconds)
     attempt = 1
     while True:
-        with clock.phase("plan"):
-            plan = plan_next(
-                catalog,
-                kafka,
-                cfg,
-                run_id,
-                replay_from_offsets=replay_from_offsets,
-                replay_from_timestamp_ms=replay_from_timestamp_ms,
-                accept_source_change=accept_source_change,
-            )
-        if plan.range.is_empty:
+        plan = _plan_and_sync(
+            catalog,
+            kafka,
+            cfg,
+            run_id,
+            clock,
+            replay_from_offsets=replay_from_offsets,
+            replay_from_timestamp_ms=replay_from_timestamp_ms,
+            accept_source_change=accept_source_change,
+        )
+        if plan.range.is_empty:  # nothing new, or capped at a barrier change that has not settled: nothing to apply yet
             return RunOutcome(plan, None, clock.seconds)
-        with clock.phase("schema_sync"):
-            plan = sync_schema(catalog, kafka, plan)
-        if plan.range.is_empty:  # capped at a barrier change that has not settled: nothing to apply yet
-            return RunOutcome(plan, None, clock.seconds)
-        try:
-            return RunOutcome(plan, apply_plan(open_session, settings, plan, kafka=kafka, clock=clock), clock.seconds)
-        except ConcurrentRunError:
-            if attempt == attempts:
-                raise
-            log.warning(
-                "another commit moved table %s during this run (attempt %d of %d); planning again from "
-                "the table's offsets",
-                cfg.identifier,
-                attempt,
-                attempts,
-            )
-            attempt += 1
+        result = _apply_or_plan_again(open_session, settings, plan, kafka, clock, attempt=attempt, attempts=attempts)
+        if result is not None:
+            return RunOutcome(plan, result, clock.seconds)
+        attempt += 1
+
+
+def _plan_and_sync(
+    catalog: Catalog,
+    kafka: KafkaClients,
+    cfg: TableConfig,
+    run_id: str,
+    clock: PhaseClock,
+    *,
+    replay_from_offsets: Offsets | None,
+    replay_from_timestamp_ms: int | None,
+    accept_source_change: bool,
+) -> RunPlan:
+    """One attempt's plan of :func:`run_once` (its arguments): the next plan
+    (:func:`cdclake.pipeline.planner.plan_next`, timed as phase ``plan``) and, unless its range is
+    empty (nothing new: no schema sync), :func:`sync_schema` on it (phase ``schema_sync``).
+
+    Returns:
+        The plan to apply; an empty range when there is nothing new, or nothing before a barrier
+        schema change that has not settled.
+
+    Raises:
+        See :func:`~cdclake.pipeline.planner.plan_next` and :func:`sync_schema`.
+    """
+    with clock.phase("plan"):
+        plan = plan_next(
+            catalog,
+            kafka,
+            cfg,
+            run_id,
+            replay_from_offsets=replay_from_offsets,
+            replay_from_timestamp_ms=replay_from_timestamp_ms,
+            accept_source_change=accept_source_change,
+        )
+    if plan.range.is_empty:
+        return plan
+    with clock.phase("schema_sync"):
+        return sync_schema(catalog, kafka, plan)
+
+
+def _apply_or_plan_again(
+    open_session: SessionFactory,
+    settings: Settings,
+    plan: RunPlan,
+    kafka: KafkaClients,
+    clock: PhaseClock,
+    *,
+    attempt: int,
+    attempts: int,
+) -> ApplyResult | None:
+    """Attempt ``attempt`` (of ``attempts``) of :func:`run_once` to apply ``plan``
+    (:func:`apply_plan`, timed on ``clock``).
+
+    Returns:
+        The apply's result; ``None`` when another commit moved the table during it and attempts
+        remain: the run plans again from the table's offsets (logged at warning).
+
+    Raises:
+        ConcurrentRunError: another commit moved the table during the last attempt.
+        EngineUnavailableError, ConfigError, BadBatchError, PositionOrderError: see :func:`apply_plan`.
+    """
+    try:
+        return apply_plan(open_session, settings, plan, kafka=kafka, clock=clock)
+    except ConcurrentRunError:
+        if attempt == attempts:
+            raise
+        log.warning(
+            "another commit moved table %s during this run (attempt %d of %d); planning again from the table's offsets",
+            plan.table.identifier,
+            attempt,
+            attempts,
+        )
+        return None

@@ -43,6 +43,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
+from cdclake.errors import ReplanLimitError
 from cdclake.io.catalog import (
     check_ordering,
     committed_state,
@@ -80,7 +81,7 @@ from cdclake.model.position import SOURCE_ORDERINGS, BinlogPosition
 from cdclake.model.run_state import ColumnDefault, CommittedState
 from cdclake.model.transactions import Cut, TransactionWait, extended_end
 from cdclake.settings import Settings
-from cdclake.spark.batch import parse_batch
+from cdclake.spark.batch import ParsedBatch, parse_batch
 from cdclake.spark.changes import event_columns, write_changes
 from cdclake.spark.commit import commit, demote_rows, merge
 from cdclake.spark.compacted import bare_tombstones, delete_compacted
@@ -94,7 +95,7 @@ from cdclake.spark.read import read_range
 from cdclake.spark.reduce import reduce_batch
 from cdclake.spark.stats import GOOD, first_offsets_outside, identity_spans, snapshot_groups
 from cdclake.spark.transactions import extended_plan, record_wait, transaction_summary
-from cdclake.spark.writer_schemas import writer_schemas_for
+from cdclake.spark.writer_schemas import WriterSchemas, writer_schemas_for
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -164,6 +165,30 @@ class ApplyResult:
         )
 
 
+MAX_REPLANS = 16
+"""How many times :func:`apply_range` tries another range (:class:`Replan`) in one run before it
+gives up (a range extended to a whole source transaction, read further to a group's target, cut
+before an incompatible type change: a few at most)."""
+
+
+@dataclass(frozen=True)
+class Replan:
+    """Why a run's range changes: one try (:func:`apply_once`) found that its plan's range is to be
+    applied as another, and applied nothing; the run tries ``plan`` instead.
+
+    Attributes:
+        plan: the plan to try: the range extended past the cap to a whole source transaction, read
+            further to a table group's target, or cut before an incompatible type change.
+        reason: what changes and why, for the run's log (one line).
+        cut_incompatible: ``cut_incompatible`` of the next try (:func:`apply_range`); ``False`` for a
+            range cut before an incompatible type change.
+    """
+
+    plan: RunPlan
+    reason: str
+    cut_incompatible: bool = True
+
+
 def apply_range(
     spark: SparkSession,
     settings: Settings,
@@ -176,6 +201,11 @@ def apply_range(
 
     The commit's summary properties are set on ``spark``'s session conf while it writes: one run
     at a time per session (each table run opens its own session).
+
+    A try that finds the range is to be applied as another (:class:`Replan`: a source transaction
+    larger than the range, a group member reading on, an incompatible type change) applies nothing,
+    and the run tries the other range, at most :data:`MAX_REPLANS` times
+    (:func:`apply_once` is one try).
 
     Args:
         kafka: the Kafka clients; default: plaintext to ``settings.kafka_bootstrap``.
@@ -196,12 +226,89 @@ def apply_range(
             applied: a retry finds nothing to do).
         PositionOrderError: the events change binlog basename or source server.
         SchemaError: the table cannot be created from, or does not fit, the events.
+        TransactionTooLargeError: a source transaction needs more than ``max_transaction_events``
+            records (nothing committed).
+        ReplanLimitError: the range changed more than :data:`MAX_REPLANS` times (a bug; the batch was
+            not committed).
     """
-    cfg, offset_range, planned = plan.table, plan.range, plan
     kafka = kafka or KafkaClients.from_settings(settings)
+    reasons: list[str] = []
+    while True:
+        outcome = apply_once(spark, settings, plan, kafka=kafka, cut_incompatible=cut_incompatible)
+        if isinstance(outcome, ApplyResult):
+            return outcome
+        reasons.append(outcome.reason)
+        if len(reasons) > MAX_REPLANS:
+            raise ReplanLimitError(
+                f"table {plan.table.identifier}: run {plan.run_id} changed its range more than {MAX_REPLANS} times "
+                f"without applying it ({'; '.join(reasons)}); nothing of the range was committed. This is a bug "
+                "of cdclake: report it with the run's log"
+            )
+        log.info(
+            "table %s: %s; the run tries again with the range ending at %s",
+            plan.table.identifier,
+            outcome.reason,
+            json.dumps(dict(outcome.plan.range.end), sort_keys=True),
+        )
+        plan, cut_incompatible = outcome.plan, outcome.cut_incompatible
+
+
+def apply_once(
+    spark: SparkSession, settings: Settings, plan: RunPlan, *, kafka: KafkaClients, cut_incompatible: bool
+) -> ApplyResult | Replan:
+    """One try of :func:`apply_range` (its arguments, but ``kafka`` resolved, and its errors): the
+    plan's range applied in one commit, found applied, empty or waiting (:class:`ApplyResult`),
+    or the plan to try instead (:class:`Replan`; this try committed nothing of the range)."""
+    cfg = plan.table
     cfg.check_runnable(has_schema_registry=kafka.schema_registry is not None)
-    if offset_range.is_empty:
+    if plan.range.is_empty:
         return ApplyResult("empty")
+    opened = _open_table(spark, settings, plan, kafka)
+    if isinstance(opened, ApplyResult):
+        return opened
+    ctx, raw = opened
+    # avro: the writer schemas of the topic's newest versions in the registry, else the batch's
+    # schema ids (one Spark job) and theirs; a registry that does not answer fails the run here,
+    # before anything is written
+    writers = writer_schemas_for(cfg, kafka, raw)
+    batch = _parse_and_evolve(ctx, raw, writers, plan=plan, cut_incompatible=cut_incompatible)
+    if isinstance(batch, Replan):
+        return batch
+    try:
+        whole = batch.whole
+        # a group member's batch short of its group's target, or empty once cut where every partition
+        # was read: read on (docs/architecture.md, "Table groups")
+        further = extended_plan(kafka, plan, whole.read_further) if whole and whole.read_further else None
+        if further is not None:
+            batch.base.unpersist()
+            return Replan(
+                further, "a table group member's batch is read further (docs/architecture.md, 'Table groups')"
+            )
+        # the plan's range cut before a transaction that is not whole, to nothing
+        if batch.ctx.plan.range.is_empty and whole is not None and whole.cut is not None:
+            batch.base.unpersist()
+            return _without_whole_transaction(batch.ctx.catalog, plan, kafka, whole.cut)
+        found = _check_and_quarantine(batch, raw)
+        return _decide_and_commit(batch, plan, found)
+    finally:
+        batch.base.unpersist()
+
+
+def _open_table(
+    spark: SparkSession, settings: Settings, plan: RunPlan, kafka: KafkaClients
+) -> tuple[ApplyContext, DataFrame] | ApplyResult:
+    """Steps 1 and 2 of the module docstring: the plan's table loaded (created from the events when
+    it does not exist) with its write ref, the start check, and the range read.
+
+    Returns:
+        The run's context and the range's Kafka records (not cached: read again by each Spark job
+        over them), or the result when the range is applied already.
+
+    Raises:
+        ConcurrentRunError: another run committed since this one was planned.
+        SchemaError: the table cannot be created from the events.
+    """
+    cfg = plan.table
     catalog = load_catalog(settings)
     existing = load_table_or_none(catalog, cfg.identifier)
     if existing is not None:
@@ -212,7 +319,7 @@ def apply_range(
 
     # Not cached: a 1,000,000-event batch is 4.4 GiB of values. The records are parsed once into a
     # cache without the raw value; the rare bad and held-back records are read again from Kafka.
-    raw = read_range(spark, kafka, offset_range)
+    raw = read_range(spark, kafka, plan.range)
     table = ensure_columns(
         existing or resolve_table(catalog, cfg, raw, schema_lookup=kafka.schema_lookup), METADATA_COLUMNS
     )
@@ -225,106 +332,144 @@ def apply_range(
     note = version_note(cfg.name, cfg.identifier, table.format_version, cfg.format_version)
     if note is not None:
         log.warning(note)
-    ctx = ApplyContext(spark, settings, kafka, plan, catalog, table, state, source_columns(table))
-    # avro: the writer schemas of the topic's newest versions in the registry, else the batch's
-    # schema ids (one Spark job) and theirs; a registry that does not answer fails the run here,
-    # before anything is written
-    writers = writer_schemas_for(cfg, kafka, raw)
-    ctx, base, parsed, stats, whole, writers = parse_batch(ctx, raw, writers)
+    return ApplyContext(spark, settings, kafka, plan, catalog, table, state, source_columns(table)), raw
+
+
+def _parse_and_evolve(
+    ctx: ApplyContext, raw: DataFrame, writers: WriterSchemas | None, *, plan: RunPlan, cut_incompatible: bool
+) -> ParsedBatch | Replan:
+    """Steps 3 and 4 of the module docstring: the batch parsed (:func:`~cdclake.spark.batch.parse_batch`)
+    and the table evolved to its events (:func:`~cdclake.spark.evolve.evolve_table`; the batch parsed
+    again by the evolved table, at most :data:`~cdclake.spark.evolve.MAX_EVOLUTIONS` times).
+
+    Returns:
+        The batch, whose cache the caller unpersists; or, when the batch holds events before an
+        incompatible type change and ``cut_incompatible``, ``plan`` cut before it (no cache left).
+    """
+    batch = parse_batch(ctx, raw, writers)
     try:
         for n in range(MAX_EVOLUTIONS):
             evolved = evolve_table(
-                ctx, stats, parsed, first=n == 0, writers=writers, cut=cut_incompatible and n == 0, raw=raw
+                batch.ctx,
+                batch.stats,
+                batch.parsed,
+                first=n == 0,
+                writers=batch.writers,
+                cut=cut_incompatible and n == 0,
+                raw=raw,
             )
             if evolved is None:
                 break
             if isinstance(evolved, IncompatibleCut):
-                base.unpersist()
-                return _before_incompatible(spark, settings, planned, kafka, evolved)
+                batch.base.unpersist()
+                return _before_incompatible(plan, evolved)
             # the table took the events' schema (or the config's columns): the batch is parsed again by it
-            base.unpersist()
-            ctx, base, parsed, stats, whole, writers = parse_batch(evolved, raw, writers)
-        table, plan = ctx.table, ctx.plan  # the plan's range cut before a transaction that is not whole
-        # a group member's batch short of its group's target, or empty once cut where every partition
-        # was read: read on (docs/architecture.md, "Table groups")
-        further = extended_plan(kafka, planned, whole.read_further) if whole and whole.read_further else None
-        if further is not None:
-            base.unpersist()
-            return apply_range(spark, settings, further, kafka=kafka)
-        if plan.range.is_empty and whole is not None and whole.cut is not None:
-            base.unpersist()
-            return _without_whole_transaction(spark, settings, catalog, planned, kafka, whole.cut)
-        check_columns(stats, cfg, from_events=stats.unknown_column is not None and from_events(ctx))
-        if stats.bad and cfg.bad_records == "fail":
-            raise bad_batch(ctx, parsed, stats.bad)
-        found = NewQuarantine()
-        if stats.quarantined:
-            write_quarantine(ctx, raw, parsed.filter(QUARANTINED))
-            found = new_quarantine(ctx)
-            if found.bad or found.held:
-                log.warning(
-                    "table %s: this run quarantined %d bad record(s) (bad_records_tolerance %s) and held back %d; "
-                    "by cause:\n%s",
-                    cfg.identifier,
-                    found.bad,
-                    cfg.bad_records_tolerance,
-                    found.held,
-                    describe_causes(found, cfg),
-                )
-        if plan.accept_source_change:
-            _forget_old_history(ctx)
-        defaults = column_defaults(table.properties, (c.name for c in ctx.columns), plan)
-        good = _fill_defaults(parsed.filter(GOOD), defaults, [c.name for c in ctx.columns])
-        start = starting_state(ctx.state, plan)
-        full_snapshots = cfg.write_mode == "upsert" and cfg.ordering in SOURCE_ORDERINGS and stats.full_snapshot_reads
-        decision = decide(
-            ctx.state,
-            stats,
-            plan,
-            defaults=defaults,
-            snapshots=snapshot_groups(good, start.max_offsets) if full_snapshots else [],
-            lookups=_Lookups(ctx, good),
-        )
-        in_transactions = transaction_summary(cfg, planned.range, plan.range, whole, stats.ops)
-        decision = replace(decision, summary={**decision.summary, **in_transactions})
-        # a compacted topic's deletes that only their Kafka tombstones still carry (spark.compacted)
-        compacted = bare_tombstones(ctx, parsed) if cfg.write_mode == "upsert" and stats.tombstones else None
-        snapshot_id, keys_changed = _write(ctx, good, decision, compacted)
-        if decision.completed is not None:
-            _drop_tombstones_below(ctx, decision.completed)
-        result = ApplyResult(
-            "committed",
-            snapshot_id=snapshot_id,
-            events=stats.events,
-            tombstones=stats.tombstones,
-            ops=dict(stats.ops),
-            quarantined=stats.quarantined,
-            keys_changed=keys_changed,
-            connector_contradictions=stats.connector_contradictions,
-            applied_end=dict(plan.range.end),
-            waiting_events=planned.range.event_count - plan.range.event_count if whole and whole.cut else 0,
-        )
-        log.info("table %s: committed snapshot %s: %s", cfg.identifier, snapshot_id, result.to_json())
-        if COMMITTED_PROPERTY not in table.properties:  # once per table: lost commits can be told (planner)
-            update_table_property(catalog, cfg.identifier, COMMITTED_PROPERTY, lambda _: "true")
-        if stats.nothing_applied:
-            raise nothing_applied_error(plan, stats, first_quarantined(parsed))
-        if not cfg.tolerates_bad_records(found.bad):
-            raise tolerance_error(plan, found, snapshot_id)
-        return result
-    finally:
-        base.unpersist()
+            batch.base.unpersist()
+            batch = parse_batch(evolved, raw, batch.writers)
+    except BaseException:
+        batch.base.unpersist()
+        raise
+    return batch
 
 
-def _without_whole_transaction(
-    spark: SparkSession, settings: Settings, catalog: Catalog, plan: RunPlan, kafka: KafkaClients, cut: Cut
-) -> ApplyResult:
+def _check_and_quarantine(batch: ParsedBatch, raw: DataFrame) -> NewQuarantine:
+    """Step 5 of the module docstring: the batch's columns checked against the table's, then its
+    bad records failing the run (``bad_records: fail``) or quarantined with the records held back
+    behind them (``raw``: the range's records, whose values the quarantine keeps).
+
+    Returns:
+        What this run newly quarantined (nothing, when no record was).
+
+    Raises:
+        SchemaError: an event has a column the table lacks (:func:`~cdclake.model.decision.check_columns`).
+        BadBatchError: ``bad_records: fail`` and bad records (nothing committed).
+    """
+    ctx, stats = batch.ctx, batch.stats
+    cfg = ctx.cfg
+    check_columns(stats, cfg, from_events=stats.unknown_column is not None and from_events(ctx))
+    if stats.bad and cfg.bad_records == "fail":
+        raise bad_batch(ctx, batch.parsed, stats.bad)
+    found = NewQuarantine()
+    if stats.quarantined:
+        write_quarantine(ctx, raw, batch.parsed.filter(QUARANTINED))
+        found = new_quarantine(ctx)
+        if found.bad or found.held:
+            log.warning(
+                "table %s: this run quarantined %d bad record(s) (bad_records_tolerance %s) and held back %d; "
+                "by cause:\n%s",
+                cfg.identifier,
+                found.bad,
+                cfg.bad_records_tolerance,
+                found.held,
+                describe_causes(found, cfg),
+            )
+    return found
+
+
+def _decide_and_commit(batch: ParsedBatch, planned: RunPlan, found: NewQuarantine) -> ApplyResult:
+    """Steps 6 to 8 of the module docstring: the batch's good records decided on and written in
+    one commit (``planned``: the plan before the batch was cut to whole source transactions;
+    ``found``: what the run newly quarantined).
+
+    Returns:
+        The ``committed`` result.
+
+    Raises:
+        PositionOrderError, ConcurrentRunError: see :func:`apply_range`.
+        QuarantinedBatchError, QuarantineToleranceError: raised after the commit (see :func:`apply_range`).
+    """
+    ctx, stats, whole = batch.ctx, batch.stats, batch.whole
+    cfg, table, plan = ctx.cfg, ctx.table, ctx.plan  # the plan's range cut before a transaction that is not whole
+    if plan.accept_source_change:
+        _forget_old_history(ctx)
+    defaults = column_defaults(table.properties, (c.name for c in ctx.columns), plan)
+    good = _fill_defaults(batch.parsed.filter(GOOD), defaults, [c.name for c in ctx.columns])
+    start = starting_state(ctx.state, plan)
+    full_snapshots = cfg.write_mode == "upsert" and cfg.ordering in SOURCE_ORDERINGS and stats.full_snapshot_reads
+    decision = decide(
+        ctx.state,
+        stats,
+        plan,
+        defaults=defaults,
+        snapshots=snapshot_groups(good, start.max_offsets) if full_snapshots else [],
+        lookups=_Lookups(ctx, good),
+    )
+    in_transactions = transaction_summary(cfg, planned.range, plan.range, whole, stats.ops)
+    decision = replace(decision, summary={**decision.summary, **in_transactions})
+    # a compacted topic's deletes that only their Kafka tombstones still carry (spark.compacted)
+    compacted = bare_tombstones(ctx, batch.parsed) if cfg.write_mode == "upsert" and stats.tombstones else None
+    snapshot_id, keys_changed = _write(ctx, good, decision, compacted)
+    if decision.completed is not None:
+        _drop_tombstones_below(ctx, decision.completed)
+    result = ApplyResult(
+        "committed",
+        snapshot_id=snapshot_id,
+        events=stats.events,
+        tombstones=stats.tombstones,
+        ops=dict(stats.ops),
+        quarantined=stats.quarantined,
+        keys_changed=keys_changed,
+        connector_contradictions=stats.connector_contradictions,
+        applied_end=dict(plan.range.end),
+        waiting_events=planned.range.event_count - plan.range.event_count if whole and whole.cut else 0,
+    )
+    log.info("table %s: committed snapshot %s: %s", cfg.identifier, snapshot_id, result.to_json())
+    if COMMITTED_PROPERTY not in table.properties:  # once per table: lost commits can be told (planner)
+        update_table_property(ctx.catalog, cfg.identifier, COMMITTED_PROPERTY, lambda _: "true")
+    if stats.nothing_applied:
+        raise nothing_applied_error(plan, stats, first_quarantined(batch.parsed))
+    if not cfg.tolerates_bad_records(found.bad):
+        raise tolerance_error(plan, found, snapshot_id)
+    return result
+
+
+def _without_whole_transaction(catalog: Catalog, plan: RunPlan, kafka: KafkaClients, cut: Cut) -> ApplyResult | Replan:
     """The run when its range holds no whole transaction: a transaction with more events than the
     range holds (the cap, ``max_events_per_run``, split evenly over the partitions) is applied
     whole by a range extended past the cap, up to the high watermarks and at most
-    ``max_transaction_events`` records (:func:`~cdclake.model.transactions.extended_end`);
-    otherwise (its ``END`` is not in Kafka yet, or its events are not all there yet) nothing is
-    applied and the run waits.
+    ``max_transaction_events`` records (:func:`~cdclake.model.transactions.extended_end`: the
+    :class:`Replan` returned); otherwise (its ``END`` is not in Kafka yet, or its events are not all
+    there yet) nothing is applied and the run waits (the ``waiting`` result).
 
     Raises:
         TransactionTooLargeError: the transaction needs more than ``max_transaction_events`` records.
@@ -343,16 +488,17 @@ def _without_whole_transaction(
                 json.dumps(end, sort_keys=True),
             )
             extended = plan.range.model_copy(update={"end": end})
-            return apply_range(spark, settings, plan.model_copy(update={"range": extended}), kafka=kafka)
+            return Replan(
+                plan.model_copy(update={"range": extended}),
+                "the range holds no whole source transaction: it is extended to apply one whole",
+            )
     log.info("table %s: %s; nothing is applied, the next run goes on from here", plan.table.identifier, cut.describe())
     record_wait(catalog, plan, cut)
     return ApplyResult("waiting", waiting_events=plan.range.event_count)
 
 
-def _before_incompatible(
-    spark: SparkSession, settings: Settings, plan: RunPlan, kafka: KafkaClients, cut: IncompatibleCut
-) -> ApplyResult:
-    """Apply ``plan``'s range up to an incompatible type change (``cut``), unchanged; the next run
+def _before_incompatible(plan: RunPlan, cut: IncompatibleCut) -> Replan:
+    """``plan``'s range up to an incompatible type change (``cut``), to apply unchanged; the next run
     starts at the change and sets the column aside (:class:`~cdclake.spark.evolve.IncompatibleCut`)."""
     end = {p: min(o, cut.end.get(p, o)) for p, o in plan.range.end.items()}
     log.warning(
@@ -363,7 +509,7 @@ def _before_incompatible(
         json.dumps(end, sort_keys=True),
     )
     before = plan.model_copy(update={"range": plan.range.model_copy(update={"end": end})})
-    return apply_range(spark, settings, before, kafka=kafka, cut_incompatible=False)
+    return Replan(before, "the batch holds an incompatible type change: it is cut before it", cut_incompatible=False)
 
 
 def _start_check(table: Table, plan: RunPlan) -> tuple[CommittedState, ApplyResult | None]:

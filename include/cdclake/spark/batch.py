@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from cdclake.model.connector_check import mode_contradictions
@@ -37,16 +37,42 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def parse_batch(
-    ctx: ApplyContext, raw: DataFrame, writers: WriterSchemas | None
-) -> tuple[ApplyContext, DataFrame, DataFrame, BatchStats, TransactionCut | None, WriterSchemas | None]:
+@dataclass(frozen=True)
+class ParsedBatch:
+    """One batch parsed (:func:`parse_batch`): what the decision and the write of a run read.
+
+    Attributes:
+        ctx: the run's context, its plan's range cut to whole source transactions
+            (:func:`~cdclake.spark.transactions.cut_batch`; the range read when nothing was cut).
+        base: the cache the batch was parsed into: one row per Kafka record of the range read,
+            without the raw value (``MEMORY_AND_DISK``; its owner unpersists it).
+        parsed: ``base`` cut to whole source transactions, with the quarantine's hold-backs
+            (:func:`~cdclake.spark.quarantine.split_bad_and_held`): one row per record of the cut
+            range, tombstones included; ``error`` (bad) and ``held_back_behind`` tell the records
+            applied (:data:`~cdclake.spark.stats.GOOD`) from those quarantined
+            (:data:`~cdclake.spark.quarantine.QUARANTINED`).
+        stats: the statistics of ``parsed`` (:func:`~cdclake.spark.stats.batch_stats`), with the
+            connector modes the events contradict.
+        whole: the cut to whole source transactions; ``None``: the table does not keep them whole.
+        writers: the batch's writer schemas (Avro values); ``None``: JSON values.
+    """
+
+    ctx: ApplyContext
+    base: DataFrame
+    parsed: DataFrame
+    stats: BatchStats
+    whole: TransactionCut | None
+    writers: WriterSchemas | None
+
+
+def parse_batch(ctx: ApplyContext, raw: DataFrame, writers: WriterSchemas | None) -> ParsedBatch:
     """The batch parsed by the table's columns (``writers``: Avro values, by these writer schemas)
     into a cache without the raw values, the same cut to whole source transactions
     (:func:`~cdclake.spark.transactions.cut_batch`; the context's plan then holds the cut range)
     with the quarantine's hold-backs, its statistics, the cut and the batch's writer schemas
     (``writers`` not :attr:`~cdclake.spark.writer_schemas.WriterSchemas.complete`: the batch's own,
     found by the statistics pass, and the batch parsed again when it holds ids they lack; the
-    caller unpersists the cache)."""
+    caller unpersists the cache, :attr:`ParsedBatch.base`)."""
     from pyspark import StorageLevel
 
     cfg, columns = ctx.cfg, list(ctx.columns)
@@ -93,7 +119,8 @@ def parse_batch(
                     base, writers = parse_again(batch), batch
                     continue
                 writers = batch
-            return cut_ctx, base, parsed, _check_connector_modes(cut_ctx, stats, writers), whole, writers
+            stats = _check_connector_modes(cut_ctx, stats, writers)
+            return ParsedBatch(cut_ctx, base, parsed, stats, whole, writers)
     except BaseException:
         base.unpersist()
         raise
