@@ -32,9 +32,9 @@ if TYPE_CHECKING:
     from cdclake.io.kafka import KafkaClients
     from cdclake.model.config import TableConfig
     from cdclake.model.offsets import Offsets
+    from cdclake.model.outcome import ApplyResult
     from cdclake.model.plan import RunPlan
     from cdclake.settings import Settings
-    from cdclake.spark.apply import ApplyResult
 
 log = logging.getLogger(__name__)
 
@@ -236,8 +236,8 @@ def committed_run(catalog: Catalog, cfg: TableConfig, run_id: str) -> tuple[RunP
     from cdclake.io.catalog import load_table_or_none, run_commit
     from cdclake.model.layout import SummaryKeys
     from cdclake.model.offsets import OffsetRange, decode_offsets
+    from cdclake.model.outcome import ApplyResult
     from cdclake.model.plan import RunPlan
-    from cdclake.spark.apply import ApplyResult
 
     table = load_table_or_none(catalog, cfg.identifier)
     found = run_commit(table, cfg.topic, run_id) if table is not None else None

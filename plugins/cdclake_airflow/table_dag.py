@@ -75,9 +75,9 @@ if TYPE_CHECKING:
 
     from cdclake.errors import QuarantinedBatchError
     from cdclake.model.config import TableConfig
+    from cdclake.model.outcome import ApplyResult
     from cdclake.model.plan import RunPlan
     from cdclake.runner import SessionFactory
-    from cdclake.spark.apply import ApplyResult
     from cdclake_airflow.hooks import CdcLakeHook
 
 log = logging.getLogger(__name__)
@@ -234,12 +234,12 @@ def _publish(
         run (run id, end offsets, events, upserts, deletes, ops, tombstones, quarantined, keys
         changed, first and last position, and with a change feed the feed's snapshot and rows)
         and ``total_records``; and the run's commit as an
-        :class:`~cdclake.spark.apply.ApplyResult` (``None``: the run has none).
+        :class:`~cdclake.model.outcome.ApplyResult` (``None``: the run has none).
     """
     from cdclake.io.catalog import head_snapshot, run_commit
     from cdclake.io.changes import runs_after
     from cdclake.model.layout import SummaryKeys
-    from cdclake.spark.apply import ApplyResult
+    from cdclake.model.outcome import ApplyResult
 
     table = catalog.load_table(cfg.identifier)
     own = run_commit(table, cfg.topic, context["run_id"])
@@ -342,7 +342,7 @@ def apply(table_json: str, asset: Any, **context: Any) -> dict[str, Any]:
     event, lineage and metrics the failed try did not send), so each commit is published once.
 
     Returns:
-        The :class:`~cdclake.spark.apply.ApplyResult` as a dict (the XCom), plus ``plan``
+        The :class:`~cdclake.model.outcome.ApplyResult` as a dict (the XCom), plus ``plan``
         (the applied range) and ``seconds`` per phase (``publish`` included).
 
     Raises:
@@ -391,7 +391,7 @@ class TableRun:
             ``nothing_new`` (no session, no commit) or ``waiting`` (no whole source transaction
             yet: no commit).
         replay: whether the run was a manual replay.
-        out: for ``committed``, the task's XCom: the :class:`~cdclake.spark.apply.ApplyResult`
+        out: for ``committed``, the task's XCom: the :class:`~cdclake.model.outcome.ApplyResult`
             as a dict, ``plan`` (the applied range) and ``seconds`` per phase (``publish``
             included).
         line: for ``nothing_new``, the run's one line (:func:`nothing_new_line`), for the table

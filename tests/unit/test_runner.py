@@ -42,8 +42,8 @@ def test_run_once_refuses_fewer_than_one_attempt_before_touching_anything():
 
 def test_the_summary_line_tells_the_range_the_replay_flag_the_ops_the_keys_the_snapshot_and_the_phases():
     from cdclake.model.offsets import OffsetRange
+    from cdclake.model.outcome import ApplyResult
     from cdclake.model.plan import RunPlan
-    from cdclake.spark.apply import ApplyResult
 
     cfg = make_table(namespace="inventory", table="products")
     plan = RunPlan(
@@ -61,8 +61,8 @@ def test_the_summary_line_tells_the_range_the_replay_flag_the_ops_the_keys_the_s
 
 def test_the_summary_line_of_a_run_cut_to_whole_transactions_tells_the_range_applied_and_the_records_left():
     from cdclake.model.offsets import OffsetRange
+    from cdclake.model.outcome import ApplyResult
     from cdclake.model.plan import RunPlan
-    from cdclake.spark.apply import ApplyResult
 
     cfg = make_table(namespace="d", table="accounts")
     plan = RunPlan(table=cfg, run_id="r", range=OffsetRange(topic=cfg.topic, start={0: 0, 1: 2}, end={0: 5, 1: 6}))

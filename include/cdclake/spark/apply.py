@@ -40,10 +40,9 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from cdclake.errors import ReplanLimitError
 from cdclake.io.catalog import (
     check_ordering,
     committed_state,
@@ -75,11 +74,12 @@ from cdclake.model.layout import (
     TOMBSTONES_SUFFIX,
     SummaryKeys,
 )
-from cdclake.model.offsets import Offsets, decode_offsets
+from cdclake.model.offsets import Offsets
+from cdclake.model.outcome import ApplyResult, Replan, replan_until_applied
 from cdclake.model.plan import RunPlan
 from cdclake.model.position import SOURCE_ORDERINGS, BinlogPosition
 from cdclake.model.run_state import ColumnDefault, CommittedState
-from cdclake.model.transactions import Cut, TransactionWait, extended_end
+from cdclake.model.transactions import Cut, extended_end
 from cdclake.settings import Settings
 from cdclake.spark.batch import ParsedBatch, parse_batch
 from cdclake.spark.changes import event_columns, write_changes
@@ -107,88 +107,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class ApplyResult:
-    """What one apply did.
-
-    Attributes:
-        status: ``committed``, ``already_applied`` (the table is at the range's end already, or
-            the replay's run committed), ``empty`` (the range has no records) or ``waiting`` (the
-            range holds no whole source transaction yet: nothing committed).
-        snapshot_id: the Iceberg snapshot committed; for ``already_applied``, this run's earlier
-            commit, whose figures the other fields then are (``None``: another run's commit).
-        events: Kafka records read, tombstones included.
-        tombstones: Kafka tombstones (null values) skipped.
-        ops: applicable events per Debezium op.
-        quarantined: records written to the quarantine table (bad and held back).
-        keys_changed: rows in the merge source after reduction (upsert mode).
-        connector_contradictions: the Debezium handling modes the events show where the table's
-            columns expect others, one line per column (:mod:`cdclake.model.connector_check`;
-            the commit's summary key :attr:`~cdclake.model.layout.SummaryKeys.CONNECTOR_CONTRADICTIONS`).
-        applied_end: the end offsets of the range committed (the plan's, or cut before a source
-            transaction that is not whole); ``None`` when nothing was committed.
-        waiting_events: records of the plan's range left for the next run because a source
-            transaction in it is not whole (:attr:`~cdclake.model.layout.SummaryKeys.TRANSACTION_WAIT`;
-            ``waiting``: the whole range).
-    """
-
-    status: str
-    snapshot_id: int | None = None
-    events: int = 0
-    tombstones: int = 0
-    ops: dict[str, int] | None = None
-    quarantined: int = 0
-    keys_changed: int = 0
-    connector_contradictions: tuple[str, ...] = ()
-    applied_end: dict[int, int] | None = None
-    waiting_events: int = 0
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
-
-    @classmethod
-    def of_commit(cls, status: str, snapshot_id: int, summary: Mapping[str, str]) -> ApplyResult:
-        """The figures a CDC commit's snapshot summary records (:class:`~cdclake.model.layout.SummaryKeys`):
-        what a retry after that commit reports and publishes."""
-        wait = TransactionWait.from_text(summary.get(SummaryKeys.TRANSACTION_WAIT))
-        return cls(
-            status,
-            snapshot_id=snapshot_id,
-            events=int(summary.get(SummaryKeys.EVENTS, 0)),
-            tombstones=int(summary.get(SummaryKeys.TOMBSTONES, 0)),
-            ops=json.loads(summary.get(SummaryKeys.OPS, "{}")),
-            quarantined=int(summary.get(SummaryKeys.QUARANTINED, 0)),
-            keys_changed=int(summary.get(SummaryKeys.KEYS_CHANGED, 0)),
-            connector_contradictions=tuple(json.loads(summary.get(SummaryKeys.CONNECTOR_CONTRADICTIONS, "[]"))),
-            applied_end=decode_offsets(summary[SummaryKeys.END_OFFSETS]),
-            waiting_events=wait.events if wait is not None else 0,
-        )
-
-
-MAX_REPLANS = 16
-"""How many times :func:`apply_range` tries another range (:class:`Replan`) in one run before it
-gives up (a range extended to a whole source transaction, read further to a group's target, cut
-before an incompatible type change: a few at most)."""
-
-
-@dataclass(frozen=True)
-class Replan:
-    """Why a run's range changes: one try (:func:`apply_once`) found that its plan's range is to be
-    applied as another, and applied nothing; the run tries ``plan`` instead.
-
-    Attributes:
-        plan: the plan to try: the range extended past the cap to a whole source transaction, read
-            further to a table group's target, or cut before an incompatible type change.
-        reason: what changes and why, for the run's log (one line).
-        cut_incompatible: ``cut_incompatible`` of the next try (:func:`apply_range`); ``False`` for a
-            range cut before an incompatible type change.
-    """
-
-    plan: RunPlan
-    reason: str
-    cut_incompatible: bool = True
-
-
 def apply_range(
     spark: SparkSession,
     settings: Settings,
@@ -202,10 +120,10 @@ def apply_range(
     The commit's summary properties are set on ``spark``'s session conf while it writes: one run
     at a time per session (each table run opens its own session).
 
-    A try that finds the range is to be applied as another (:class:`Replan`: a source transaction
-    larger than the range, a group member reading on, an incompatible type change) applies nothing,
-    and the run tries the other range, at most :data:`MAX_REPLANS` times
-    (:func:`apply_once` is one try).
+    A try that finds the range is to be applied as another (a
+    :class:`~cdclake.model.outcome.Replan`: a source transaction larger than the range, a group
+    member reading on, an incompatible type change) applies nothing, and the run tries the other
+    range (:func:`~cdclake.model.outcome.replan_until_applied`; :func:`apply_once` is one try).
 
     Args:
         kafka: the Kafka clients; default: plaintext to ``settings.kafka_bootstrap``.
@@ -228,29 +146,13 @@ def apply_range(
         SchemaError: the table cannot be created from, or does not fit, the events.
         TransactionTooLargeError: a source transaction needs more than ``max_transaction_events``
             records (nothing committed).
-        ReplanLimitError: the range changed more than :data:`MAX_REPLANS` times (a bug; the batch was
-            not committed).
+        ReplanLimitError: the range changed more than
+            :data:`~cdclake.model.outcome.MAX_REPLANS` times (a bug; the batch was not committed).
     """
-    kafka = kafka or KafkaClients.from_settings(settings)
-    reasons: list[str] = []
-    while True:
-        outcome = apply_once(spark, settings, plan, kafka=kafka, cut_incompatible=cut_incompatible)
-        if isinstance(outcome, ApplyResult):
-            return outcome
-        reasons.append(outcome.reason)
-        if len(reasons) > MAX_REPLANS:
-            raise ReplanLimitError(
-                f"table {plan.table.identifier}: run {plan.run_id} changed its range more than {MAX_REPLANS} times "
-                f"without applying it ({'; '.join(reasons)}); nothing of the range was committed. This is a bug "
-                "of cdclake: report it with the run's log"
-            )
-        log.info(
-            "table %s: %s; the run tries again with the range ending at %s",
-            plan.table.identifier,
-            outcome.reason,
-            json.dumps(dict(outcome.plan.range.end), sort_keys=True),
-        )
-        plan, cut_incompatible = outcome.plan, outcome.cut_incompatible
+    clients = kafka or KafkaClients.from_settings(settings)
+    return replan_until_applied(
+        lambda p, cut: apply_once(spark, settings, p, kafka=clients, cut_incompatible=cut), plan, cut_incompatible
+    )
 
 
 def apply_once(
@@ -258,7 +160,8 @@ def apply_once(
 ) -> ApplyResult | Replan:
     """One try of :func:`apply_range` (its arguments, but ``kafka`` resolved, and its errors): the
     plan's range applied in one commit, found applied, empty or waiting (:class:`ApplyResult`),
-    or the plan to try instead (:class:`Replan`; this try committed nothing of the range)."""
+    or the plan to try instead (:class:`~cdclake.model.outcome.Replan`; this try committed nothing
+    of the range)."""
     cfg = plan.table
     cfg.check_runnable(has_schema_registry=kafka.schema_registry is not None)
     if plan.range.is_empty:
