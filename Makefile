@@ -5,7 +5,7 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 CONFORMANCE_ARGS ?=
 
-.PHONY: demo demo-avro demo-production test lint bench bench-reconcile bench-engine bench-maintenance soak soak-short conformance setup stack-start stack-stop stack-status engine-start engine-stop engine-status status chain-start chain-stop airflow-ui airflow-stop lock clean help
+.PHONY: demo demo-avro demo-production test test-long lint bench bench-reconcile bench-engine bench-maintenance soak soak-short conformance setup stack-start stack-stop stack-status engine-start engine-stop engine-status status chain-start chain-stop airflow-ui airflow-stop lock clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -19,8 +19,11 @@ demo-avro: setup  ## the real chain with Avro: MariaDB, Debezium writing Avro th
 demo-production: setup  ## the production topology on this machine (PostgreSQL, REST catalog, S3, Spark cluster, SASL Kafka, MariaDB + Debezium, Airflow's processes): a workload through the scheduled DAGs; fails unless every table equals its source
 	$(CDCLAKE) production demo
 
-test: setup lint  ## lint, then the whole test suite: unit, integration (Kafka, Spark, Iceberg) beside e2e (Airflow); PYTEST_ARGS="tests/unit -k x" runs a selection
+test: setup lint  ## lint, then the test suite: unit, integration (Kafka, Spark, Iceberg) beside e2e (Airflow); `make test-long` has the rest; PYTEST_ARGS="tests/unit -k x" runs a selection
 	include/scripts/test-suite.sh $(PYTEST_ARGS)
+
+test-long: setup  ## the long layer, not in `make test` (its budget): the production topology, the benchmarks' smoke runs, the every-type Avro scenario on the real chain
+	include/scripts/test-suite.sh --long
 
 lint: setup  ## ruff (lint and format check), mypy (strict on the pure model), import-linter (the layers)
 	.venv/bin/ruff check .

@@ -204,15 +204,20 @@ def run_airflow(
 ) -> subprocess.CompletedProcess:
     """Run the ``airflow`` CLI of this virtual environment with the local stack's environment
     (``dags_folder``: another DAGs folder than the project's ``dags/``, such as ``examples/dags``)."""
+    airflow = str(Path(sys.executable).parent / "airflow")
+    return subprocess.run([airflow, *argv], env=_airflow_command_env(settings, dags_folder), **kwargs)
+
+
+def _airflow_command_env(settings: Settings | None, dags_folder: Path | None = None) -> dict[str, str]:
+    """The environment of an ``airflow`` command of the local stack (its home created)."""
     from cdclake_dev.airflow_env import airflow_env
 
     settings = settings or _settings()
     settings.airflow_home.mkdir(parents=True, exist_ok=True)
-    airflow = str(Path(sys.executable).parent / "airflow")
     env = airflow_env(settings)
     if dags_folder is not None:
         env["AIRFLOW__CORE__DAGS_FOLDER"] = str(dags_folder)
-    return subprocess.run([airflow, *argv], env=env, **kwargs)
+    return env
 
 
 def ensure_airflow_db(settings: Settings) -> None:
@@ -300,11 +305,16 @@ def _dags_test(dag_id: str, conf: dict | None, settings: Settings) -> int:
     last line saying so with the cause (:func:`failure_cause`). Returns 0 when it succeeded."""
     import json
 
+    from cdclake_dev import warm_airflow
     from cdclake_dev.airflow_env import task_log_folder
     from cdclake_dev.task_logs import write_task_logs
 
     argv = ["dags", "test", dag_id] + (["--conf", json.dumps(conf)] if conf else [])
-    proc = run_airflow(argv, settings, capture_output=True, text=True)
+    warm = warm_airflow.enabled()  # the test suite's warm server (cdclake_dev.warm_airflow)
+    if warm is not None:
+        proc = warm_airflow.run(argv, _airflow_command_env(settings), warm)
+    else:
+        proc = run_airflow(argv, settings, capture_output=True, text=True)
     sys.stdout.write(proc.stdout[-20000:])
     sys.stderr.write(proc.stderr[-20000:])
     output = proc.stdout + proc.stderr
