@@ -358,7 +358,12 @@ def build_bootstrap_dag(settings: Settings, tables: list[TableConfig]) -> DAG:
             },
             timeout=timedelta(hours=12),
             execution_timeout=timedelta(hours=12, minutes=30),
-            retries=0,
+            # one retry, soon: Airflow's scheduler can fail a try whose own state update loses the
+            # race with the executor's event ("task state changed externally", seen with
+            # standalone on SQLite under load); a retry reads the notifications since the signal
+            # again, so it finds the one the failed try found
+            retries=1,
+            retry_delay=timedelta(seconds=10),
         )
         executing >> wait
         noted = task(task_id="check_snapshot")(check_snapshot)(plan, sent, wait.output)
