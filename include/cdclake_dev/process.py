@@ -163,7 +163,7 @@ def port_holder(port: int) -> str | None:
 # --- pid files ----------------------------------------------------------------------------------------
 
 
-def _gone(pid: int) -> bool:
+def pid_gone(pid: int) -> bool:
     """Whether ``pid`` has exited (a child of this process is reaped, not left a zombie)."""
     try:
         if os.waitpid(pid, os.WNOHANG)[0] == pid:
@@ -242,7 +242,7 @@ class Daemon:
     def _exited(self, pid: int) -> bool:
         if self._proc is not None and self._proc.pid == pid:
             return self._proc.poll() is not None  # keeps its exit code (exit_code)
-        return _gone(pid)
+        return pid_gone(pid)
 
     def running(self) -> bool:
         """Whether the process of the pid file runs."""

@@ -177,6 +177,8 @@ def serve(sock_path: Path, owner_pid: int) -> None:
     import importlib
     import threading
 
+    from cdclake_dev.process import pid_gone
+
     for name in _WARM_IMPORTS:
         importlib.import_module(name)
     from airflow.sdk.execution_time.supervisor import in_process_api_server
@@ -202,7 +204,7 @@ def serve(sock_path: Path, owner_pid: int) -> None:
             last = time.monotonic()
         _reap()
         gone = not sock_path.exists() or sock_path.stat().st_ino != inode
-        if gone or not _alive(owner_pid) or time.monotonic() - last > IDLE_EXIT_S:
+        if gone or pid_gone(owner_pid) or time.monotonic() - last > IDLE_EXIT_S:
             break
     server.close()
     if not gone:
@@ -215,16 +217,6 @@ def _reap() -> None:
             pass
     except ChildProcessError:
         pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _child(conn: socket.socket) -> None:
