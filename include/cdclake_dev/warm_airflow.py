@@ -27,6 +27,7 @@ not inherit it, and the DAG files refuse unknown ``CDCLAKE_*`` variables.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -256,10 +257,30 @@ def _child(conn: socket.socket) -> None:
             logging.shutdown()
             sys.stdout.flush()
             sys.stderr.flush()
+            _stop_children()
             conn.sendall(json.dumps({"returncode": code}).encode() + b"\n")
             conn.close()
         finally:
             os._exit(code)
+
+
+def _stop_children(timeout_s: float = 5.0) -> None:
+    """Stop the processes a command left behind before the child ends with ``os._exit``.
+
+    ``os._exit`` skips the interpreter's shutdown, which for the plain ``airflow`` script joins
+    ``concurrent.futures`` process pools (OpenLineage's emitter starts one): without this their
+    idle workers would outlive the command as orphans. SIGTERM first, SIGKILL after ``timeout_s``.
+    """
+    import psutil
+
+    children = psutil.Process().children(recursive=True)
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            child.terminate()
+    _, alive = psutil.wait_procs(children, timeout=timeout_s)
+    for child in alive:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
 
 
 if __name__ == "__main__":

@@ -40,3 +40,29 @@ def test_use_turns_the_server_on_for_this_process_only(tmp_path: Path):
         assert warm_airflow.enabled() is None
     finally:
         warm_airflow.use(before)
+
+
+CHILD = """
+import concurrent.futures, os, sys
+from cdclake_dev.warm_airflow import _stop_children
+pool = concurrent.futures.ProcessPoolExecutor(max_workers=1)
+worker_pid = pool.submit(os.getpid).result()
+_stop_children(timeout_s=10)
+print(worker_pid)
+sys.stdout.flush()
+os._exit(0)  # as a warm child ends: no interpreter shutdown to join the pool
+"""
+
+
+def test_a_warm_child_stops_the_process_pool_workers_it_leaves_behind():
+    """A forked child ends with ``os._exit``, which skips the shutdown that joins process pools
+    (OpenLineage's emitter starts one); ``_stop_children`` ends them first. Run in a process of
+    its own: here it would stop the test session's own children."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=60, check=True)
+    worker = int(out.stdout.split()[-1])
+    assert not psutil.pid_exists(worker) or psutil.Process(worker).status() == psutil.STATUS_ZOMBIE
