@@ -333,8 +333,8 @@ def phase_many(
     timeout_s: float,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Trigger every table's DAG at once; seconds until the last commit reaching its topic's end."""
-    from cdclake.io.catalog import committed_offsets
     from cdclake.io.kafka import topic_watermarks
+    from cdclake.io.refs import committed_offsets
 
     decimal = wl.decimal_supported()
     prefix = f"{tag}_{label}_"
@@ -571,8 +571,8 @@ def phase_fleet(
     """One run of the shared DAG ``cdc_shared_fleet`` over the discovered tables (each created by
     its first commit); seconds from the trigger until the last table's commit reaching its topic's
     end (``tables_1000_s``)."""
-    from cdclake.io.catalog import committed_offsets
     from cdclake.io.kafka import topic_watermarks
+    from cdclake.io.refs import committed_offsets
 
     decimal = wl.decimal_supported()
     kafka = kafka_clients(settings)

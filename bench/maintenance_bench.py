@@ -326,7 +326,8 @@ def run_stats(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cdclake.io.catalog import committed_offsets, load_catalog
+    from cdclake.io.catalog import load_catalog
+    from cdclake.io.refs import committed_offsets
     from cdclake.model.layout import TOMBSTONES_SUFFIX, side_table
     from cdclake.spark.session import build_session
 

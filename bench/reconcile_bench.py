@@ -403,7 +403,8 @@ def measure_naive(settings: Settings, cfg: TableConfig, db: SourceDatabase) -> d
     _child_setup()
     import pymysql.cursors
 
-    from cdclake.io.catalog import load_catalog, source_schema
+    from cdclake.io.catalog import load_catalog
+    from cdclake.io.schema_evolution import source_schema
     from cdclake.io.source_db import source_columns
     from cdclake.model.reconcile import canonical_text, compare_columns, quote
 

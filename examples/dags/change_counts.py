@@ -77,7 +77,7 @@ def progress(output: Table) -> int | None:
     """The last table snapshot the output's commits read up to: :data:`PROGRESS_KEY` of the
     newest snapshot in the output's ``main`` ancestry that carries it (a maintenance commit, such
     as a compaction, carries none); ``None`` before the first commit."""
-    from cdclake.io.catalog import ancestry
+    from cdclake.io.refs import ancestry
 
     for _, _, summary in ancestry(output):
         if summary and PROGRESS_KEY in summary:

@@ -232,8 +232,9 @@ def apply_plan(
 
 def committed_run(catalog: Catalog, cfg: TableConfig, run_id: str) -> tuple[RunPlan, ApplyResult] | None:
     """The plan and result of run ``run_id``'s commit to table ``cfg``, read back from the commit's
-    snapshot summary (:func:`cdclake.io.catalog.run_commit`), or ``None`` when it did not commit."""
-    from cdclake.io.catalog import load_table_or_none, run_commit
+    snapshot summary (:func:`cdclake.io.refs.run_commit`), or ``None`` when it did not commit."""
+    from cdclake.io.catalog import load_table_or_none
+    from cdclake.io.refs import run_commit
     from cdclake.model.layout import SummaryKeys
     from cdclake.model.offsets import OffsetRange, decode_offsets
     from cdclake.model.outcome import ApplyResult

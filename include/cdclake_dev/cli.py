@@ -375,8 +375,9 @@ def cmd_maintain(args: argparse.Namespace) -> int:
 def cmd_reconcile(args: argparse.Namespace) -> int:
     """Reconcile a table of the local stack with the local MariaDB (the DAG ``cdc_reconcile`` does
     the same in Airflow); the table's DAG is run to catch the lake up."""
-    from cdclake.io.catalog import committed_offsets, load_catalog, load_table_or_none
+    from cdclake.io.catalog import load_catalog, load_table_or_none
     from cdclake.io.kafka import KafkaClients
+    from cdclake.io.refs import committed_offsets
     from cdclake.model.config import load_tables
     from cdclake.model.snapshot import caught_up
     from cdclake.pipeline.reconcile import ReconcileParams, reconcile_table

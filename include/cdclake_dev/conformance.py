@@ -762,8 +762,9 @@ class Harness:
     def _state(self, cell: Cell, table: str) -> tuple[bool, bool, Any]:
         """``(caught up, snapshot in progress, committed offsets)``: the committed offsets of the
         table's runs (its stage branch in a group) against the topic's high watermarks."""
-        from cdclake.io.catalog import committed_offsets, head_snapshot, load_catalog, load_table_or_none
+        from cdclake.io.catalog import load_catalog, load_table_or_none
         from cdclake.io.kafka import topic_watermarks
+        from cdclake.io.refs import committed_offsets, head_snapshot
         from cdclake.model.layout import SummaryKeys
         from cdclake.model.snapshot import caught_up
 

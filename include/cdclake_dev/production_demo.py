@@ -196,8 +196,9 @@ class DemoResult:
 
 def caught_up_tables(topology: Topology) -> dict[str, bool]:
     """Per table name: has the Iceberg table committed every event its topic holds now?"""
-    from cdclake.io.catalog import committed_offsets, load_catalog, load_table_or_none
+    from cdclake.io.catalog import load_catalog, load_table_or_none
     from cdclake.io.kafka import KafkaClients, topics_watermarks
+    from cdclake.io.refs import committed_offsets
     from cdclake.model.config import load_tables
     from cdclake.model.snapshot import caught_up
 

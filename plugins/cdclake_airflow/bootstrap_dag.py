@@ -205,7 +205,8 @@ def applied(target: dict[str, Any]) -> Any:
     """Sensor: has the table committed offsets at or past the noted end offsets?"""
     from airflow.sdk import PokeReturnValue
 
-    from cdclake.io.catalog import committed_offsets, load_table_or_none
+    from cdclake.io.catalog import load_table_or_none
+    from cdclake.io.refs import committed_offsets
     from cdclake.model.snapshot import caught_up
     from cdclake_airflow.hooks import CdcLakeHook
 

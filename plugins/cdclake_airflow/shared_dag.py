@@ -17,7 +17,7 @@ of failed tries (``cdclake status``, the CDC monitor, ``cdc_freshness``) and, on
 tried, the task fails with :class:`~cdclake.errors.SharedTablesError` naming each failed table,
 and Airflow retries it (a table committed by the failed try is found committed and published
 only). Asset events are sent when the task succeeds. Errors a retry cannot change
-(:data:`~cdclake_airflow.table_dag.NOT_RETRIED`) fail the task without retry when every failed
+(:data:`~cdclake_airflow.table_failures.NOT_RETRIED`) fail the task without retry when every failed
 table has one.
 
 Each member keeps its own DAG ``cdc_<name>``, unscheduled, for manual runs and replays (its trigger
@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 from cdclake.model.shared import SHARED_DAG_PREFIX, shared_dags, task_tables
 from cdclake.settings import APPLY_POOL, APPLY_PRIORITY_WEIGHT, Settings
-from cdclake_airflow.table_dag import NOT_RETRIED, retry_args, table_asset
+from cdclake_airflow.table_dag import table_asset
+from cdclake_airflow.table_failures import NOT_RETRIED, record_failure, retry_args
 
 if TYPE_CHECKING:
     from airflow.sdk import DAG
@@ -63,7 +64,7 @@ def apply_tables(tables_json: list[str], alias: str, **context: Any) -> dict[str
     Raises:
         SharedTablesError: tables failed (each named with its error); retried by Airflow.
         AirflowFailException: every failed table failed with an error a retry cannot change
-            (:data:`~cdclake_airflow.table_dag.NOT_RETRIED`): not retried.
+            (:data:`~cdclake_airflow.table_failures.NOT_RETRIED`): not retried.
     """
     from airflow.sdk import Asset, AssetAlias
     from airflow.sdk.exceptions import AirflowFailException
@@ -72,7 +73,7 @@ def apply_tables(tables_json: list[str], alias: str, **context: Any) -> dict[str
     from cdclake.model.config import TableConfig
     from cdclake.runner import SharedSession
     from cdclake_airflow.hooks import CdcLakeHook
-    from cdclake_airflow.table_dag import record_failure, run_table
+    from cdclake_airflow.table_dag import run_table
 
     hook = CdcLakeHook()
     settings = hook.settings

@@ -33,17 +33,17 @@ The phases, whichever the shape:
 
 Table upkeep (compaction, snapshot expiry, tombstone expiry) is the ``cdc_maintenance`` DAG's.
 A retry of any task is safe: a run that already committed finds its offsets in the table.
-Errors a retry cannot change (:data:`NOT_RETRIED`: a run whose every record was quarantined, a
+Errors a retry cannot change (:data:`~cdclake_airflow.table_failures.NOT_RETRIED`: a run whose every record was quarantined, a
 run that quarantined more bad records than ``bad_records_tolerance``, a source transaction larger
 than ``max_transaction_events``, a trigger-form Param that does not fit the table) are not retried. Each failed try is counted in the
-table's record of failed tries (:func:`record_failure`), which ``cdclake status``, the CDC monitor
+table's record of failed tries (:func:`~cdclake_airflow.table_failures.record_failure`), which ``cdclake status``, the CDC monitor
 and ``cdc_freshness`` show; the next run that succeeds removes it.
 
 The trigger form starts a **replay** (``replay_from_offsets`` or ``replay_from_timestamp``; the
 recovery switch ``accept_source_change`` in its collapsed recovery section): the form and Airflow's
 REST API refuse a value the Params' JSON schema does not allow, and the run checks the rest first
 and fails at once, without retry, its log ending with the one line naming the Param
-(:mod:`cdclake.model.replay`, :func:`refused_params`). Airflow's Backfill is refused
+(:mod:`cdclake.model.replay`, :func:`~cdclake_airflow.table_failures.refused_params`). Airflow's Backfill is refused
 (:data:`cdclake_airflow.params.RUN_TYPES`).
 """
 
@@ -53,20 +53,15 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
-from cdclake.errors import (
-    QuarantinedBatchError,
-    QuarantineToleranceError,
-    TransactionTooLargeError,
-    TriggerParamError,
-)
+from cdclake.errors import QuarantinedBatchError, QuarantineToleranceError
 from cdclake.settings import APPLY_POOL, APPLY_PRIORITY_WEIGHT, PROJECT_ROOT, ConnectionIds, Settings, jars_dir
+from cdclake_airflow.table_failures import record_failure, refused_params, retry_args, runs_succeed
 
 if TYPE_CHECKING:
     from airflow.sdk import DAG
@@ -168,37 +163,6 @@ def _plan_params(context: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@contextmanager
-def refused_params() -> Iterator[None]:
-    """Fail the task on a trigger-form Param that does not fit the table
-    (:class:`~cdclake.errors.TriggerParamError`, raised in the ``with`` block): its one line is the
-    last the task logs, then ``AirflowFailException`` with the same line fails the task, not retried,
-    and without the traceback of where the run found the value (the task log's error block is that
-    line; the error is the user's, not the code's). :func:`record_failure` records the
-    ``TriggerParamError``.
-
-    Raises:
-        AirflowFailException: the ``TriggerParamError``'s message (its ``__context__``).
-    """
-    from airflow.sdk.exceptions import AirflowFailException
-
-    try:
-        yield
-    except TriggerParamError as e:
-        log.error("%s", e)
-        raise AirflowFailException(str(e)) from None
-
-
-def recorded_error(error: BaseException | None) -> BaseException | None:
-    """The error a failed try is recorded with (:func:`record_failure`): a refused trigger-form Param's
-    ``TriggerParamError`` for the ``AirflowFailException`` :func:`refused_params` raised in its place,
-    else ``error`` itself."""
-    context = getattr(error, "__context__", None)
-    if isinstance(context, TriggerParamError) and str(error) == str(context):
-        return context
-    return error
-
-
 def nothing_new_line(plan: RunPlan, seconds: Mapping[str, float]) -> str:
     """The one line that tells a run that applied nothing, the last its task logs (before the task is
     skipped), as :func:`cdclake.runner.summary_line` tells a run that applied: the table, the offsets
@@ -223,7 +187,7 @@ def _publish(
     catalog: Catalog, cfg: TableConfig, context: Mapping[str, Any]
 ) -> tuple[Table, dict[str, Any], ApplyResult | None]:
     """This run's commit and its CDC summary figures, for the run's asset event: the commit
-    whose snapshot summary carries the run id (:func:`cdclake.io.catalog.run_commit`), made by
+    whose snapshot summary carries the run id (:func:`cdclake.io.refs.run_commit`), made by
     this try or by an earlier try that failed after it; the table's current snapshot when the run
     has none.
 
@@ -236,8 +200,8 @@ def _publish(
         and ``total_records``; and the run's commit as an
         :class:`~cdclake.model.outcome.ApplyResult` (``None``: the run has none).
     """
-    from cdclake.io.catalog import head_snapshot, run_commit
     from cdclake.io.changes import runs_after
+    from cdclake.io.refs import head_snapshot, run_commit
     from cdclake.model.layout import SummaryKeys
     from cdclake.model.outcome import ApplyResult
 
@@ -300,7 +264,7 @@ def plan(table_json: str, **context: Any) -> str | None:
     with clock.phase("plan"), refused_params():
         planned = plan_next(hook.catalog, hook.kafka, cfg, context["run_id"], **_plan_params(context))
     if planned.range.is_empty:  # schema sync, apply and publish are skipped: no Spark job, no commit
-        _runs_succeed(hook.catalog, cfg)
+        runs_succeed(hook.catalog, cfg)
         log.info("%s", nothing_new_line(planned, clock.seconds))  # the run's line
         return None
     return planned.to_json()
@@ -460,11 +424,11 @@ def run_table(
             emit_run(cfg.name, json.loads(own.to_json()))
         raise
     if run.result is None:
-        _runs_succeed(hook.catalog, cfg)
+        runs_succeed(hook.catalog, cfg)
         return TableRun("nothing_new", run.plan.replay, line=nothing_new_line(run.plan, run.seconds))
     if run.result.status == "waiting":  # the apply's log says which transaction it waits for
         if not run.plan.replay:
-            _runs_succeed(hook.catalog, cfg)
+            runs_succeed(hook.catalog, cfg)
             log.info("%s", summary_line(run.plan, run.result, run.seconds))  # the records waiting, also in status
         return TableRun("waiting", run.plan.replay)
     clock = PhaseClock(run.seconds)
@@ -474,7 +438,7 @@ def run_table(
         nothing_applied = _applied_nothing(cfg, table, own, context["run_id"])
         if nothing_applied is not None:  # an earlier try committed it, and sent its figures
             raise nothing_applied
-        _runs_succeed(hook.catalog, cfg)
+        runs_succeed(hook.catalog, cfg)
     out: dict[str, Any] = {**json.loads(run.result.to_json()), "plan": json.loads(run.plan.range.to_json())}
     out["seconds"] = clock.seconds
     if run.result.snapshot_id is not None:  # this run's commit, made by this try or an earlier one
@@ -520,7 +484,7 @@ def publish(asset: Any, **context: Any) -> dict[str, Any]:
         context["outlet_events"][asset].extra = extra
         nothing_applied = _applied_nothing(cfg, table, own, context["run_id"])
         if nothing_applied is None:
-            _runs_succeed(hook.catalog, cfg)
+            runs_succeed(hook.catalog, cfg)
         log.info("published %s: %s", asset.uri, extra)
         if own is not None:  # this run's commit, whichever try of the apply task made it
             _record_lineage(hook, table, cfg)
@@ -537,7 +501,7 @@ def _applied_nothing(
 ) -> QuarantinedBatchError | None:
     """A retry must not turn a run that applied nothing into a success: the error to fail with when
     the run's commit (made by an earlier try, which failed) quarantined every record, else ``None``."""
-    from cdclake.io.catalog import run_commit
+    from cdclake.io.refs import run_commit
     from cdclake.model.decision import applied_nothing_before
     from cdclake.model.run_state import applies_nothing
 
@@ -545,53 +509,6 @@ def _applied_nothing(
         return None
     commit = run_commit(table, cfg.topic, run_id)  # its summary names the offset ranges
     return applied_nothing_before(cfg, run_id, *commit) if commit is not None else None
-
-
-def _runs_succeed(catalog: Catalog, cfg: TableConfig) -> None:
-    """The run succeeded: remove the table's record of failed tries
-    (:data:`~cdclake.model.layout.RUN_FAILURE_PROPERTY`), if it has one."""
-    from cdclake.io.catalog import update_table_property
-    from cdclake.model.layout import RUN_FAILURE_PROPERTY
-
-    update_table_property(catalog, cfg.identifier, RUN_FAILURE_PROPERTY, lambda _: None)
-
-
-def record_failure(identifier: str, state: Literal["failing", "retrying"], context: Mapping[str, Any]) -> None:
-    """The ``on_failure_callback`` (``state`` ``failing``) and ``on_retry_callback``
-    (``retrying``) of every task of a table DAG: count the failed try in the table's record of
-    failed tries (:class:`~cdclake.model.status.RunFailure`, the table property
-    :data:`~cdclake.model.layout.RUN_FAILURE_PROPERTY`), which ``cdclake status``, the CDC monitor
-    and ``cdc_freshness`` read. A table that does not exist yet (its first run failed before
-    creating it) gets no record: the DAG's own state shows the failure."""
-    from cdclake.io.catalog import update_table_property
-    from cdclake.model.layout import RUN_FAILURE_PROPERTY
-    from cdclake.model.status import RunFailure
-    from cdclake_airflow.hooks import CdcLakeHook
-
-    ti = context["ti"]
-    ended = getattr(ti, "end_date", None) or datetime.now(timezone.utc)
-
-    def failed(previous: str | None) -> str:
-        return RunFailure.after(
-            RunFailure.from_property(previous),
-            state=state,
-            at_ms=int(ended.timestamp() * 1000),
-            run_id=str(ti.run_id),
-            task_id=str(ti.task_id),
-            try_number=int(ti.try_number),
-            error=recorded_error(context.get("exception")),
-        ).model_dump_json()
-
-    update_table_property(CdcLakeHook().catalog, identifier, RUN_FAILURE_PROPERTY, failed)
-    log.info("table %s: failed try recorded (%s)", identifier, state)
-
-
-NOT_RETRIED = (QuarantinedBatchError, QuarantineToleranceError, TransactionTooLargeError, TriggerParamError)
-"""The errors a table DAG's tasks do not retry, since a retry could change nothing (the retry
-policy of :func:`build_table_dag`): a run whose every record was quarantined, a run that
-quarantined more bad records than its table tolerates (a retry would find it committed and
-succeed, and the task's failure, its alert, would be lost), and a trigger-form Param that does
-not fit the table (a user-input error, not a transient one)."""
 
 
 def _submit_task(settings: Settings, cfg: TableConfig) -> Any:
@@ -621,24 +538,6 @@ def _submit_task(settings: Settings, cfg: TableConfig) -> Any:
             "PYSPARK_DRIVER_PYTHON": sys.executable,
         },
     )
-
-
-def retry_args(cfg: TableConfig) -> dict[str, Any]:
-    """The retry policy and timeout of a task applying table ``cfg`` (of its DAG, or of its shared
-    DAG): ``retries`` tries more after ``retry_delay_s``, doubling up to an hour, except for the
-    errors of :data:`NOT_RETRIED`; each try at most ``task_timeout_minutes``."""
-    from airflow.sdk import ExceptionRetryPolicy, RetryAction, RetryRule
-
-    return {
-        "retry_policy": ExceptionRetryPolicy(
-            rules=[RetryRule(exception=list(NOT_RETRIED), action=RetryAction.FAIL, reason="not retried: see the error")]
-        ),
-        "retries": cfg.retries,
-        "retry_delay": timedelta(seconds=cfg.retry_delay_s),
-        "retry_exponential_backoff": True,
-        "max_retry_delay": timedelta(hours=1),
-        "execution_timeout": timedelta(minutes=cfg.task_timeout_minutes),
-    }
 
 
 def build_table_dag(settings: Settings, cfg: TableConfig) -> DAG:

@@ -16,9 +16,10 @@ import pytest
 import yaml
 
 from cdclake.errors import ConfigError
-from cdclake.io.catalog import committed_offsets, load_catalog
+from cdclake.io.catalog import load_catalog
 from cdclake.io.events import load_events, read_event_file
 from cdclake.io.kafka import topic_watermarks
+from cdclake.io.refs import committed_offsets
 from cdclake.model.config import load_tables
 from cdclake_dev.cli import ensure_airflow_db, run_maintenance, run_table_dag
 from tests.integration.test_apply import PRODUCT_COLUMNS, PRODUCTS_FINAL, table_rows

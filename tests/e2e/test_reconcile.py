@@ -15,8 +15,9 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from cdclake.io.catalog import committed_offsets, load_catalog, load_table_or_none
+from cdclake.io.catalog import load_catalog, load_table_or_none
 from cdclake.io.kafka import KafkaClients, topic_watermarks
+from cdclake.io.refs import committed_offsets
 from cdclake.model.config import load_tables
 from cdclake.model.snapshot import caught_up
 from cdclake.pipeline.reconcile import RECONCILE_TABLE, ReconcileParams, reconcile_table

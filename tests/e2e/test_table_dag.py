@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from cdclake.io.catalog import committed_offsets, load_catalog
+from cdclake.io.catalog import load_catalog
 from cdclake.io.events import load_events, read_event_file
+from cdclake.io.refs import committed_offsets
 from cdclake.model.config import load_tables
 from cdclake.model.layout import SummaryKeys
 from cdclake_dev.cli import ensure_airflow_db, run_table_dag

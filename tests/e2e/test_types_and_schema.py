@@ -12,8 +12,9 @@ from decimal import Decimal
 import pytest
 import yaml
 
-from cdclake.io.catalog import committed_offsets, load_catalog
+from cdclake.io.catalog import load_catalog
 from cdclake.io.kafka import KafkaClients, topic_watermarks
+from cdclake.io.refs import committed_offsets
 from cdclake_dev import chain as source_chain
 from cdclake_dev.cli import ensure_airflow_db, run_table_dag
 

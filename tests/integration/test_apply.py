@@ -8,9 +8,10 @@ import json
 import pytest
 
 from cdclake.errors import BadBatchError, ConcurrentRunError
-from cdclake.io.catalog import committed_offsets, load_catalog
+from cdclake.io.catalog import load_catalog
 from cdclake.io.events import load_events, read_event_file
 from cdclake.io.kafka import ensure_topic
+from cdclake.io.refs import committed_offsets
 from cdclake.model.layout import SummaryKeys
 from cdclake.model.offsets import OffsetRange
 from tests.conftest import apply_offsets, make_table, plan_offsets

@@ -17,11 +17,12 @@ from typing import Any
 import pytest
 
 from cdclake.errors import SchemaChangeError, SchemaRegistryUnavailableError
-from cdclake.io.catalog import committed_offsets, load_catalog
+from cdclake.io.catalog import load_catalog
 from cdclake.io.kafka import KafkaClients, ensure_topic, produce
+from cdclake.io.refs import committed_offsets
 from cdclake.io.registry import SchemaRegistry
 from cdclake.model.avro import connect_schema
-from cdclake.model.config import SchemaChangePolicy
+from cdclake.model.config_blocks import SchemaChangePolicy
 from cdclake.model.layout import QUARANTINE_SUFFIX
 from cdclake.model.offsets import OffsetRange
 from cdclake.model.plan import RunPlan

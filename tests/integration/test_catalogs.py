@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from cdclake.io.catalog import committed_offsets, load_catalog
+from cdclake.io.catalog import load_catalog
 from cdclake.io.kafka import ensure_topic
+from cdclake.io.refs import committed_offsets
 from cdclake.model.layout import (
     QUARANTINE_SUFFIX,
     RUN_BRANCH_PREFIX,

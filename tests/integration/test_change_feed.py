@@ -13,12 +13,13 @@ from types import ModuleType
 import pytest
 import yaml
 
-from cdclake.io.catalog import committed_offsets, load_catalog, load_table_or_none
+from cdclake.io.catalog import load_catalog, load_table_or_none
 from cdclake.io.changes import changes_of, runs_after
 from cdclake.io.history import history_as_of
 from cdclake.io.kafka import ensure_topic
+from cdclake.io.refs import committed_offsets
 from cdclake.model.changes import CHANGES_SUFFIX
-from cdclake.model.config import HistoryPolicy
+from cdclake.model.config_blocks import HistoryPolicy
 from cdclake.model.history import HISTORY_SUFFIX
 from cdclake.model.layout import METADATA_COLUMNS, SummaryKeys, side_table
 from cdclake.pipeline.reconcile_history import check_history

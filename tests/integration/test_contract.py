@@ -17,9 +17,10 @@ from cdclake.errors import (
     QuarantineToleranceError,
     TriggerParamError,
 )
-from cdclake.io.catalog import committed_offsets, load_catalog, load_table_or_none
+from cdclake.io.catalog import load_catalog, load_table_or_none
 from cdclake.io.kafka import ensure_topic
 from cdclake.io.maintenance import expire_tombstones, release_quarantined
+from cdclake.io.refs import committed_offsets
 from cdclake.model.changes import CHANGES_SUFFIX
 from cdclake.model.history import HISTORY_SUFFIX
 from cdclake.model.layout import (
@@ -574,7 +575,7 @@ def race(spark, monkeypatch, runs) -> list[str]:
 def cdc_commits(settings, cfg) -> list[dict]:
     """The summaries of the CDC snapshots in ``main``'s history, oldest first (a run's commit may
     be several snapshots: an ``accept_source_change`` run's demotion, then its merge)."""
-    from cdclake.io.catalog import ancestry
+    from cdclake.io.refs import ancestry
 
     table = load_catalog(settings).load_table(cfg.identifier)
     found = [dict(s) for _, _, s in ancestry(table) if s is not None and SummaryKeys.END_OFFSETS in s]
@@ -686,7 +687,7 @@ def test_a_topic_grown_to_more_partitions_goes_on_from_their_low_watermarks(spar
 
 def test_commit_on_a_stale_base_snapshot_is_refused_by_iceberg(spark, kafka, stack_settings, table):
     """The optimistic check itself: a run that read snapshot S commits nothing once main moved."""
-    from cdclake.io.catalog import committed_state
+    from cdclake.io.refs import committed_state
     from cdclake.model.offsets import OffsetRange
     from cdclake.model.plan import RunPlan
     from cdclake.spark.commit import commit

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from cdclake.io.catalog import committed_offsets, load_catalog
+from cdclake.io.catalog import load_catalog
 from cdclake.io.events import load_events
 from cdclake.io.maintenance import remove_stale_run_branches
+from cdclake.io.refs import committed_offsets
 from cdclake.model.offsets import OffsetRange
 from cdclake.settings import PROJECT_ROOT, spark_jars
 from cdclake.spark.commit import PAUSE_ENV

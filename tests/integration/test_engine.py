@@ -21,9 +21,10 @@ import time
 import pytest
 
 from cdclake.errors import EngineUnavailableError
-from cdclake.io.catalog import committed_offsets, load_catalog
+from cdclake.io.catalog import load_catalog
 from cdclake.io.kafka import ensure_topic, produce
 from cdclake.io.maintenance import remove_stale_run_branches
+from cdclake.io.refs import committed_offsets
 from cdclake.model.layout import QUARANTINE_SUFFIX, RUN_BRANCH_PREFIX, SummaryKeys, side_table
 from cdclake.model.plan import RunPlan
 from cdclake.spark.session import connect_session

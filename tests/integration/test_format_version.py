@@ -11,8 +11,9 @@ import pytest
 import yaml
 
 from cdclake.errors import FormatVersionError
-from cdclake.io.catalog import committed_offsets, committed_state, load_catalog, load_table_or_none
+from cdclake.io.catalog import load_catalog, load_table_or_none
 from cdclake.io.kafka import ensure_topic
+from cdclake.io.refs import committed_offsets, committed_state
 from cdclake.model.layout import QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX, SummaryKeys, side_table
 from cdclake.model.offsets import OffsetRange
 from cdclake.model.plan import RunPlan

@@ -10,8 +10,9 @@ import json
 
 import pytest
 
-from cdclake.io.catalog import evolve_schema, load_catalog
+from cdclake.io.catalog import load_catalog
 from cdclake.io.kafka import ensure_topic
+from cdclake.io.schema_evolution import evolve_schema
 from cdclake.model.history import HISTORY_SUFFIX
 from cdclake.model.layout import COLUMN_DEFAULTS_PROPERTY, column_encodings, side_table
 from cdclake.model.reconcile import CompareColumn, Kind

@@ -12,9 +12,10 @@ from urllib.parse import urlsplit
 import pytest
 
 from cdclake.errors import ConfigError
-from cdclake.io.catalog import committed_offsets, load_catalog
+from cdclake.io.catalog import load_catalog
 from cdclake.io.kafka import ensure_topic
 from cdclake.io.maintenance import remove_stale_run_branches
+from cdclake.io.refs import committed_offsets
 from cdclake.model.layout import (
     QUARANTINE_SUFFIX,
     TOMBSTONES_SUFFIX,
@@ -165,7 +166,7 @@ def test_a_group_table_is_compacted_on_its_stage_branch_and_its_main_waits_for_t
     """A table of a group commits its runs to its branch ``cdc_stage`` (``main`` moves only when the
     group is published): maintenance compacts the branch, skips the procedures that work on
     ``main`` only, and leaves ``main`` where the group's last publish put it."""
-    from cdclake.io.catalog import head_snapshot
+    from cdclake.io.refs import head_snapshot
     from cdclake.model.layout import STAGE_BRANCH
 
     cfg = make_table(value_format="json", columns=COLUMNS, group="g")

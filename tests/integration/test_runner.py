@@ -15,9 +15,10 @@ from dataclasses import replace
 import pytest
 
 from cdclake.errors import ConcurrentRunError
-from cdclake.io.catalog import committed_offsets, load_catalog
+from cdclake.io.catalog import load_catalog
 from cdclake.io.events import load_events
 from cdclake.io.kafka import ensure_topic
+from cdclake.io.refs import committed_offsets
 from cdclake.model.layout import SummaryKeys
 from cdclake.model.offsets import OffsetRange
 from cdclake.runner import run_once

@@ -184,7 +184,7 @@ def test_a_missing_schema_change_topic_is_said_once(kafka, stack_settings, caplo
     said = [r for r in caplog.records if "does not exist" in r.getMessage()]
     assert [r.levelno for r in said] == [logging.WARNING, logging.INFO, logging.INFO]
     assert "evolves from the schemas its events carry" in said[0].getMessage()
-    from cdclake.model.config import SchemaChangePolicy
+    from cdclake.model.config_blocks import SchemaChangePolicy
     from cdclake.model.layout import SCHEMA_FROM_EVENTS_PROPERTY
 
     assert catalog.load_table(cfg.identifier).properties[SCHEMA_FROM_EVENTS_PROPERTY] == "true"
@@ -376,7 +376,7 @@ def test_an_incompatible_type_in_the_events_schema_follows_the_policy(spark, kaf
     """No schema-change topic: an int column whose events turn to strings stops the table under
     ``incompatible: fail`` (naming the column, both types and the first event), nothing
     committed; under ``new_column`` the old column is set aside with its values."""
-    from cdclake.model.config import SchemaChangePolicy
+    from cdclake.model.config_blocks import SchemaChangePolicy
 
     cfg = make_table(topic=f"ei{uuid.uuid4().hex[:8]}.inventory.orders")
     produce(kafka, cfg.topic, qty_turning_to_text())
@@ -412,7 +412,7 @@ def test_an_incompatible_type_set_aside_is_applied_by_a_run_that_starts_at_it_so
     (``bad_records: fail`` and a corrupt record), its retry reads no event of the old type: it
     converges instead of stopping at the set-aside column."""
     from cdclake.errors import BadBatchError
-    from cdclake.model.config import SchemaChangePolicy
+    from cdclake.model.config_blocks import SchemaChangePolicy
 
     cfg = make_table(
         topic=f"ec{uuid.uuid4().hex[:8]}.inventory.orders",

@@ -13,8 +13,9 @@ import uuid
 import pytest
 
 from cdclake.errors import TransactionTooLargeError
-from cdclake.io.catalog import committed_offsets, head_snapshot, load_catalog
+from cdclake.io.catalog import load_catalog
 from cdclake.io.kafka import KafkaClients, ensure_topic
+from cdclake.io.refs import committed_offsets, head_snapshot
 from cdclake.model.layout import SummaryKeys
 from cdclake.pipeline.status import table_status
 from cdclake.spark.apply import apply_range

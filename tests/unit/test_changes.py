@@ -9,7 +9,8 @@ import pytest
 
 from cdclake.errors import ChangeFeedGapError, ConfigError
 from cdclake.model.changes import RunCommit, committed_runs, retention_cutoff_ms
-from cdclake.model.config import ChangeFeedPolicy, load_tables
+from cdclake.model.config import load_tables
+from cdclake.model.config_blocks import ChangeFeedPolicy
 from cdclake.model.layout import SummaryKeys
 
 TOPIC = "dbserver1.inventory.products"

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from cdclake.model.config import ConnectorModes
+from cdclake.model.config_blocks import ConnectorModes
 from cdclake.model.connector_check import mode_contradictions
 from cdclake.model.envelope import KafkaCoordinates
 from cdclake.model.mysql_types import column_type

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from cdclake.model.config import ConnectorModes
+from cdclake.model.config_blocks import ConnectorModes
 from cdclake.model.defaults import (
     ColumnDefault,
     added_column_default,
@@ -500,7 +500,7 @@ def test_defaults_of_alters_recorded_on_the_real_chain():
     import json as _json
     from pathlib import Path
 
-    from cdclake.model.config import ConnectorModes
+    from cdclake.model.config_blocks import ConnectorModes
     from cdclake.model.mysql_types import column_type
     from cdclake.model.schema_changes import changes_from_record
     from cdclake.model.types import ColumnSpec

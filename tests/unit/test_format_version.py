@@ -60,7 +60,7 @@ def test_creating_side_tables_leaves_the_shared_properties_whole(tmp_path):
     too (CI once saw ``SIDE_TABLE_PROPERTIES`` without its version after an integration test)."""
     from pyiceberg.catalog.sql import SqlCatalog
 
-    from cdclake.io.catalog import ensure_side_table
+    from cdclake.io.side_tables import ensure_side_table
 
     catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}/w")
     tables = [ensure_side_table(catalog, f"cdc.side_{i}", [("id", "long", True)]) for i in range(2)]

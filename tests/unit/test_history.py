@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 
 from cdclake.errors import ConfigError
-from cdclake.io.catalog import iceberg_type_name, image_schema
-from cdclake.model.config import HistoryPolicy, load_tables
+from cdclake.io.schema_evolution import iceberg_type_name
+from cdclake.io.side_tables import image_schema
+from cdclake.model.config import load_tables
+from cdclake.model.config_blocks import HistoryPolicy
 from cdclake.model.history import HISTORY_COLUMNS, POSITION_TYPE
 from cdclake.model.layout import METADATA_COLUMNS
 
@@ -60,7 +62,7 @@ def test_history_schema_is_the_tables_columns_optional_then_its_own_with_positio
     from pyiceberg.schema import Schema
     from pyiceberg.types import IntegerType, NestedField, StringType
 
-    from cdclake.io.catalog import iceberg_type
+    from cdclake.io.schema_evolution import iceberg_type
 
     meta = [
         NestedField(i, name, iceberg_type(typ), required=False, doc=doc)

@@ -150,7 +150,7 @@ def test_a_group_is_published_at_the_greatest_position_its_members_share_and_nev
 
 
 def test_members_commit_to_the_stage_branch_and_main_moves_only_when_the_group_is_published(tmp_path):
-    """A table that joins a group (:func:`cdclake.io.catalog.ensure_write_ref`) starts its stage
+    """A table that joins a group (:func:`cdclake.io.refs.ensure_write_ref`) starts its stage
     branch at ``main``; its commits and its committed state are the branch's, ``main`` stays; the
     publish moves ``main`` of every member with the tag, in one commit; a table that leaves the
     group gets ``main`` at the branch's head and commits to ``main`` again."""
@@ -160,7 +160,7 @@ def test_members_commit_to_the_stage_branch_and_main_moves_only_when_the_group_i
     from pyiceberg.schema import Schema
     from pyiceberg.types import LongType, NestedField
 
-    from cdclake.io.catalog import committed_offsets, ensure_write_ref, head_snapshot, write_ref
+    from cdclake.io.refs import committed_offsets, ensure_write_ref, head_snapshot, write_ref
     from cdclake.model.groups import SourceInterval
     from cdclake.model.layout import STAGE_BRANCH, WRITE_REF_PROPERTY, SummaryKeys
     from cdclake.pipeline.groups import publish_group
@@ -245,8 +245,8 @@ def check_group_published_by_pointer(catalog) -> None:
 
     import pyarrow as pa
 
-    from cdclake.io.catalog import ensure_write_ref
     from cdclake.io.multi_commit import RefMove, RefUpdate, commit_refs
+    from cdclake.io.refs import ensure_write_ref
     from cdclake.model.groups import SourceInterval
     from cdclake.model.layout import STAGE_BRANCH, SummaryKeys
     from cdclake.pipeline.groups import group_read_refs, group_statuses, publish_group

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from cdclake.errors import SchemaChangeError
-from cdclake.model.config import SchemaChangePolicy
+from cdclake.model.config_blocks import SchemaChangePolicy
 from cdclake.model.defaults import ColumnDefault
 from cdclake.model.envelope import KafkaCoordinates
 from cdclake.model.event_defaults import connect_defaults

@@ -13,7 +13,7 @@ from pyiceberg.types import IntegerType
 
 from cdclake.errors import SchemaChangeError, SchemaError
 from cdclake.io.catalog import load_catalog
-from cdclake.model.config import ConnectorModes
+from cdclake.model.config_blocks import ConnectorModes
 from cdclake.model.layout import COLUMN_ENCODINGS_PROPERTY, SCHEMA_CHANGE_POSITION_PROPERTY
 from cdclake.model.mysql_types import column_type
 from cdclake.model.offsets import OffsetRange

@@ -273,7 +273,7 @@ def test_column_upper_bound_from_the_data_files_metrics(catalog):
 
 
 def test_the_status_shows_the_failed_tries_of_a_table_until_a_run_succeeds(catalog, monkeypatch):
-    """The record the table DAG's callbacks write (cdclake_airflow.table_dag.record_failure) through
+    """The record the table DAG's callbacks write (cdclake_airflow.table_failures.record_failure) through
     the same property update, on a real (local) catalog: a table caught up but failing is not
     fresh, and says why."""
     from cdclake.io.catalog import create_cdc_table, update_table_property

@@ -15,6 +15,7 @@ from cdclake.errors import TriggerParamError
 from cdclake.model.offsets import OffsetRange
 from cdclake.model.plan import RunPlan
 from cdclake.settings import Settings
+from cdclake_airflow.table_failures import recorded_error
 from tests.conftest import make_table
 
 NO_PARTITION_7 = "replay_from_offsets: topic 't' has no partition 7; allowed: partition: offset in {0: 0..5}"
@@ -39,7 +40,7 @@ def task_env(monkeypatch, caplog):
     from cdclake_airflow import hooks, table_dag
 
     monkeypatch.setattr(hooks, "CdcLakeHook", Hook)
-    monkeypatch.setattr(table_dag, "_runs_succeed", lambda catalog, cfg: None)
+    monkeypatch.setattr(table_dag, "runs_succeed", lambda catalog, cfg: None)
     caplog.set_level(logging.INFO)
     return table_dag
 
@@ -71,10 +72,10 @@ def test_a_partition_the_topic_lacks_ends_the_log_with_its_reason_and_fails_with
     assert failed.value.__cause__ is None and failed.value.__suppress_context__  # no inner traceback printed
     last = _last_line(caplog)
     assert (last.levelno, last.getMessage()) == (logging.ERROR, NO_PARTITION_7)
-    recorded = task_env.recorded_error(failed.value)
+    recorded = recorded_error(failed.value)
     assert isinstance(recorded, TriggerParamError) and str(recorded) == NO_PARTITION_7
     other = AirflowFailException("the replay's range holds no whole source transaction")
-    assert task_env.recorded_error(other) is other
+    assert recorded_error(other) is other
 
 
 def test_both_replay_starts_are_refused_the_same_way_before_the_run(task_env, monkeypatch, caplog):

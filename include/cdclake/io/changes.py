@@ -7,8 +7,10 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from cdclake.io.catalog import ancestry, ensure_image_table, image_schema, load_table_or_none
+from cdclake.io.catalog import load_table_or_none
 from cdclake.io.positions import expressions
+from cdclake.io.refs import ancestry
+from cdclake.io.side_tables import ensure_image_table, image_schema
 from cdclake.model.changes import (
     BASE_SNAPSHOT_COLUMN,
     CHANGES_SUFFIX,
@@ -34,7 +36,7 @@ log = logging.getLogger(__name__)
 def ensure_changes_table(catalog: Catalog, identifier: str, table: Table) -> Table:
     """The change feed of ``table`` (``identifier``), ``<identifier>__changes``: created when missing
     (partitioned by day of ``_cdc_source_ts``), else given the columns ``table`` gained and the
-    types it widened since (:func:`~cdclake.io.catalog.ensure_image_table`).
+    types it widened since (:func:`~cdclake.io.side_tables.ensure_image_table`).
 
     Raises:
         pyiceberg's ValidationError: a column of ``table`` has a type the feed's column of that

@@ -7,8 +7,9 @@ import logging
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from cdclake.io.catalog import ensure_image_table, image_schema, load_table_or_none
+from cdclake.io.catalog import load_table_or_none
 from cdclake.io.positions import expressions
+from cdclake.io.side_tables import ensure_image_table, image_schema
 from cdclake.model.format_version import FORMAT_VERSION_PROPERTY, SIDE_TABLE_FORMAT_VERSION
 from cdclake.model.history import (
     HISTORY_COLUMNS,
@@ -34,7 +35,7 @@ def ensure_history_table(catalog: Catalog, identifier: str, table: Table) -> Tab
     """The history of ``table`` (``identifier``), ``<identifier>__history``: created when missing
     (merge-on-read, as the table: runs update its open versions; format v2,
     :data:`~cdclake.model.format_version.SIDE_TABLE_FORMAT_VERSION`), else given the columns ``table``
-    gained and the types it widened since (:func:`~cdclake.io.catalog.ensure_image_table`).
+    gained and the types it widened since (:func:`~cdclake.io.side_tables.ensure_image_table`).
 
     Raises:
         pyiceberg's ValidationError: a column of ``table`` has a type the history's column of that

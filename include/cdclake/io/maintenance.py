@@ -8,8 +8,9 @@ import time
 from functools import reduce
 from typing import TYPE_CHECKING
 
-from cdclake.io.catalog import head_snapshot, load_table_or_none
+from cdclake.io.catalog import load_table_or_none
 from cdclake.io.positions import expressions
+from cdclake.io.refs import head_snapshot
 from cdclake.model.layout import QUARANTINE_SUFFIX, RUN_BRANCH_PREFIX, TOMBSTONES_SUFFIX, side_table
 from cdclake.model.maintenance import RunBranch, stale_run_branch
 

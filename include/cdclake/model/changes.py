@@ -115,7 +115,7 @@ def committed_runs(
 
     Args:
         ancestry: ``(snapshot id, summary properties)`` of the table's current snapshot and its
-            ancestors, newest first (:func:`cdclake.io.catalog.ancestry`).
+            ancestors, newest first (:func:`cdclake.io.refs.ancestry`).
         topic: the table's topic (:attr:`~cdclake.model.layout.SummaryKeys.TOPIC`).
         after: the last snapshot a reader processed (its runs and those before are left out);
             ``None``: the whole ancestry.

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdclake.errors import SchemaError
-from cdclake.model.config import ConnectorModes
+from cdclake.model.config_blocks import ConnectorModes
 from cdclake.model.envelope import KafkaCoordinates
 from cdclake.model.types import UNSIGNED_INT64, ColumnSpec, column_from_connect, parse_decimal_encoding
 

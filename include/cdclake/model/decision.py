@@ -128,7 +128,7 @@ def check_start(state: CommittedState | None, plan: RunPlan, *, run_committed: b
         state: the table's committed state when the run started (``None``: no table yet).
         plan: the run's plan.
         run_committed: the table's history holds a commit of ``plan.run_id``
-            (:func:`cdclake.io.catalog.run_commit`): a replay, or a forward run whose range may be
+            (:func:`cdclake.io.refs.run_commit`): a replay, or a forward run whose range may be
             cut to whole transactions (``plan.transactions``), applied it already; other forward
             runs' offsets say whether their range is applied.
 
@@ -225,7 +225,7 @@ def applied_nothing_before(
         cfg: the table.
         run_id: the run.
         snapshot_id: the run's commit.
-        summary: its snapshot summary (:func:`~cdclake.io.catalog.run_commit`); named: its offset
+        summary: its snapshot summary (:func:`~cdclake.io.refs.run_commit`); named: its offset
             ranges (``cdc.kafka.start-offsets`` to ``cdc.kafka.end-offsets``, the partitions it
             read) and the records it quarantined (``cdc.records-quarantined``).
     """

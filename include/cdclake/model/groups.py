@@ -227,7 +227,7 @@ def member_snapshots(
 
     Args:
         snapshots: ``(snapshot id, timestamp ms, summary or None)``, newest first
-            (:func:`cdclake.io.catalog.ancestry`).
+            (:func:`cdclake.io.refs.ancestry`).
         topic: the member's data topic.
         transaction_topic: the group's transaction topic.
     """

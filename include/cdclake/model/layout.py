@@ -174,7 +174,7 @@ fills ``sql`` into events below the position and, once, into the table's rows be
 RUN_FAILURE_PROPERTY = "cdc.run-failure"
 """Table property: JSON :class:`~cdclake.model.status.RunFailure`, the failed tries of the table's
 DAG since its last run that succeeded; written by the DAG's failure and retry callbacks, removed by
-its next run that succeeds (``cdclake_airflow.table_dag``); absent while the runs succeed."""
+its next run that succeeds (``cdclake_airflow.table_failures``); absent while the runs succeed."""
 
 TRANSACTION_WAIT_PROPERTY = "cdc.transaction-wait"
 """Table property: JSON :class:`~cdclake.model.transactions.TransactionWait` (records, transaction
@@ -204,7 +204,7 @@ so that ``main`` of the members shows the source at one transaction boundary
 WRITE_REF_PROPERTY = "cdc.write-ref"
 """Table property: the branch the table's runs commit to and plan from, :data:`STAGE_BRANCH` for a
 table of a group; absent: ``main``. Set and removed by the apply when the table joins or leaves a
-group (:func:`cdclake.io.catalog.ensure_write_ref`)."""
+group (:func:`cdclake.io.refs.ensure_write_ref`)."""
 
 
 def group_tag(group: str) -> str:

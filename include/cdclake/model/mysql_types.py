@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdclake.errors import SchemaError
-from cdclake.model.config import ConnectorModes
+from cdclake.model.config_blocks import ConnectorModes
 from cdclake.model.types import (
     UNSIGNED_BIGINT_PRECISION,
     UNSIGNED_INT64,

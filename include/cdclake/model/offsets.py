@@ -1,7 +1,7 @@
 """The offset plan of one run: which Kafka records a run applies.
 
 Pure functions over offsets; the I/O (Iceberg snapshot summary, Kafka watermarks) lives in
-:mod:`cdclake.io.catalog` and :mod:`cdclake.io.kafka`.
+:mod:`cdclake.io.refs` and :mod:`cdclake.io.kafka`.
 
 Offsets follow Kafka's convention: a committed offset is the *next* record to read, and a range
 ``[start, end)`` excludes ``end``.

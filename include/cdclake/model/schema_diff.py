@@ -65,7 +65,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cdclake.errors import DdlParseError, SchemaChangeError, SchemaError
-from cdclake.model.config import ConnectorModes, SchemaChangePolicy, TableConfig
+from cdclake.model.config import TableConfig
+from cdclake.model.config_blocks import ConnectorModes, SchemaChangePolicy
 from cdclake.model.ddl import ColumnRename, ddl_effects
 from cdclake.model.defaults import ColumnDefault
 from cdclake.model.envelope import KafkaCoordinates

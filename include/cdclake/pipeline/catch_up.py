@@ -10,8 +10,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from cdclake.errors import CatchUpTimeoutError, ReconcileError, TopicNotFoundError
-from cdclake.io.catalog import committed_offsets, load_table_or_none
+from cdclake.io.catalog import load_table_or_none
 from cdclake.io.kafka import KafkaClients, read_partition, topic_watermarks
+from cdclake.io.refs import committed_offsets
 from cdclake.io.source_db import SourceDatabase, send_marker
 from cdclake.model.config import TableConfig
 from cdclake.model.snapshot import caught_up

@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from cdclake.errors import MultiTableCommitError, TopicNotFoundError
-from cdclake.io.catalog import MAIN_BRANCH, ancestry, load_table_or_none, update_table_property, write_ref
+from cdclake.io.catalog import load_table_or_none, update_table_property
 from cdclake.io.kafka import topic_watermarks
 from cdclake.io.multi_commit import RefMove, RefUpdate, commit_refs, move_refs
+from cdclake.io.refs import MAIN_BRANCH, ancestry, write_ref
 from cdclake.io.transaction_topic import read_transaction_ends
 from cdclake.model.groups import (
     GroupPoint,
@@ -107,7 +108,7 @@ def publish_group(
 ) -> GroupPublish:
     """Move the tag ``cdc_group_<group>`` of every member to its commit at the greatest position
     all of them cover (:func:`~cdclake.model.groups.choose_position`), and ``main`` with it for
-    every member whose runs commit to the stage branch (:func:`~cdclake.io.catalog.write_ref`), with
+    every member whose runs commit to the stage branch (:func:`~cdclake.io.refs.write_ref`), with
     the table property :data:`~cdclake.model.layout.GROUP_POSITION_PROPERTY`, in one catalog commit;
     never backwards. Sets the group's target for the members' next runs
     (:data:`~cdclake.model.layout.GROUP_TARGET_PROPERTY`: :func:`~cdclake.model.groups.choose_target`;

@@ -7,7 +7,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from cdclake.errors import CommittedStateLostError, OffsetsOutOfRangeError, TopicNotFoundError
-from cdclake.io.catalog import ancestry, committed_offsets, load_table_or_none
+from cdclake.io.catalog import load_table_or_none
 from cdclake.io.kafka import (
     KafkaClients,
     Watermarks,
@@ -16,6 +16,7 @@ from cdclake.io.kafka import (
     topic_id,
     topic_watermarks,
 )
+from cdclake.io.refs import ancestry, committed_offsets
 from cdclake.model.config import TableConfig
 from cdclake.model.layout import COMMITTED_PROPERTY, SummaryKeys
 from cdclake.model.offsets import OffsetRange, Offsets, plan_range

@@ -33,8 +33,10 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from cdclake.errors import ReconcileError
-from cdclake.io.catalog import ensure_side_table, head_snapshot, load_catalog, load_table_or_none
+from cdclake.io.catalog import load_catalog, load_table_or_none
 from cdclake.io.kafka import KafkaClients
+from cdclake.io.refs import head_snapshot
+from cdclake.io.side_tables import ensure_side_table
 from cdclake.io.source_db import SourceDatabase, chunk_bounds, chunk_digests, chunk_rows
 from cdclake.model.config import TableConfig
 from cdclake.model.convergence import SourceIdentity
@@ -188,7 +190,7 @@ class ReconcileResult:
 
 def _scan(lake: Table, fields: Sequence[str], row_filter: Any = None) -> Any:
     """The table's rows as pyarrow record batches (the head of the branch its runs commit to,
-    :func:`~cdclake.io.catalog.head_snapshot`: the state the pipeline keeps, which a group table's
+    :func:`~cdclake.io.refs.head_snapshot`: the state the pipeline keeps, which a group table's
     ``main`` shows once the group is published); ``row_filter`` (a pyiceberg expression) lets
     pyiceberg skip data files by their column statistics."""
     from pyiceberg.expressions import AlwaysTrue
@@ -369,7 +371,7 @@ def reconcile_table(
         ReconcileError: the table does not exist, or the lake cannot be caught up.
         ConfigError: a primary-key column reconcile cannot chunk by.
     """
-    from cdclake.io.catalog import committed_state
+    from cdclake.io.refs import committed_state
 
     catalog = load_catalog(settings)
     lake = load_table_or_none(catalog, cfg.identifier)

@@ -18,8 +18,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cdclake.io.catalog import ancestry, load_table_or_none
+from cdclake.io.catalog import load_table_or_none
 from cdclake.io.positions import expressions
+from cdclake.io.refs import ancestry
 from cdclake.model.config import TableConfig
 from cdclake.model.history import HISTORY_SUFFIX, IS_CURRENT_COLUMN, IS_DELETED_COLUMN
 from cdclake.model.layout import SummaryKeys, side_table

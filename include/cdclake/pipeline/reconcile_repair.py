@@ -13,9 +13,12 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from cdclake.errors import ReconcileError
-from cdclake.io.catalog import ensure_side_table, load_table_or_none, source_schema, write_ref
+from cdclake.io.catalog import load_table_or_none
 from cdclake.io.kafka import KafkaClients, read_partition, topic_watermarks
 from cdclake.io.positions import expressions, position_below
+from cdclake.io.refs import write_ref
+from cdclake.io.schema_evolution import source_schema
+from cdclake.io.side_tables import ensure_side_table
 from cdclake.io.source_db import SourceDatabase, consistent_read, send_source_signal
 from cdclake.model.config import TableConfig
 from cdclake.model.convergence import SourceIdentity

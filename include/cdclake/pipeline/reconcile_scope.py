@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cdclake.errors import ReconcileError
-from cdclake.io.catalog import load_table_or_none, source_schema
+from cdclake.io.catalog import load_table_or_none
 from cdclake.io.positions import expressions
+from cdclake.io.schema_evolution import source_schema
 from cdclake.io.source_db import ComparedTable, SourceDatabase, SourceRead, source_columns
 from cdclake.model.config import TableConfig
 from cdclake.model.convergence import SourceIdentity

@@ -35,8 +35,10 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from cdclake.errors import ConfigError, SchemaChangeError, SchemaError, TopicNotFoundError, UnknownSchemaIdError
-from cdclake.io.catalog import ancestry, iceberg_type, load_table_or_none
+from cdclake.io.catalog import load_table_or_none
 from cdclake.io.kafka import KafkaClients, read_partition, topic_watermarks
+from cdclake.io.refs import ancestry
+from cdclake.io.schema_evolution import iceberg_type
 from cdclake.model.avro import is_framed, read_value
 from cdclake.model.config import NO_SCHEMA_REGISTRY
 from cdclake.model.ddl import ddl_effects

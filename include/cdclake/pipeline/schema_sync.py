@@ -18,16 +18,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from cdclake.errors import BadRecordError, SchemaChangeError
-from cdclake.io.catalog import (
-    committed_offsets,
-    create_cdc_table,
-    evolve_schema,
-    identifier_fields,
-    load_table_or_none,
-    source_schema,
-    update_table_property,
-)
+from cdclake.io.catalog import create_cdc_table, load_table_or_none, update_table_property
 from cdclake.io.kafka import KafkaClients, offsets_for_time, read_partition, topic_watermarks
+from cdclake.io.refs import committed_offsets
+from cdclake.io.schema_evolution import evolve_schema, identifier_fields, source_schema
 from cdclake.model.config import TableConfig
 from cdclake.model.convergence import SNAPSHOT_SETTLE_MS, unsettled_partitions
 from cdclake.model.defaults import added_column_default

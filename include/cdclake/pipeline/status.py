@@ -40,8 +40,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cdclake.io.catalog import ancestry, committed_state, head_snapshot, load_table_or_none
+from cdclake.io.catalog import load_table_or_none
 from cdclake.io.kafka import KafkaClients, Watermarks, topics_watermarks
+from cdclake.io.refs import ancestry, committed_state, head_snapshot
 from cdclake.model.config import TableConfig
 from cdclake.model.convergence import still_in_progress
 from cdclake.model.layout import (
@@ -84,7 +85,7 @@ SOURCE_TS_COLUMN = "_cdc_source_ts"
 
 def column_upper_bound_ms(table: Table, column: str) -> int | None:
     """The greatest value of the timestamp ``column`` in the live data files of ``table``'s
-    :func:`~cdclake.io.catalog.head_snapshot`, epoch ms, from the manifests' column bounds (no data file is read).
+    :func:`~cdclake.io.refs.head_snapshot`, epoch ms, from the manifests' column bounds (no data file is read).
 
     ``None`` when the table has no snapshot or no non-null value, lacks the column (or it is not
     a timestamp), or a data file with non-null values carries no bound for it (Iceberg keeps

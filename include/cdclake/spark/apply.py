@@ -43,17 +43,10 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from cdclake.io.catalog import (
-    check_ordering,
-    committed_state,
-    ensure_columns,
-    ensure_write_ref,
-    load_catalog,
-    load_table_or_none,
-    run_commit,
-    update_table_property,
-)
+from cdclake.io.catalog import check_ordering, load_catalog, load_table_or_none, update_table_property
 from cdclake.io.kafka import KafkaClients, offsets_for_time, topic_watermarks
+from cdclake.io.refs import committed_state, ensure_write_ref, run_commit
+from cdclake.io.schema_evolution import ensure_columns
 from cdclake.model.bad_records import NewQuarantine, describe_causes, tolerance_error
 from cdclake.model.convergence import IdentitySpan, SourceIdentity
 from cdclake.model.decision import (

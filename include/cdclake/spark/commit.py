@@ -1,7 +1,7 @@
 """The commit of one run (Spark + pyiceberg): a merge into a branch created at the run's base
 snapshot, the snapshot summary properties of :class:`~cdclake.model.layout.SummaryKeys` set on
 the Spark session for that commit, then the table's write ref (``main``, or for a table of a group
-its stage branch: :func:`~cdclake.io.catalog.write_ref`) fast-forwarded to the branch. The
+its stage branch: :func:`~cdclake.io.refs.write_ref`) fast-forwarded to the branch. The
 fast-forward is Iceberg's optimistic check: it fails if the ref moved since the run read it
 (another run committed), so two runs never both commit from the same start.
 """
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cdclake.errors import ConcurrentRunError, lost_commit_race
-from cdclake.io.catalog import head_snapshot, write_ref
+from cdclake.io.refs import head_snapshot, write_ref
 from cdclake.model.layout import run_branch_name
 from cdclake.model.position import DEMOTED, BinlogPosition
 from cdclake.spark.context import ApplyContext
@@ -143,7 +143,7 @@ def commit(ctx: ApplyContext, properties: dict[str, str], write: Callable[[str],
     (:func:`~cdclake.spark.names.quote_identifier`) of the run's branch.
 
     The write goes to a branch created at the base snapshot; the table's write ref (``main``, or
-    a group table's stage branch: :func:`~cdclake.io.catalog.write_ref`) is then fast-forwarded to
+    a group table's stage branch: :func:`~cdclake.io.refs.write_ref`) is then fast-forwarded to
     it, which Iceberg refuses when the ref moved since the base (another run committed). A write
     that changes no row still commits (an empty append), so that its offsets are recorded. A table
     without snapshots has no base: the branch starts with an empty snapshot of its own
@@ -197,7 +197,7 @@ def commit(ctx: ApplyContext, properties: dict[str, str], write: Callable[[str],
 
 
 def _fast_forward(ctx: ApplyContext, branch: str, base_snapshot_id: int | None, head_id: int) -> None:
-    """Move the table's write ref (:func:`~cdclake.io.catalog.write_ref`) from the run's base
+    """Move the table's write ref (:func:`~cdclake.io.refs.write_ref`) from the run's base
     snapshot to ``head_id``, the head of the run's ``branch``: :func:`fast_forward`."""
     fast_forward(ctx.table, write_ref(ctx.table), branch, base_snapshot_id, head_id)
 

@@ -7,8 +7,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cdclake.errors import BadRecordError, ConcurrentRunError, SchemaError
-from cdclake.io.catalog import create_cdc_table, ensure_side_table, head_snapshot, load_table_or_none, source_schema
+from cdclake.io.catalog import create_cdc_table, load_table_or_none
 from cdclake.io.kafka import KafkaClients, read_partition
+from cdclake.io.refs import head_snapshot
+from cdclake.io.schema_evolution import source_schema
+from cdclake.io.side_tables import ensure_side_table
 from cdclake.model.avro import SchemaLookup
 from cdclake.model.config import TableConfig
 from cdclake.model.envelope import KafkaCoordinates, parse_table_value

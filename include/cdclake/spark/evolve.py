@@ -38,8 +38,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from cdclake.errors import SchemaError
-from cdclake.io.catalog import evolve_schema, source_schema
 from cdclake.io.kafka import topic_exists
+from cdclake.io.schema_evolution import evolve_schema, source_schema
 from cdclake.model.avro import source_names
 from cdclake.model.connector_check import contradicts_modes
 from cdclake.model.envelope import KafkaCoordinates

@@ -2,7 +2,7 @@
 
 :func:`maintain_table` runs the actions of :data:`~cdclake.model.maintenance.ACTIONS`, in that
 order, on the table ``<catalog>.<namespace>.<table>`` of a :class:`~cdclake.model.config.TableConfig`
-(settings in its ``maintenance:`` block, :class:`~cdclake.model.config.MaintenancePolicy`):
+(settings in its ``maintenance:`` block, :class:`~cdclake.model.config_blocks.MaintenancePolicy`):
 
 1. ``remove_stale_run_branches``: run branches created more than 6 h ago (twice
    ``task_timeout_minutes`` when longer: :func:`~cdclake.model.maintenance.run_branch_max_age_ms`),
@@ -55,9 +55,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cdclake.errors import RACE_EXCEPTIONS, lost_commit_race
-from cdclake.io.catalog import MAIN_BRANCH, ancestry, head_snapshot, load_catalog, load_table_or_none, write_ref
+from cdclake.io.catalog import load_catalog, load_table_or_none
 from cdclake.io.changes import expire_changes
 from cdclake.io.maintenance import expire_tombstones, remove_stale_run_branches, stale_run_branches
+from cdclake.io.refs import MAIN_BRANCH, ancestry, head_snapshot, write_ref
 from cdclake.model.changes import CHANGES_SUFFIX, PARTITION_SOURCE, retention_cutoff_ms
 from cdclake.model.config import TableConfig
 from cdclake.model.history import HISTORY_SUFFIX

@@ -17,8 +17,9 @@ import logging
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
-from cdclake.io.catalog import ancestry, update_table_property
+from cdclake.io.catalog import update_table_property
 from cdclake.io.kafka import topic_watermarks
+from cdclake.io.refs import ancestry
 from cdclake.io.transaction_topic import read_transaction_ends
 from cdclake.model.groups import GroupTarget, SourceInterval, batch_is_prefix, valid_interval
 from cdclake.model.layout import GROUP_TARGET_PROPERTY, TRANSACTION_WAIT_PROPERTY, SummaryKeys
