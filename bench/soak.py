@@ -17,7 +17,7 @@ project's reconcile per table, faults by kind with their moments, runs, failed t
 first error lines, unrecovered runs, the longest time a table stayed behind its freshness target,
 the RSS of the Spark Connect server and the Airflow scheduler over time and its growth over the
 last half. Exit status 1 on any of :func:`failures` (a row lost, stale, duplicated or wrong, a run
-Airflow's retries did not recover, an error the runbook does not explain, ...; docs/benchmarks.md,
+Airflow's retries did not recover, an error the docs do not explain, ...; docs/benchmarks.md,
 "Soak under faults").
 
     .venv/bin/python bench/soak.py --minutes 10 --tables 6 --seed 7
@@ -275,8 +275,9 @@ def failures(result: dict[str, Any]) -> list[str]:
     failed try and its error, the faults' own errors, what the watcher restarted and its sampled
     errors), when a row is lost, stale, duplicated or wrong, when ``cdc_reconcile`` did not succeed
     or reported a keyed table different, when a fault could not be injected, when a table DAG run
-    ended failed (Airflow's retries did not recover it), when a failed try's error is one
-    docs/operations.md does not explain, or when the workload ran no DDL or no transaction.
+    ended failed (Airflow's retries did not recover it), when a failed try's error is one neither
+    docs/errors.md nor docs/operations.md explains, or when the workload ran no DDL or no
+    transaction.
 
     Args:
         result: :func:`run_soak`'s result (its ``failures`` and ``ok`` keys are not read).
@@ -364,9 +365,9 @@ def markdown(result: dict[str, Any]) -> str:
         f"runs not recovered by retries; longest behind the freshness target ({s['lag']['target_s']:.0f} s): "
         f"{s['lag']['longest_behind_target_s']:.0f} s ({s['lag']['longest_behind_table']}).",
         "",
-        f"Failed tries whose error docs/operations.md does not explain: {len(a['unexplained_errors'])}.",
+        f"Failed tries whose error neither docs/errors.md nor docs/operations.md explains: {len(a['unexplained_errors'])}.",
         "",
-        "| failed tries | first error line | explained in docs/operations.md |",
+        "| failed tries | first error line | explained in docs/errors.md or docs/operations.md |",
         "|---|---|---|",
         *[
             f"| {n} | {line.replace('|', '/')} | {(a['explained_by'].get(line) or 'NOT EXPLAINED').replace('|', '/')} |"

@@ -420,39 +420,38 @@ SCHEDULER_LIVENESS_S = 60.0
 """How long the scheduler may report no heartbeat before the watcher restarts it (a Kubernetes
 liveness probe's ``periodSeconds`` x ``failureThreshold``)."""
 
-ERRORS_DOC = PROJECT_ROOT / "docs" / "operations.md"
-"""The runbook whose section "Errors and what to do" every failed try's error must be in."""
+ERRORS_DOCS = (PROJECT_ROOT / "docs" / "errors.md", PROJECT_ROOT / "docs" / "operations.md")
+"""The docs one of which must explain every failed try's error: the reference of errors ("Errors
+and what to do", an entry per error) and the runbook."""
 
 _PLACEHOLDER = re.compile(r"<[^<>`]*>|\.\.\.|…")
 
 
-def documented_errors(doc: str) -> list[tuple[str, re.Pattern[str]]]:
-    """What the runbook's section ``## Errors and what to do`` explains, as ``(section, pattern)``:
-    each ``### <Name>Error`` heading's exception names (``ReconcileError, DriftError``: both), and
-    the first quoted message of each bullet under ``### Other failures``, its ``<placeholders>``
-    and ``...`` matching anything and its white space any white space.
+def documented_errors(*docs: str) -> list[tuple[str, re.Pattern[str]]]:
+    """What the docs ``docs`` (their texts, :data:`ERRORS_DOCS`'s) explain, as ``(section,
+    pattern)``: each ``##``-``####`` heading's exception names (``ReconcileError, DriftError``:
+    both), and the first quoted message of each bullet under a heading ``Other failures``, its
+    ``<placeholders>`` and ``...`` matching anything and its white space any white space.
 
     Raises:
-        ValueError: ``doc`` has no such section.
+        ValueError: ``docs`` explain no error (they are not the docs of the errors).
     """
-    start = doc.find("\n## Errors and what to do")
-    if start < 0:
-        raise ValueError("the runbook has no section '## Errors and what to do'")
-    end = doc.find("\n## ", start + 1)
-    section = doc[start : end if end > 0 else len(doc)]
     out: list[tuple[str, re.Pattern[str]]] = []
-    for heading, body in re.findall(r"\n### ([^\n]+)\n(.*?)(?=\n### |\Z)", section, flags=re.S):
-        names = re.findall(r"\b(\w+Error)\b", heading)
-        out += [(heading, re.compile(rf"\b{name}\b")) for name in names]
-        if heading.strip() != "Other failures":
-            continue
-        for bullet in re.split(r"\n\* ", "\n" + body)[1:]:
-            quoted = re.search(r"`([^`]+)`", bullet)
-            if quoted is None:
+    for doc in docs:
+        for heading, body in re.findall(r"\n#{2,4} ([^\n]+)\n(.*?)(?=\n#{1,4} |\Z)", "\n" + doc, flags=re.S):
+            names = re.findall(r"\b(\w+Error)\b", heading)
+            out += [(heading, re.compile(rf"\b{name}\b")) for name in names]
+            if heading.strip() != "Other failures":
                 continue
-            out.append((f"{heading}: {_one_line(quoted.group(1))[:60]}", _message_pattern(quoted.group(1))))
-        for message in re.findall(r"`(\([^`]+\))`", body):  # the soak's own words, e.g. a killed try
-            out.append((f"{heading}: {_one_line(message)}", _message_pattern(message)))
+            for bullet in re.split(r"\n\* ", "\n" + body)[1:]:
+                quoted = re.search(r"`([^`]+)`", bullet)
+                if quoted is None:
+                    continue
+                out.append((f"{heading}: {_one_line(quoted.group(1))[:60]}", _message_pattern(quoted.group(1))))
+            for message in re.findall(r"`(\([^`]+\))`", body):  # the soak's own words, e.g. a killed try
+                out.append((f"{heading}: {_one_line(message)}", _message_pattern(message)))
+    if not out:
+        raise ValueError("the docs explain no error: no heading names one (docs/errors.md has an entry per error)")
     return out
 
 
@@ -468,8 +467,8 @@ def _message_pattern(quoted: str) -> re.Pattern[str]:
 
 
 def explained_by(line: str, documented: list[tuple[str, re.Pattern[str]]]) -> str | None:
-    """The runbook section that explains the error ``line`` (:func:`documented_errors`), or
-    ``None``."""
+    """The section of the docs of errors that explains the error ``line``
+    (:func:`documented_errors`), or ``None``."""
     return next((section for section, pattern in documented if pattern.search(line)), None)
 
 
@@ -503,7 +502,7 @@ def runs_and_tries(airflow: AirflowProcesses, dag_ids: set[str], logs: Path) -> 
                 }
             )
     by_state: Counter[str] = Counter(f"{r['dag_id']}: {r['state']}" for r in runs)
-    documented = documented_errors(ERRORS_DOC.read_text())
+    documented = documented_errors(*(doc.read_text() for doc in ERRORS_DOCS))
     return {
         "runs": len(runs),
         "runs_by_dag_and_state": dict(sorted(by_state.items())),

@@ -398,6 +398,8 @@ def test_the_plugin_serves_the_projects_docs_and_nothing_else():
     assert readme.status_code == 200 and 'href="docs/operations.md"' in readme.text
     operations = client.get("/docs/operations.md")
     assert operations.status_code == 200 and '<h2 id="running-a-table">Running a table</h2>' in operations.text
+    errors = client.get("/docs/errors.md")
+    assert errors.status_code == 200 and '<h2 id="configerror">ConfigError</h2>' in errors.text
     for path in ("/pyproject.md", "/docs/nope.md", "/docs/..%2Fpyproject.md", "/include/tables.md"):
         assert client.get(path).status_code == 404, path
     assert doc_file("README") is not None and doc_file("operations", "docs") is not None

@@ -2,7 +2,7 @@
 
 Every error raised for a data, configuration or state problem derives from :class:`CdcLakeError`;
 its message names where the problem is (topic, partition, offset, table, DDL, position) and what
-to do about it. ``docs/operations.md`` ("Errors and what to do") has one entry per class.
+to do about it. ``docs/errors.md`` ("Errors and what to do") has one entry per class.
 
 Some classes also derive from the built-in exception a caller would expect (``ValueError`` for
 bad input, ``LookupError`` for something missing), so that generic handlers keep working.

@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from cdclake.model.config import load_tables
 from cdclake.settings import PROJECT_ROOT, Settings
 
@@ -105,7 +107,7 @@ def test_the_first_error_line_of_a_task_log(tmp_path: Path):
 
 
 def test_every_failed_try_error_the_soak_has_met_is_explained_by_the_runbook_and_others_are_not():
-    documented = soak_watch.documented_errors(soak_watch.ERRORS_DOC.read_text())
+    documented = soak_watch.documented_errors(*(doc.read_text() for doc in soak_watch.ERRORS_DOCS))
     met = {
         "ServerError: SdkClientException: Unable to execute HTTP request: Connect to 127.0.0.1:22278 "
         "[/127.0.0.1] failed: Connection refused": "Other failures",
@@ -142,6 +144,24 @@ def test_every_failed_try_error_the_soak_has_met_is_explained_by_the_runbook_and
         assert found is not None and found.startswith(section), (line, found)
     assert soak_watch.explained_by("ZeroDivisionError: division by zero", documented) is None
     assert soak_watch.explained_by("SdkClientException: Unable to execute HTTP request: timeout", documented) is None
+
+
+def test_an_error_is_explained_by_either_doc_of_the_errors_and_docs_that_explain_none_are_refused():
+    """The reference page ``docs/errors.md`` and the runbook ``docs/operations.md``: an entry in
+    either explains an error; docs with no entry at all are not the docs of the errors."""
+    reference = (
+        "# Errors (reference)\n\n## FooError\n\n* **Says:** ...\n\n## Other failures\n\n* `Boom <n> at <t>`: x\n"
+    )
+    runbook = "# Runbook\n\n## Running\n\nText.\n\n### A BarError, ZapError\n\nWhat to do.\n\n## Debugging\n"
+    documented = soak_watch.documented_errors(reference, runbook)
+    assert soak_watch.explained_by("FooError: no", documented) == "FooError"
+    assert soak_watch.explained_by("ZapError: a", documented) == "A BarError, ZapError"
+    assert soak_watch.explained_by("Boom 3 at\nnoon", documented) == "Other failures: Boom <n> at <t>"
+    assert soak_watch.explained_by("Running", documented) is None
+    assert soak_watch.explained_by("Other failures", documented) is None
+    with pytest.raises(ValueError, match="explain no error"):
+        soak_watch.documented_errors(runbook.replace("BarError, ZapError", "bar"))
+    assert [doc.name for doc in soak_watch.ERRORS_DOCS] == ["errors.md", "operations.md"]
 
 
 def test_the_live_heap_of_a_real_jvm_is_measured_after_a_full_collection_and_dumped(tmp_path: Path):

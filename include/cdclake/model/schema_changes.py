@@ -163,7 +163,7 @@ def _renames_of(ddl: str, database: str | None, table_id: str, where: str) -> bo
         raise SchemaChangeError(
             f"{where}: {e}, and the statement may rename table {table_id}. Nothing was applied and the "
             "table's offsets did not move. If it does not rename the table, set the table property "
-            'cdc.schema-change-position to the record\'s position (docs/operations.md, "SchemaChangeError").'
+            'cdc.schema-change-position to the record\'s position (docs/errors.md, "SchemaChangeError").'
         ) from e
     for rename in effects.table_renames:
         if rename.old.matches(db, name, default_db=database) or rename.new.matches(db, name, default_db=database):
