@@ -152,7 +152,7 @@ class ColumnDefault:
     reason: str
 
 
-class _Inexact(Exception):
+class Inexact(Exception):
     """The value is not known exactly: ``sql`` is the best reading (or ``None``)."""
 
     def __init__(self, why: str, sql: str | None = None) -> None:
@@ -174,9 +174,9 @@ _SPARK_TYPES = {
     "binary": "BINARY",
 }
 _INT_RANGES = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
-_FLOAT_MAX = 3.4028234663852886e38
+FLOAT_MAX = 3.4028234663852886e38
 
-_DATE_ENCODINGS = frozenset({"io.debezium.time.Date", "org.apache.kafka.connect.data.Date"})
+DATE_ENCODINGS = frozenset({"io.debezium.time.Date", "org.apache.kafka.connect.data.Date"})
 _TIMESTAMP_ENCODINGS = frozenset(
     {
         "io.debezium.time.Timestamp",
@@ -194,14 +194,14 @@ _MILLIS_ENCODINGS = frozenset(
     }
 )
 """Encodings that carry milliseconds: the source value is truncated to them."""
-_ZONED_TIMESTAMP = "io.debezium.time.ZonedTimestamp"
-_YEAR = "io.debezium.time.Year"
-_ENUM = "io.debezium.data.Enum"
-_ENUM_SET = "io.debezium.data.EnumSet"
-_JSON = "io.debezium.data.Json"
-_BITS = "io.debezium.data.Bits"
-_INTEGER_ENCODINGS = frozenset({"int8", "int16", "int32", "int64", UNSIGNED_INT64})
-_FLOAT_ENCODINGS = frozenset({"float", "float32", "double", "float64"})
+ZONED_TIMESTAMP_ENCODING = "io.debezium.time.ZonedTimestamp"
+YEAR_ENCODING = "io.debezium.time.Year"
+ENUM_ENCODING = "io.debezium.data.Enum"
+ENUM_SET_ENCODING = "io.debezium.data.EnumSet"
+JSON_ENCODING = "io.debezium.data.Json"
+BITS_ENCODING = "io.debezium.data.Bits"
+INTEGER_ENCODINGS = frozenset({"int8", "int16", "int32", "int64", UNSIGNED_INT64})
+FLOAT_ENCODINGS = frozenset({"float", "float32", "double", "float64"})
 _BINARY_TYPES = frozenset({"BINARY", "VARBINARY", "TINYBLOB", "BLOB", "MEDIUMBLOB", "LONGBLOB"})
 _DECIMAL_TYPES = frozenset({"DECIMAL", "NUMERIC", "DEC", "FIXED"})
 
@@ -234,14 +234,20 @@ def spark_type(iceberg_type: str) -> str:
     raise ValueError(f"not an Iceberg primitive type: {iceberg_type!r}")
 
 
-def _cast(text: str, iceberg_type: str) -> str:
+def cast_sql(text: str, iceberg_type: str) -> str:
+    """``CAST('<text>' AS <Spark type>)`` of an Iceberg type name (``"long"``, ``"decimal(10,2)"``).
+
+    Raises:
+        Inexact: the type has no Spark SQL literal here (no value is written).
+    """
     try:
         return f"CAST({spark_string_literal(text)} AS {spark_type(iceberg_type)})"
     except ValueError as e:
-        raise _Inexact(f"{e}: no value is written") from e
+        raise Inexact(f"{e}: no value is written") from e
 
 
-def _hex_sql(data: bytes) -> str:
+def hex_sql(data: bytes) -> str:
+    """Spark SQL's binary literal ``X'<HEX>'`` of ``data``."""
     return f"X'{data.hex().upper()}'"
 
 
@@ -285,12 +291,18 @@ def _optional(column: dict[str, Any], spec: ColumnSpec) -> bool:
 # --- literal conversions, by encoding ------------------------------------------------------------
 
 
-def _integer_sql(value: Decimal, spec: ColumnSpec) -> str:
+def integer_sql(value: Decimal, spec: ColumnSpec) -> str:
+    """``value`` rounded half up (as MySQL stores a fractional default of an integer column) and cast
+    to the column's Iceberg type.
+
+    Raises:
+        Inexact: the rounded value is outside the type's range.
+    """
     n = int(round_half_up(value, 0))
     low, high = _INT_RANGES.get(spec.iceberg_type, _INT_RANGES["long"])
     if not low <= n <= high:
-        raise _Inexact(f"{n} is out of the range of an Iceberg {spec.iceberg_type}")
-    return _cast(str(n), spec.iceberg_type)
+        raise Inexact(f"{n} is out of the range of an Iceberg {spec.iceberg_type}")
+    return cast_sql(str(n), spec.iceberg_type)
 
 
 def _decimal_sql(text: str, encoding: str, spec: ColumnSpec) -> str:
@@ -300,7 +312,7 @@ def _decimal_sql(text: str, encoding: str, spec: ColumnSpec) -> str:
     target = parse_decimal_type(spec.iceberg_type)
     if target is not None:
         precision = target[0] if precision is None else min(precision, target[0])
-    return _cast(decimal_text(number(text), precision, scale), spec.iceberg_type)
+    return cast_sql(decimal_text(number(text), precision, scale), spec.iceberg_type)
 
 
 def _float_sql(text: str, column: dict[str, Any], spec: ColumnSpec) -> str:
@@ -309,24 +321,24 @@ def _float_sql(text: str, column: dict[str, Any], spec: ColumnSpec) -> str:
     if scale is not None:  # FLOAT(M,D), DOUBLE(M,D), a DECIMAL read as double: rounded to D digits
         value = round_half_up(value, scale)
     as_float = float(value)
-    limit = _FLOAT_MAX if spec.iceberg_type == "float" else math.inf
+    limit = FLOAT_MAX if spec.iceberg_type == "float" else math.inf
     if not math.isfinite(as_float) or abs(as_float) > limit:
-        raise _Inexact(f"{value} is out of the range of an Iceberg {spec.iceberg_type}")
-    return _cast(repr(as_float), spec.iceberg_type)
+        raise Inexact(f"{value} is out of the range of an Iceberg {spec.iceberg_type}")
+    return cast_sql(repr(as_float), spec.iceberg_type)
 
 
-def _zero_date(spec: ColumnSpec, column: dict[str, Any], what: str) -> _Inexact:
+def _zero_date(spec: ColumnSpec, column: dict[str, Any], what: str) -> Inexact:
     if _optional(column, spec):
-        return _Inexact(f"{what} is a zero date, which Debezium emits as NULL in a nullable column", None)
+        return Inexact(f"{what} is a zero date, which Debezium emits as NULL in a nullable column", None)
     epoch = {"date": "1970-01-01", "timestamp": "1970-01-01 00:00:00", "timestamptz": "1970-01-01 00:00:00+00:00"}
-    sql = _cast(epoch[spec.iceberg_type], spec.iceberg_type) if spec.iceberg_type in epoch else None
-    return _Inexact(f"{what} is a zero date, not representable; Debezium emits the epoch in a NOT NULL column", sql)
+    sql = cast_sql(epoch[spec.iceberg_type], spec.iceberg_type) if spec.iceberg_type in epoch else None
+    return Inexact(f"{what} is a zero date, not representable; Debezium emits the epoch in a NOT NULL column", sql)
 
 
 def _zoned_timestamp_sql(text: str, column: dict[str, Any], spec: ColumnSpec, encoding: str) -> str:
     moment = datetime_value(text, _fsp(column), millis=encoding in _MILLIS_ENCODINGS)
-    sql = _cast(moment.isoformat(sep=" ") + "+00:00", spec.iceberg_type)
-    raise _Inexact(
+    sql = cast_sql(moment.isoformat(sep=" ") + "+00:00", spec.iceberg_type)
+    raise Inexact(
         f"TIMESTAMP {ddl_text(text)} is read in the time zone of the session that ran the ALTER, "
         "not known to the lake; sql reads it as UTC",
         sql,
@@ -337,34 +349,32 @@ def _string_sql(text: str, column: dict[str, Any], spec: ColumnSpec) -> str:
     base = _base_type(column)
     if base in _DECIMAL_TYPES:  # decimal.handling.mode=string: the decimal text with the scale's digits
         scale = _int_or_none(column.get("scale")) or 0
-        return _cast(decimal_text(number(text), _int_or_none(column.get("length")), scale), spec.iceberg_type)
+        return cast_sql(decimal_text(number(text), _int_or_none(column.get("length")), scale), spec.iceberg_type)
     if base in _BINARY_TYPES:  # binary.handling.mode base64 or hex: its text form of the bytes
         if _binary_bytes(text, column):
-            raise _Inexact(
+            raise Inexact(
                 f"{ddl_text(text)} of a {base} column stored as text (binary.handling.mode base64 or hex): "
                 "the mode is not known here"
             )
-        return _cast("", spec.iceberg_type)
+        return cast_sql("", spec.iceberg_type)
     value = unquote(text)
     if base in ("CHAR", "NCHAR", "CHARACTER", "NATIONAL"):
         value = value.rstrip(" ")  # MySQL strips a CHAR's trailing spaces when it reads it
-    return _cast(value, spec.iceberg_type)
+    return cast_sql(value, spec.iceberg_type)
 
 
 def _literal_sql(text: str, column: dict[str, Any], spec: ColumnSpec) -> str | None:
     """A literal default -> the Spark SQL of the value the source stores; ``None`` for NULL.
 
     Raises:
-        _Inexact: the value is not known exactly.
+        Inexact: the value is not known exactly.
     """
     encoding = spec.encoding
     stripped = text.strip()
     if stripped.startswith("("):
-        raise _Inexact(
-            f"DEFAULT {stripped}: an expression, computed by the source at ALTER time; not known to the lake"
-        )
+        raise Inexact(f"DEFAULT {stripped}: an expression, computed by the source at ALTER time; not known to the lake")
     if _CURRENT_TIME.match(stripped) or stripped == _DEBEZIUM_CURRENT_TIMESTAMP:
-        raise _Inexact(
+        raise Inexact(
             f"DEFAULT {stripped}: Debezium's text of DEFAULT CURRENT_TIMESTAMP / NOW() (or a function of the "
             "current time): filled by the source at ALTER time; not known to the lake"
             if stripped == _DEBEZIUM_CURRENT_TIMESTAMP
@@ -374,45 +384,45 @@ def _literal_sql(text: str, column: dict[str, Any], spec: ColumnSpec) -> str | N
     if stripped.upper() == "NULL":
         if not stringy:
             return None
-        raise _Inexact(
+        raise Inexact(
             "DEFAULT NULL arrives as no default from Debezium, so this is DEFAULT 'NULL' (the text), "
             "or NULL from another producer",
-            _cast("NULL", spec.iceberg_type),
+            cast_sql("NULL", spec.iceberg_type),
         )
     if encoding in SPATIAL_ENCODINGS or spec.iceberg_type.startswith("struct"):
-        raise _Inexact(f"DEFAULT {ddl_text(text)} of a spatial column is not converted")
+        raise Inexact(f"DEFAULT {ddl_text(text)} of a spatial column is not converted")
     if encoding.startswith(DECIMAL + "("):
         return _decimal_sql(text, encoding, spec)
-    if encoding == _YEAR:
-        return _cast(str(year(text)), spec.iceberg_type)
-    if encoding in _INTEGER_ENCODINGS:
-        return _integer_sql(number(text), spec)
-    if encoding in _FLOAT_ENCODINGS:
+    if encoding == YEAR_ENCODING:
+        return cast_sql(str(year(text)), spec.iceberg_type)
+    if encoding in INTEGER_ENCODINGS:
+        return integer_sql(number(text), spec)
+    if encoding in FLOAT_ENCODINGS:
         return _float_sql(text, column, spec)
     if encoding == "boolean":
         return "TRUE" if number(text) != 0 else "FALSE"
-    if encoding in _DATE_ENCODINGS:
-        return _cast(date_value(text).isoformat(), spec.iceberg_type)
+    if encoding in DATE_ENCODINGS:
+        return cast_sql(date_value(text).isoformat(), spec.iceberg_type)
     if encoding in _TIMESTAMP_ENCODINGS:
         moment = datetime_value(text, _fsp(column), millis=encoding in _MILLIS_ENCODINGS)
-        return _cast(moment.isoformat(sep=" "), spec.iceberg_type)
-    if encoding == _ZONED_TIMESTAMP:
+        return cast_sql(moment.isoformat(sep=" "), spec.iceberg_type)
+    if encoding == ZONED_TIMESTAMP_ENCODING:
         return _zoned_timestamp_sql(text, column, spec, encoding)
     if encoding in TIME_ENCODINGS:
-        return _cast(str(time_us(text, _fsp(column), millis=encoding in _MILLIS_ENCODINGS)), spec.iceberg_type)
-    if encoding == _ENUM:
-        return _cast(enum_value(text, _enum_values(column)), spec.iceberg_type)
-    if encoding == _ENUM_SET:
-        return _cast(set_value(text, _enum_values(column)), spec.iceberg_type)
-    if encoding == _JSON:
-        return _cast(unquote(text), spec.iceberg_type)
-    if encoding == _BITS:
-        return _hex_sql(bit_value(text, _int_or_none(column.get("length"))))
+        return cast_sql(str(time_us(text, _fsp(column), millis=encoding in _MILLIS_ENCODINGS)), spec.iceberg_type)
+    if encoding == ENUM_ENCODING:
+        return cast_sql(enum_value(text, _enum_values(column)), spec.iceberg_type)
+    if encoding == ENUM_SET_ENCODING:
+        return cast_sql(set_value(text, _enum_values(column)), spec.iceberg_type)
+    if encoding == JSON_ENCODING:
+        return cast_sql(unquote(text), spec.iceberg_type)
+    if encoding == BITS_ENCODING:
+        return hex_sql(bit_value(text, _int_or_none(column.get("length"))))
     if encoding == "bytes":
-        return _hex_sql(_binary_bytes(text, column))
+        return hex_sql(_binary_bytes(text, column))
     if encoding == "string":
         return _string_sql(text, column, spec)
-    raise _Inexact(f"DEFAULT {ddl_text(text)} of a column encoded {encoding}: not converted by this version")
+    raise Inexact(f"DEFAULT {ddl_text(text)} of a column encoded {encoding}: not converted by this version")
 
 
 # --- implicit defaults ---------------------------------------------------------------------------
@@ -422,60 +432,60 @@ def _implicit_sql(column: dict[str, Any], spec: ColumnSpec) -> tuple[str, str]:
     """The implicit default of a NOT NULL column without DEFAULT: ``(sql, the value as text)``.
 
     Raises:
-        _Inexact: the value is not known exactly.
+        Inexact: the value is not known exactly.
     """
     encoding = spec.encoding
     base = _base_type(column)
     if encoding in SPATIAL_ENCODINGS or spec.iceberg_type.startswith("struct"):
-        raise _Inexact("a NOT NULL spatial column has no implicit default the lake can write")
-    if encoding == _JSON:
-        raise _Inexact("the implicit default of a NOT NULL JSON column differs between MySQL and MariaDB")
-    if encoding == _YEAR:
-        raise _Inexact("the implicit default of a NOT NULL YEAR column is the zero year 0000")
-    if encoding in _DATE_ENCODINGS | _TIMESTAMP_ENCODINGS | {_ZONED_TIMESTAMP}:
+        raise Inexact("a NOT NULL spatial column has no implicit default the lake can write")
+    if encoding == JSON_ENCODING:
+        raise Inexact("the implicit default of a NOT NULL JSON column differs between MySQL and MariaDB")
+    if encoding == YEAR_ENCODING:
+        raise Inexact("the implicit default of a NOT NULL YEAR column is the zero year 0000")
+    if encoding in DATE_ENCODINGS | _TIMESTAMP_ENCODINGS | {ZONED_TIMESTAMP_ENCODING}:
         what = "the zero date '0000-00-00'"
-        if encoding == _ZONED_TIMESTAMP:
+        if encoding == ZONED_TIMESTAMP_ENCODING:
             what += " (or the ALTER time, for a first TIMESTAMP column with explicit_defaults_for_timestamp=OFF)"
         error = _zero_date(spec, column, what)
-        raise _Inexact(error.why, error.sql)
+        raise Inexact(error.why, error.sql)
     if encoding.startswith(DECIMAL + "("):
         dec = parse_decimal_encoding(encoding)
         scale = dec[1] if dec is not None else 0
         zero = plain(round_half_up(Decimal(0), max(scale, 0)))
-        return _cast(zero, spec.iceberg_type), zero
-    if encoding in _INTEGER_ENCODINGS or encoding in TIME_ENCODINGS:
-        return _cast("0", spec.iceberg_type), "0" if encoding in _INTEGER_ENCODINGS else "'00:00:00' (0 microseconds)"
-    if encoding in _FLOAT_ENCODINGS:
-        return _cast("0.0", spec.iceberg_type), "0"
+        return cast_sql(zero, spec.iceberg_type), zero
+    if encoding in INTEGER_ENCODINGS or encoding in TIME_ENCODINGS:
+        return cast_sql("0", spec.iceberg_type), "0" if encoding in INTEGER_ENCODINGS else "'00:00:00' (0 microseconds)"
+    if encoding in FLOAT_ENCODINGS:
+        return cast_sql("0.0", spec.iceberg_type), "0"
     if encoding == "boolean":
         return "FALSE", "FALSE (0)"
-    if encoding == _ENUM:
+    if encoding == ENUM_ENCODING:
         members = _enum_values(column)
         if members is None:
-            raise _Inexact("the implicit default of a NOT NULL ENUM is its first value; enumValues is missing")
-        return _cast(members[0], spec.iceberg_type), f"the first ENUM value {members[0]!r}"
-    if encoding == _ENUM_SET:
-        return _cast("", spec.iceberg_type), "''"
-    if encoding == _BITS:
+            raise Inexact("the implicit default of a NOT NULL ENUM is its first value; enumValues is missing")
+        return cast_sql(members[0], spec.iceberg_type), f"the first ENUM value {members[0]!r}"
+    if encoding == ENUM_SET_ENCODING:
+        return cast_sql("", spec.iceberg_type), "''"
+    if encoding == BITS_ENCODING:
         width = _int_or_none(column.get("length"))
         if width is None:
-            raise _Inexact("the column's length (n of BIT(n)) is not known")
-        return _hex_sql(bytes((width + 7) // 8)), f"b'{'0' * width}'"
+            raise Inexact("the column's length (n of BIT(n)) is not known")
+        return hex_sql(bytes((width + 7) // 8)), f"b'{'0' * width}'"
     if encoding == "bytes":
         data = _binary_bytes("", column)
-        return _hex_sql(data), f"{len(data)} zero bytes" if data else "empty"
+        return hex_sql(data), f"{len(data)} zero bytes" if data else "empty"
     if encoding == "string":
         if base in _DECIMAL_TYPES:
             scale = _int_or_none(column.get("scale")) or 0
             zero = plain(round_half_up(Decimal(0), scale))
-            return _cast(zero, spec.iceberg_type), zero
+            return cast_sql(zero, spec.iceberg_type), zero
         if base in _BINARY_TYPES and _binary_bytes("", column):
-            raise _Inexact(
+            raise Inexact(
                 f"the implicit default of a NOT NULL {base} column is zero bytes, stored as text "
                 "(binary.handling.mode base64 or hex): the mode is not known here"
             )
-        return _cast("", spec.iceberg_type), "''"
-    raise _Inexact(f"the implicit default of a column encoded {encoding} is not known to this version")
+        return cast_sql("", spec.iceberg_type), "''"
+    raise Inexact(f"the implicit default of a column encoded {encoding} is not known to this version")
 
 
 # --- the entry point -----------------------------------------------------------------------------
@@ -514,7 +524,7 @@ def added_column_default(column: dict[str, Any], spec: ColumnSpec) -> ColumnDefa
             sql = _literal_sql(text, column, spec)
             return ColumnDefault(name, sql, True, f"DEFAULT {ddl_text(text.strip())}")
         if has_default:
-            raise _Inexact(
+            raise Inexact(
                 "DEFAULT (expression): Debezium sends no text for it; computed by the source at ALTER time; "
                 "not known to the lake"
             )
@@ -522,7 +532,7 @@ def added_column_default(column: dict[str, Any], spec: ColumnSpec) -> ColumnDefa
             return ColumnDefault(name, None, True, f"no default, nullable {label} column: NULL")
         sql, value = _implicit_sql(column, spec)
         return ColumnDefault(name, sql, True, f"implicit default of a NOT NULL {label} column: {value}")
-    except _Inexact as e:
+    except Inexact as e:
         return ColumnDefault(name, e.sql, False, e.why)
     except ZeroDate as e:
         zero = _zero_date(spec, column, e.what)

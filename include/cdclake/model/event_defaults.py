@@ -15,21 +15,21 @@ from decimal import Decimal
 from typing import Any
 
 from cdclake.model.defaults import (
-    _BITS,
-    _DATE_ENCODINGS,
-    _ENUM,
-    _ENUM_SET,
-    _FLOAT_ENCODINGS,
-    _FLOAT_MAX,
-    _INTEGER_ENCODINGS,
-    _JSON,
-    _YEAR,
-    _ZONED_TIMESTAMP,
+    BITS_ENCODING,
+    DATE_ENCODINGS,
+    ENUM_ENCODING,
+    ENUM_SET_ENCODING,
+    FLOAT_ENCODINGS,
+    FLOAT_MAX,
+    INTEGER_ENCODINGS,
+    JSON_ENCODING,
+    YEAR_ENCODING,
+    ZONED_TIMESTAMP_ENCODING,
     ColumnDefault,
-    _cast,
-    _hex_sql,
-    _Inexact,
-    _integer_sql,
+    Inexact,
+    cast_sql,
+    hex_sql,
+    integer_sql,
 )
 from cdclake.model.mysql_literals import LiteralError, round_half_up
 from cdclake.model.types import (
@@ -56,7 +56,9 @@ _TIME_MICROS = {
     "org.apache.kafka.connect.data.Time": 1000,
     "io.debezium.time.MicroTime": 1,
 }
-_TEXT_ENCODINGS = frozenset({"string", _ENUM, _ENUM_SET, _JSON, "io.debezium.data.Xml", "io.debezium.time.ZonedTime"})
+_TEXT_ENCODINGS = frozenset(
+    {"string", ENUM_ENCODING, ENUM_SET_ENCODING, JSON_ENCODING, "io.debezium.data.Xml", "io.debezium.time.ZonedTime"}
+)
 _MAX_EXACT_FLOAT_DIGITS = 15
 """Significant digits a JSON number read as a double keeps exactly (a ``NUMERIC`` decimal's default)."""
 MAX_REASON_VALUE_CHARS = 100
@@ -101,9 +103,9 @@ def _connect_decimal_sql(value: Any, encoding: str, spec: ColumnSpec) -> str:
     if _is_int(value) or isinstance(value, float):  # decimal.format=NUMERIC: a JSON number
         number_ = Decimal(value) if _is_int(value) else Decimal(repr(value))
         if isinstance(value, float) and len(number_.as_tuple().digits) > _MAX_EXACT_FLOAT_DIGITS:
-            raise _Inexact(f"{value!r}: a JSON number of more digits than a double keeps exactly")
+            raise Inexact(f"{value!r}: a JSON number of more digits than a double keeps exactly")
         if round_half_up(number_, scale) != number_:
-            raise _Inexact(f"{value!r} has digits beyond the scale {scale}: no value of the column")
+            raise Inexact(f"{value!r} has digits beyond the scale {scale}: no value of the column")
         text = _scaled_text(int(number_.scaleb(scale)), scale)
     else:
         text = _scaled_text(_unscaled(value), scale)
@@ -111,18 +113,18 @@ def _connect_decimal_sql(value: Any, encoding: str, spec: ColumnSpec) -> str:
     digits = len(text.lstrip("-").replace(".", "").lstrip("0"))
     limit = target[0] if target is not None else precision
     if limit is not None and digits > limit:
-        raise _Inexact(f"{text} has more digits than the column's {limit}")
-    return _cast(text, spec.iceberg_type)
+        raise Inexact(f"{text} has more digits than the column's {limit}")
+    return cast_sql(text, spec.iceberg_type)
 
 
 def _variable_scale_sql(value: Any, spec: ColumnSpec) -> str:
     if not isinstance(value, dict) or not _is_int(value.get("scale")):
-        raise _Inexact(f"{value!r} is not a {VARIABLE_SCALE_DECIMAL} value ({{scale, value}})")
-    return _cast(_scaled_text(_unscaled(value.get("value")), value["scale"]), spec.iceberg_type)
+        raise Inexact(f"{value!r} is not a {VARIABLE_SCALE_DECIMAL} value ({{scale, value}})")
+    return cast_sql(_scaled_text(_unscaled(value.get("value")), value["scale"]), spec.iceberg_type)
 
 
-def _epoch_stand_in(encoding: str) -> _Inexact:
-    return _Inexact(
+def _epoch_stand_in(encoding: str) -> Inexact:
+    return Inexact(
         f"the epoch in a {encoding} column: Debezium's value for DEFAULT CURRENT_TIMESTAMP / NOW() (the time of "
         "the ALTER), an expression, or a zero date; not known to the lake"
     )
@@ -133,89 +135,89 @@ def _connect_value_sql(value: Any, encoding: str, spec: ColumnSpec) -> str:
     :func:`cdclake.spark.decode.decode` gives it, typed to ``spec.iceberg_type``.
 
     Raises:
-        _Inexact: a value that does not decode (the apply would quarantine its record), or one
+        Inexact: a value that does not decode (the apply would quarantine its record), or one
             that stands for something the lake cannot know (the epoch of a temporal column).
     """
     if encoding in SPATIAL_ENCODINGS or spec.iceberg_type.startswith("struct"):
-        raise _Inexact(f"a default of a spatial column ({encoding}) is not converted")
+        raise Inexact(f"a default of a spatial column ({encoding}) is not converted")
     if parse_decimal_encoding(encoding) is not None:
         return _connect_decimal_sql(value, encoding, spec)
     if encoding == VARIABLE_SCALE_DECIMAL:
         return _variable_scale_sql(value, spec)
     if encoding == "boolean":
         if not isinstance(value, bool):
-            raise _Inexact(f"{value!r} is not a boolean")
+            raise Inexact(f"{value!r} is not a boolean")
         return "TRUE" if value else "FALSE"
     if encoding in _TEXT_ENCODINGS:
         if not isinstance(value, str):
-            raise _Inexact(f"{value!r} is not text")
-        return _cast(value, spec.iceberg_type)
-    if encoding == _ZONED_TIMESTAMP:
+            raise Inexact(f"{value!r} is not text")
+        return cast_sql(value, spec.iceberg_type)
+    if encoding == ZONED_TIMESTAMP_ENCODING:
         if not isinstance(value, str) or not _ZONE_SUFFIX.search(value):
-            raise _Inexact(f"{value!r} is not an ISO-8601 timestamp with an offset")
+            raise Inexact(f"{value!r} is not an ISO-8601 timestamp with an offset")
         try:  # Python before 3.11 reads no "Z"
             moment = dt.datetime.fromisoformat(re.sub(r"Z$", "+00:00", value))
         except ValueError as e:
-            raise _Inexact(f"{value!r} is not an ISO-8601 timestamp") from e
+            raise Inexact(f"{value!r} is not an ISO-8601 timestamp") from e
         if moment.timestamp() == 0:
             raise _epoch_stand_in(encoding)
-        return _cast(value, spec.iceberg_type)  # read by its own offset, as decode's cast does
-    if encoding in ("bytes", _BITS):
+        return cast_sql(value, spec.iceberg_type)  # read by its own offset, as decode's cast does
+    if encoding in ("bytes", BITS_ENCODING):
         data = _base64_bytes(value)
-        return _hex_sql(data[::-1] if encoding == _BITS else data)  # Bits: little-endian -> MySQL order
+        return hex_sql(data[::-1] if encoding == BITS_ENCODING else data)  # Bits: little-endian -> MySQL order
     if not _is_int(value):
-        if encoding in _FLOAT_ENCODINGS and isinstance(value, float):
-            limit = _FLOAT_MAX if spec.iceberg_type == "float" else math.inf
+        if encoding in FLOAT_ENCODINGS and isinstance(value, float):
+            limit = FLOAT_MAX if spec.iceberg_type == "float" else math.inf
             if not math.isfinite(value) or abs(value) > limit:
-                raise _Inexact(f"{value!r} is out of the range of an Iceberg {spec.iceberg_type}")
-            return _cast(repr(value), spec.iceberg_type)
-        raise _Inexact(f"{value!r} is not a value of a column encoded {encoding}")
-    if encoding in _INTEGER_ENCODINGS or encoding == _YEAR:
+                raise Inexact(f"{value!r} is out of the range of an Iceberg {spec.iceberg_type}")
+            return cast_sql(repr(value), spec.iceberg_type)
+        raise Inexact(f"{value!r} is not a value of a column encoded {encoding}")
+    if encoding in INTEGER_ENCODINGS or encoding == YEAR_ENCODING:
         if encoding == UNSIGNED_INT64 and value < 0:
-            raise _Inexact(f"{value} is a BIGINT UNSIGNED wrapped past 2^63-1 (bigint.unsigned.handling.mode=long)")
-        return _integer_sql(Decimal(value), spec)
-    if encoding in _FLOAT_ENCODINGS:
-        return _cast(repr(float(value)), spec.iceberg_type)
-    if encoding in _DATE_ENCODINGS:
+            raise Inexact(f"{value} is a BIGINT UNSIGNED wrapped past 2^63-1 (bigint.unsigned.handling.mode=long)")
+        return integer_sql(Decimal(value), spec)
+    if encoding in FLOAT_ENCODINGS:
+        return cast_sql(repr(float(value)), spec.iceberg_type)
+    if encoding in DATE_ENCODINGS:
         if value == 0:
             raise _epoch_stand_in(encoding)
         try:
-            return _cast((_EPOCH_DATE + dt.timedelta(days=value)).isoformat(), spec.iceberg_type)
+            return cast_sql((_EPOCH_DATE + dt.timedelta(days=value)).isoformat(), spec.iceberg_type)
         except OverflowError as e:
-            raise _Inexact(f"{value} days is out of the range of a date") from e
+            raise Inexact(f"{value} days is out of the range of a date") from e
     if encoding in _TIMESTAMP_UNITS:
         unit = _TIMESTAMP_UNITS[encoding]
         if unit is None and value % 1000:
-            raise _Inexact(f"{value} ns has sub-microsecond digits, which an Iceberg timestamp cannot hold")
+            raise Inexact(f"{value} ns has sub-microsecond digits, which an Iceberg timestamp cannot hold")
         if value == 0:
             raise _epoch_stand_in(encoding)
         micros = value // 1000 if unit is None else value * unit
         try:
             moment = _EPOCH_NTZ + dt.timedelta(microseconds=micros)
         except OverflowError as e:
-            raise _Inexact(f"{value} is out of the range of a timestamp") from e
-        return _cast(moment.isoformat(sep=" "), spec.iceberg_type)
+            raise Inexact(f"{value} is out of the range of a timestamp") from e
+        return cast_sql(moment.isoformat(sep=" "), spec.iceberg_type)
     if encoding in _TIME_MICROS:
-        return _cast(str(value * _TIME_MICROS[encoding]), spec.iceberg_type)
+        return cast_sql(str(value * _TIME_MICROS[encoding]), spec.iceberg_type)
     if encoding == "io.debezium.time.NanoTime":
         if value % 1000:
-            raise _Inexact(f"{value} ns has sub-microsecond digits, which the column's microseconds cannot hold")
-        return _cast(str(value // 1000), spec.iceberg_type)
-    raise _Inexact(f"a default of a column encoded {encoding} is not converted by this version")
+            raise Inexact(f"{value} ns has sub-microsecond digits, which the column's microseconds cannot hold")
+        return cast_sql(str(value // 1000), spec.iceberg_type)
+    raise Inexact(f"a default of a column encoded {encoding} is not converted by this version")
 
 
 def _base64_bytes(value: Any) -> bytes:
     """The bytes of a Connect ``bytes`` value (its base64 text).
 
     Raises:
-        _Inexact: not base64 text.
+        Inexact: not base64 text.
     """
     if not isinstance(value, str):
-        raise _Inexact(f"{value!r} is not the base64 text of bytes")
+        raise Inexact(f"{value!r} is not the base64 text of bytes")
     try:
         return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError) as e:
-        raise _Inexact(f"{value!r} is not base64") from e
+        raise Inexact(f"{value!r} is not base64") from e
 
 
 def connect_default(value: Any, spec: ColumnSpec, *, encoding: str | None = None, shown_by: str) -> ColumnDefault:
@@ -247,7 +249,7 @@ def connect_default(value: Any, spec: ColumnSpec, *, encoding: str | None = None
     shown = f"{json.dumps(value)[:MAX_REASON_VALUE_CHARS]} in the schema of {shown_by}"
     try:
         sql = _connect_value_sql(value, encoding, spec)
-    except _Inexact as e:
+    except Inexact as e:
         return ColumnDefault(spec.name, None, False, f"DEFAULT {shown}: {e.why}")
     except (LiteralError, ValueError, OverflowError) as e:
         return ColumnDefault(spec.name, None, False, f"DEFAULT {shown}: {e}")
