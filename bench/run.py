@@ -229,9 +229,11 @@ def run(args: argparse.Namespace) -> int:
 
     p = resolve_size(args, SIZES)
     bench = BenchRun.begin(args, f"bench-{args.size}", "cdclake-bench-")
-    parts = () if args.external_broker else (BROKER, REGISTRY)
+    # the schema registry serves the Avro stages only (all of them, or --stages avro)
+    needs_registry = args.stages in ("all", "avro")
+    parts = () if args.external_broker else ((BROKER, REGISTRY) if needs_registry else (BROKER,))
     settings = Settings.from_env() if args.external_broker else stack_settings(bench.work, parts)
-    if not settings.schema_registry_url:  # an external broker without a registry: one of its own
+    if needs_registry and not settings.schema_registry_url:  # an external broker without one: its own
         parts = (REGISTRY,)
         settings = settings.model_copy(update={"schema_registry_url": REGISTRY.free_port_setting()})
     settings = settings.model_copy(update={"tables_config": bench.work / "tables.yaml"})
