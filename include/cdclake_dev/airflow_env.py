@@ -38,6 +38,7 @@ import json
 import os
 import secrets
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -58,86 +59,116 @@ UI_USER = "admin"
 def airflow_env(settings: Settings, base: dict[str, str] | None = None) -> dict[str, str]:
     """``base`` (default: this process's environment) plus the local stack's Airflow settings."""
     env = dict(os.environ if base is None else base)
-    home = settings.airflow_home
-    venv_bin = os.path.dirname(sys.executable)
     env.update(
         {
-            "AIRFLOW_HOME": str(home),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
-            "AIRFLOW__CORE__PLUGINS_FOLDER": str(PROJECT_ROOT / "plugins"),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
-            "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(task_log_folder(settings)),
-            # where the task logs of `airflow dags test` runs are written (cdclake_dev.task_logs)
-            "AIRFLOW__LOGGING__LOG_FILENAME_TEMPLATE": LOG_FILENAME_TEMPLATE,
-            f"AIRFLOW_CONN_{ConnectionIds.SPARK.upper()}": json.dumps(
-                {"conn_type": "spark", "host": settings.spark_master}
-            ),
-            # the Connect server's token reaches the task as the connection's password only
-            f"AIRFLOW_CONN_{ConnectionIds.SPARK_CONNECT.upper()}": json.dumps(
-                {
-                    "conn_type": "spark_connect",
-                    "host": "localhost",
-                    "port": settings.spark_connect_port,
-                    "password": engine_token(settings),
-                }
-            ),
-            f"AIRFLOW_CONN_{ConnectionIds.KAFKA.upper()}": json.dumps(
-                {"conn_type": "kafka", "extra": {"bootstrap.servers": settings.kafka_bootstrap}}
-            ),
-            # the bootstrap DAG's deferrable wait reads Debezium's notification topic from the start
-            # (it never commits offsets, so every wait sees the whole topic)
-            f"AIRFLOW_CONN_{ConnectionIds.KAFKA_NOTIFICATIONS.upper()}": json.dumps(
-                {
-                    "conn_type": "kafka",
-                    "extra": {
-                        "bootstrap.servers": settings.kafka_bootstrap,
-                        "group.id": "cdclake-bootstrap",
-                        "auto.offset.reset": "earliest",
-                        "enable.auto.commit": False,
-                    },
-                }
-            ),
-            # the source database, for the bootstrap DAG's signals (the connector's own user has
-            # INSERT on the signal table)
-            f"AIRFLOW_CONN_{ConnectionIds.SOURCE_DB.upper()}": json.dumps(
-                {
-                    "conn_type": "mysql",
-                    "host": "127.0.0.1",
-                    "port": settings.mariadb_port,
-                    "login": "debezium",
-                    "password": "dbz",
-                }
-            ),
-            # the registry as production passes it (a connection); none without a URL
-            **(
-                {
-                    f"AIRFLOW_CONN_{ConnectionIds.SCHEMA_REGISTRY.upper()}": json.dumps(
-                        {"conn_type": "http", "host": settings.schema_registry_url}
-                    )
-                }
-                if settings.schema_registry_url
-                else {}
-            ),
-            **(
-                {
-                    f"AIRFLOW_CONN_{ConnectionIds.KAFKA_CONNECT.upper()}": json.dumps(
-                        {"conn_type": "http", "host": settings.connect_url}
-                    )
-                }
-                if settings.connect_url
-                else {}
-            ),
+            **_airflow_core_settings(settings),
+            **_airflow_connections(settings),
+            **_airflow_optional_connections(settings),
             # the CDCLAKE_* settings the tasks read, pinned to what this process resolved
             **settings.to_env(),
-            # spark-submit of the pip package finds its Spark home through python3 on PATH
-            "PATH": venv_bin + os.pathsep + env.get("PATH", ""),
-            "PYTHONPATH": os.pathsep.join(
-                [str(PROJECT_ROOT / "plugins")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
-            ),
+            **_airflow_search_paths(env),
         }
     )
     return env
+
+
+def _airflow_core_settings(settings: Settings) -> dict[str, str]:
+    """The local Airflow's home, metadata DB, DAGs and plugins folders, and task log files."""
+    home = settings.airflow_home
+    return {
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(PROJECT_ROOT / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(task_log_folder(settings)),
+        # where the task logs of `airflow dags test` runs are written (cdclake_dev.task_logs)
+        "AIRFLOW__LOGGING__LOG_FILENAME_TEMPLATE": LOG_FILENAME_TEMPLATE,
+    }
+
+
+def _airflow_connections(settings: Settings) -> dict[str, str]:
+    """The ``AIRFLOW_CONN_*`` variables of the connections every local stack has (module docstring)."""
+    return {
+        f"AIRFLOW_CONN_{ConnectionIds.SPARK.upper()}": json.dumps(
+            {"conn_type": "spark", "host": settings.spark_master}
+        ),
+        # the Connect server's token reaches the task as the connection's password only
+        f"AIRFLOW_CONN_{ConnectionIds.SPARK_CONNECT.upper()}": json.dumps(
+            {
+                "conn_type": "spark_connect",
+                "host": "localhost",
+                "port": settings.spark_connect_port,
+                "password": engine_token(settings),
+            }
+        ),
+        f"AIRFLOW_CONN_{ConnectionIds.KAFKA.upper()}": json.dumps(
+            {"conn_type": "kafka", "extra": {"bootstrap.servers": settings.kafka_bootstrap}}
+        ),
+        # the bootstrap DAG's deferrable wait reads Debezium's notification topic from the start
+        # (it never commits offsets, so every wait sees the whole topic)
+        f"AIRFLOW_CONN_{ConnectionIds.KAFKA_NOTIFICATIONS.upper()}": json.dumps(
+            {
+                "conn_type": "kafka",
+                "extra": {
+                    "bootstrap.servers": settings.kafka_bootstrap,
+                    "group.id": "cdclake-bootstrap",
+                    "auto.offset.reset": "earliest",
+                    "enable.auto.commit": False,
+                },
+            }
+        ),
+        # the source database, for the bootstrap DAG's signals (the connector's own user has
+        # INSERT on the signal table)
+        f"AIRFLOW_CONN_{ConnectionIds.SOURCE_DB.upper()}": json.dumps(
+            {
+                "conn_type": "mysql",
+                "host": "127.0.0.1",
+                "port": settings.mariadb_port,
+                "login": "debezium",
+                "password": "dbz",
+            }
+        ),
+    }
+
+
+def _airflow_optional_connections(settings: Settings) -> dict[str, str]:
+    """The ``AIRFLOW_CONN_*`` variables of the schema registry and Kafka Connect, each only when
+    its URL is set."""
+    return {
+        # the registry as production passes it (a connection); none without a URL
+        **(
+            {
+                f"AIRFLOW_CONN_{ConnectionIds.SCHEMA_REGISTRY.upper()}": json.dumps(
+                    {"conn_type": "http", "host": settings.schema_registry_url}
+                )
+            }
+            if settings.schema_registry_url
+            else {}
+        ),
+        **(
+            {
+                f"AIRFLOW_CONN_{ConnectionIds.KAFKA_CONNECT.upper()}": json.dumps(
+                    {"conn_type": "http", "host": settings.connect_url}
+                )
+            }
+            if settings.connect_url
+            else {}
+        ),
+    }
+
+
+def _airflow_search_paths(env: Mapping[str, str]) -> dict[str, str]:
+    """``PATH`` and ``PYTHONPATH`` of ``env`` with this virtual environment's ``bin`` and the
+    project's ``plugins/`` first."""
+    venv_bin = os.path.dirname(sys.executable)
+    return {
+        # spark-submit of the pip package finds its Spark home through python3 on PATH
+        "PATH": venv_bin + os.pathsep + env.get("PATH", ""),
+        "PYTHONPATH": os.pathsep.join(
+            [str(PROJECT_ROOT / "plugins")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+        ),
+    }
 
 
 def task_log_folder(settings: Settings) -> Path:

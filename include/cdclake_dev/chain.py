@@ -173,63 +173,13 @@ def start_mariadb(
     mariadbd = shutil.which("mariadbd") or "/usr/sbin/mariadbd"
     if not Path(mariadbd).exists():
         raise FileNotFoundError("mariadbd not found: run `make setup` (Debian package mariadb-server)")
-    base = _mariadb_dir(settings)
-    datadir = base / "data"
     server = _mariadb(settings)
     pid = server.pid
     if pid is None:
-        base.mkdir(parents=True, exist_ok=True)
-        if not (datadir / "mysql").exists():
-            subprocess.run(
-                [
-                    "mariadb-install-db",
-                    "--no-defaults",
-                    f"--datadir={datadir}",
-                    "--user=root",
-                    "--auth-root-authentication-method=normal",
-                    "--skip-test-db",
-                ],
-                check=True,
-                capture_output=True,
-            )
-        (base / "binlog").mkdir(exist_ok=True)
-        pid = server.start(
-            [
-                mariadbd,
-                "--no-defaults",
-                f"--datadir={datadir}",
-                "--user=root",
-                f"--port={settings.mariadb_port}",
-                f"--bind-address={LOOPBACK}",
-                f"--socket={base / 'mariadbd.sock'}",
-                f"--pid-file={server.pid_file}",
-                f"--log-error={server.log_file}",
-                f"--server-id={SERVER_ID if replica_of is None else REPLICA_SERVER_ID}",
-                f"--log-bin={base / 'binlog' / 'mysql-bin'}",
-                *(["--log-slave-updates"] if replica_of is not None else []),
-                "--binlog-format=ROW",
-                "--binlog-row-image=FULL",
-                "--log-bin-compress=OFF",
-                "--binlog-expire-logs-seconds=604800",
-                "--skip-name-resolve",
-                "--character-set-server=utf8mb4",
-                "--collation-server=utf8mb4_general_ci",
-            ],
-            ready=lambda: port_open(LOOPBACK, settings.mariadb_port),
-            timeout_s=timeout_s,
-            poll_s=0.3,
-        )
-        report = f"MariaDB started on 127.0.0.1:{settings.mariadb_port} (pid {pid}, data {datadir})"
+        report = _start_mariadbd(settings, mariadbd, server, timeout_s=timeout_s, replica=replica_of is not None)
     else:
         report = f"MariaDB already running on 127.0.0.1:{settings.mariadb_port} (pid {pid})"
-    for _ in range(50):
-        try:
-            conn = mariadb_connect(settings)
-            break
-        except Exception:  # noqa: BLE001 - the server accepts TCP before it accepts logins
-            time.sleep(0.2)
-    else:
-        conn = mariadb_connect(settings)
+    conn = _mariadb_login(settings)
     with conn, conn.cursor() as cur:
         if replica_of is not None:
             cur.execute("SET SESSION sql_log_bin = 0")  # the replica's binlog holds the primary's events only
@@ -241,6 +191,71 @@ def start_mariadb(
         if replica_of is not None:
             report += "; " + _replicate(cur, replica_of, cdc_password)
     return report
+
+
+def _start_mariadbd(settings: Settings, mariadbd: str, server: Daemon, *, timeout_s: float, replica: bool) -> str:
+    """Start ``mariadbd`` as ``server`` (its data directory initialized on first start; ``replica``:
+    the replica's server id and ``log_slave_updates``); returns the report line."""
+    base = _mariadb_dir(settings)
+    datadir = base / "data"
+    base.mkdir(parents=True, exist_ok=True)
+    if not (datadir / "mysql").exists():
+        _install_mariadb_datadir(datadir)
+    (base / "binlog").mkdir(exist_ok=True)
+    pid = server.start(
+        [
+            mariadbd,
+            "--no-defaults",
+            f"--datadir={datadir}",
+            "--user=root",
+            f"--port={settings.mariadb_port}",
+            f"--bind-address={LOOPBACK}",
+            f"--socket={base / 'mariadbd.sock'}",
+            f"--pid-file={server.pid_file}",
+            f"--log-error={server.log_file}",
+            f"--server-id={REPLICA_SERVER_ID if replica else SERVER_ID}",
+            f"--log-bin={base / 'binlog' / 'mysql-bin'}",
+            *(["--log-slave-updates"] if replica else []),
+            "--binlog-format=ROW",
+            "--binlog-row-image=FULL",
+            "--log-bin-compress=OFF",
+            "--binlog-expire-logs-seconds=604800",
+            "--skip-name-resolve",
+            "--character-set-server=utf8mb4",
+            "--collation-server=utf8mb4_general_ci",
+        ],
+        ready=lambda: port_open(LOOPBACK, settings.mariadb_port),
+        timeout_s=timeout_s,
+        poll_s=0.3,
+    )
+    return f"MariaDB started on 127.0.0.1:{settings.mariadb_port} (pid {pid}, data {datadir})"
+
+
+def _install_mariadb_datadir(datadir: Path) -> None:
+    """Initialize a new MariaDB data directory ``datadir`` (``mariadb-install-db``, no test DB)."""
+    subprocess.run(
+        [
+            "mariadb-install-db",
+            "--no-defaults",
+            f"--datadir={datadir}",
+            "--user=root",
+            "--auth-root-authentication-method=normal",
+            "--skip-test-db",
+        ],
+        check=True,
+        capture_output=True,
+    )
+
+
+def _mariadb_login(settings: Settings) -> Connection:
+    """A root connection to the local MariaDB, retried for about 10 s: the server accepts TCP
+    before it accepts logins (the last attempt's error propagates)."""
+    for _ in range(50):
+        try:
+            return mariadb_connect(settings)
+        except Exception:  # noqa: BLE001 - the server accepts TCP before it accepts logins
+            time.sleep(0.2)
+    return mariadb_connect(settings)
 
 
 def _replicate(cur: Cursor, primary: Settings, password: str) -> str:
@@ -386,43 +401,17 @@ def start_connect(
         RuntimeError: the worker exited or did not listen within ``timeout_s`` seconds (it is
             stopped; the message carries its output).
     """
-    unknown = sorted(set(connectors) - set(CONNECTOR_FILES))
-    if unknown or not connectors:
-        raise ValueError(f"connectors {list(connectors)}: choose from {sorted(CONNECTOR_FILES)}")
-    files = [CONNECTOR_FILES[name] for name in connectors]
-    plugins = jars_dir("connect-plugins")
-    if not (plugins / "debezium-connector-mariadb").is_dir():
-        raise FileNotFoundError(f"no Debezium plugin in {plugins}: run `make setup` first")
-    if not any((plugins / "apicurio-registry-converter").glob("connect-plugin-path-shim-*.jar")):
-        # the worker finds plugins by their ServiceLoader manifests only (plugin.discovery)
-        raise FileNotFoundError(f"no ServiceLoader manifests for the plugins in {plugins}: run `make setup` first")
+    files = _connector_files(connectors)
+    plugins = _connect_plugin_path()
     base = _connect_dir(settings)
     worker_process = _connect(settings)
     pid = worker_process.pid
     if pid is not None:
         return f"Kafka Connect already running on 127.0.0.1:{settings.connect_port} (pid {pid})"
     base.mkdir(parents=True, exist_ok=True)
-    from cdclake.io.kafka import KafkaClients, ensure_topic
-
-    # the Kafka signal channel reads partition 0 of a one-partition topic (Debezium docs)
-    ensure_topic(KafkaClients.from_bootstrap(settings.kafka_bootstrap), settings.signal_topic, 1)
-    worker = base / "worker.properties"
-    worker.write_text(
-        _WORKER.format(
-            bootstrap=settings.kafka_bootstrap,
-            port=settings.connect_port,
-            plugins=plugins,
-            offsets=base / "offsets",
-            flush_ms=offset_flush_interval_ms,
-        )
-    )
-    log = base / "connect.log"
-    log4j = base / "log4j2.yaml"
-    log4j.write_text(
-        "Configuration:\n  Appenders:\n    File:\n      name: file\n"
-        f'      fileName: "{log}"\n      PatternLayout:\n        pattern: "[%d] %p %m (%c)%n"\n'
-        "  Loggers:\n    Root:\n      level: INFO\n      AppenderRef:\n        - ref: file\n"
-    )
+    _ensure_signal_topic(settings)
+    worker = _write_worker_config(settings, base, plugins, offset_flush_interval_ms)
+    log4j = _write_connect_log4j(base)
     env = dict(os.environ)
     env.update(
         connector_env(
@@ -436,7 +425,89 @@ def start_connect(
             tables=tables,
         )
     )
-    pid = worker_process.start(
+    pid = _launch_connect_worker(settings, worker_process, worker, log4j, files, env=env, timeout_s=timeout_s)
+    return (
+        f"Kafka Connect started on 127.0.0.1:{settings.connect_port} (pid {pid}) with "
+        f"{', '.join(f.name for f in files)}, topic prefix {settings.topic_prefix!r}"
+    )
+
+
+def _connector_files(connectors: Sequence[str]) -> list[Path]:
+    """The files of the connector names ``connectors`` (:data:`CONNECTOR_FILES`), in that order.
+
+    Raises:
+        ValueError: no name, or a name not in :data:`CONNECTOR_FILES`.
+    """
+    unknown = sorted(set(connectors) - set(CONNECTOR_FILES))
+    if unknown or not connectors:
+        raise ValueError(f"connectors {list(connectors)}: choose from {sorted(CONNECTOR_FILES)}")
+    return [CONNECTOR_FILES[name] for name in connectors]
+
+
+def _connect_plugin_path() -> Path:
+    """The worker's ``plugin.path``, ``.jars/connect-plugins``, checked for the Debezium plugin and
+    the plugins' ServiceLoader manifests.
+
+    Raises:
+        FileNotFoundError: either is missing (``make setup``).
+    """
+    plugins = jars_dir("connect-plugins")
+    if not (plugins / "debezium-connector-mariadb").is_dir():
+        raise FileNotFoundError(f"no Debezium plugin in {plugins}: run `make setup` first")
+    if not any((plugins / "apicurio-registry-converter").glob("connect-plugin-path-shim-*.jar")):
+        # the worker finds plugins by their ServiceLoader manifests only (plugin.discovery)
+        raise FileNotFoundError(f"no ServiceLoader manifests for the plugins in {plugins}: run `make setup` first")
+    return plugins
+
+
+def _ensure_signal_topic(settings: Settings) -> None:
+    """Create the connectors' Kafka signal topic ``settings.signal_topic`` unless it exists."""
+    from cdclake.io.kafka import KafkaClients, ensure_topic
+
+    # the Kafka signal channel reads partition 0 of a one-partition topic (Debezium docs)
+    ensure_topic(KafkaClients.from_bootstrap(settings.kafka_bootstrap), settings.signal_topic, 1)
+
+
+def _write_worker_config(settings: Settings, base: Path, plugins: Path, flush_ms: int) -> Path:
+    """Write the worker's ``worker.properties`` (:data:`_WORKER`) into ``base``; returns the file."""
+    worker = base / "worker.properties"
+    worker.write_text(
+        _WORKER.format(
+            bootstrap=settings.kafka_bootstrap,
+            port=settings.connect_port,
+            plugins=plugins,
+            offsets=base / "offsets",
+            flush_ms=flush_ms,
+        )
+    )
+    return worker
+
+
+def _write_connect_log4j(base: Path) -> Path:
+    """Write the worker's ``log4j2.yaml`` into ``base`` (its log: ``connect.log``); returns the file."""
+    log = base / "connect.log"
+    log4j = base / "log4j2.yaml"
+    log4j.write_text(
+        "Configuration:\n  Appenders:\n    File:\n      name: file\n"
+        f'      fileName: "{log}"\n      PatternLayout:\n        pattern: "[%d] %p %m (%c)%n"\n'
+        "  Loggers:\n    Root:\n      level: INFO\n      AppenderRef:\n        - ref: file\n"
+    )
+    return log4j
+
+
+def _launch_connect_worker(
+    settings: Settings,
+    worker_process: Daemon,
+    worker: Path,
+    log4j: Path,
+    files: Sequence[Path],
+    *,
+    env: dict[str, str],
+    timeout_s: float,
+) -> int:
+    """Start ``ConnectStandalone`` with ``worker`` and the connector ``files`` as ``worker_process``;
+    returns its pid once the REST API lists the connectors (:func:`_connect_ready`)."""
+    return worker_process.start(
         [
             java_executable(),
             "-Xms256m",
@@ -452,10 +523,6 @@ def start_connect(
         ready=lambda: _connect_ready(settings, files),
         timeout_s=timeout_s,
         poll_s=0.3,
-    )
-    return (
-        f"Kafka Connect started on 127.0.0.1:{settings.connect_port} (pid {pid}) with "
-        f"{', '.join(f.name for f in files)}, topic prefix {settings.topic_prefix!r}"
     )
 
 

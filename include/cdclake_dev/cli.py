@@ -720,7 +720,17 @@ def build_parser() -> argparse.ArgumentParser:
         "What a data engineer does by hand on the local stack; `cdclake COMMAND --help` for a command's options.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
+    _add_stack_commands(sub)
+    _add_chain_commands(sub)
+    _add_table_commands(sub)
+    _add_inspect_commands(sub)
+    _add_airflow_commands(sub)
+    _add_demo_commands(sub)
+    return parser
 
+
+def _add_stack_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``stack`` and ``engine``: the local stack's Kafka broker and Spark Connect engine."""
     p = sub.add_parser("stack", help="start, stop or check the local stack (Kafka broker, Spark Connect engine)")
     p.add_argument("action", choices=["start", "stop", "status"])
     p.set_defaults(func=cmd_stack)
@@ -729,6 +739,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["start", "stop", "status"])
     p.set_defaults(func=cmd_engine)
 
+
+def _add_chain_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``chain`` and ``conformance``: the real source chain (MariaDB, Debezium) and its matrix."""
     p = sub.add_parser("chain", help="start, stop or check the real source chain (Kafka, MariaDB, Debezium)")
     p.add_argument("action", choices=["start", "stop", "status"])
     p.add_argument("--no-schemas", action="store_true", help="JsonConverter schemas.enable=false")
@@ -772,6 +785,10 @@ def build_parser() -> argparse.ArgumentParser:
     conformance_parser(p)
     p.set_defaults(func=cmd_conformance)
 
+
+def _add_table_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the commands acting on tables: ``load``, ``run``, ``maintain``, ``reconcile``,
+    ``quarantine``, ``upgrade``."""
     p = sub.add_parser("load", help="produce a captured Debezium event file into a table's topic")
     p.add_argument("file", help="JSON lines (or concatenated JSON) of Debezium record values")
     p.add_argument("--table", required=True, help="table name in the table config")
@@ -820,6 +837,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_upgrade)
 
+
+def _add_inspect_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the commands that look at tables and topics: ``show``, ``status``, ``discover``."""
     p = sub.add_parser("show", help="print an Iceberg table: schema, snapshot summary, rows")
     p.add_argument("table", help="table name in the table config")
     p.add_argument("--limit", type=int, default=100, help="rows to print (100)")
@@ -852,6 +872,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the findings as JSON (a list, one object per topic)")
     p.set_defaults(func=cmd_discover)
 
+
+def _add_airflow_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``ui`` and ``airflow``: the local Airflow UI and the airflow CLI with the stack's environment."""
     p = sub.add_parser(
         "ui",
         help="start, stop or check the Airflow UI on http://127.0.0.1:8080 (Airflow's processes, loopback only)",
@@ -868,6 +891,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("airflow_args", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_airflow)
 
+
+def _add_demo_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``production`` and ``demo``: the production topology's demo and the local demo."""
     p = sub.add_parser(
         "production",
         help="the production topology on this machine: PostgreSQL, REST catalog, S3, Spark cluster, Kafka (SASL), "
@@ -889,7 +915,6 @@ def build_parser() -> argparse.ArgumentParser:
         "table, its DAG, the Iceberg table",
     )
     p.set_defaults(func=cmd_demo)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

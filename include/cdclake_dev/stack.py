@@ -234,52 +234,12 @@ def start_broker(settings: Settings, *, sasl: SaslListener | None = None, timeou
             raise ValueError(f"SASL port {sasl.port} is the broker's port {port} or its controller's {port + 1}")
     status = broker_status(settings)
     if status.running:
-        report = f"Kafka broker already running on {settings.kafka_bootstrap} (pid {status.pid})"
-        if sasl is None:
-            return report
-        host, _ = _host_port(settings.kafka_bootstrap)
-        if not port_open(host, sasl.port):
-            raise RuntimeError(
-                f"the Kafka broker on {settings.kafka_bootstrap} runs without a SASL listener on port "
-                f"{sasl.port}: stop it (cdclake stack stop) and start it with one"
-            )
-        waited = _ensure_sasl_users(settings, sasl, time.monotonic() + timeout_s)
-        return f"{report}; {_sasl_report(host, sasl, waited)}"
+        return _running_broker(settings, status, sasl, timeout_s)
     host, port = _host_port(settings.kafka_bootstrap)
-    kdir = settings.kafka_dir
-    log_dirs = kdir / "data"
-    properties = _server_properties(host, port, log_dirs, sasl)
-    kdir.mkdir(parents=True, exist_ok=True)
-    props = kdir / "server.properties"
-    props.write_text(properties)
-    log_file = kdir / "broker.log"
-    log4j = kdir / "log4j2.yaml"
-    log4j.write_text(_LOG4J2.format(log_file=log_file))
-    java_opts = [
-        "-Xms256m",
-        "-Xmx1g",
-        f"-Dlog4j2.configurationFile={log4j}",
-        "-Dkafka.logs.dir=" + str(kdir),
-    ]
+    log_dirs = settings.kafka_dir / "data"
+    props, java_opts = _write_broker_config(settings, host, port, log_dirs, sasl)
     if not (log_dirs / "meta.properties").exists():
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        subprocess.run(
-            [
-                java_executable(),
-                *java_opts,
-                "-cp",
-                kafka_classpath(),
-                "kafka.tools.StorageTool",
-                "format",
-                # "--cluster-id=<id>": an id starting with "-" (1 in 32 of urlsafe base64) would
-                # otherwise be read as an option and the format fails
-                f"--cluster-id={cluster_id}",
-                "-c",
-                str(props),
-            ],
-            check=True,
-            capture_output=True,
-        )
+        _format_storage(java_opts, props)
     broker = _broker(settings)
     deadline = time.monotonic() + timeout_s
     pid = broker.start(
@@ -297,6 +257,70 @@ def start_broker(settings: Settings, *, sasl: SaslListener | None = None, timeou
         broker.stop()
         raise
     return f"{report}; {_sasl_report(host, sasl, waited)}"
+
+
+def _running_broker(settings: Settings, status: BrokerStatus, sasl: SaslListener | None, timeout_s: float) -> str:
+    """The report on a broker that already runs, its ``sasl`` users ensured first (when given).
+
+    Raises:
+        RuntimeError: it has no SASL listener on ``sasl.port``, or the users did not authenticate
+            within ``timeout_s``.
+    """
+    report = f"Kafka broker already running on {settings.kafka_bootstrap} (pid {status.pid})"
+    if sasl is None:
+        return report
+    host, _ = _host_port(settings.kafka_bootstrap)
+    if not port_open(host, sasl.port):
+        raise RuntimeError(
+            f"the Kafka broker on {settings.kafka_bootstrap} runs without a SASL listener on port "
+            f"{sasl.port}: stop it (cdclake stack stop) and start it with one"
+        )
+    waited = _ensure_sasl_users(settings, sasl, time.monotonic() + timeout_s)
+    return f"{report}; {_sasl_report(host, sasl, waited)}"
+
+
+def _write_broker_config(
+    settings: Settings, host: str, port: int, log_dirs: Path, sasl: SaslListener | None
+) -> tuple[Path, list[str]]:
+    """Write the broker's ``server.properties`` and ``log4j2.yaml`` into ``settings.kafka_dir``;
+    returns the properties file and the JVM options that use them."""
+    kdir = settings.kafka_dir
+    properties = _server_properties(host, port, log_dirs, sasl)
+    kdir.mkdir(parents=True, exist_ok=True)
+    props = kdir / "server.properties"
+    props.write_text(properties)
+    log_file = kdir / "broker.log"
+    log4j = kdir / "log4j2.yaml"
+    log4j.write_text(_LOG4J2.format(log_file=log_file))
+    java_opts = [
+        "-Xms256m",
+        "-Xmx1g",
+        f"-Dlog4j2.configurationFile={log4j}",
+        "-Dkafka.logs.dir=" + str(kdir),
+    ]
+    return props, java_opts
+
+
+def _format_storage(java_opts: list[str], props: Path) -> None:
+    """Format the broker's log directories of ``props`` with a new random cluster id (``StorageTool``)."""
+    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    subprocess.run(
+        [
+            java_executable(),
+            *java_opts,
+            "-cp",
+            kafka_classpath(),
+            "kafka.tools.StorageTool",
+            "format",
+            # "--cluster-id=<id>": an id starting with "-" (1 in 32 of urlsafe base64) would
+            # otherwise be read as an option and the format fails
+            f"--cluster-id={cluster_id}",
+            "-c",
+            str(props),
+        ],
+        check=True,
+        capture_output=True,
+    )
 
 
 def _sasl_report(host: str, sasl: SaslListener, waited_s: float) -> str:
