@@ -3,7 +3,8 @@
 #   1. .venv        Python virtual environment with the pinned requirements (uv, from PyPI)
 #   2. .jars/       JVM jars from Maven Central (include/jars/pom.xml): Spark side, Kafka side,
 #                   Kafka Connect plugins (Debezium, Apicurio's converters), Iceberg REST catalog
-#                   server, s3proxy, Apicurio Registry
+#                   server, s3proxy, Apicurio Registry, Trino with its Iceberg connector (a reader
+#                   of the tests' reader matrix; it runs on Java 24+, found by cdclake_dev.system)
 #   3. Debian packages: MariaDB, Chromium, PostgreSQL (apt-get, when missing)
 #   4. Airflow      metadata DB (SQLite) under the state dir, migrated
 # Non-interactive; each step is skipped when its inputs did not change (stamp files).
@@ -78,6 +79,14 @@ if [ "$(cat .jars/.pom.sha 2>/dev/null)" != "$want" ]; then
     || { tail -40 .jars/maven-registry.log >&2; exit 1; }
   compgen -G '.jars/registry/apicurio-registry-app-*-runner.jar' >/dev/null \
     || { echo "Apicurio Registry was not unpacked into .jars/registry" >&2; exit 1; }
+  say "fetching Trino with its Iceberg connector (Maven)"
+  rm -rf .jars/trino
+  mvn -B -s include/jars/settings.xml -f include/jars/pom.xml -P trino \
+    dependency:unpack@trino-server -DoutputDirectory="$ROOT/.jars/trino" > .jars/maven-trino.log 2>&1 \
+    || { tail -40 .jars/maven-trino.log >&2; exit 1; }
+  compgen -G '.jars/trino/lib/io.trino_trino-main-*.jar' >/dev/null \
+    && compgen -G '.jars/trino/plugin/iceberg/io.trino_trino-iceberg-*.jar' >/dev/null \
+    || { echo "Trino and its Iceberg connector were not unpacked into .jars/trino" >&2; exit 1; }
   for profile in spark kafka rest-catalog s3proxy; do
     say "fetching $profile jars (Maven)"
     rm -rf ".jars/$profile"

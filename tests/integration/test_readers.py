@@ -1,7 +1,8 @@
 """The reader matrix: tables the pipeline wrote (inserts, updates, deletes, a primary-key change and
 an added column, over three runs), at format v2 (position-delete files) and v3 (deletion vectors),
-in the REST catalog, read by each engine: Spark SQL, pyiceberg and DuckDB (its ``iceberg``
-extension, through the REST catalog). Each reads the rows the events leave, or the test says what
+in the REST catalog, read by each engine: Spark SQL, pyiceberg, DuckDB (its ``iceberg``
+extension, through the REST catalog) and Trino (its Iceberg connector on the REST catalog, a server
+of its own: :mod:`cdclake_dev.trino`). Each reads the rows the events leave, or the test says what
 it reads instead and names the upstream issue. docs/guide.md, "Which engines read the tables",
 is this matrix."""
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -18,6 +20,7 @@ import pytest
 from cdclake.io.catalog import load_catalog
 from cdclake.io.kafka import ensure_topic
 from cdclake.model.config import TableConfig
+from cdclake_dev.trino import TrinoServer
 from tests.conftest import make_table
 from tests.integration.conftest import REST_REGION, RestLake
 from tests.integration.test_apply import produce_raw, run_once
@@ -155,6 +158,44 @@ def duckdb_rows(lake: RestLake, identifier: str) -> set[tuple]:
         con.close()
 
 
+@pytest.fixture(scope="module")
+def trino(tmp_path_factory: pytest.TempPathFactory, rest_lake: RestLake) -> Iterator[TrinoServer]:
+    """Trino 476 with the catalog ``lake`` on :func:`rest_lake`'s REST catalog and S3 warehouse,
+    started by the first test that asks (on Java 24+: ``TRINO_JAVA_HOME``, else the search of
+    :func:`cdclake_dev.system.java_at_least`), stopped after this module."""
+    from cdclake_dev.process import free_port
+
+    server = TrinoServer(
+        tmp_path_factory.mktemp("trino"),
+        free_port(),
+        rest_uri=rest_lake.rest_uri,
+        s3_endpoint=rest_lake.s3_endpoint,
+        s3_access_key=rest_lake.access_key,
+        s3_secret_key=rest_lake.secret_key,
+        region=REST_REGION,
+    )
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+def trino_rows(
+    server: TrinoServer, identifier: str, columns: str = "id, v, w", snapshot: int | None = None
+) -> set[tuple]:
+    """The rows of ``columns`` Trino reads from table ``identifier`` (at ``snapshot``: time travel)."""
+    namespace, table = identifier.split(".")
+    at = "" if snapshot is None else f" FOR VERSION AS OF {snapshot}"
+    con = server.connect()
+    try:
+        cursor = con.cursor()
+        cursor.execute(f'SELECT {columns} FROM "{namespace}"."{table}"{at}')
+        return {tuple(r) for r in cursor.fetchall()}
+    finally:
+        con.close()
+
+
 def test_spark_sql_reads_the_rows_the_events_leave(spark, written: Written):
     assert spark_rows(spark, written.spark_name) == FINAL_ROWS
 
@@ -165,6 +206,35 @@ def test_pyiceberg_reads_what_spark_reads(spark, written: Written):
 
 def test_duckdb_reads_what_spark_reads(spark, written: Written):
     assert duckdb_rows(written.lake, written.cfg.identifier) == spark_rows(spark, written.spark_name) == FINAL_ROWS
+
+
+TRINO_V3_ERROR = ("ICEBERG_BAD_DATA", "Unexpected PUFFIN file format")
+"""How Trino 476 fails a read of a v3 table with deletion vectors (error name, message): its Iceberg
+connector maps a delete file's format to a reader of its own (ORC, Parquet, Avro) and has none of
+Puffin (``IcebergFileFormat.fromIceberg``)."""
+
+
+def test_trino_reads_what_spark_reads(spark, written: Written, trino: TrinoServer):
+    """Trino 476 reads the v2 table. It cannot read the v3 table: the query fails on the deletion
+    vectors (:data:`TRINO_V3_ERROR`); it reads the same table as Spark does at the snapshot of the
+    first run (inserts only: no delete file yet)."""
+    expected = spark_rows(spark, written.spark_name)
+    assert expected == FINAL_ROWS
+    if written.format_version == 2:
+        assert trino_rows(trino, written.cfg.identifier) == expected
+        return
+    from trino.exceptions import TrinoQueryError
+
+    with pytest.raises(TrinoQueryError) as raised:
+        trino_rows(trino, written.cfg.identifier)
+    assert (raised.value.error_name, raised.value.message) == TRINO_V3_ERROR
+    first = spark.sql(
+        f"SELECT snapshot_id FROM {written.spark_name}.snapshots WHERE summary['cdc.run-id'] = 'run-1'"
+    ).first()
+    assert first is not None
+    at_first = trino_rows(trino, written.cfg.identifier, "id, v", first.snapshot_id)
+    spark_first = spark.sql(f"SELECT id, v FROM {written.spark_name} VERSION AS OF {first.snapshot_id}").collect()
+    assert at_first == {tuple(r) for r in spark_first} == {(1, "a"), (2, "b"), (3, "c"), (4, "d")}
 
 
 def test_the_deletes_are_position_deletes_on_v2_and_deletion_vectors_on_v3(spark, written: Written):
