@@ -16,6 +16,10 @@ passes.
 * :mod:`~cdclake_dev.parts.airflow`: Airflow 3's ``scheduler``, ``dag-processor``, ``triggerer``
   and ``api-server`` as processes of their own, driven through the REST API.
 
+A reader, not a production part, lives beside them: :mod:`cdclake_dev.trino` starts Trino 476
+(``.jars/trino``, on a Java 24+ runtime found by :func:`cdclake_dev.system.java_at_least`) with an
+Iceberg catalog over the REST catalog, for the reader matrix.
+
 Every process is a :class:`~cdclake_dev.process.Daemon`: it runs in a session (process group) of
 its own, ``stop()`` ends the whole group (SIGTERM, then SIGKILL after the timeout), and its pid
 file in the part's folder lets a second launcher on the same folder find it running (``start()``
