@@ -37,6 +37,35 @@ log = logging.getLogger(__name__)
 _COPY_ON_WRITE_WARNING = "Merge on read is not yet supported, falling back to copy-on-write"
 
 
+#: The start of pyiceberg 0.12's warning when it cannot delete a metadata file that a commit
+#: dropped from the table's metadata log (``write.metadata.delete-after-commit.enabled``, set by
+#: :data:`cdclake.model.layout.TABLE_PROPERTIES`). A REST catalog server (Iceberg's own, as in the
+#: production topology) deletes that file itself on the commit, so pyiceberg's delete after it finds
+#: nothing: once the log holds ``write.metadata.previous-versions-max`` entries, every pyiceberg
+#: commit (a run's fast-forward of ``main``) warned. A file really left behind is an orphan that
+#: ``cdc_maintenance`` removes; the message is kept at DEBUG.
+_METADATA_DELETE_WARNING = "Failed to delete metadata file "
+
+
+class _MetadataDeleteToDebug(logging.Filter):
+    """Lowers :data:`_METADATA_DELETE_WARNING` records of the ``pyiceberg.catalog`` logger to DEBUG
+    (handlers compare the record's level after the logger's filters)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.WARNING and record.getMessage().startswith(_METADATA_DELETE_WARNING):
+            record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
+def _quiet_pyiceberg() -> None:
+    """The pyiceberg warnings that would only alarm the task logs, filtered once per process."""
+    warnings.filterwarnings("ignore", message=_COPY_ON_WRITE_WARNING, category=UserWarning)
+    logger = logging.getLogger("pyiceberg.catalog")
+    if not any(isinstance(f, _MetadataDeleteToDebug) for f in logger.filters):
+        logger.addFilter(_MetadataDeleteToDebug())
+
+
 def load_catalog(settings: Settings) -> Catalog:
     """The pyiceberg catalog that Spark's Iceberg catalog ``settings.catalog_name`` also uses:
     ``SqlCatalog`` on the same catalog database, or ``RestCatalog`` on the same REST server
@@ -46,7 +75,7 @@ def load_catalog(settings: Settings) -> Catalog:
     """
     from pyiceberg.catalog import load_catalog as pyiceberg_load_catalog
 
-    warnings.filterwarnings("ignore", message=_COPY_ON_WRITE_WARNING, category=UserWarning)
+    _quiet_pyiceberg()
     if settings.catalog_type == "sql" and settings.catalog_uri.startswith("sqlite:///"):
         Path(settings.catalog_uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
     return pyiceberg_load_catalog(settings.catalog_name, **settings.pyiceberg_catalog_properties())
