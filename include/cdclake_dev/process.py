@@ -112,6 +112,13 @@ def check_port(port: int, name: str = "port") -> None:
         raise ValueError(f"{name} must be a TCP port (1..65535), got {port!r}")
 
 
+def check_non_empty(what: str, **settings: str) -> None:
+    """Raises ValueError naming every one of ``settings`` that is empty (``what``: the part)."""
+    empty = sorted(k for k, v in settings.items() if not v)
+    if empty:
+        raise ValueError(f"{what} settings must be non-empty: {', '.join(empty)}")
+
+
 def check_port_free(port: int, what: str) -> None:
     """Raises RuntimeError when a process (one ``what`` did not start) listens on ``127.0.0.1:<port>``."""
     if port_open(LOOPBACK, port):

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from cdclake.settings import jars_dir
-from cdclake_dev.process import LOOPBACK, Daemon, check_port, check_port_free
+from cdclake_dev.process import LOOPBACK, Daemon, check_non_empty, check_port, check_port_free
 from cdclake_dev.system import TRINO_JAVA_HOME, java_at_least, single_jar, write_private
 
 logger = logging.getLogger(__name__)
@@ -99,17 +99,15 @@ class TrinoServer:
         catalog: str = "lake",
     ) -> None:
         check_port(port)
-        required = {
-            "rest_uri": rest_uri,
-            "s3_endpoint": s3_endpoint,
-            "s3_access_key": s3_access_key,
-            "s3_secret_key": s3_secret_key,
-            "region": region,
-            "catalog": catalog,
-        }
-        empty = sorted(k for k, v in required.items() if not v)
-        if empty:
-            raise ValueError(f"TrinoServer settings must be non-empty: {', '.join(empty)}")
+        check_non_empty(
+            "TrinoServer",
+            rest_uri=rest_uri,
+            s3_endpoint=s3_endpoint,
+            s3_access_key=s3_access_key,
+            s3_secret_key=s3_secret_key,
+            region=region,
+            catalog=catalog,
+        )
         self.dir = Path(dir).resolve()
         self.port = port
         self.rest_uri = rest_uri

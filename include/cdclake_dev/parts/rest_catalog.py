@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from cdclake.settings import jars_dir
-from cdclake_dev.process import LOOPBACK, Daemon, check_port, check_port_free, http_ok
+from cdclake_dev.process import LOOPBACK, Daemon, check_non_empty, check_port, check_port_free, http_ok
 from cdclake_dev.system import java_executable, single_jar
 
 logger = logging.getLogger(__name__)
@@ -180,20 +180,18 @@ class RestCatalogServer:
         catalog_name: str = "rest_backend",
     ) -> None:
         check_port(port)
-        required = {
-            "jdbc_uri": jdbc_uri,
-            "jdbc_user": jdbc_user,
-            "jdbc_password": jdbc_password,
-            "warehouse": warehouse,
-            "s3_endpoint": s3_endpoint,
-            "s3_access_key": s3_access_key,
-            "s3_secret_key": s3_secret_key,
-            "region": region,
-            "catalog_name": catalog_name,
-        }
-        empty = sorted(k for k, v in required.items() if not v)
-        if empty:
-            raise ValueError(f"RestCatalogServer settings must be non-empty: {', '.join(empty)}")
+        check_non_empty(
+            "RestCatalogServer",
+            jdbc_uri=jdbc_uri,
+            jdbc_user=jdbc_user,
+            jdbc_password=jdbc_password,
+            warehouse=warehouse,
+            s3_endpoint=s3_endpoint,
+            s3_access_key=s3_access_key,
+            s3_secret_key=s3_secret_key,
+            region=region,
+            catalog_name=catalog_name,
+        )
         if not jdbc_uri.startswith("jdbc:"):
             raise ValueError(f"jdbc_uri must be a JDBC URI (jdbc:...), got {jdbc_uri!r}")
         self.dir = Path(dir).resolve()
