@@ -26,12 +26,6 @@ verdict() {
     return "$rc"
 }
 
-if [ "$#" -gt 0 ]; then
-    "${PYTEST[@]}" "$@"
-    verdict "selected" $?
-    exit $?
-fi
-
 # the long layer (`make test-long`, docs/development.md "The test suite"): the production
 # topology, the benchmarks' smoke runs and the every-type Avro scenario; not in this suite,
 # which keeps to its budget (issue 56)
@@ -41,6 +35,12 @@ LONG=(tests/production tests/integration/test_bench_smoke.py tests/integration/t
 if [ "${1:-}" = "--long" ]; then
     "${PYTEST[@]}" "${LONG[@]}" --junitxml="$OUT/long.xml"
     verdict long $?
+    exit $?
+fi
+
+if [ "$#" -gt 0 ]; then  # after --long: any other arguments are a selection
+    "${PYTEST[@]}" "$@"
+    verdict "selected" $?
     exit $?
 fi
 
