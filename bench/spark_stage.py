@@ -143,12 +143,12 @@ def run_stage(
     from pyspark.sql import functions as F
 
     from cdclake.io.catalog import load_catalog
+    from cdclake.io.schema_evolution import source_columns
     from cdclake.model.config import TableConfig
     from cdclake.model.layout import METADATA_COLUMNS
     from cdclake.model.offsets import OffsetRange
     from cdclake.model.plan import RunPlan, TransactionRange
     from cdclake.spark.apply import apply_range
-    from cdclake.spark.context import source_columns
     from cdclake.spark.parse import parse_records
     from cdclake.spark.parse_avro import parse_avro_records
     from cdclake.spark.read import read_range

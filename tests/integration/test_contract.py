@@ -688,10 +688,12 @@ def test_a_topic_grown_to_more_partitions_goes_on_from_their_low_watermarks(spar
 def test_commit_on_a_stale_base_snapshot_is_refused_by_iceberg(spark, kafka, stack_settings, table):
     """The optimistic check itself: a run that read snapshot S commits nothing once main moved."""
     from cdclake.io.refs import committed_state
+    from cdclake.io.run_inputs import RunInputs
+    from cdclake.io.schema_evolution import source_columns
     from cdclake.model.offsets import OffsetRange
     from cdclake.model.plan import RunPlan
     from cdclake.spark.commit import commit
-    from cdclake.spark.context import ApplyContext, source_columns
+    from cdclake.spark.context import ApplyContext
 
     send(kafka, table, [(key(1), ev("c", 1, "a", 100))])
     run_once(spark, stack_settings, table)
@@ -706,11 +708,13 @@ def test_commit_on_a_stale_base_snapshot_is_refused_by_iceberg(spark, kafka, sta
                 spark,
                 stack_settings,
                 kafka,
-                RunPlan(table=table, run_id="probe", range=OffsetRange(topic=table.topic, start={}, end={})),
-                load_catalog(stack_settings),
-                tbl,
-                committed_state(tbl, table.topic),
-                source_columns(tbl),
+                RunInputs(
+                    RunPlan(table=table, run_id="probe", range=OffsetRange(topic=table.topic, start={}, end={})),
+                    load_catalog(stack_settings),
+                    tbl,
+                    committed_state(tbl, table.topic),
+                    source_columns(tbl),
+                ),
             ),
             {"cdc.probe": "x"},
             lambda t: spark.sql(f"DELETE FROM {t} WHERE id = 1"),

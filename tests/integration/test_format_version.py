@@ -14,11 +14,13 @@ from cdclake.errors import FormatVersionError
 from cdclake.io.catalog import load_catalog, load_table_or_none
 from cdclake.io.kafka import ensure_topic
 from cdclake.io.refs import committed_offsets, committed_state
+from cdclake.io.run_inputs import RunInputs
+from cdclake.io.schema_evolution import source_columns
 from cdclake.model.layout import QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX, SummaryKeys, side_table
 from cdclake.model.offsets import OffsetRange
 from cdclake.model.plan import RunPlan
 from cdclake.spark.commit import commit
-from cdclake.spark.context import ApplyContext, source_columns
+from cdclake.spark.context import ApplyContext
 from cdclake.spark.maintenance import maintain_table
 from cdclake_dev.cli import main
 from tests.conftest import make_table
@@ -81,11 +83,13 @@ def test_a_v3_table_writes_deletion_vectors_keeps_v2_side_tables_and_commits_emp
         spark,
         rest_lake.settings,
         kafka,
-        RunPlan(table=cfg, run_id="probe", range=OffsetRange(topic=cfg.topic, start={}, end={})),
-        catalog,
-        table,
-        committed_state(table, cfg.topic),
-        source_columns(table),
+        RunInputs(
+            RunPlan(table=cfg, run_id="probe", range=OffsetRange(topic=cfg.topic, start={}, end={})),
+            catalog,
+            table,
+            committed_state(table, cfg.topic),
+            source_columns(table),
+        ),
     )
     snapshot_id = commit(ctx, {"cdc.probe": "empty"}, lambda target: None)
     table = table.refresh()

@@ -176,7 +176,6 @@ def create_cdc_table(
     from pyiceberg.schema import Schema
     from pyiceberg.types import NestedField
 
-    check_catalog(identifier, format_version, catalog_type(catalog))
     names = [c.name for c in columns]
     missing = [c for c in primary_key if c not in names]
     if missing:
@@ -198,6 +197,7 @@ def create_cdc_table(
         fields.append(NestedField(j, name, iceberg_type(typ), required=False, doc=doc))
     ids = [f.field_id for f in fields if f.name in primary_key]
     schema = Schema(*fields, identifier_field_ids=ids)
+    check_catalog(identifier, format_version, catalog_type(catalog))
     namespace = identifier.rsplit(".", 1)[0]
     catalog.create_namespace_if_not_exists(namespace)
     table_properties = {

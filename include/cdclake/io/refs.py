@@ -8,9 +8,9 @@ import logging
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
-from cdclake.model.layout import STAGE_BRANCH, WRITE_REF_PROPERTY, SummaryKeys, is_position_tag
+from cdclake.model.layout import STAGE_BRANCH, WRITE_REF_PROPERTY, is_position_tag
 from cdclake.model.offsets import Offsets
-from cdclake.model.run_state import CommittedState, committed_state_of
+from cdclake.model.run_state import CommittedState, committed_state_of, run_commit_of
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -124,18 +124,10 @@ def committed_state(table: Table, topic: str) -> CommittedState:
 
 def run_commit(table: Table, topic: str, run_id: str) -> tuple[int, Mapping[str, str]] | None:
     """``(snapshot id, summary properties)`` of the newest CDC commit of ``topic`` by run
-    ``run_id`` (:attr:`~cdclake.model.layout.SummaryKeys.RUN_ID`, the Airflow run id) in the
-    :func:`head_snapshot`'s ancestry, or ``None``: how a retry of a run finds the commit it made
-    (a commit discarded on a run branch is not in the ancestry; an expired snapshot is not found)."""
-    for snapshot_id, _, summary in ancestry(table):
-        if (
-            summary is not None
-            and summary.get(SummaryKeys.RUN_ID) == run_id
-            and summary.get(SummaryKeys.TOPIC) == topic
-            and SummaryKeys.END_OFFSETS in summary
-        ):
-            return snapshot_id, summary
-    return None
+    ``run_id`` in the :func:`head_snapshot`'s ancestry (:func:`~cdclake.model.run_state.run_commit_of`),
+    or ``None``: how a retry of a run finds the commit it made (a commit discarded on a run branch is
+    not in the ancestry; an expired snapshot is not found)."""
+    return run_commit_of(ancestry(table), topic, run_id)
 
 
 def committed_offsets(table: Table | None, topic: str) -> Offsets | None:

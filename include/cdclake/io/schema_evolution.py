@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from cdclake.errors import SchemaError
 from cdclake.model.layout import METADATA_COLUMN_NAMES, column_encodings, column_encodings_property
 from cdclake.model.schema_diff import ChangePlan, SourceSchema
 from cdclake.model.types import ColumnSpec, column_doc, parse_decimal_type
@@ -32,6 +33,19 @@ def source_schema(table: Table) -> SourceSchema:
         if f.name not in METADATA_COLUMN_NAMES
     )
     return SourceSchema(columns, tuple(sorted(schema.identifier_field_names())))
+
+
+def source_columns(table: Table) -> tuple[ColumnSpec, ...]:
+    """The table's source columns with their recorded encodings (:func:`source_schema`), in order.
+
+    Raises:
+        SchemaError: a column has no recorded encoding (the table was not created by cdclake).
+    """
+    columns = source_schema(table).columns
+    missing = [c.name for c in columns if not c.encoding]
+    if missing:
+        raise SchemaError(f"table {table.name()}: column(s) {missing} have no recorded encoding")
+    return columns
 
 
 def identifier_fields(table: Table | None) -> tuple[str, ...] | None:

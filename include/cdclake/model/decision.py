@@ -40,9 +40,10 @@ from cdclake.model.convergence import (
 )
 from cdclake.model.layout import COLUMN_DEFAULTS_PROPERTY, QUARANTINE_SUFFIX, SummaryKeys, side_table
 from cdclake.model.offsets import Offsets, decode_offsets, encode_offsets
+from cdclake.model.outcome import ApplyResult
 from cdclake.model.plan import RunPlan
 from cdclake.model.position import SOURCE_ORDERINGS, BinlogPosition
-from cdclake.model.run_state import BatchStats, ColumnDefault, CommittedState, QuarantinedRecord
+from cdclake.model.run_state import BatchStats, ColumnDefault, CommittedState, QuarantinedRecord, run_commit_of
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +155,34 @@ def check_start(state: CommittedState | None, plan: RunPlan, *, run_committed: b
         f"this run's start {encode_offsets(plan.range.start)}; another run committed "
         "in between. Nothing was committed; the next run plans from the table's offsets."
     )
+
+
+def applied_already(
+    state: CommittedState, plan: RunPlan, history: Sequence[tuple[int, int, Mapping[str, str] | None]]
+) -> ApplyResult | None:
+    """The start check (:func:`check_start`) on a table read at the start of a try: ``None`` to
+    apply the plan's range, or the result to return when it is applied already (with the figures of
+    this run's commit when it made it: a retry publishes them).
+
+    Args:
+        state: the table's committed state (:func:`~cdclake.model.run_state.committed_state_of`).
+        history: the table's ancestry, newest first (:func:`~cdclake.model.run_state.run_commit_of`).
+
+    Raises:
+        ConcurrentRunError: another run committed since this one was planned.
+    """
+    topic = plan.table.topic
+    # a replay, or a range cut to whole transactions, is found applied by its run's commit
+    own = run_commit_of(history, topic, plan.run_id) if plan.replay or plan.transactions is not None else None
+    if check_start(state, plan, run_committed=own is not None):
+        return None
+    own = own or run_commit_of(history, topic, plan.run_id)
+    log.info(
+        "table %s: the range is applied already (%s): nothing to do (a retry after the commit?)",
+        plan.table.identifier,
+        f"by this run, snapshot {own[0]}" if own is not None else "by another run",
+    )
+    return ApplyResult.of_commit("already_applied", *own) if own is not None else ApplyResult("already_applied")
 
 
 def check_columns(stats: BatchStats, cfg: TableConfig, *, from_events: bool = False) -> None:

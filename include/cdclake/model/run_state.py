@@ -133,6 +133,27 @@ def committed_state_of(
     return CommittedState(current_snapshot_id)
 
 
+def run_commit_of(
+    history: Iterable[tuple[int, int, Mapping[str, str] | None]], topic: str, run_id: str
+) -> tuple[int, Mapping[str, str]] | None:
+    """``(snapshot id, summary properties)`` of the newest CDC commit of ``topic`` by run ``run_id``
+    (:attr:`~cdclake.model.layout.SummaryKeys.RUN_ID`, the Airflow run id) in ``history``, or ``None``.
+
+    Args:
+        history: ``(snapshot id, timestamp ms, summary or None)`` from the head of the table's write
+            ref back through its ancestors, newest first (:func:`cdclake.io.refs.ancestry`).
+    """
+    for snapshot_id, _, summary in history:
+        if (
+            summary is not None
+            and summary.get(SummaryKeys.RUN_ID) == run_id
+            and summary.get(SummaryKeys.TOPIC) == topic
+            and SummaryKeys.END_OFFSETS in summary
+        ):
+            return snapshot_id, summary
+    return None
+
+
 def lost_commits(ancestry: Iterable[Mapping[str, str] | None]) -> bool:
     """Whether a table's ``ancestry`` (summaries, newest first, as :func:`committed_state_of`)
     shows rows but no CDC commit of any topic: its current snapshot holds records

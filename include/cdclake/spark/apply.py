@@ -43,22 +43,20 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from cdclake.io.catalog import check_ordering, load_catalog, load_table_or_none, update_table_property
+from cdclake.errors import ConcurrentRunError
+from cdclake.io.catalog import load_catalog, update_table_property
 from cdclake.io.kafka import KafkaClients, offsets_for_time, topic_watermarks
-from cdclake.io.refs import committed_state, ensure_write_ref, run_commit
-from cdclake.io.schema_evolution import ensure_columns
+from cdclake.io.run_inputs import read_run_inputs
 from cdclake.model.bad_records import NewQuarantine, describe_causes, tolerance_error
 from cdclake.model.convergence import IdentitySpan, SourceIdentity
 from cdclake.model.decision import (
     RunDecision,
     check_columns,
-    check_start,
     column_defaults,
     decide,
     nothing_applied_error,
     starting_state,
 )
-from cdclake.model.format_version import version_note
 from cdclake.model.layout import (
     COLUMN_DEFAULTS_PROPERTY,
     COMMITTED_PROPERTY,
@@ -71,14 +69,14 @@ from cdclake.model.offsets import Offsets
 from cdclake.model.outcome import ApplyResult, Replan, replan_until_applied
 from cdclake.model.plan import RunPlan
 from cdclake.model.position import SOURCE_ORDERINGS, BinlogPosition
-from cdclake.model.run_state import ColumnDefault, CommittedState
+from cdclake.model.run_state import ColumnDefault
 from cdclake.model.transactions import Cut, extended_end
 from cdclake.settings import Settings
 from cdclake.spark.batch import ParsedBatch, parse_batch
 from cdclake.spark.changes import event_columns, write_changes
 from cdclake.spark.commit import commit, demote_rows, merge
 from cdclake.spark.compacted import bare_tombstones, delete_compacted
-from cdclake.spark.context import ApplyContext, resolve_table, source_columns
+from cdclake.spark.context import ApplyContext, create_table
 from cdclake.spark.evolve import MAX_EVOLUTIONS, IncompatibleCut, evolve_table, from_events
 from cdclake.spark.history import write_history
 from cdclake.spark.names import quote_identifier
@@ -93,8 +91,6 @@ from cdclake.spark.writer_schemas import WriterSchemas, writer_schemas_for
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from pyiceberg.catalog import Catalog
-    from pyiceberg.table import Table
     from pyspark.sql import Column, DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
@@ -155,26 +151,58 @@ def apply_once(
     plan's range applied in one commit, found applied, empty or waiting (:class:`ApplyResult`),
     or the plan to try instead (:class:`~cdclake.model.outcome.Replan`; this try committed nothing
     of the range)."""
-    cfg = plan.table
-    cfg.check_runnable(has_schema_registry=kafka.schema_registry is not None)
+    plan.table.check_runnable(has_schema_registry=kafka.schema_registry is not None)
     if plan.range.is_empty:
         return ApplyResult("empty")
-    opened = _open_table(spark, settings, plan, kafka)
+    opened = _open(spark, settings, plan, kafka)
     if isinstance(opened, ApplyResult):
         return opened
-    ctx, raw = opened
+    return _apply_records(opened, cut_incompatible=cut_incompatible)
+
+
+def _open(spark: SparkSession, settings: Settings, plan: RunPlan, kafka: KafkaClients) -> ApplyContext | ApplyResult:
+    """Steps 1 and 2 of the module docstring: the plan's table read once
+    (:func:`~cdclake.io.run_inputs.read_run_inputs`, with the start check), created from the events
+    when it does not exist, and the range read.
+
+    Returns:
+        The try's context, or the result when the range is applied already.
+
+    Raises:
+        ConcurrentRunError: another run committed since this one was planned.
+        SchemaError: the table cannot be created from the events.
+    """
+    catalog = load_catalog(settings)
+    inputs = read_run_inputs(catalog, plan)
+    if isinstance(inputs, ApplyResult):
+        return inputs
+    # Not cached: a 1,000,000-event batch is 4.4 GiB of values. The records are parsed once into a
+    # cache without the raw value; the rare bad and held-back records are read again from Kafka.
+    records = read_range(spark, kafka, plan.range)
+    if inputs is None:  # a new table: created by this run, or by a first run racing it since
+        create_table(catalog, plan.table, records, schema_lookup=kafka.schema_lookup)
+        inputs = read_run_inputs(catalog, plan)
+        if isinstance(inputs, ApplyResult):
+            return inputs
+        if inputs is None:
+            raise ConcurrentRunError(f"table {plan.table.identifier} was dropped while this run created it")
+    return ApplyContext(spark, settings, kafka, inputs, records)
+
+
+def _apply_records(ctx: ApplyContext, *, cut_incompatible: bool) -> ApplyResult | Replan:
+    """Steps 3 to 8 of the module docstring on the records a try read (``ctx.records``)."""
     # avro: the writer schemas of the topic's newest versions in the registry, else the batch's
     # schema ids (one Spark job) and theirs; a registry that does not answer fails the run here,
     # before anything is written
-    writers = writer_schemas_for(cfg, kafka, raw)
-    batch = _parse_and_evolve(ctx, raw, writers, plan=plan, cut_incompatible=cut_incompatible)
+    writers = writer_schemas_for(ctx.cfg, ctx.kafka, ctx.raw)
+    batch = _parse_and_evolve(ctx, writers, cut_incompatible=cut_incompatible)
     if isinstance(batch, Replan):
         return batch
     try:
         whole = batch.whole
         # a group member's batch short of its group's target, or empty once cut where every partition
         # was read: read on (docs/architecture.md, "Table groups")
-        further = extended_plan(kafka, plan, whole.read_further) if whole and whole.read_further else None
+        further = extended_plan(ctx.kafka, ctx.plan, whole.read_further) if whole and whole.read_further else None
         if further is not None:
             batch.base.unpersist()
             return Replan(
@@ -183,56 +211,15 @@ def apply_once(
         # the plan's range cut before a transaction that is not whole, to nothing
         if batch.ctx.plan.range.is_empty and whole is not None and whole.cut is not None:
             batch.base.unpersist()
-            return _without_whole_transaction(batch.ctx.catalog, plan, kafka, whole.cut)
-        found = _check_and_quarantine(batch, raw)
-        return _decide_and_commit(batch, plan, found)
+            return _without_whole_transaction(ctx, whole.cut)
+        found = _check_and_quarantine(batch)
+        return _decide_and_commit(batch, ctx.plan, found)
     finally:
         batch.base.unpersist()
 
 
-def _open_table(
-    spark: SparkSession, settings: Settings, plan: RunPlan, kafka: KafkaClients
-) -> tuple[ApplyContext, DataFrame] | ApplyResult:
-    """Steps 1 and 2 of the module docstring: the plan's table loaded (created from the events when
-    it does not exist) with its write ref, the start check, and the range read.
-
-    Returns:
-        The run's context and the range's Kafka records (not cached: read again by each Spark job
-        over them), or the result when the range is applied already.
-
-    Raises:
-        ConcurrentRunError: another run committed since this one was planned.
-        SchemaError: the table cannot be created from the events.
-    """
-    cfg = plan.table
-    catalog = load_catalog(settings)
-    existing = load_table_or_none(catalog, cfg.identifier)
-    if existing is not None:
-        existing = ensure_write_ref(existing, cfg.group)
-    state, done = _start_check(existing, plan) if existing is not None else (None, None)
-    if done is not None:
-        return done
-
-    # Not cached: a 1,000,000-event batch is 4.4 GiB of values. The records are parsed once into a
-    # cache without the raw value; the rare bad and held-back records are read again from Kafka.
-    raw = read_range(spark, kafka, plan.range)
-    table = ensure_columns(
-        existing or resolve_table(catalog, cfg, raw, schema_lookup=kafka.schema_lookup), METADATA_COLUMNS
-    )
-    if state is None:  # a new table: created by this run, or by a first run racing it since
-        table = ensure_write_ref(table, cfg.group)
-        state, done = _start_check(table, plan)
-        if done is not None:
-            return done
-    check_ordering(table, cfg.ordering, has_commits=state.offsets is not None)
-    note = version_note(cfg.name, cfg.identifier, table.format_version, cfg.format_version)
-    if note is not None:
-        log.warning(note)
-    return ApplyContext(spark, settings, kafka, plan, catalog, table, state, source_columns(table)), raw
-
-
 def _parse_and_evolve(
-    ctx: ApplyContext, raw: DataFrame, writers: WriterSchemas | None, *, plan: RunPlan, cut_incompatible: bool
+    ctx: ApplyContext, writers: WriterSchemas | None, *, cut_incompatible: bool
 ) -> ParsedBatch | Replan:
     """Steps 3 and 4 of the module docstring: the batch parsed (:func:`~cdclake.spark.batch.parse_batch`)
     and the table evolved to its events (:func:`~cdclake.spark.evolve.evolve_table`; the batch parsed
@@ -240,9 +227,9 @@ def _parse_and_evolve(
 
     Returns:
         The batch, whose cache the caller unpersists; or, when the batch holds events before an
-        incompatible type change and ``cut_incompatible``, ``plan`` cut before it (no cache left).
+        incompatible type change and ``cut_incompatible``, the try's plan cut before it (no cache left).
     """
-    batch = parse_batch(ctx, raw, writers)
+    batch = parse_batch(ctx, writers)
     try:
         for n in range(MAX_EVOLUTIONS):
             evolved = evolve_table(
@@ -252,26 +239,25 @@ def _parse_and_evolve(
                 first=n == 0,
                 writers=batch.writers,
                 cut=cut_incompatible and n == 0,
-                raw=raw,
             )
             if evolved is None:
                 break
             if isinstance(evolved, IncompatibleCut):
                 batch.base.unpersist()
-                return _before_incompatible(plan, evolved)
+                return _before_incompatible(ctx.plan, evolved)
             # the table took the events' schema (or the config's columns): the batch is parsed again by it
             batch.base.unpersist()
-            batch = parse_batch(evolved, raw, batch.writers)
+            batch = parse_batch(evolved, batch.writers)
     except BaseException:
         batch.base.unpersist()
         raise
     return batch
 
 
-def _check_and_quarantine(batch: ParsedBatch, raw: DataFrame) -> NewQuarantine:
+def _check_and_quarantine(batch: ParsedBatch) -> NewQuarantine:
     """Step 5 of the module docstring: the batch's columns checked against the table's, then its
     bad records failing the run (``bad_records: fail``) or quarantined with the records held back
-    behind them (``raw``: the range's records, whose values the quarantine keeps).
+    behind them (with their values, read from the try's records).
 
     Returns:
         What this run newly quarantined (nothing, when no record was).
@@ -287,7 +273,7 @@ def _check_and_quarantine(batch: ParsedBatch, raw: DataFrame) -> NewQuarantine:
         raise bad_batch(ctx, batch.parsed, stats.bad)
     found = NewQuarantine()
     if stats.quarantined:
-        write_quarantine(ctx, raw, batch.parsed.filter(QUARANTINED))
+        write_quarantine(ctx, ctx.raw, batch.parsed.filter(QUARANTINED))
         found = new_quarantine(ctx)
         if found.bad or found.held:
             log.warning(
@@ -359,10 +345,10 @@ def _decide_and_commit(batch: ParsedBatch, planned: RunPlan, found: NewQuarantin
     return result
 
 
-def _without_whole_transaction(catalog: Catalog, plan: RunPlan, kafka: KafkaClients, cut: Cut) -> ApplyResult | Replan:
-    """The run when its range holds no whole transaction: a transaction with more events than the
-    range holds (the cap, ``max_events_per_run``, split evenly over the partitions) is applied
-    whole by a range extended past the cap, up to the high watermarks and at most
+def _without_whole_transaction(ctx: ApplyContext, cut: Cut) -> ApplyResult | Replan:
+    """The try when its range (``ctx.plan``'s) holds no whole transaction: a transaction with more
+    events than the range holds (the cap, ``max_events_per_run``, split evenly over the partitions)
+    is applied whole by a range extended past the cap, up to the high watermarks and at most
     ``max_transaction_events`` records (:func:`~cdclake.model.transactions.extended_end`: the
     :class:`Replan` returned); otherwise (its ``END`` is not in Kafka yet, or its events are not all
     there yet) nothing is applied and the run waits (the ``waiting`` result).
@@ -370,9 +356,8 @@ def _without_whole_transaction(catalog: Catalog, plan: RunPlan, kafka: KafkaClie
     Raises:
         TransactionTooLargeError: the transaction needs more than ``max_transaction_events`` records.
     """
-    from cdclake.io.kafka import topic_watermarks
-
-    high = topic_watermarks(kafka, plan.range.topic).high
+    plan = ctx.plan
+    high = topic_watermarks(ctx.kafka, plan.range.topic).high
     if cut.want is not None:
         end = extended_end(cut, plan.range.start, plan.range.end, high, limit=plan.table.max_transaction_events)
         if end != dict(plan.range.end):
@@ -389,7 +374,7 @@ def _without_whole_transaction(catalog: Catalog, plan: RunPlan, kafka: KafkaClie
                 "the range holds no whole source transaction: it is extended to apply one whole",
             )
     log.info("table %s: %s; nothing is applied, the next run goes on from here", plan.table.identifier, cut.describe())
-    record_wait(catalog, plan, cut)
+    record_wait(ctx.catalog, plan, cut)
     return ApplyResult("waiting", waiting_events=plan.range.event_count)
 
 
@@ -406,31 +391,6 @@ def _before_incompatible(plan: RunPlan, cut: IncompatibleCut) -> Replan:
     )
     before = plan.model_copy(update={"range": plan.range.model_copy(update={"end": end})})
     return Replan(before, "the batch holds an incompatible type change: it is cut before it", cut_incompatible=False)
-
-
-def _start_check(table: Table, plan: RunPlan) -> tuple[CommittedState, ApplyResult | None]:
-    """The start check (:func:`~cdclake.model.decision.check_start`) on ``table`` as it is now.
-
-    Returns:
-        The table's committed state, and the result to return when the range is applied already
-        (with the figures of this run's commit when it made it: a retry publishes them).
-
-    Raises:
-        ConcurrentRunError: another run committed since this one was planned.
-    """
-    cfg = plan.table
-    state = committed_state(table, cfg.topic)
-    # a replay, or a range cut to whole transactions, is found applied by its run's commit
-    own = run_commit(table, cfg.topic, plan.run_id) if plan.replay or plan.transactions is not None else None
-    if check_start(state, plan, run_committed=own is not None):
-        return state, None
-    own = own or run_commit(table, cfg.topic, plan.run_id)
-    log.info(
-        "table %s: the range is applied already (%s): nothing to do (a retry after the commit?)",
-        cfg.identifier,
-        f"by this run, snapshot {own[0]}" if own is not None else "by another run",
-    )
-    return state, ApplyResult.of_commit("already_applied", *own) if own is not None else ApplyResult("already_applied")
 
 
 class _Lookups:

@@ -65,8 +65,8 @@ class ParsedBatch:
     writers: WriterSchemas | None
 
 
-def parse_batch(ctx: ApplyContext, raw: DataFrame, writers: WriterSchemas | None) -> ParsedBatch:
-    """The batch parsed by the table's columns (``writers``: Avro values, by these writer schemas)
+def parse_batch(ctx: ApplyContext, writers: WriterSchemas | None) -> ParsedBatch:
+    """The try's records (:attr:`~cdclake.spark.context.ApplyContext.records`) parsed by the table's columns (``writers``: Avro values, by these writer schemas)
     into a cache without the raw values, the same cut to whole source transactions
     (:func:`~cdclake.spark.transactions.cut_batch`; the context's plan then holds the cut range)
     with the quarantine's hold-backs, its statistics, the cut and the batch's writer schemas
@@ -75,7 +75,7 @@ def parse_batch(ctx: ApplyContext, raw: DataFrame, writers: WriterSchemas | None
     caller unpersists the cache, :attr:`ParsedBatch.base`)."""
     from pyspark import StorageLevel
 
-    cfg, columns = ctx.cfg, list(ctx.columns)
+    cfg, columns, raw = ctx.cfg, list(ctx.columns), ctx.raw
     registry = ctx.kafka.schema_registry
 
     def parse(writers: WriterSchemas | None) -> DataFrame:

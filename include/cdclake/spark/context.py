@@ -1,16 +1,17 @@
-"""The apply context: everything one apply run needs, resolved once (table config, catalog,
-Iceberg table, committed state, source columns, Kafka clients) and handed to each step."""
+"""The apply context: one try's Spark session and Kafka clients, its inputs read once at its
+start (:class:`~cdclake.io.run_inputs.RunInputs`: the plan, the table, its committed state and
+columns) and the range's Kafka records, handed to each step."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from cdclake.errors import BadRecordError, ConcurrentRunError, SchemaError
 from cdclake.io.catalog import create_cdc_table, load_table_or_none
 from cdclake.io.kafka import KafkaClients, read_partition
 from cdclake.io.refs import head_snapshot
-from cdclake.io.schema_evolution import source_schema
+from cdclake.io.run_inputs import RunInputs
 from cdclake.io.side_tables import ensure_side_table
 from cdclake.model.avro import SchemaLookup
 from cdclake.model.config import TableConfig
@@ -30,34 +31,71 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ApplyContext:
-    """One apply run's resolved inputs.
+    """One apply try: its session and clients, and what it read at its start.
 
     Attributes:
         spark: the run's Spark session.
         settings: where the catalog is.
         kafka: the Kafka clients (Spark source options come from them).
-        plan: the run plan (table config, range, run id, replay).
-        catalog: the pyiceberg catalog, loaded once.
-        table: the Iceberg table (created on first use), as loaded at the start of the run.
-        state: what the table's newest CDC commit recorded, read at the start of the run.
-        columns: the table's source columns with their encodings, in order.
+        inputs: the plan, catalog, table, committed state and columns (:func:`~cdclake.io.run_inputs.read_run_inputs`).
+        records: the range's Kafka records (:func:`~cdclake.spark.read.read_range`; not cached: read
+            again by each Spark job over them); ``None`` in a context made outside a run.
     """
 
     spark: SparkSession
     settings: Settings
     kafka: KafkaClients
-    plan: RunPlan
-    catalog: Catalog
-    table: Table
-    state: CommittedState
-    columns: tuple[ColumnSpec, ...]
+    inputs: RunInputs
+    records: DataFrame | None = None
     _values: dict[tuple[int, int], bytes | None] = field(default_factory=dict, repr=False, compare=False)
     """Record values read again from Kafka, by ``(partition, offset)``: the few records that the
     connector-mode check and schema evolution both read (:meth:`record_value`)."""
 
     @property
+    def plan(self) -> RunPlan:
+        """The run plan (:attr:`RunInputs.plan`): a range cut to whole source transactions is a
+        context made by :meth:`with_plan`."""
+        return self.inputs.plan
+
+    @property
     def cfg(self) -> TableConfig:
-        return self.plan.table
+        return self.inputs.plan.table
+
+    @property
+    def catalog(self) -> Catalog:
+        return self.inputs.catalog
+
+    @property
+    def table(self) -> Table:
+        return self.inputs.table
+
+    @property
+    def state(self) -> CommittedState:
+        return self.inputs.state
+
+    @property
+    def columns(self) -> tuple[ColumnSpec, ...]:
+        return self.inputs.columns
+
+    @property
+    def raw(self) -> DataFrame:
+        """:attr:`records`, in a context made by a run.
+
+        Raises:
+            AssertionError: the context holds no records (made outside a run).
+        """
+        if self.records is None:
+            raise AssertionError(f"table {self.cfg.identifier}: this apply context holds no Kafka records")
+        return self.records
+
+    def with_plan(self, plan: RunPlan) -> ApplyContext:
+        """This context with ``plan`` (the range cut to whole source transactions or before a
+        barrier: :mod:`cdclake.spark.transactions`)."""
+        return replace(self, inputs=replace(self.inputs, plan=plan))
+
+    def with_table(self, table: Table, columns: tuple[ColumnSpec, ...]) -> ApplyContext:
+        """This context with the table evolved to ``columns`` (:func:`cdclake.spark.evolve.evolve_table`)."""
+        return replace(self, inputs=replace(self.inputs, table=table, columns=columns))
 
     def spark_name(self, suffix: str = "") -> str:
         """The Spark SQL name of the table (or its side table ``suffix``), each part quoted
@@ -113,36 +151,22 @@ class ApplyContext:
         return ensure_side_table(self.catalog, identifier, columns, docs)
 
 
-def source_columns(table: Table) -> tuple[ColumnSpec, ...]:
-    """The table's source columns with their recorded encodings.
+def create_table(catalog: Catalog, cfg: TableConfig, raw: DataFrame, *, schema_lookup: SchemaLookup | None) -> None:
+    """Create the Iceberg table of a first run from the events' schema (``raw``: the range's
+    Kafka records; ``schema_lookup``: the writer schemas of ``avro`` events,
+    :attr:`KafkaClients.schema_lookup`) or the config's ``columns``; a table that a first run racing
+    this one created meanwhile is left as it is.
 
     Raises:
-        SchemaError: a column has no recorded encoding (the table was not created by cdclake).
-    """
-    columns = source_schema(table).columns
-    missing = [c.name for c in columns if not c.encoding]
-    if missing:
-        raise SchemaError(f"table {table.name()}: column(s) {missing} have no recorded encoding")
-    return columns
-
-
-def resolve_table(catalog: Catalog, cfg: TableConfig, raw: DataFrame, *, schema_lookup: SchemaLookup | None) -> Table:
-    """Load the Iceberg table, creating it on first use from the events' schema or the config
-    (``schema_lookup``: the writer schemas of ``avro`` events, :attr:`KafkaClients.schema_lookup`).
-
-    Raises:
-        SchemaError: the table does not exist and neither the config (``columns``) nor an event
-            of the range (a Connect schema) says what its columns are.
+        SchemaError: neither the config (``columns``) nor an event of the range (a Connect schema)
+            says what the table's columns are.
     """
     from pyiceberg.exceptions import TableAlreadyExistsError
 
-    table = load_table_or_none(catalog, cfg.identifier)
-    if table is not None:
-        return table
-    if cfg.columns is not None:
-        columns = columns_from_config(cfg.columns, cfg.primary_key)
-    elif cfg.value_format in ("json_with_schema", "avro"):
+    if cfg.columns is None and cfg.value_format in ("json_with_schema", "avro"):
         columns = _columns_from_first_schema(raw, cfg, schema_lookup)
+    elif cfg.columns is not None:
+        columns = columns_from_config(cfg.columns, cfg.primary_key)
     else:
         raise SchemaError(
             f"table {cfg.identifier} does not exist and its events carry no schema "
@@ -152,7 +176,7 @@ def resolve_table(catalog: Catalog, cfg: TableConfig, raw: DataFrame, *, schema_
         # a change log row may be a delete's before image or a truncate: no column is required
         columns = [ColumnSpec(c.name, c.iceberg_type, False, c.encoding) for c in columns]
     try:
-        return create_cdc_table(
+        create_cdc_table(
             catalog,
             cfg.identifier,
             columns,
@@ -161,7 +185,7 @@ def resolve_table(catalog: Catalog, cfg: TableConfig, raw: DataFrame, *, schema_
             format_version=cfg.format_version,
         )
     except TableAlreadyExistsError:
-        return catalog.load_table(cfg.identifier)
+        pass
 
 
 def _columns_from_first_schema(

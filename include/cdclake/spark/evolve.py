@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdclake.errors import SchemaError
 from cdclake.io.kafka import topic_exists
-from cdclake.io.schema_evolution import evolve_schema, source_schema
+from cdclake.io.schema_evolution import evolve_schema, source_columns, source_schema
 from cdclake.model.avro import source_names
 from cdclake.model.connector_check import contradicts_modes
 from cdclake.model.envelope import KafkaCoordinates
@@ -56,7 +56,7 @@ from cdclake.model.schema_diff import (
     plan_from_events,
 )
 from cdclake.model.types import ColumnSpec, columns_from_config, columns_from_connect
-from cdclake.spark.context import ApplyContext, source_columns
+from cdclake.spark.context import ApplyContext
 from cdclake.spark.parse import TYPE_MISMATCH
 from cdclake.spark.positions import position_of
 
@@ -98,7 +98,6 @@ def evolve_table(
     first: bool,
     writers: WriterSchemas | None = None,
     cut: bool = False,
-    raw: DataFrame | None = None,
 ) -> ApplyContext | IncompatibleCut | None:
     """Evolve the table to the table config's ``columns`` and, for a table without a schema-change
     topic, to the row schemas of the batch's events that it does not take (see the module
@@ -122,8 +121,6 @@ def evolve_table(
             In each partition the cut is at its first record read that shows the change (Avro:
             the first record of each writer schema with the new type; JSON: the first record whose
             value does not fit the old type, or the batch's last record).
-        raw: the batch's Kafka records (:func:`~cdclake.spark.read.read_range`): ``json_with_schema``
-            events of a column added with a default are found in them (see :func:`_first_showing`).
 
     Returns:
         The context with the evolved table and its columns, ``None`` when nothing changed, or an
@@ -153,7 +150,7 @@ def evolve_table(
         if end is not None:
             shown = next(o for o in observed if o.where is not None and incompatible_columns(current, o))
             return IncompatibleCut(end, f"{_describe(plan)}, shown by {shown.describe()}")
-    properties = _defaults_property(ctx, plan, observed, parsed, writers, raw) if plan.defaults else {}
+    properties = _defaults_property(ctx, plan, observed, parsed, writers, ctx.records) if plan.defaults else {}
     table = evolve_schema(ctx.table, [plan], properties)
     log.info(
         "table %s: schema evolved from %s: %s",
@@ -161,7 +158,7 @@ def evolve_table(
         "; ".join(o.describe() for o in observed),
         _describe(plan),
     )
-    return replace(ctx, table=table, columns=source_columns(table))
+    return ctx.with_table(table, source_columns(table))
 
 
 def _defaults_property(

@@ -14,7 +14,7 @@ read further (:attr:`TransactionCut.read_further`, :func:`extended_plan`).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from cdclake.io.catalog import update_table_property
@@ -240,7 +240,7 @@ def _cut_before(ctx: ApplyContext, base: DataFrame, cut: Cut) -> tuple[ApplyCont
         cut.describe(),
         cut_range.to_json(),
     )
-    return replace(ctx, plan=ctx.plan.model_copy(update={"range": cut_range})), base.filter(_inside(cut_range))
+    return ctx.with_plan(ctx.plan.model_copy(update={"range": cut_range})), base.filter(_inside(cut_range))
 
 
 def _last_whole(events: DataFrame, wanted: DataFrame, cut: Cut | None) -> LastTransaction | None:
@@ -283,7 +283,7 @@ def _before_barrier(ctx: ApplyContext, base: DataFrame) -> tuple[ApplyContext, D
     )
     cut = tuple(sorted({*ctx.plan.barrier_cut, *(p for p, o in end.items() if o != planned.end[p])}))
     plan = ctx.plan.model_copy(update={"range": cut_range, "barrier_cut": cut})
-    return replace(ctx, plan=plan), base.filter(_inside(cut_range))
+    return ctx.with_plan(plan), base.filter(_inside(cut_range))
 
 
 def _read_to_barrier(plan: RunPlan, partition_last: dict[int, BinlogPosition | None]) -> None:
