@@ -160,7 +160,9 @@ def send_signal(plan: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_snapshot(plan: dict[str, Any], sent: dict[str, Any], end: dict[str, Any]) -> list[dict[str, Any]]:
-    """Fail on a failed or aborted snapshot; otherwise note each table's data-topic end offsets.
+    """Fail on a failed or aborted snapshot; otherwise note each table's data-topic end offsets,
+    once they have settled (:func:`~cdclake.io.kafka.settled_watermarks`: the connector's last
+    snapshot chunk can still be in flight to other partitions when its notification is read).
 
     Returns one ``{"table", "identifier", "topic", "dag_id", "end_offsets"}`` per table, for the
     mapped tasks.
@@ -168,7 +170,7 @@ def check_snapshot(plan: dict[str, Any], sent: dict[str, Any], end: dict[str, An
     Raises:
         SnapshotError: a table scan failed or the snapshot was aborted (names table and status).
     """
-    from cdclake.io.kafka import topic_watermarks
+    from cdclake.io.kafka import settled_watermarks
     from cdclake.model.snapshot import check_scan, scan_results
     from cdclake.pipeline.snapshot import read_notifications
     from cdclake_airflow.hooks import CdcLakeHook
@@ -187,7 +189,7 @@ def check_snapshot(plan: dict[str, Any], sent: dict[str, Any], end: dict[str, An
     check_scan(end, results, collections)
     noted = []
     for name, cfg in _configs(plan).items():
-        marks = topic_watermarks(kafka, cfg.topic)
+        marks = settled_watermarks(kafka, cfg.topic)
         noted.append(
             {
                 "table": name,

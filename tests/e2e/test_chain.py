@@ -38,6 +38,7 @@ def wait_for_note(settings, topic: str, note: str, timeout_s: float = 120.0, reg
     ``registry_url`` (a Confluent-compatible API) the values are Avro in the Confluent wire format."""
     from confluent_kafka import Consumer
 
+    from cdclake.io.kafka import KafkaClients, settled_watermarks
     from cdclake.io.registry import SchemaRegistry
     from cdclake.model.avro import read_value
 
@@ -61,30 +62,12 @@ def wait_for_note(settings, topic: str, note: str, timeout_s: float = 120.0, reg
             value = read_value(msg.value(), lookup)[2] if lookup else json.loads(msg.value()).get("payload")
             payload = value or {}
             if (payload.get("after") or {}).get("note") == note:
-                _settle(settings, topic)
+                # the events before the note may reach the topic's other partitions after it
+                settled_watermarks(KafkaClients.from_bootstrap(settings.kafka_bootstrap), topic, most_s=20.0)
                 return
         raise AssertionError(f"no event with note {note!r} on {topic} within {timeout_s}s")
     finally:
         consumer.close()
-
-
-def _settle(settings, topic: str, most_s: float = 20.0) -> None:
-    """Wait until the high watermarks of every partition of ``topic`` hold still for a second (at
-    most ``most_s``). The note's event is in one partition of the connector's topic (3 of them);
-    Kafka Connect's producer may deliver the events before it to the other partitions after it, so
-    a caller that reads up to the watermarks right after seeing the note could miss them (seen under
-    load: the reconcile test's lake short of 50 inserted rows)."""
-    from cdclake.io.kafka import KafkaClients, topic_watermarks
-
-    kafka = KafkaClients.from_bootstrap(settings.kafka_bootstrap)
-    deadline = time.monotonic() + most_s
-    last = dict(topic_watermarks(kafka, topic).high)
-    while time.monotonic() < deadline:
-        time.sleep(1.0)
-        now = dict(topic_watermarks(kafka, topic).high)
-        if now == last:
-            return
-        last = now
 
 
 def dump_topic(bootstrap: str, topic: str, path: Path) -> int:

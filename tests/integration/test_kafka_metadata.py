@@ -75,3 +75,36 @@ def test_a_read_whose_start_retention_deleted_fails_instead_of_reading_nothing(k
         assert [m.value() for m in read_partition(clients, topic, 0, 5, 10)] == [str(i).encode() for i in range(5, 10)]
     finally:
         clients.close()
+
+
+def test_settled_watermarks_wait_for_records_still_being_written(kafka):
+    """A producer writing records while the watermarks are asked for: the settled watermarks hold
+    every record it wrote (the first read, taken while it writes, holds fewer)."""
+    import threading
+    import time
+
+    from cdclake.io.kafka import settled_watermarks
+
+    clients = KafkaClients.from_bootstrap(kafka.bootstrap)
+    topic = f"settle{uuid.uuid4().hex[:8]}"
+    ensure_topic(clients, topic, 3)
+
+    def write() -> None:
+        for n in range(8):
+            produce(clients, topic, iter([(f"k{n}".encode(), b"v", None)]))
+            time.sleep(0.3)
+
+    writer = threading.Thread(target=write)
+    try:
+        writer.start()
+        time.sleep(0.1)
+        first = sum(topic_watermarks(clients, topic).high.values())
+        settled = settled_watermarks(clients, topic, quiet_s=1.0, most_s=30.0)
+        writer.join()
+        assert first < 8
+        assert sum(settled.high.values()) == 8 == sum(topic_watermarks(clients, topic).high.values())
+        quiet = settled_watermarks(clients, topic, quiet_s=0.2, most_s=30.0)  # nothing written: one wait
+        assert quiet.high == settled.high
+    finally:
+        writer.join()
+        clients.close()

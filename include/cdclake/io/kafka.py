@@ -317,6 +317,39 @@ def topic_watermarks(kafka: KafkaClients, topic: str, *, suggest: bool = False) 
         return Watermarks(low, high)
 
 
+SETTLE_QUIET_S = 1.0
+"""How long a topic's high watermarks must hold still for :func:`settled_watermarks` (seconds)."""
+
+SETTLE_MOST_S = 10.0
+"""How long :func:`settled_watermarks` waits at most (seconds): a topic with steady traffic never
+holds still, and its in-flight records are written well within this."""
+
+
+def settled_watermarks(
+    kafka: KafkaClients, topic: str, *, quiet_s: float = SETTLE_QUIET_S, most_s: float = SETTLE_MOST_S
+) -> Watermarks:
+    """The watermarks of ``topic`` once its high watermarks have held still for ``quiet_s``
+    seconds, or after ``most_s`` seconds (the last read then).
+
+    For a caller that saw a record on one topic or partition and wants the end offsets of the
+    records written before it on others: a producer orders records within a partition only, so
+    Kafka Connect can deliver a connector's earlier records to other partitions (or topics) after
+    a later one, until its in-flight batches are written (seen in the chain's 3-partition topics).
+
+    Raises:
+        TopicNotFoundError, confluent_kafka.KafkaException: as :func:`topic_watermarks`.
+    """
+    deadline = time.monotonic() + most_s
+    marks = topic_watermarks(kafka, topic)
+    while time.monotonic() < deadline:
+        time.sleep(min(quiet_s, max(0.0, deadline - time.monotonic())))
+        now = topic_watermarks(kafka, topic)
+        if now.high == marks.high:
+            return now
+        marks = now
+    return marks
+
+
 def topic_hint(topic: str, topics: Iterable[str]) -> str:
     """``"; did you mean 'cdc.inventory.products'?"`` when one of ``topics`` (a cluster's, Kafka's
     internal ``__*`` topics left out) is near ``topic`` (:func:`~cdclake.model.hints.near_match`);
