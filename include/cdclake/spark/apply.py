@@ -71,6 +71,7 @@ from cdclake.model.plan import RunPlan
 from cdclake.model.position import SOURCE_ORDERINGS, BinlogPosition
 from cdclake.model.run_state import ColumnDefault
 from cdclake.model.transactions import Cut, extended_end
+from cdclake.model.write_plan import Backfill, WritePlan, write_plan
 from cdclake.settings import Settings
 from cdclake.spark.batch import ParsedBatch, parse_batch
 from cdclake.spark.changes import event_columns, write_changes
@@ -318,9 +319,10 @@ def _decide_and_commit(batch: ParsedBatch, planned: RunPlan, found: NewQuarantin
     )
     in_transactions = transaction_summary(cfg, planned.range, plan.range, whole, stats.ops)
     decision = replace(decision, summary={**decision.summary, **in_transactions})
+    write = write_plan(cfg, plan, decision, tombstones=stats.tombstones)
     # a compacted topic's deletes that only their Kafka tombstones still carry (spark.compacted)
-    compacted = bare_tombstones(ctx, batch.parsed) if cfg.write_mode == "upsert" and stats.tombstones else None
-    snapshot_id, keys_changed = _write(ctx, good, decision, compacted)
+    compacted = bare_tombstones(ctx, batch.parsed) if write.delete_compacted else None
+    snapshot_id, keys_changed = _write(ctx, good, decision, write, compacted)
     if decision.completed is not None:
         _drop_tombstones_below(ctx, decision.completed)
     result = ApplyResult(
@@ -471,79 +473,76 @@ def _fill_defaults(good: DataFrame, defaults: Mapping[str, ColumnDefault], names
 
 
 def _write(
-    ctx: ApplyContext, good: DataFrame, decision: RunDecision, compacted: DataFrame | None = None
+    ctx: ApplyContext, good: DataFrame, decision: RunDecision, write: WritePlan, compacted: DataFrame | None = None
 ) -> tuple[int, int]:
-    """Write the batch as the decision says, in one commit; returns ``(snapshot id, keys changed)``.
+    """Write the batch as ``write`` says (:class:`~cdclake.model.write_plan.WritePlan`, made from
+    ``decision``), in one commit; returns ``(snapshot id, keys changed)``.
 
     Upsert tables: events at or below the truncate floor, and below the snapshot floor, are
     discarded first; the batch is reduced to the latest event per key, the tombstones are applied
-    (and, when the batch has deletes, recorded) and the rows merged. Columns in
-    ``decision.backfill`` (added with a default since the last run) are then set to their default
-    in the rows below the ALTER's position, in the same commit; a completed full snapshot deletes
-    the rows below its position that the batch does not rewrite, and the rows of ``compacted`` (bare
-    Kafka tombstones: :mod:`cdclake.spark.compacted`) go. A table with a change feed gets
-    the change rows committed to its feed first (:func:`~cdclake.spark.changes.write_changes`),
-    and a table with a history its versions (:func:`~cdclake.spark.history.write_history`).
-    Change-log tables append every event as a row."""
+    (and, when the batch has deletes, recorded) and the rows merged; the backfills and the deletes
+    of a completed full snapshot and of ``compacted`` (bare Kafka tombstones) follow in the same
+    commit. A table with a change feed gets the change rows committed to its feed first
+    (:func:`~cdclake.spark.changes.write_changes`), and a table with a history its versions
+    (:func:`~cdclake.spark.history.write_history`). Change-log tables append every event as a row."""
     from pyspark.sql import functions as F
 
     meta_cols = [name for name, _, _ in METADATA_COLUMNS]
     image = [F.col("image")[c.name].alias(c.name) for c in ctx.columns]
     properties = dict(decision.summary)
-    if ctx.cfg.write_mode == "changelog":
+    if write.append:
         appended = good.select(*image, *meta_cols)
         return commit(ctx, properties, lambda target: appended.writeTo(target).append()), 0
-    state = decision.state
     rows = good.filter("op <> 't'")
-    if state.truncate_floor is not None:
-        rows = rows.filter(F.col("position") > position_literal(state.truncate_floor))
-    if state.snapshot_floor is not None:
-        rows = rows.filter(F.col("position") >= position_literal(state.snapshot_floor))
-    feed = ctx.cfg.change_feed is not None
-    # read by the merge alone, or by the change feed, the history and the full snapshot's count too
-    again = feed or ctx.cfg.history is not None or decision.completed is not None
-    columns: list[Column | str] = [*image, *meta_cols, *(event_columns() if feed else [])]
-    source, keys_changed = reduce_batch(ctx, rows, columns, persist=again)
+    if write.truncate_floor is not None:
+        rows = rows.filter(F.col("position") > position_literal(write.truncate_floor))
+    if write.snapshot_floor is not None:
+        rows = rows.filter(F.col("position") >= position_literal(write.snapshot_floor))
+    columns: list[Column | str] = [*image, *meta_cols, *(event_columns() if write.change_feed else [])]
+    source, keys_changed = reduce_batch(ctx, rows, columns, persist=write.source_read_again)
     try:
         properties[SummaryKeys.KEYS_CHANGED] = str(keys_changed)
-        if feed:  # committed first: a try that fails before the table's commit is replaced by its retry
+        if write.change_feed:  # committed first: a try that fails before the table's commit is replaced by its retry
             properties.update(write_changes(ctx, source, good, decision))
-        if ctx.cfg.history is not None:  # committed first too: its retry finds the try's versions known
+        if write.history:  # committed first too: its retry finds the try's versions known
             properties.update(write_history(ctx, good, decision, source))
-        if decision.completed is not None:
+        if write.completed is not None:
             properties[SummaryKeys.SNAPSHOT_COMPLETED] = json.dumps(
-                {
-                    "position": decision.completed.to_text(),
-                    "rows_deleted": _rows_below(ctx, source, decision.completed),
-                }
+                {"position": write.completed.to_text(), "rows_deleted": _rows_below(ctx, source, write.completed)}
             )
         all_cols = [c.name for c in ctx.columns] + meta_cols
 
-        def write(target: str) -> None:
-            if ctx.plan.accept_source_change:
+        def merge_and_fill(target: str) -> None:
+            if write.demote:
                 demote_rows(ctx, target)
-            merge(ctx, target, source, all_cols, decision.truncate, decision.completed)
-            for column, (position, sql) in decision.backfill.items():
-                log.info(
-                    "table %s: filling column %r with its default %s in the rows below the ALTER at %s",
-                    ctx.cfg.identifier,
-                    column,
-                    sql,
-                    position.to_event_text(),
-                )
-                name = quote_identifier(column)
-                ctx.spark.sql(
-                    f"UPDATE {target} SET {name} = {sql} "
-                    f"WHERE {position_sql(ctx.cfg.ordering)} < {position_literal_sql(position)} AND NOT ({name} <=> {sql})"
-                )
+            merge(ctx, target, source, all_cols, decision.truncate, write.completed)
+            for fill in write.backfill:
+                _backfill(ctx, target, fill)
             if compacted is not None:
                 delete_compacted(ctx, target, compacted)
 
-        snapshot_id = commit(ctx, properties, write)
+        snapshot_id = commit(ctx, properties, merge_and_fill)
     finally:
-        if again:
+        if write.source_read_again:
             source.unpersist()
     return snapshot_id, keys_changed
+
+
+def _backfill(ctx: ApplyContext, target: str, fill: Backfill) -> None:
+    """Set ``fill.column`` to its default in the rows of ``target`` below the ALTER's position that
+    do not hold it already (:class:`~cdclake.model.write_plan.Backfill`)."""
+    log.info(
+        "table %s: filling column %r with its default %s in the rows below the ALTER at %s",
+        ctx.cfg.identifier,
+        fill.column,
+        fill.sql,
+        fill.position.to_event_text(),
+    )
+    name = quote_identifier(fill.column)
+    ctx.spark.sql(
+        f"UPDATE {target} SET {name} = {fill.sql} "
+        f"WHERE {position_sql(ctx.cfg.ordering)} < {position_literal_sql(fill.position)} AND NOT ({name} <=> {fill.sql})"
+    )
 
 
 def _rows_below(ctx: ApplyContext, source: DataFrame, position: BinlogPosition) -> int:
