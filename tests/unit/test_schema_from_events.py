@@ -1,4 +1,4 @@
-"""Schema evolution from the events' own schemas (:func:`cdclake.model.schema_diff.plan_from_events`):
+"""Schema evolution from the events' own schemas (:func:`cdclake.model.schema_from_events.plan_from_events`):
 the row schema an event carries against the table's columns, for tables without a schema-change
 topic."""
 
@@ -11,7 +11,8 @@ from cdclake.model.config_blocks import SchemaChangePolicy
 from cdclake.model.defaults import ColumnDefault
 from cdclake.model.envelope import KafkaCoordinates
 from cdclake.model.event_defaults import connect_defaults
-from cdclake.model.schema_diff import ObservedSchema, SourceSchema, fits_table, plan_from_events
+from cdclake.model.schema_diff import SourceSchema
+from cdclake.model.schema_from_events import ObservedSchema, fits_table, plan_from_events
 from cdclake.model.types import ColumnSpec, columns_from_config, columns_from_connect
 
 TABLE = SourceSchema(

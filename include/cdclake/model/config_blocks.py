@@ -34,7 +34,7 @@ class SchemaChangePolicy(BaseModel):
     change among the events), from the events as with ``events``. ``events``: the topic is never
     read; the apply evolves the table from the row schema the events carry (the Connect schema of
     ``json_with_schema``, the Avro writer schema): new columns added, types promoted, columns
-    absent from the events kept (:func:`cdclake.model.schema_diff.plan_from_events`)."""
+    absent from the events kept (:func:`cdclake.model.schema_from_events.plan_from_events`)."""
 
 
 class ConnectorModes(BaseModel):

@@ -223,7 +223,7 @@ def _base64_bytes(value: Any) -> bytes:
 def connect_default(value: Any, spec: ColumnSpec, *, encoding: str | None = None, shown_by: str) -> ColumnDefault:
     """What rows that existed before a column was added read in it, from the ``default`` the
     column's field carries in an event's own schema (tables that evolve from their events:
-    ``schema_changes.source``; :func:`cdclake.model.schema_diff.plan_from_events`).
+    ``schema_changes.source``; :func:`cdclake.model.schema_from_events.plan_from_events`).
 
     The rule (MySQL 8.0 Reference Manual, "Data Type Default Values"; MariaDB Knowledge Base,
     "ALTER TABLE"): ``ADD COLUMN ... DEFAULT v`` fills the rows a table holds with ``v`` and writes

@@ -16,7 +16,7 @@ unknown column, the first misfit of each partition) and of the batch's last reco
 connector-mode check reads anyway, and which shows a change every value still parses under, such as
 float -> double).
 
-The schema update is planned (:func:`cdclake.model.schema_diff.plan_from_events`) and committed in
+The schema update is planned (:func:`cdclake.model.schema_from_events.plan_from_events`) and committed in
 one Iceberg transaction; the apply then parses the batch again under the new columns. A batch whose
 events fit the table costs nothing more: no Spark job, no Kafka read.
 
@@ -47,14 +47,8 @@ from cdclake.model.event_defaults import connect_defaults
 from cdclake.model.layout import COLUMN_DEFAULTS_PROPERTY
 from cdclake.model.position import SOURCE_ORDERINGS, BinlogPosition
 from cdclake.model.run_state import BatchStats
-from cdclake.model.schema_diff import (
-    ChangePlan,
-    ObservedSchema,
-    SourceSchema,
-    fits_table,
-    incompatible_columns,
-    plan_from_events,
-)
+from cdclake.model.schema_diff import ChangePlan, SourceSchema
+from cdclake.model.schema_from_events import ObservedSchema, fits_table, incompatible_columns, plan_from_events
 from cdclake.model.types import ColumnSpec, columns_from_config, columns_from_connect
 from cdclake.spark.context import ApplyContext
 from cdclake.spark.parse import TYPE_MISMATCH
