@@ -78,8 +78,10 @@ def test_a_read_whose_start_retention_deleted_fails_instead_of_reading_nothing(k
 
 
 def test_settled_watermarks_wait_for_records_still_being_written(kafka):
-    """A producer writing records while the watermarks are asked for: the settled watermarks hold
-    every record it wrote (the first read, taken while it writes, holds fewer)."""
+    """A producer writing a record every half second while the watermarks are asked for: the
+    settled watermarks hold every record it wrote (the first read, taken while it writes, holds
+    fewer). The quiet time (5 s) is ten times the writer's pace, so a writer slowed by a loaded
+    machine still writes within it."""
     import threading
     import time
 
@@ -88,21 +90,25 @@ def test_settled_watermarks_wait_for_records_still_being_written(kafka):
     clients = KafkaClients.from_bootstrap(kafka.bootstrap)
     topic = f"settle{uuid.uuid4().hex[:8]}"
     ensure_topic(clients, topic, 3)
+    producer = clients.producer()
+    started = threading.Event()
 
     def write() -> None:
-        for n in range(8):
-            produce(clients, topic, iter([(f"k{n}".encode(), b"v", None)]))
-            time.sleep(0.3)
+        for n in range(6):
+            producer.produce(topic, key=f"k{n}".encode(), value=b"v")
+            producer.flush(30)
+            started.set()
+            time.sleep(0.5)
 
     writer = threading.Thread(target=write)
     try:
         writer.start()
-        time.sleep(0.1)
+        assert started.wait(30)
         first = sum(topic_watermarks(clients, topic).high.values())
-        settled = settled_watermarks(clients, topic, quiet_s=1.0, most_s=30.0)
+        settled = settled_watermarks(clients, topic, quiet_s=5.0, most_s=120.0)
         writer.join()
-        assert first < 8
-        assert sum(settled.high.values()) == 8 == sum(topic_watermarks(clients, topic).high.values())
+        assert first < 6
+        assert sum(settled.high.values()) == 6 == sum(topic_watermarks(clients, topic).high.values())
         quiet = settled_watermarks(clients, topic, quiet_s=0.2, most_s=30.0)  # nothing written: one wait
         assert quiet.high == settled.high
     finally:
