@@ -142,10 +142,25 @@ class TrinoServer:
 
     def _started(self) -> bool:
         info = self.info()
-        return info is not None and info.get("starting") is False
+        return info is not None and info.get("starting") is False and self._answers_query()
+
+    def _answers_query(self) -> bool:
+        """Whether ``SELECT 1`` runs. The coordinator schedules queries on itself once its node
+        manager lists itself active, a few seconds after ``GET /v1/info`` says ``starting: false``
+        (a query before fails with ``NO_NODES_AVAILABLE``, seen under load in the suite)."""
+        from trino.exceptions import Error, HttpError
+
+        try:
+            cursor = self.connect().cursor()
+            cursor.execute("SELECT 1")
+            return bool(cursor.fetchall() == [[1]])
+        except (Error, HttpError, OSError) as e:  # requests' errors are OSErrors
+            logger.debug("Trino on %s does not run a query yet: %s", self.uri, e)
+            return False
 
     def running(self) -> bool:
-        """Whether the server of ``dir`` runs and ``GET /v1/info`` says it is no longer starting."""
+        """Whether the server of ``dir`` runs and answers a query (``GET /v1/info`` says it is no
+        longer starting, and ``SELECT 1`` runs)."""
         return self._process.running() and self._started()
 
     def node_properties(self) -> dict[str, str]:
@@ -225,7 +240,7 @@ class TrinoServer:
 
     def start(self, *, timeout_s: float = 240.0) -> float:
         """Start the server unless it runs; returns when ``GET /v1/info`` says ``starting: false``
-        (its catalog loaded).
+        (its catalog loaded) and ``SELECT 1`` runs (the coordinator lists itself as a node).
 
         Returns:
             Seconds spent (about 0 when it was already running).
