@@ -77,12 +77,15 @@ def test_offsets_of_a_topic_deleted_and_created_again_are_refused_by_its_id(kafk
     )
     assert plan_offsets(stack_settings, cfg).range.start == {0: 2}
 
+    # each step waits on its own deadline: on a loaded machine the broker's deletion, the new
+    # topic's creation and its id reaching the metadata each take seconds
     admin = kafka.admin()
-    admin.delete_topics([cfg.topic])[cfg.topic].result(30)
-    deadline = time.monotonic() + 60
+    admin.delete_topics([cfg.topic])[cfg.topic].result(60)
+    deadline = time.monotonic() + 90
     while topic_exists(kafka, cfg.topic):
         assert time.monotonic() < deadline, "the topic was not deleted"
         time.sleep(0.5)
+    deadline = time.monotonic() + 90
     while True:
         try:
             ensure_topic(kafka, cfg.topic, 1)
@@ -91,7 +94,10 @@ def test_offsets_of_a_topic_deleted_and_created_again_are_refused_by_its_id(kafk
         except Exception:  # the broker may still be finishing the deletion
             assert time.monotonic() < deadline, "the topic could not be created again"
             time.sleep(0.5)
-    assert topic_id(kafka, cfg.topic) not in (None, first_id)
+    deadline = time.monotonic() + 60
+    while (second_id := topic_id(kafka, cfg.topic)) in (None, first_id):
+        assert time.monotonic() < deadline, f"the topic created again kept id {second_id!r} (was {first_id!r})"
+        time.sleep(0.5)
     with pytest.raises(OffsetsOutOfRangeError, match=rf"topic '{cfg.topic}' was deleted and created again"):
         plan_offsets(stack_settings, cfg)
     assert plan_offsets(stack_settings, cfg, replay_from_offsets={0: 0}).range.start == {0: 0}
