@@ -200,3 +200,13 @@ def apply_offsets(
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests marked ``runs_last`` (they change the shared chain for good) run after all others."""
     items.sort(key=lambda item: item.get_closest_marker("runs_last") is not None)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """py4j's gateway connections close in finalizers after pytest has closed the streams its
+    capture handed to logging handlers; their INFO line "Closing down clientserver connection"
+    would end the run's output with a ``--- Logging error ---`` traceback. Only WARNING and above
+    from py4j are logged once the session is over."""
+    import logging
+
+    logging.getLogger("py4j").setLevel(logging.WARNING)
