@@ -38,7 +38,8 @@ from tests.integration.test_crash import job_env
 pytestmark = pytest.mark.integration
 
 _CLIENT = """
-import json, logging, sys
+import faulthandler, json, logging, signal, sys
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # a hung client's threads, on demand
 logging.basicConfig(level=logging.INFO)
 from cdclake.model.plan import RunPlan
 from cdclake.settings import Settings
@@ -275,22 +276,28 @@ def test_the_server_killed_mid_merge_then_restarted_converges(kafka, stack_setti
     after a restart the retry applies the same range and converges."""
     cfg = big_table
     plan = plan_offsets(stack_settings, cfg, "scheduled__server-killed")
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            _apply(engine, stack_settings, plan)
-        except BaseException as e:  # noqa: BLE001 - asserted below
-            errors.append(e)
-
-    worker = threading.Thread(target=run)
-    worker.start()
+    client = subprocess.Popen(
+        [sys.executable, "-c", _CLIENT, engine, plan.to_json()],
+        env=job_env(stack_settings),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     _wait_for(lambda: _run_branches(stack_settings, cfg), 300, "the run branch (the MERGE is next)")
     time.sleep(0.5)
     local_engine.stop_engine(stack_settings, hard=True)
-    worker.join(600)
     try:
-        assert errors, "the apply must fail when its server dies"
+        out = client.communicate(timeout=600)[0].decode(errors="replace")
+    except subprocess.TimeoutExpired:  # its threads' stacks name where it waits (faulthandler)
+        client.send_signal(signal.SIGUSR1)
+        time.sleep(2)
+        os.killpg(client.pid, signal.SIGKILL)
+        out = client.communicate(timeout=60)[0].decode(errors="replace")
+        pytest.fail(f"the apply client did not end within 600 s of its server's death:\n{out[-12000:]}")
+    try:
+        assert "CLIENT_DONE" not in out, (
+            f"the apply must fail when its server dies (exit code {client.returncode}):\n{out[-4000:]}"
+        )
         table = load_catalog(stack_settings).load_table(cfg.identifier)
         assert committed_offsets(table, cfg.topic) == {0: 10}
     finally:
