@@ -147,7 +147,8 @@ class TrinoServer:
     def _answers_query(self) -> bool:
         """Whether ``SELECT 1`` runs. The coordinator schedules queries on itself once its node
         manager lists itself active, a few seconds after ``GET /v1/info`` says ``starting: false``
-        (a query before fails with ``NO_NODES_AVAILABLE``, seen under load in the suite)."""
+        (a query before fails with ``NO_NODES_AVAILABLE``, seen under load in the suite). A scan
+        of :attr:`catalog` may lag a few seconds more: :meth:`query` waits it out."""
         from trino.exceptions import Error, HttpError
 
         try:
@@ -275,6 +276,43 @@ class TrinoServer:
             The pid it had, ``None`` when it was not running.
         """
         return self._process.stop(timeout_s=timeout_s)
+
+    def query(self, sql: str, *, user: str = "cdclake", timeout_s: float = 60.0) -> list[tuple[Any, ...]]:
+        """The rows ``sql`` returns, run on :attr:`catalog` as ``user``; a query the coordinator
+        cannot schedule yet (``NO_NODES_AVAILABLE``) is run again, once a second, for up to
+        ``timeout_s`` seconds.
+
+        Why: a node serves a catalog once the coordinator's node manager sees the catalog in the
+        node's announcement (``catalogHandleIds``); it reads announcements every 5 s
+        (``DiscoveryNodeManager``), so a scan of the catalog can fail with ``NO_NODES_AVAILABLE``
+        for a few seconds after ``SELECT 1`` (which needs the system catalog only) runs. Seen
+        once in the suite under load.
+
+        Raises:
+            trino.exceptions.TrinoQueryError: the query failed (``NO_NODES_AVAILABLE`` after
+                ``timeout_s``).
+        """
+        from tenacity import Retrying, before_sleep_log, retry_if_exception, stop_after_delay, wait_fixed
+
+        def unscheduled(e: BaseException) -> bool:
+            return getattr(e, "error_name", None) == "NO_NODES_AVAILABLE"
+
+        for attempt in Retrying(
+            retry=retry_if_exception(unscheduled),
+            stop=stop_after_delay(timeout_s),
+            wait=wait_fixed(1),
+            before_sleep=before_sleep_log(logger, logging.INFO),
+            reraise=True,
+        ):
+            with attempt:
+                con = self.connect(user=user)
+                try:
+                    cursor = con.cursor()
+                    cursor.execute(sql)
+                    return [tuple(r) for r in cursor.fetchall()]
+                finally:
+                    con.close()
+        raise AssertionError("unreachable: Retrying re-raises or returns")  # pragma: no cover
 
     def connect(self, *, user: str = "cdclake", schema: str | None = None) -> Any:
         """A DBAPI connection (the ``trino`` client) to :attr:`catalog`, as ``user``."""

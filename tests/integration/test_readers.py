@@ -187,13 +187,7 @@ def trino_rows(
     """The rows of ``columns`` Trino reads from table ``identifier`` (at ``snapshot``: time travel)."""
     namespace, table = identifier.split(".")
     at = "" if snapshot is None else f" FOR VERSION AS OF {snapshot}"
-    con = server.connect()
-    try:
-        cursor = con.cursor()
-        cursor.execute(f'SELECT {columns} FROM "{namespace}"."{table}"{at}')
-        return {tuple(r) for r in cursor.fetchall()}
-    finally:
-        con.close()
+    return set(server.query(f'SELECT {columns} FROM "{namespace}"."{table}"{at}'))
 
 
 def test_spark_sql_reads_the_rows_the_events_leave(spark, written: Written):
