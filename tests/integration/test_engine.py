@@ -27,6 +27,7 @@ from cdclake.io.maintenance import remove_stale_run_branches
 from cdclake.io.refs import committed_offsets
 from cdclake.model.layout import QUARANTINE_SUFFIX, RUN_BRANCH_PREFIX, SummaryKeys, side_table
 from cdclake.model.plan import RunPlan
+from cdclake.settings import Settings
 from cdclake.spark.session import connect_session
 from cdclake_dev import engine as local_engine
 from cdclake_dev.process import free_port
@@ -42,6 +43,7 @@ import faulthandler, json, logging, signal, sys
 faulthandler.register(signal.SIGUSR1, all_threads=True)  # a hung client's threads, on demand
 logging.basicConfig(level=logging.INFO)
 from cdclake.model.plan import RunPlan
+from cdclake.settings import Settings
 from cdclake.settings import Settings
 from cdclake.spark.apply import apply_range
 from cdclake.spark.session import connect_session
@@ -213,6 +215,18 @@ def test_tables_applying_at_once_share_no_session_state(kafka, stack_settings, e
         assert len(_rows(stack_settings, cfg)) == 200 * (i + 1)
 
 
+def _start_client(engine: str, settings: Settings, plan: RunPlan) -> subprocess.Popen[bytes]:
+    """The apply of ``plan`` over ``engine`` in a new Python process (the Airflow task), in a
+    session of its own (killed with its group); its output is kept (stdout, stderr merged)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", _CLIENT, engine, plan.to_json()],
+        env=job_env(settings),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
 def test_a_task_killed_mid_merge_leaves_main_alone_and_its_retry_converges(kafka, stack_settings, engine, big_table):
     """The Airflow task (the Connect client) is killed with SIGKILL while the server executes its
     MERGE: the server still finishes the MERGE into the run branch, but main, the only ref readers
@@ -221,13 +235,7 @@ def test_a_task_killed_mid_merge_leaves_main_alone_and_its_retry_converges(kafka
     cfg = big_table
     plan = plan_offsets(stack_settings, cfg, "scheduled__killed")
     base = load_catalog(stack_settings).load_table(cfg.identifier).current_snapshot().snapshot_id
-    client = subprocess.Popen(
-        [sys.executable, "-c", _CLIENT, engine, plan.to_json()],
-        env=job_env(stack_settings),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    client = _start_client(engine, stack_settings, plan)
     branch = _wait_for(lambda: _run_branches(stack_settings, cfg), 300, "the run branch (the MERGE is next)")
     time.sleep(0.5)
     os.killpg(client.pid, signal.SIGKILL)
@@ -276,13 +284,7 @@ def test_the_server_killed_mid_merge_then_restarted_converges(kafka, stack_setti
     after a restart the retry applies the same range and converges."""
     cfg = big_table
     plan = plan_offsets(stack_settings, cfg, "scheduled__server-killed")
-    client = subprocess.Popen(
-        [sys.executable, "-c", _CLIENT, engine, plan.to_json()],
-        env=job_env(stack_settings),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    client = _start_client(engine, stack_settings, plan)
     _wait_for(lambda: _run_branches(stack_settings, cfg), 300, "the run branch (the MERGE is next)")
     time.sleep(0.5)
     local_engine.stop_engine(stack_settings, hard=True)
