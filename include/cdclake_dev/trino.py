@@ -152,9 +152,7 @@ class TrinoServer:
         from trino.exceptions import Error, HttpError
 
         try:
-            cursor = self.connect().cursor()
-            cursor.execute("SELECT 1")
-            return bool(cursor.fetchall() == [[1]])
+            return self.query("SELECT 1", timeout_s=0) == [(1,)]
         except (Error, HttpError, OSError) as e:  # requests' errors are OSErrors
             logger.debug("Trino on %s does not run a query yet: %s", self.uri, e)
             return False

@@ -44,7 +44,6 @@ faulthandler.register(signal.SIGUSR1, all_threads=True)  # a hung client's threa
 logging.basicConfig(level=logging.INFO)
 from cdclake.model.plan import RunPlan
 from cdclake.settings import Settings
-from cdclake.settings import Settings
 from cdclake.spark.apply import apply_range
 from cdclake.spark.session import connect_session
 spark = connect_session(sys.argv[1])
