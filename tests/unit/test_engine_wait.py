@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -53,3 +55,29 @@ def test_a_server_already_listening_is_found_without_a_warning(caplog):
         with caplog.at_level(logging.INFO, logger="cdclake.spark.session"):
             wait_for_engine("127.0.0.1", server.getsockname()[1], wait_s=30)
     assert not caplog.records
+
+
+_DEAD_SERVER_CLIENT = """
+import logging, sys
+from pyspark.sql import SparkSession
+from pyspark.sql.connect.client.retries import DefaultPolicy
+from cdclake.spark.session import unpersist_quietly
+logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s", stream=sys.stdout)
+spark = SparkSession.builder.remote(sys.argv[1]).create()
+spark.client.set_retry_policies([DefaultPolicy(max_retries=0)])
+df = spark.range(3)
+unpersist_quietly(df)
+print("RETURNED", flush=True)
+df.unpersist()
+"""
+
+
+def test_a_cache_released_on_a_dead_server_warns_instead_of_raising():
+    """The clean-up of a run whose Spark Connect server died (nothing listens on its port) logs a
+    warning and returns, so the run's own error is the one raised; a plain ``unpersist`` raises.
+    In a process of its own: a Connect session switches the process to Connect mode."""
+    url = f"sc://127.0.0.1:{free_port()}"
+    done = subprocess.run([sys.executable, "-c", _DEAD_SERVER_CLIENT, url], capture_output=True, text=True, timeout=120)
+    assert "WARNING could not release a cached batch" in done.stdout, done.stdout + done.stderr
+    assert "RETURNED" in done.stdout, done.stdout + done.stderr
+    assert done.returncode != 0 and "UNAVAILABLE" in done.stderr, done.stderr[-2000:]

@@ -85,6 +85,7 @@ from cdclake.spark.positions import position_column, position_literal, position_
 from cdclake.spark.quarantine import QUARANTINED, bad_batch, first_quarantined, new_quarantine, write_quarantine
 from cdclake.spark.read import read_range
 from cdclake.spark.reduce import reduce_batch
+from cdclake.spark.session import unpersist_quietly
 from cdclake.spark.stats import GOOD, first_offsets_outside, identity_spans, snapshot_groups
 from cdclake.spark.transactions import extended_plan, record_wait, transaction_summary
 from cdclake.spark.writer_schemas import WriterSchemas, writer_schemas_for
@@ -216,7 +217,7 @@ def _apply_records(ctx: ApplyContext, *, cut_incompatible: bool) -> ApplyResult 
         found = _check_and_quarantine(batch)
         return _decide_and_commit(batch, ctx.plan, found)
     finally:
-        batch.base.unpersist()
+        unpersist_quietly(batch.base)
 
 
 def _parse_and_evolve(
@@ -250,7 +251,7 @@ def _parse_and_evolve(
             batch.base.unpersist()
             batch = parse_batch(evolved, batch.writers)
     except BaseException:
-        batch.base.unpersist()
+        unpersist_quietly(batch.base)
         raise
     return batch
 
@@ -524,7 +525,7 @@ def _write(
         snapshot_id = commit(ctx, properties, merge_and_fill)
     finally:
         if write.source_read_again:
-            source.unpersist()
+            unpersist_quietly(source)
     return snapshot_id, keys_changed
 
 

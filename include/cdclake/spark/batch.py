@@ -22,6 +22,7 @@ from cdclake.spark.context import ApplyContext
 from cdclake.spark.parse import parse_records, unknown_columns_floor
 from cdclake.spark.parse_avro import parse_avro_records
 from cdclake.spark.quarantine import split_bad_and_held
+from cdclake.spark.session import unpersist_quietly
 from cdclake.spark.stats import batch_stats
 from cdclake.spark.transactions import TransactionCut, cut_batch
 from cdclake.spark.writer_schemas import (
@@ -122,7 +123,7 @@ def parse_batch(ctx: ApplyContext, writers: WriterSchemas | None) -> ParsedBatch
             stats = _check_connector_modes(cut_ctx, stats, writers)
             return ParsedBatch(cut_ctx, base, parsed, stats, whole, writers)
     except BaseException:
-        base.unpersist()
+        unpersist_quietly(base)
         raise
 
 

@@ -191,9 +191,24 @@ def commit(ctx: ApplyContext, properties: dict[str, str], write: Callable[[str],
         removed = True  # by the fast-forward's commit
     finally:
         if not removed:
-            spark.sql(f"ALTER TABLE {target} DROP BRANCH IF EXISTS {quote_identifier(branch)}")
+            _drop_failed_branch(ctx, branch)
     debug_pause("after_commit", snapshot_id)
     return snapshot_id
+
+
+def _drop_failed_branch(ctx: ApplyContext, branch: str) -> None:
+    """Drop the run branch of a commit that failed. A drop that fails too (its server died) is a
+    warning: the commit's own error is the one raised, and the maintenance DAG removes run branches
+    left behind (:func:`~cdclake.io.maintenance.remove_stale_run_branches`)."""
+    try:
+        ctx.spark.sql(f"ALTER TABLE {ctx.spark_name()} DROP BRANCH IF EXISTS {quote_identifier(branch)}")
+    except Exception as e:  # noqa: BLE001 - clean-up: the commit's error stands
+        log.warning(
+            "table %s: the failed run's branch %s was not dropped (maintenance removes it): %s",
+            ctx.cfg.identifier,
+            branch,
+            e,
+        )
 
 
 def _fast_forward(ctx: ApplyContext, branch: str, base_snapshot_id: int | None, head_id: int) -> None:

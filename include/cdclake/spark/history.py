@@ -73,6 +73,7 @@ from cdclake.spark.positions import (
     position_of,
     supersedes_column,
 )
+from cdclake.spark.session import unpersist_quietly
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -190,7 +191,7 @@ def _write_versions(
         if added:
             _close_and_append(ctx, target, versions)
     finally:
-        versions.unpersist()
+        unpersist_quietly(versions)
     for truncate in truncates:
         _end_at_truncate(ctx.spark, target, truncate)
     repaired = 0 if decision.completed is None else _end_unread(ctx, target, source, decision.completed)
@@ -334,7 +335,7 @@ def _end_unread(ctx: ApplyContext, target: str, source: DataFrame, completed: Bi
                 CHANGE_REPAIR,
             )
     finally:
-        deleted.unpersist()
+        unpersist_quietly(deleted)
     return ended
 
 

@@ -29,7 +29,7 @@ from cdclake.errors import EngineUnavailableError
 from cdclake.settings import ConnectionIds, Settings, spark_jars
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from cdclake.io.kafka import KafkaClients
 
@@ -238,7 +238,11 @@ def connect_session(
     wait_s: float = ENGINE_WAIT_S,
 ) -> SparkSession:
     """A new session of the Spark Connect server at ``url`` (``sc://host:port/;token=...``, as
-    the Spark provider's ``SparkConnectHook.get_connection_url`` builds it); the caller stops it.
+    the Spark provider's ``SparkConnectHook.get_connection_url`` builds it); the caller stops it,
+    also when the run fails (``try``/``finally``, as :meth:`cdclake_airflow.hooks.CdcLakeHook.spark_session`
+    does): a process that ends with the session open hangs in its exit when the server died,
+    because pyspark releases a ``localCheckpoint``'s server-side relation from ``__del__``, and at
+    the interpreter's final garbage collection that gRPC call never returns.
     The session gets :data:`SESSION_CONF` (its server's defaults may differ); with ``settings``,
     their catalog (:func:`set_catalog`).
 
@@ -321,3 +325,14 @@ def job_connections(
     )
     kafka = KafkaClients(doc["kafka"], registry)
     return (settings if catalog is None else settings.with_catalog(catalog)), kafka
+
+
+def unpersist_quietly(df: DataFrame) -> None:
+    """Release ``df``'s cache (``unpersist``, not blocking) in a clean-up path; a failure (its
+    server died or cannot be reached) is logged as a warning, not raised: raised from a ``finally``
+    block it would replace the error that ended the run (a dead server's MERGE failure would read
+    as a failed ``unpersist``), and a dead server's caches died with it."""
+    try:
+        df.unpersist()
+    except Exception as e:  # noqa: BLE001 - clean-up: the run's own outcome or error stands
+        log.warning("could not release a cached batch (it is released with its server): %s", e)
